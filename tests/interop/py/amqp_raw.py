@@ -36,6 +36,8 @@ QUEUE_DECLARE = (50, 10)
 QUEUE_DECLARE_OK = (50, 11)
 QUEUE_DELETE = (50, 40)
 QUEUE_DELETE_OK = (50, 41)
+BASIC_CONSUME = (60, 20)
+BASIC_CONSUME_OK = (60, 21)
 BASIC_PUBLISH = (60, 40)
 BASIC_GET = (60, 70)
 BASIC_GET_OK = (60, 71)
@@ -345,6 +347,13 @@ class RawConnection:
                         struct.pack(">HHQH", 60, 0, len(body), flags) + props)
         if body:
             self.send_frame(FRAME_BODY, ch, body)
+
+    def basic_consume(self, ch, queue, tag="", no_ack=True, exclusive=False, wait=True):
+        bits = (2 if no_ack else 0) | (4 if exclusive else 0)
+        self.send_method(ch, BASIC_CONSUME, struct.pack(">H", 0) + shortstr(queue)
+                         + shortstr(tag) + bytes([bits]) + encode_table({}))
+        if wait:
+            return self.expect(BASIC_CONSUME_OK).args.shortstr()
 
     def basic_get(self, ch, queue, no_ack=True):
         """Returns (get_ok_frame, header_reader, body) or None for get-empty."""

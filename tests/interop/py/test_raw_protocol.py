@@ -195,3 +195,49 @@ def test_connection_close_handshake():
         # socket to the client, so that is not asserted here.
     finally:
         c.close()
+
+
+def test_server_generated_consumer_tag():
+    # pika and most clients generate their own tags; an empty tag makes the
+    # broker generate one: RabbitMQ's start with "amq.ctag-".
+    c = raw.RawConnection(AMQP_URL)
+    try:
+        c.handshake()
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        t1 = c.basic_consume(1, q)
+        t2 = c.basic_consume(1, q)
+        assert t1.startswith("amq.ctag-"), t1
+        assert t2.startswith("amq.ctag-") and t2 != t1
+    finally:
+        c.close()
+
+
+def test_server_generated_queue_name_and_empty_name_shortcut():
+    c = raw.RawConnection(AMQP_URL)
+    try:
+        c.handshake()
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        assert q.startswith("amq.gen-"), q
+        # empty queue name in basic.consume = last queue declared on this channel
+        tag = c.basic_consume(1, "", tag="t-empty")
+        assert tag == "t-empty"
+    finally:
+        c.close()
+
+
+def test_duplicate_consumer_tag_is_530_connection_error():
+    c = raw.RawConnection(AMQP_URL)
+    try:
+        c.handshake()
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        c.basic_consume(1, q, tag="dup")
+        c.basic_consume(1, q, tag="dup", wait=False)
+        code, text, cls, meth = c.read_close()
+        assert code == 530, (code, text)
+        assert text.startswith("NOT_ALLOWED"), text
+        assert (cls, meth) == raw.BASIC_CONSUME
+    finally:
+        c.close()
