@@ -1,0 +1,246 @@
+//! Exchanges and their bindings. Each exchange keeps the list of its bindings (for unbind,
+//! listing and persistence) and a per-type index used to route: a hash map for direct, a list
+//! for fanout, a trie for topic, argument tables for headers.
+
+use crate::headers_match::{headers_match, XMatch};
+use crate::queue::Queue;
+use crate::topic::TopicTrie;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use warren_codec::{FieldTable, ShortStr};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeKind {
+    Direct,
+    Fanout,
+    Topic,
+    Headers,
+}
+
+impl ExchangeKind {
+    pub fn parse(s: &str) -> Option<ExchangeKind> {
+        Some(match s {
+            "direct" => ExchangeKind::Direct,
+            "fanout" => ExchangeKind::Fanout,
+            "topic" => ExchangeKind::Topic,
+            "headers" => ExchangeKind::Headers,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+/// Where a binding sends messages: a queue (held directly, so routing needs no lookup) or
+/// another exchange (held by name, so exchange-to-exchange cycles are not `Arc` cycles).
+#[derive(Debug, Clone)]
+pub enum Destination {
+    Queue(Arc<Queue>),
+    Exchange(ShortStr),
+}
+
+impl PartialEq for Destination {
+    fn eq(&self, other: &Destination) -> bool {
+        match (self, other) {
+            (Destination::Queue(a), Destination::Queue(b)) => Arc::ptr_eq(a, b),
+            (Destination::Exchange(a), Destination::Exchange(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Destination {
+    pub fn name(&self) -> &ShortStr {
+        match self {
+            Destination::Queue(q) => &q.name,
+            Destination::Exchange(e) => e,
+        }
+    }
+
+    pub fn is_queue(&self) -> bool {
+        matches!(self, Destination::Queue(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    pub destination: Destination,
+    pub routing_key: ShortStr,
+    pub arguments: FieldTable,
+}
+
+#[derive(Debug, Default)]
+struct Bindings {
+    all: Vec<Binding>,
+    direct: HashMap<ShortStr, Vec<Destination>>,
+    topic: TopicTrie<Destination>,
+    /// Headers bindings: (rule, arguments, destination), checked one by one.
+    headers: Vec<(XMatch, FieldTable, Destination)>,
+}
+
+#[derive(Debug)]
+pub struct Exchange {
+    pub name: ShortStr,
+    pub kind: ExchangeKind,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+    pub alternate_exchange: Option<ShortStr>,
+    bindings: RwLock<Bindings>,
+}
+
+impl Exchange {
+    pub fn new(
+        name: ShortStr,
+        kind: ExchangeKind,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> Exchange {
+        let alternate_exchange = arguments
+            .get("alternate-exchange")
+            .and_then(|v| v.as_str())
+            .map(ShortStr::from);
+        Exchange {
+            name,
+            kind,
+            durable,
+            auto_delete,
+            internal,
+            arguments,
+            alternate_exchange,
+            bindings: RwLock::new(Bindings::default()),
+        }
+    }
+
+    /// Adds a binding; false if an identical one exists. Headers bindings must carry a valid
+    /// `x-match` (checked by the caller with `XMatch::from_arguments`).
+    pub fn bind(&self, binding: Binding) -> bool {
+        let mut b = self.bindings.write();
+        if b.all.contains(&binding) {
+            return false;
+        }
+        match self.kind {
+            ExchangeKind::Direct => b
+                .direct
+                .entry(binding.routing_key.clone())
+                .or_default()
+                .push(binding.destination.clone()),
+            ExchangeKind::Fanout => {}
+            ExchangeKind::Topic => {
+                b.topic
+                    .insert(&binding.routing_key, binding.destination.clone());
+            }
+            ExchangeKind::Headers => {
+                let rule = XMatch::from_arguments(&binding.arguments).unwrap_or(XMatch::All);
+                b.headers
+                    .push((rule, binding.arguments.clone(), binding.destination.clone()));
+            }
+        }
+        b.all.push(binding);
+        true
+    }
+
+    /// Removes a binding; false if there was none.
+    pub fn unbind(&self, binding: &Binding) -> bool {
+        let mut b = self.bindings.write();
+        let Some(at) = b.all.iter().position(|x| x == binding) else {
+            return false;
+        };
+        b.all.swap_remove(at);
+        let dest = &binding.destination;
+        match self.kind {
+            ExchangeKind::Direct => {
+                if let Some(list) = b.direct.get_mut(&binding.routing_key) {
+                    list.retain(|d| d != dest);
+                    if list.is_empty() {
+                        b.direct.remove(&binding.routing_key);
+                    }
+                }
+            }
+            ExchangeKind::Fanout => {}
+            ExchangeKind::Topic => {
+                // Another binding with the same key and destination but other arguments
+                // shares the trie entry: keep it while one remains.
+                let still_bound = b
+                    .all
+                    .iter()
+                    .any(|x| &x.destination == dest && x.routing_key == binding.routing_key);
+                if !still_bound {
+                    b.topic.remove(&binding.routing_key, dest);
+                }
+            }
+            ExchangeKind::Headers => {
+                if let Some(i) = b
+                    .headers
+                    .iter()
+                    .position(|(_, a, d)| d == dest && *a == binding.arguments)
+                {
+                    b.headers.remove(i);
+                }
+            }
+        }
+        true
+    }
+
+    /// Drops every binding to `dest` (a deleted queue or exchange); returns how many.
+    pub fn unbind_destination(&self, dest: &Destination) -> usize {
+        let mut b = self.bindings.write();
+        let before = b.all.len();
+        b.all.retain(|x| &x.destination != dest);
+        let removed = before - b.all.len();
+        if removed > 0 {
+            b.direct.retain(|_, list| {
+                list.retain(|d| d != dest);
+                !list.is_empty()
+            });
+            b.topic.retain(|d| d != dest);
+            b.headers.retain(|(_, _, d)| d != dest);
+        }
+        removed
+    }
+
+    pub fn has_bindings(&self) -> bool {
+        !self.bindings.read().all.is_empty()
+    }
+
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.bindings.read().all.clone()
+    }
+
+    /// Calls `found` with each destination this exchange's own bindings select.
+    pub fn route(
+        &self,
+        routing_key: &str,
+        headers: Option<&FieldTable>,
+        mut found: impl FnMut(&Destination),
+    ) {
+        let b = self.bindings.read();
+        match self.kind {
+            ExchangeKind::Direct => {
+                if let Some(list) = b.direct.get(routing_key) {
+                    list.iter().for_each(found);
+                }
+            }
+            ExchangeKind::Fanout => b.all.iter().for_each(|x| found(&x.destination)),
+            ExchangeKind::Topic => b.topic.matches(routing_key, found),
+            ExchangeKind::Headers => {
+                for (rule, args, dest) in &b.headers {
+                    if headers_match(*rule, args, headers) {
+                        found(dest);
+                    }
+                }
+            }
+        }
+    }
+}

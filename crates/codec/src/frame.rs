@@ -1,0 +1,145 @@
+//! Frame splitting and frame writing (spec §4.2.3: type, channel, size, payload, frame-end).
+//!
+//! `parse_frame` is the single entry point for bytes read from a socket. It first checks the
+//! 7-byte header and the size against frame_max, so an oversized or garbage frame is refused
+//! before we wait for (or buffer) its body; "not enough bytes yet" is `Ok(None)`, never an error.
+
+use crate::{CodecError, Method, Writer};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// What a 0-9-1 client sends first; also our reply to a client speaking another protocol.
+pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
+pub const FRAME_END: u8 = 0xCE;
+/// Header (type, channel, size) plus the frame-end octet.
+pub const FRAME_OVERHEAD: usize = 8;
+/// The smallest frame_max a peer may negotiate, and the limit before tuning.
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+const FRAME_HEADER_SIZE: usize = 7;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    Method,
+    Header,
+    Body,
+    Heartbeat,
+}
+
+impl FrameKind {
+    fn from_octet(octet: u8) -> Option<FrameKind> {
+        Some(match octet {
+            1 => FrameKind::Method,
+            2 => FrameKind::Header,
+            3 => FrameKind::Body,
+            8 => FrameKind::Heartbeat,
+            _ => return None,
+        })
+    }
+
+    fn octet(self) -> u8 {
+        match self {
+            FrameKind::Method => 1,
+            FrameKind::Header => 2,
+            FrameKind::Body => 3,
+            FrameKind::Heartbeat => 8,
+        }
+    }
+}
+
+/// A frame whose payload is still undecoded: a zero-copy slice of the read buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawFrame {
+    pub kind: FrameKind,
+    pub channel: u16,
+    pub payload: Bytes,
+}
+
+/// Takes one whole frame off the front of `buf`, `Ok(None)` when more bytes are needed.
+/// `frame_max` bounds the whole frame, header and end octet included (0 means no limit).
+pub fn parse_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<RawFrame>, CodecError> {
+    if buf.len() < FRAME_HEADER_SIZE {
+        return Ok(None);
+    }
+    let kind = FrameKind::from_octet(buf[0]).ok_or(CodecError::Frame("unknown frame type"))?;
+    let channel = u16::from_be_bytes([buf[1], buf[2]]);
+    let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]) as usize;
+    let frame_len = size + FRAME_OVERHEAD;
+    if frame_max != 0 && frame_len > frame_max as usize {
+        return Err(CodecError::FrameTooLarge {
+            size: frame_len,
+            frame_max,
+        });
+    }
+    if buf.len() < frame_len {
+        buf.reserve(frame_len - buf.len());
+        return Ok(None);
+    }
+    if buf[frame_len - 1] != FRAME_END {
+        return Err(CodecError::Frame("frame-end octet missing"));
+    }
+    let mut frame = buf.split_to(frame_len);
+    frame.advance(FRAME_HEADER_SIZE);
+    frame.truncate(size);
+    Ok(Some(RawFrame {
+        kind,
+        channel,
+        payload: frame.freeze(),
+    }))
+}
+
+/// Writes a frame header with a zero size and returns where the size goes.
+fn begin_frame(out: &mut BytesMut, kind: FrameKind, channel: u16) -> usize {
+    out.put_u8(kind.octet());
+    out.put_u16(channel);
+    let size_at = out.len();
+    out.put_u32(0);
+    size_at
+}
+
+fn end_frame(out: &mut BytesMut, size_at: usize) {
+    let size = (out.len() - size_at - 4) as u32;
+    out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
+    out.put_u8(FRAME_END);
+}
+
+pub fn write_method(out: &mut BytesMut, channel: u16, method: &Method) {
+    let size_at = begin_frame(out, FrameKind::Method, channel);
+    method.encode(&mut Writer::new(out));
+    end_frame(out, size_at);
+}
+
+/// A content header frame; `properties` is the encoded flags-and-properties block, passed
+/// through verbatim from the publisher.
+pub fn write_content_header(
+    out: &mut BytesMut,
+    channel: u16,
+    class_id: u16,
+    body_size: u64,
+    properties: &[u8],
+) {
+    let size_at = begin_frame(out, FrameKind::Header, channel);
+    out.put_u16(class_id);
+    out.put_u16(0); // weight, unused
+    out.put_u64(body_size);
+    out.put_slice(properties);
+    end_frame(out, size_at);
+}
+
+/// Body frames of at most `frame_max` bytes each (none for an empty body).
+pub fn write_body_frames(out: &mut BytesMut, channel: u16, body: &[u8], frame_max: u32) {
+    let chunk = if frame_max == 0 {
+        usize::MAX
+    } else {
+        frame_max as usize - FRAME_OVERHEAD
+    };
+    for part in body.chunks(chunk) {
+        out.reserve(part.len() + FRAME_OVERHEAD);
+        let size_at = begin_frame(out, FrameKind::Body, channel);
+        out.put_slice(part);
+        end_frame(out, size_at);
+    }
+}
+
+pub fn write_heartbeat(out: &mut BytesMut) {
+    out.put_slice(&[8, 0, 0, 0, 0, 0, 0, FRAME_END]);
+}

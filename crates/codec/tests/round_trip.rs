@@ -1,0 +1,355 @@
+//! Codec tests: method and property round trips, every field-table type, and frame splitting
+//! fed one byte at a time (every split point of a multi-frame stream).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use proptest::prelude::*;
+use warren_codec::*;
+
+fn encode_frame(channel: u16, method: &Method) -> BytesMut {
+    let mut out = BytesMut::new();
+    write_method(&mut out, channel, method);
+    out
+}
+
+fn decode_method(payload: Bytes) -> Method {
+    let mut r = Reader::new(payload);
+    let m = Method::decode(&mut r).expect("decodes");
+    assert_eq!(r.remaining(), 0, "method left bytes unread");
+    m
+}
+
+fn every_field_type() -> FieldTable {
+    let mut nested = FieldTable::new();
+    nested.insert("inner", FieldValue::string("x"));
+    let mut t = FieldTable::new();
+    t.insert("bool", FieldValue::Bool(true));
+    t.insert("i8", FieldValue::I8(-5));
+    t.insert("u8", FieldValue::U8(250));
+    t.insert("i16", FieldValue::I16(-30000));
+    t.insert("u16", FieldValue::U16(60000));
+    t.insert("i32", FieldValue::I32(-2_000_000_000));
+    t.insert("u32", FieldValue::U32(4_000_000_000));
+    t.insert("i64", FieldValue::I64(-9_000_000_000_000));
+    t.insert("f32", FieldValue::F32(1.5));
+    t.insert("f64", FieldValue::F64(-2.25));
+    t.insert(
+        "decimal",
+        FieldValue::Decimal {
+            scale: 2,
+            value: 12345,
+        },
+    );
+    t.insert("longstr", FieldValue::string("hello ünïcode"));
+    t.insert(
+        "bytes",
+        FieldValue::Bytes(Bytes::from_static(&[0, 1, 2, 255])),
+    );
+    t.insert(
+        "array",
+        FieldValue::Array(vec![
+            FieldValue::I32(1),
+            FieldValue::string("two"),
+            FieldValue::Void,
+        ]),
+    );
+    t.insert("timestamp", FieldValue::Timestamp(1_700_000_000));
+    t.insert("table", FieldValue::Table(nested));
+    t.insert("void", FieldValue::Void);
+    t
+}
+
+#[test]
+fn every_field_table_type_round_trips() {
+    let table = every_field_type();
+    let method = Method::QueueDeclare(QueueDeclare {
+        queue: "q".into(),
+        durable: true,
+        arguments: table.clone(),
+        ..Default::default()
+    });
+    let mut buf = encode_frame(0, &method);
+    let frame = parse_frame(&mut buf, 131072).unwrap().unwrap();
+    match decode_method(frame.payload) {
+        Method::QueueDeclare(d) => {
+            assert_eq!(d.arguments, table);
+            assert!(d.durable && !d.passive && !d.exclusive);
+        }
+        other => panic!("got {other:?}"),
+    }
+}
+
+#[test]
+fn methods_round_trip_with_packed_bits() {
+    let methods: Vec<Method> = vec![
+        BasicPublish {
+            exchange: "amq.direct".into(),
+            routing_key: "rk".into(),
+            mandatory: true,
+            immediate: false,
+        }
+        .into(),
+        BasicConsume {
+            queue: "q".into(),
+            consumer_tag: "".into(),
+            no_local: false,
+            no_ack: true,
+            exclusive: true,
+            no_wait: false,
+            arguments: FieldTable::new(),
+        }
+        .into(),
+        BasicDeliver {
+            consumer_tag: "amq.ctag-1".into(),
+            delivery_tag: u64::MAX,
+            redelivered: true,
+            exchange: "".into(),
+            routing_key: "x".into(),
+        }
+        .into(),
+        ExchangeDeclare {
+            exchange: "e".into(),
+            exchange_type: "topic".into(),
+            passive: false,
+            durable: true,
+            auto_delete: true,
+            internal: true,
+            no_wait: false,
+            arguments: FieldTable::new(),
+        }
+        .into(),
+        ConnectionTuneOk {
+            channel_max: 2047,
+            frame_max: 131072,
+            heartbeat: 60,
+        }
+        .into(),
+        ConnectionCloseOk.into(),
+        ConfirmSelect { nowait: false }.into(),
+        BasicNack {
+            delivery_tag: 7,
+            multiple: true,
+            requeue: false,
+        }
+        .into(),
+        ExchangeUnbindOk.into(),
+    ];
+    for m in methods {
+        let mut buf = encode_frame(3, &m);
+        let frame = parse_frame(&mut buf, 131072).unwrap().unwrap();
+        assert_eq!(frame.channel, 3);
+        assert_eq!(frame.kind, FrameKind::Method);
+        assert_eq!(decode_method(frame.payload), m);
+        assert!(buf.is_empty());
+    }
+}
+
+#[test]
+fn exchange_unbind_ok_uses_rabbitmq_method_id() {
+    // RabbitMQ's extension numbers unbind-ok 51, not 41.
+    assert_eq!(ExchangeUnbindOk::METHOD_ID, 51);
+    assert_eq!(ReplyCode::NoRoute as u16, 312);
+    assert!(ReplyCode::FrameError.is_hard_error());
+    assert!(!ReplyCode::NotFound.is_hard_error());
+}
+
+#[test]
+fn properties_round_trip() {
+    let props = BasicProperties {
+        content_type: Some("application/json".into()),
+        content_encoding: Some("gzip".into()),
+        headers: Some(every_field_type()),
+        delivery_mode: Some(2),
+        priority: Some(9),
+        correlation_id: Some("c".into()),
+        reply_to: Some("amq.rabbitmq.reply-to".into()),
+        expiration: Some("60000".into()),
+        message_id: Some("m".into()),
+        timestamp: Some(1234),
+        message_type: Some("t".into()),
+        user_id: Some("guest".into()),
+        app_id: Some("app".into()),
+        reserved: None,
+    };
+    let header = ContentHeader::new(BASIC_CLASS_ID, 42, &props);
+    let mut out = BytesMut::new();
+    write_content_header(&mut out, 1, BASIC_CLASS_ID, 42, &header.properties);
+    let frame = parse_frame(&mut out, 0).unwrap().unwrap();
+    assert_eq!(frame.kind, FrameKind::Header);
+    let decoded = ContentHeader::decode(frame.payload).unwrap();
+    assert_eq!(decoded.body_size, 42);
+    assert_eq!(decoded.properties().unwrap(), props);
+}
+
+/// A stream of several frames, fed in two pieces split at every byte: each split must give
+/// the same frames, and no split may produce an error.
+#[test]
+fn split_reads_at_every_byte() {
+    let mut stream = BytesMut::new();
+    write_method(
+        &mut stream,
+        1,
+        &BasicPublish {
+            exchange: "".into(),
+            routing_key: "q".into(),
+            mandatory: false,
+            immediate: false,
+        }
+        .into(),
+    );
+    let header = ContentHeader::new(BASIC_CLASS_ID, 300, &BasicProperties::default());
+    write_content_header(&mut stream, 1, BASIC_CLASS_ID, 300, &header.properties);
+    write_body_frames(&mut stream, 1, &[7u8; 300], 4096);
+    write_heartbeat(&mut stream);
+    let whole = stream.freeze();
+
+    let expect = {
+        let mut buf = BytesMut::from(&whole[..]);
+        let mut frames = vec![];
+        while let Some(f) = parse_frame(&mut buf, 4096).unwrap() {
+            frames.push(f);
+        }
+        frames
+    };
+    assert_eq!(expect.len(), 4);
+
+    for split in 0..=whole.len() {
+        let mut buf = BytesMut::new();
+        let mut frames = vec![];
+        for piece in [&whole[..split], &whole[split..]] {
+            buf.extend_from_slice(piece);
+            while let Some(f) = parse_frame(&mut buf, 4096).expect("no error at any split") {
+                frames.push(f);
+            }
+        }
+        assert_eq!(frames, expect, "split at {split}");
+        assert!(buf.is_empty());
+    }
+}
+
+#[test]
+fn bodies_split_at_frame_max() {
+    let mut out = BytesMut::new();
+    write_body_frames(&mut out, 1, &vec![1u8; 10_000], 4096);
+    let mut sizes = vec![];
+    while let Some(f) = parse_frame(&mut out, 4096).unwrap() {
+        sizes.push(f.payload.len());
+    }
+    assert_eq!(sizes, vec![4088, 4088, 1824]);
+}
+
+#[test]
+fn invalid_frames_are_errors_not_incomplete() {
+    // Unknown frame type.
+    let mut buf = BytesMut::from(&[9u8, 0, 0, 0, 0, 0, 0, 0xCE][..]);
+    assert_eq!(
+        parse_frame(&mut buf, 4096).unwrap_err().reply_code(),
+        ReplyCode::FrameError
+    );
+    // Wrong frame-end octet.
+    let mut buf = BytesMut::from(&[8u8, 0, 0, 0, 0, 0, 0, 0x00][..]);
+    assert_eq!(
+        parse_frame(&mut buf, 4096).unwrap_err().reply_code(),
+        ReplyCode::FrameError
+    );
+    // Oversized: refused from the header alone, before the body arrives.
+    let mut buf = BytesMut::new();
+    buf.put_u8(3);
+    buf.put_u16(1);
+    buf.put_u32(1 << 20);
+    assert!(matches!(
+        parse_frame(&mut buf, 131072),
+        Err(CodecError::FrameTooLarge { .. })
+    ));
+    // Incomplete is not an error.
+    let mut buf = BytesMut::from(&[1u8, 0, 1][..]);
+    assert_eq!(parse_frame(&mut buf, 4096).unwrap(), None);
+}
+
+#[test]
+fn truncated_and_unknown_methods_are_rejected() {
+    let mut r = Reader::new(Bytes::from_static(&[0, 60, 0, 40, 0]));
+    assert_eq!(
+        Method::decode(&mut r).unwrap_err().reply_code(),
+        ReplyCode::SyntaxError
+    );
+    let mut r = Reader::new(Bytes::from_static(&[0, 99, 0, 1]));
+    assert_eq!(
+        Method::decode(&mut r).unwrap_err().reply_code(),
+        ReplyCode::CommandInvalid
+    );
+    // A table with an unknown value type 'Z'.
+    let mut r = Reader::new(Bytes::from_static(&[0, 0, 0, 3, 1, b'k', b'Z']));
+    assert!(matches!(r.table(), Err(CodecError::UnknownFieldType('Z'))));
+}
+
+#[test]
+fn deeply_nested_tables_are_refused_not_overflowing() {
+    // 10_000 nested arrays: 'A' + length each.
+    let depth = 10_000usize;
+    let mut inner: Vec<u8> = vec![];
+    for _ in 0..depth {
+        let mut outer = vec![b'A'];
+        outer.extend_from_slice(&(inner.len() as u32).to_be_bytes());
+        outer.extend_from_slice(&inner);
+        inner = outer;
+    }
+    let mut table = vec![1u8, b'k'];
+    table.extend_from_slice(&inner);
+    let mut bytes = (table.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&table);
+    let mut r = Reader::new(Bytes::from(bytes));
+    assert!(r.table().is_err());
+}
+
+fn field_value() -> impl Strategy<Value = FieldValue> {
+    let leaf = prop_oneof![
+        any::<bool>().prop_map(FieldValue::Bool),
+        any::<i8>().prop_map(FieldValue::I8),
+        any::<u8>().prop_map(FieldValue::U8),
+        any::<i16>().prop_map(FieldValue::I16),
+        any::<u16>().prop_map(FieldValue::U16),
+        any::<i32>().prop_map(FieldValue::I32),
+        any::<u32>().prop_map(FieldValue::U32),
+        any::<i64>().prop_map(FieldValue::I64),
+        any::<u64>().prop_map(FieldValue::Timestamp),
+        (any::<u8>(), any::<u32>()).prop_map(|(scale, value)| FieldValue::Decimal { scale, value }),
+        ".{0,20}".prop_map(FieldValue::string),
+        proptest::collection::vec(any::<u8>(), 0..20)
+            .prop_map(|v| FieldValue::Bytes(Bytes::from(v))),
+        Just(FieldValue::Void),
+    ];
+    leaf.prop_recursive(3, 32, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(FieldValue::Array),
+            proptest::collection::vec(("[a-z]{1,8}", inner), 0..5).prop_map(|kv| {
+                FieldValue::Table(
+                    kv.into_iter()
+                        .map(|(k, v)| (ShortStr::from(k), v))
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_tables_round_trip(kv in proptest::collection::vec(("[a-zA-Z0-9-]{1,12}", field_value()), 0..8)) {
+        let table: FieldTable = kv.into_iter().map(|(k, v)| (ShortStr::from(k), v)).collect();
+        let mut out = BytesMut::new();
+        Writer::new(&mut out).table(&table);
+        let mut r = Reader::new(out.freeze());
+        prop_assert_eq!(r.table().unwrap(), table);
+        prop_assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let mut buf = BytesMut::from(&bytes[..]);
+        while let Ok(Some(frame)) = parse_frame(&mut buf, 4096) {
+            let _ = Method::decode(&mut Reader::new(frame.payload.clone()));
+            let _ = ContentHeader::decode(frame.payload).map(|h| h.properties());
+        }
+        let _ = Method::decode(&mut Reader::new(Bytes::from(bytes)));
+    }
+}
