@@ -1,0 +1,38 @@
+//! `warren-store`: Warren's embedded, crash-safe message store.
+//!
+//! It persists the broker's definitions (an opaque blob, atomically
+//! replaced), a table of stable queue ids, and persistent messages in
+//! append-only segment files shared by all queues, with CRC-checked records,
+//! group commit (one fsync for many appends, a durable sequence number to
+//! await), reclamation of fully-acked segments and recovery that tolerates
+//! torn and corrupt data. The on-disk format and protocols are specified in
+//! `docs/STORAGE.md`; this crate implements exactly that.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), warren_store::StoreError> {
+//! use warren_store::{Store, StoreOptions, StoredMessage};
+//! let (store, recovered) = Store::open("data".as_ref(), StoreOptions::default())?;
+//! let q = store.register_queue("orders")?;
+//! let appended = store.append(&[q], &StoredMessage::new("", "orders", vec![], "hello"))?;
+//! store.wait_durable(appended.seq).await?; // now send the publisher confirm
+//! store.ack(q, appended.id)?;
+//! # drop(recovered); Ok(()) }
+//! ```
+
+pub mod backend;
+mod error;
+mod meta;
+pub mod record;
+mod recovery;
+pub mod segment;
+mod store;
+mod types;
+mod writer;
+
+pub use backend::{Backend, BackendFile, CrashMode, FaultyBackend, FsBackend};
+pub use error::{Result, StoreError};
+pub use store::{DurableState, Store};
+pub use types::{
+    Appended, Location, MessageId, QueueId, Recovered, RecoveredMessage, RecoveredQueue,
+    RecoveryReport, StoreOptions, StoreStats, StoredMessage, SyncPolicy,
+};

@@ -1,0 +1,245 @@
+//! Small metadata files replaced atomically: the broker's definitions blob
+//! and the queue table (docs/STORAGE.md §2).
+//!
+//! Both use one envelope (magic, length, CRC, payload) and one replace
+//! protocol: write `<name>.tmp`, fsync it, rename over `<name>`, fsync the
+//! directory. A reader sees the complete old or the complete new file.
+
+use std::collections::BTreeMap;
+
+use tracing::error;
+
+use crate::backend::{parent_dir, read_all, Backend};
+use crate::error::{Result, StoreError};
+use crate::types::QueueId;
+
+/// File holding the broker's definitions.
+pub const DEFINITIONS_FILE: &str = "definitions.bin";
+/// File holding the queue table.
+pub const QUEUES_FILE: &str = "queues.bin";
+/// Magic of the definitions file.
+pub const DEFINITIONS_MAGIC: &[u8; 8] = b"WRNDEFS1";
+/// Magic of the queue table file.
+pub const QUEUES_MAGIC: &[u8; 8] = b"WRNQUES1";
+
+const ENVELOPE_HEADER_BYTES: usize = 16;
+
+/// Durably replaces `path` with `magic` + `payload`.
+pub fn write_atomic(
+    backend: &dyn Backend,
+    path: &str,
+    magic: &[u8; 8],
+    payload: &[u8],
+) -> Result<()> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| StoreError::Invalid("metadata larger than 4 GiB".into()))?;
+    let mut buf = Vec::with_capacity(ENVELOPE_HEADER_BYTES + payload.len());
+    buf.extend_from_slice(magic);
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    buf.extend_from_slice(payload);
+
+    let tmp = format!("{path}.tmp");
+    // A stale tmp from an interrupted replace must not be appended to.
+    match backend.remove(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let file = backend.open(&tmp, true)?;
+    file.append(&buf)?;
+    file.sync()?;
+    drop(file);
+    backend.rename(&tmp, path)?;
+    backend.sync_dir(parent_dir(path))?;
+    Ok(())
+}
+
+/// Reads the payload of `path`. Absent → `Ok(None)`. Bad magic or CRC is
+/// logged at error level and also yields `Ok(None)`: the store never refuses
+/// to start.
+pub fn read_envelope(
+    backend: &dyn Backend,
+    path: &str,
+    magic: &[u8; 8],
+) -> Result<Option<Vec<u8>>> {
+    let file = match backend.open(path, false) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let buf = read_all(file.as_ref())?;
+    match parse_envelope(&buf, magic) {
+        Ok(payload) => Ok(Some(payload.to_vec())),
+        Err(why) => {
+            error!(file = path, "ignoring corrupt metadata file: {why}");
+            Ok(None)
+        }
+    }
+}
+
+fn parse_envelope<'a>(buf: &'a [u8], magic: &[u8; 8]) -> std::result::Result<&'a [u8], String> {
+    if buf.len() < ENVELOPE_HEADER_BYTES {
+        return Err(format!("only {} bytes", buf.len()));
+    }
+    if &buf[0..8] != magic {
+        return Err("bad magic".into());
+    }
+    let len = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes"));
+    let payload = &buf[ENVELOPE_HEADER_BYTES..];
+    if payload.len() != len {
+        return Err(format!("length {len} but {} payload bytes", payload.len()));
+    }
+    if crc32fast::hash(payload) != crc {
+        return Err("CRC mismatch".into());
+    }
+    Ok(payload)
+}
+
+/// The persisted queue table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueTable {
+    /// Next id to hand out; ids are never reused.
+    pub next_queue_id: u32,
+    /// Registered queues.
+    pub queues: BTreeMap<QueueId, String>,
+}
+
+impl QueueTable {
+    /// Id of a registered queue name.
+    pub fn find(&self, name: &str) -> Option<QueueId> {
+        self.queues
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(id, _)| *id)
+    }
+
+    /// Payload bytes (docs/STORAGE.md §2).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&self.next_queue_id.to_le_bytes());
+        buf.extend_from_slice(&(self.queues.len() as u32).to_le_bytes());
+        for (id, name) in &self.queues {
+            buf.extend_from_slice(&id.0.to_le_bytes());
+            buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            buf.extend_from_slice(name.as_bytes());
+        }
+        buf
+    }
+
+    /// Parses payload bytes; `Err` on any inconsistency.
+    pub fn decode(buf: &[u8]) -> std::result::Result<Self, String> {
+        let mut pos = 0usize;
+        let mut take = |n: usize| -> std::result::Result<&[u8], String> {
+            let slice = buf.get(pos..pos + n).ok_or("queue table truncated")?;
+            pos += n;
+            Ok(slice)
+        };
+        let next_queue_id = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+        let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+        let mut queues = BTreeMap::new();
+        for _ in 0..count {
+            let id = QueueId(u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")));
+            let len = u16::from_le_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
+            let name = std::str::from_utf8(take(len)?)
+                .map_err(|_| "queue name not UTF-8".to_string())?
+                .to_string();
+            if id.0 >= next_queue_id {
+                return Err(format!("queue id {} >= next id {next_queue_id}", id.0));
+            }
+            queues.insert(id, name);
+        }
+        if pos != buf.len() {
+            return Err("trailing bytes in queue table".into());
+        }
+        Ok(QueueTable {
+            next_queue_id,
+            queues,
+        })
+    }
+
+    /// Loads the table (absent or corrupt → empty, corrupt is logged).
+    pub fn load(backend: &dyn Backend) -> Result<Self> {
+        match read_envelope(backend, QUEUES_FILE, QUEUES_MAGIC)? {
+            None => Ok(QueueTable::default()),
+            Some(payload) => Ok(QueueTable::decode(&payload).unwrap_or_else(|why| {
+                error!("ignoring corrupt queue table: {why}");
+                QueueTable::default()
+            })),
+        }
+    }
+
+    /// Durably replaces the table on disk.
+    pub fn save(&self, backend: &dyn Backend) -> Result<()> {
+        write_atomic(backend, QUEUES_FILE, QUEUES_MAGIC, &self.encode())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{CrashMode, FaultyBackend};
+
+    #[test]
+    fn definitions_replace_is_atomic_across_crashes() {
+        let disk = FaultyBackend::new(5);
+        write_atomic(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC, b"v1").unwrap();
+        // Complete replace: the new version survives any crash.
+        write_atomic(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC, b"v2").unwrap();
+        let disk = disk.crash(CrashMode::Torn);
+        assert_eq!(
+            read_envelope(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
+            Some(b"v2".to_vec())
+        );
+        // Interrupted replace (tmp written, not renamed): the old version.
+        let tmp = disk.open("definitions.bin.tmp", true).unwrap();
+        tmp.append(b"WRNDEFS1 partial").unwrap();
+        for mode in [CrashMode::KeepUnsynced, CrashMode::Torn, CrashMode::BitFlip] {
+            let after = disk.crash(mode);
+            assert_eq!(
+                read_envelope(&after, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
+                Some(b"v2".to_vec())
+            );
+        }
+    }
+
+    #[test]
+    fn stale_tmp_is_replaced_not_appended() {
+        let disk = FaultyBackend::new(1);
+        let tmp = disk.open("definitions.bin.tmp", true).unwrap();
+        tmp.append(b"garbage").unwrap();
+        write_atomic(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC, b"fresh").unwrap();
+        assert_eq!(
+            read_envelope(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
+            Some(b"fresh".to_vec())
+        );
+    }
+
+    #[test]
+    fn corrupt_envelope_reads_as_absent() {
+        let disk = FaultyBackend::new(1);
+        write_atomic(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC, b"payload").unwrap();
+        disk.corrupt(DEFINITIONS_FILE, 17, b"X");
+        assert_eq!(
+            read_envelope(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn queue_table_round_trip() {
+        let mut table = QueueTable {
+            next_queue_id: 10,
+            ..Default::default()
+        };
+        table.queues.insert(QueueId(3), "orders".into());
+        table.queues.insert(QueueId(9), "üñí".into());
+        let decoded = QueueTable::decode(&table.encode()).unwrap();
+        assert_eq!(decoded, table);
+        assert_eq!(decoded.find("orders"), Some(QueueId(3)));
+        let mut bad = table.encode();
+        bad.truncate(bad.len() - 1);
+        assert!(QueueTable::decode(&bad).is_err());
+    }
+}

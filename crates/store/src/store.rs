@@ -1,0 +1,638 @@
+//! The [`Store`] handle: the public API over the in-memory index, the
+//! pending group-commit buffer and the writer thread.
+//!
+//! Concurrency model: one mutex (`Shared::log`) guards the log head — the
+//! pending buffer, sequence/message-id counters, the reserved end of the
+//! active segment, and the live-reference index. Callers encode records into
+//! the pending buffer while holding it (a memcpy, no I/O, no allocation once
+//! the buffer has grown); the writer thread (writer.rs) swaps the buffer out
+//! and does all segment I/O without it. Queue-table changes are serialised
+//! by a second mutex (`Shared::meta`) and are synchronous (fsync'd) because
+//! they are rare.
+//!
+//! Invariants:
+//! - Bytes enter the pending buffer in the same order as their sequence
+//!   numbers, message ids and reserved offsets, so "durable up to seq S" means
+//!   every record with seq ≤ S is on disk.
+//! - `LogState::queues` holds exactly the (queue, message) references that
+//!   are published and not acked; `SegmentInfo::live_refs` counts them per
+//!   segment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::{watch, Notify};
+
+use crate::backend::{Backend, BackendFile, FsBackend};
+use crate::error::{Result, StoreError};
+use crate::meta::{read_envelope, write_atomic, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC};
+use crate::record::{
+    decode, encode_ack, encode_publish, publish_record_bytes, validate_publish, Decoded,
+    ACK_RECORD_BYTES,
+};
+use crate::recovery::{recover, SegmentInfo};
+use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
+use crate::types::{
+    Appended, Location, MessageId, QueueId, Recovered, StoreOptions, StoreStats, StoredMessage,
+};
+use crate::writer;
+
+/// A run of the pending buffer destined for one segment. The run ends where
+/// the next chunk starts (or at the end of the buffer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chunk {
+    pub segment: u32,
+    pub start: usize,
+    /// The writer must create this segment file (its header is the first
+    /// bytes of the run).
+    pub new_segment: bool,
+}
+
+/// The log head, guarded by `Shared::log`.
+pub(crate) struct LogState {
+    /// Encoded records (and new-segment headers) not yet taken by the writer.
+    pub buf: Vec<u8>,
+    pub chunks: Vec<Chunk>,
+    pub records_pending: u64,
+    /// Sequence number of the next record. Sequences start at 1, so a
+    /// durable sequence of 0 means "nothing yet".
+    pub next_seq: u64,
+    pub next_message_id: u64,
+    pub active_segment: u32,
+    /// Reserved end of the active segment (including pending bytes).
+    pub active_offset_bytes: u64,
+    pub segments: BTreeMap<u32, SegmentInfo>,
+    /// Live references: queue → message → segment of its PUBLISH.
+    pub queues: HashMap<QueueId, HashMap<MessageId, u32>>,
+    /// Some segment may have become reclaimable; the writer re-checks.
+    pub reclaim_dirty: bool,
+    pub durable_seq: u64,
+    /// Everything before (segment, offset) has been written by the writer.
+    pub written_to: (u32, u64),
+    pub failed: Option<String>,
+    pub shutdown: bool,
+}
+
+/// Durability as published to async waiters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DurableState {
+    /// Every record with a sequence number ≤ this is durable.
+    pub seq: u64,
+    /// Set once the store failed; nothing after `seq` will become durable.
+    pub failed: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub records_written: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub batches: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub segments_created: AtomicU64,
+    pub segments_removed: AtomicU64,
+}
+
+/// State shared by every handle and the writer thread.
+pub(crate) struct Shared {
+    pub backend: Arc<dyn Backend>,
+    pub opts: StoreOptions,
+    pub log: Mutex<LogState>,
+    /// Wakes the writer: buffer non-empty, reclaim needed, shutdown.
+    pub work_cv: Condvar,
+    /// Wakes blocked producers when the writer took the buffer.
+    pub space_cv: Condvar,
+    /// Same, for async producers.
+    pub space_notify: Notify,
+    /// Wakes blocking durability waiters and readers.
+    pub durable_cv: Condvar,
+    pub durable_tx: watch::Sender<DurableState>,
+    pub files: Mutex<HashMap<u32, Arc<dyn BackendFile>>>,
+    pub stats: Counters,
+    pub meta: Mutex<QueueTable>,
+}
+
+impl Shared {
+    /// Poisons the store and wakes every waiter.
+    pub fn fail(&self, why: String) {
+        {
+            let mut st = self.log.lock();
+            if st.failed.is_none() {
+                st.failed = Some(why.clone());
+            }
+        }
+        self.durable_tx.send_modify(|d| {
+            d.failed.get_or_insert(why);
+        });
+        self.work_cv.notify_all();
+        self.space_cv.notify_all();
+        self.durable_cv.notify_all();
+        self.space_notify.notify_waiters();
+    }
+}
+
+fn check_usable(st: &LogState) -> Result<()> {
+    if let Some(why) = &st.failed {
+        return Err(StoreError::Failed(why.clone()));
+    }
+    if st.shutdown {
+        return Err(StoreError::Failed("store closed".into()));
+    }
+    Ok(())
+}
+
+/// Makes room for a `framed`-byte record in the active segment, rolling over
+/// to a new segment if it would end past the segment size, and makes sure the
+/// pending buffer has a chunk for the active segment.
+fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
+    let header = SEGMENT_HEADER_BYTES as u64;
+    if st.active_offset_bytes > header
+        && st.active_offset_bytes + framed as u64 > segment_size_bytes
+    {
+        let segment = st.active_segment + 1;
+        let start = st.buf.len();
+        st.chunks.push(Chunk {
+            segment,
+            start,
+            new_segment: true,
+        });
+        let base_message_id = st.next_message_id;
+        encode_header(
+            &mut st.buf,
+            SegmentHeader {
+                segment,
+                base_message_id,
+            },
+        );
+        st.active_segment = segment;
+        st.active_offset_bytes = header;
+        st.segments.insert(segment, SegmentInfo::default());
+        // The sealed segment may already be fully acked.
+        st.reclaim_dirty = true;
+    } else if st.chunks.is_empty() {
+        st.chunks.push(Chunk {
+            segment: st.active_segment,
+            start: st.buf.len(),
+            new_segment: false,
+        });
+    }
+}
+
+/// Handle to an open store. Cheap to clone; all clones share one writer.
+/// Dropping the last handle flushes pending records and stops the writer.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        self.shared.log.lock().shutdown = true;
+        self.shared.work_cv.notify_all();
+        self.shared.space_cv.notify_all();
+        self.shared.space_notify.notify_waiters();
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir` on the real filesystem and
+    /// recovers its contents.
+    pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Store, Recovered)> {
+        Self::open_with_backend(Arc::new(FsBackend::new(dir)), opts)
+    }
+
+    /// Opens the store on any backend (tests use [`crate::FaultyBackend`]).
+    pub fn open_with_backend(
+        backend: Arc<dyn Backend>,
+        opts: StoreOptions,
+    ) -> Result<(Store, Recovered)> {
+        if !(4096..=u64::from(u32::MAX)).contains(&opts.segment_size_bytes) {
+            return Err(StoreError::Invalid(format!(
+                "segment_size_bytes {} not in 4096..=u32::MAX",
+                opts.segment_size_bytes
+            )));
+        }
+        if opts.max_pending_bytes == 0 {
+            return Err(StoreError::Invalid("max_pending_bytes must be > 0".into()));
+        }
+        let (state, recovered) = recover(backend.as_ref(), &opts)?;
+        let header = SEGMENT_HEADER_BYTES as u64;
+        let log = LogState {
+            buf: Vec::with_capacity(opts.max_pending_bytes.min(1 << 20)),
+            chunks: Vec::new(),
+            records_pending: 0,
+            next_seq: 1,
+            next_message_id: state.next_message_id,
+            active_segment: state.active_segment,
+            active_offset_bytes: header,
+            segments: state.segments,
+            queues: state.queues,
+            reclaim_dirty: false,
+            durable_seq: 0,
+            written_to: (state.active_segment, header),
+            failed: None,
+            shutdown: false,
+        };
+        let stats = Counters::default();
+        stats
+            .segments_removed
+            .store(recovered.report.segments_removed, Ordering::Relaxed);
+        let (durable_tx, _) = watch::channel(DurableState::default());
+        let shared = Arc::new(Shared {
+            backend,
+            opts,
+            log: Mutex::new(log),
+            work_cv: Condvar::new(),
+            space_cv: Condvar::new(),
+            space_notify: Notify::new(),
+            durable_cv: Condvar::new(),
+            durable_tx,
+            files: Mutex::new(state.files),
+            stats,
+            meta: Mutex::new(state.table),
+        });
+        let writer_shared = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("warren-store-writer".into())
+            .spawn(move || writer::run(writer_shared))?;
+        let store = Store {
+            inner: Arc::new(Inner {
+                shared,
+                writer: Mutex::new(Some(handle)),
+            }),
+        };
+        Ok((store, recovered))
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// Returns the id of queue `name`, registering it (durably, before
+    /// returning) if it is new. Blocking: does file I/O and fsyncs; call it
+    /// from `spawn_blocking` in async code.
+    pub fn register_queue(&self, name: &str) -> Result<QueueId> {
+        if name.len() > usize::from(u16::MAX) {
+            return Err(StoreError::Invalid(
+                "queue name longer than 65535 bytes".into(),
+            ));
+        }
+        let shared = self.shared();
+        let mut table = shared.meta.lock();
+        if let Some(id) = table.find(name) {
+            return Ok(id);
+        }
+        let mut next = table.clone();
+        let id = QueueId(next.next_queue_id);
+        next.next_queue_id = next
+            .next_queue_id
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Invalid("queue ids exhausted".into()))?;
+        next.queues.insert(id, name.to_string());
+        next.save(shared.backend.as_ref())?;
+        *table = next;
+        shared.log.lock().queues.insert(id, HashMap::new());
+        Ok(id)
+    }
+
+    /// Deletes a queue and, logically, all its messages: the queue table is
+    /// rewritten durably first; its records are then ignored by recovery and
+    /// its references no longer pin segments. Blocking (fsync).
+    pub fn delete_queue(&self, queue: QueueId) -> Result<()> {
+        let shared = self.shared();
+        let mut table = shared.meta.lock();
+        if !table.queues.contains_key(&queue) {
+            return Err(StoreError::UnknownQueue(queue));
+        }
+        let mut next = table.clone();
+        next.queues.remove(&queue);
+        next.save(shared.backend.as_ref())?;
+        *table = next;
+        let mut st = shared.log.lock();
+        if let Some(messages) = st.queues.remove(&queue) {
+            for segment in messages.into_values() {
+                if let Some(info) = st.segments.get_mut(&segment) {
+                    info.live_refs -= 1;
+                }
+            }
+            st.reclaim_dirty = true;
+            shared.work_cv.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Registered queues (id, name).
+    pub fn queues(&self) -> Vec<(QueueId, String)> {
+        let table = self.shared().meta.lock();
+        table
+            .queues
+            .iter()
+            .map(|(id, n)| (*id, n.clone()))
+            .collect()
+    }
+
+    /// Appends a PUBLISH record for `msg` routed to `queues` (distinct,
+    /// registered). Returns its sequence number, message id and location at
+    /// once; the record is durable after `wait_durable(seq)`.
+    ///
+    /// Never does disk I/O. Blocks only for back-pressure, while more than
+    /// `max_pending_bytes` are waiting for the writer; async callers that
+    /// must not block use [`Store::append_async`].
+    pub fn append(&self, queues: &[QueueId], msg: &StoredMessage) -> Result<Appended> {
+        self.append_inner(queues, msg, true)
+            .map(|a| a.expect("blocking append always appends"))
+    }
+
+    /// Like [`Store::append`] but waits for back-pressure asynchronously.
+    pub async fn append_async(&self, queues: &[QueueId], msg: &StoredMessage) -> Result<Appended> {
+        loop {
+            let notified = self.shared().space_notify.notified();
+            tokio::pin!(notified);
+            // Register before checking so a wake-up between the check and the
+            // await is not lost.
+            notified.as_mut().enable();
+            if let Some(appended) = self.append_inner(queues, msg, false)? {
+                return Ok(appended);
+            }
+            notified.await;
+        }
+    }
+
+    /// Returns `Ok(None)` when the buffer is full and `block` is false.
+    fn append_inner(
+        &self,
+        queues: &[QueueId],
+        msg: &StoredMessage,
+        block: bool,
+    ) -> Result<Option<Appended>> {
+        validate_publish(queues, msg).map_err(StoreError::Invalid)?;
+        for (i, q) in queues.iter().enumerate() {
+            if queues[..i].contains(q) {
+                return Err(StoreError::Invalid(format!("queue {q:?} listed twice")));
+            }
+        }
+        let framed = publish_record_bytes(queues.len(), msg);
+        let shared = self.shared();
+        let mut st = shared.log.lock();
+        loop {
+            check_usable(&st)?;
+            if st.buf.is_empty() || st.buf.len() + framed <= shared.opts.max_pending_bytes {
+                break;
+            }
+            if !block {
+                return Ok(None);
+            }
+            shared.space_cv.wait(&mut st);
+        }
+        if let Some(q) = queues.iter().find(|q| !st.queues.contains_key(q)) {
+            return Err(StoreError::UnknownQueue(*q));
+        }
+        let was_empty = st.buf.is_empty();
+        place(&mut st, framed, shared.opts.segment_size_bytes);
+        let id = MessageId(st.next_message_id);
+        st.next_message_id += 1;
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let segment = st.active_segment;
+        let location = Location {
+            segment,
+            offset: st.active_offset_bytes as u32,
+            len: framed as u32,
+        };
+        encode_publish(&mut st.buf, id, queues, msg);
+        st.active_offset_bytes += framed as u64;
+        st.records_pending += 1;
+        let state = &mut *st;
+        if let Some(info) = state.segments.get_mut(&segment) {
+            info.live_refs += queues.len() as u64;
+        }
+        for q in queues {
+            if let Some(messages) = state.queues.get_mut(q) {
+                messages.insert(id, segment);
+            }
+        }
+        drop(st);
+        if was_empty {
+            shared.work_cv.notify_one();
+        }
+        Ok(Some(Appended { seq, id, location }))
+    }
+
+    /// Appends an ACK record removing `queue`'s reference to `id`; returns
+    /// its sequence number. Acks are never subject to back-pressure (each
+    /// reference is acked at most once, so ack bytes are bounded by publish
+    /// bytes) and never block. Waiting for an ack's durability is optional:
+    /// an un-synced ack lost in a crash only makes the message come back.
+    pub fn ack(&self, queue: QueueId, id: MessageId) -> Result<u64> {
+        let shared = self.shared();
+        let mut st = shared.log.lock();
+        check_usable(&st)?;
+        let segment = st
+            .queues
+            .get_mut(&queue)
+            .ok_or(StoreError::UnknownQueue(queue))?
+            .remove(&id)
+            .ok_or(StoreError::UnknownMessage(queue, id))?;
+        let was_empty = st.buf.is_empty();
+        place(&mut st, ACK_RECORD_BYTES, shared.opts.segment_size_bytes);
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        encode_ack(&mut st.buf, queue, id);
+        st.active_offset_bytes += ACK_RECORD_BYTES as u64;
+        st.records_pending += 1;
+        let active = st.active_segment;
+        if segment != active {
+            if let Some(info) = st.segments.get_mut(&active) {
+                info.acks_into.insert(segment);
+            }
+        }
+        if let Some(info) = st.segments.get_mut(&segment) {
+            info.live_refs -= 1;
+            if info.live_refs == 0 && segment != active {
+                st.reclaim_dirty = true;
+            }
+        }
+        drop(st);
+        if was_empty {
+            shared.work_cv.notify_one();
+        }
+        Ok(seq)
+    }
+
+    /// Resolves once every record with sequence ≤ `seq` is durable (per the
+    /// sync policy). Errors if the store failed first. `seq` must have been
+    /// returned by this store.
+    pub async fn wait_durable(&self, seq: u64) -> Result<()> {
+        let mut rx = self.shared().durable_tx.subscribe();
+        let state = rx
+            .wait_for(|d| d.seq >= seq || d.failed.is_some())
+            .await
+            .map_err(|_| StoreError::Failed("store dropped".into()))?;
+        if state.seq >= seq {
+            Ok(())
+        } else {
+            Err(StoreError::Failed(state.failed.clone().unwrap_or_default()))
+        }
+    }
+
+    /// Blocking version of [`Store::wait_durable`].
+    pub fn wait_durable_blocking(&self, seq: u64) -> Result<()> {
+        let shared = self.shared();
+        let mut st = shared.log.lock();
+        while st.durable_seq < seq {
+            if let Some(why) = &st.failed {
+                return Err(StoreError::Failed(why.clone()));
+            }
+            if st.shutdown && st.buf.is_empty() && st.durable_seq + 1 >= st.next_seq {
+                return Err(StoreError::Failed("store closed".into()));
+            }
+            shared.durable_cv.wait(&mut st);
+        }
+        Ok(())
+    }
+
+    /// Blocks until everything appended so far is durable.
+    pub fn flush(&self) -> Result<()> {
+        let seq = self.shared().log.lock().next_seq - 1;
+        self.wait_durable_blocking(seq)
+    }
+
+    /// A receiver of the durable sequence, for a task that confirms many
+    /// messages at once (confirm every seq ≤ `borrow().seq`).
+    pub fn durable_watch(&self) -> watch::Receiver<DurableState> {
+        self.shared().durable_tx.subscribe()
+    }
+
+    /// Highest durable sequence number.
+    pub fn durable_seq(&self) -> u64 {
+        self.shared().durable_tx.borrow().seq
+    }
+
+    /// Reads a message back from its location. Blocking: waits until the
+    /// record has been written (after its batch's fsync) and reads the file.
+    pub fn read(&self, location: &Location) -> Result<StoredMessage> {
+        let shared = self.shared();
+        {
+            let mut st = shared.log.lock();
+            let end = u64::from(location.offset) + u64::from(location.len);
+            loop {
+                let (w_segment, w_end) = st.written_to;
+                if location.segment < w_segment || (location.segment == w_segment && end <= w_end) {
+                    break;
+                }
+                check_usable(&st)?;
+                let reserved = location.segment < st.active_segment
+                    || (location.segment == st.active_segment && end <= st.active_offset_bytes);
+                if !reserved {
+                    return Err(StoreError::Invalid(format!(
+                        "{location:?} was never written"
+                    )));
+                }
+                shared.durable_cv.wait(&mut st);
+            }
+        }
+        let file = shared
+            .files
+            .lock()
+            .get(&location.segment)
+            .cloned()
+            .ok_or_else(|| {
+                StoreError::Invalid(format!("segment {} does not exist", location.segment))
+            })?;
+        let mut buf = vec![0u8; location.len as usize];
+        file.read_at(u64::from(location.offset), &mut buf)?;
+        let record = Bytes::from(buf);
+        match decode(&record) {
+            Ok(Decoded::Publish(view)) => Ok(view.message(&record)),
+            Ok(Decoded::Ack { .. }) => Err(StoreError::Invalid(format!(
+                "{location:?} is an ack record, not a message"
+            ))),
+            Err(e) => Err(StoreError::Corrupt(format!("{location:?}: {e}"))),
+        }
+    }
+
+    /// Durably replaces the broker's definitions blob (atomic: a crash leaves
+    /// the old or the new blob). Blocking (fsync).
+    pub fn save_definitions(&self, bytes: &[u8]) -> Result<()> {
+        let shared = self.shared();
+        let _serialise = shared.meta.lock();
+        write_atomic(
+            shared.backend.as_ref(),
+            DEFINITIONS_FILE,
+            DEFINITIONS_MAGIC,
+            bytes,
+        )
+    }
+
+    /// Reads the definitions blob back (`None` if never saved or corrupt).
+    pub fn load_definitions(&self) -> Result<Option<Vec<u8>>> {
+        let shared = self.shared();
+        let _serialise = shared.meta.lock();
+        read_envelope(shared.backend.as_ref(), DEFINITIONS_FILE, DEFINITIONS_MAGIC)
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> StoreStats {
+        let shared = self.shared();
+        let c = &shared.stats;
+        let (segments, live_references, durable_seq) = {
+            let st = shared.log.lock();
+            let live: u64 = st.segments.values().map(|s| s.live_refs).sum();
+            (st.segments.len() as u64, live, st.durable_seq)
+        };
+        StoreStats {
+            records_written: c.records_written.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            segments_created: c.segments_created.load(Ordering::Relaxed),
+            segments_removed: c.segments_removed.load(Ordering::Relaxed),
+            segments,
+            live_references,
+            durable_seq,
+        }
+    }
+
+    /// Flushes everything pending, stops the writer and reports whether the
+    /// store ended healthy. Other clones of this handle fail from now on.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown();
+        let st = self.shared().log.lock();
+        match &st.failed {
+            Some(why) => Err(StoreError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Store>();
+}
