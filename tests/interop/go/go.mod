@@ -1,0 +1,5 @@
+module warren/interop
+
+go 1.20
+
+require github.com/rabbitmq/amqp091-go v1.16.0
