@@ -31,7 +31,11 @@ fn small_segments() -> StoreOptions {
 }
 
 fn ids(recovered: &Recovered, q: QueueId) -> Vec<u64> {
-    recovered.queues[&q].messages.iter().map(|m| m.id.0).collect()
+    recovered.queues[&q]
+        .messages
+        .iter()
+        .map(|m| m.id.0)
+        .collect()
 }
 
 fn segment_files(backend: &FaultyBackend) -> Vec<String> {
@@ -64,7 +68,7 @@ fn publish_ack_recover_on_real_filesystem() {
     let expect: Vec<u64> = appended.iter().skip(1).step_by(2).map(|a| a.id.0).collect();
     assert_eq!(ids(&recovered, q), expect);
     for m in &queue.messages {
-        let i = (m.id.0 - appended[0].id.0) as u64;
+        let i = m.id.0 - appended[0].id.0;
         assert_eq!(store.read(&m.location).unwrap(), msg(i));
         assert!(m.message.is_none(), "bodies not loaded by default");
     }
@@ -154,7 +158,9 @@ fn corrupt_record_in_sealed_segment_skips_rest_of_it_but_starts() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, small_segments());
     let q = store.register_queue("q").unwrap();
-    let appended: Vec<_> = (0..40).map(|i| store.append(&[q], &msg(i)).unwrap()).collect();
+    let appended: Vec<_> = (0..40)
+        .map(|i| store.append(&[q], &msg(i)).unwrap())
+        .collect();
     store.close().unwrap();
     let first = appended[0].location;
     let second_in_first_segment = appended[1].location;
@@ -194,7 +200,9 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, small_segments());
     let q = store.register_queue("q").unwrap();
-    let appended: Vec<_> = (0..100).map(|i| store.append(&[q], &msg(i)).unwrap()).collect();
+    let appended: Vec<_> = (0..100)
+        .map(|i| store.append(&[q], &msg(i)).unwrap())
+        .collect();
     store.flush().unwrap();
     let segments_used: std::collections::BTreeSet<u32> =
         appended.iter().map(|a| a.location.segment).collect();
@@ -222,8 +230,15 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let stats = store.stats();
-    assert!(stats.segments_removed >= segments_used.len() as u64, "{stats:?}");
-    assert!(segment_files(&disk).len() <= 3, "{:?}", segment_files(&disk));
+    assert!(
+        stats.segments_removed >= segments_used.len() as u64,
+        "{stats:?}"
+    );
+    assert!(
+        segment_files(&disk).len() <= 3,
+        "{:?}",
+        segment_files(&disk)
+    );
     store.close().unwrap();
     let (_store, recovered) = open(&disk, small_segments());
     assert_eq!(recovered.queues[&q].messages.len(), 2);
@@ -398,12 +413,18 @@ fn invalid_arguments_are_rejected() {
     let (store, _) = open(&disk, StoreOptions::default());
     let q = store.register_queue("q").unwrap();
     let long = StoredMessage::new(vec![b'x'; 256], "", vec![], vec![]);
-    assert!(matches!(store.append(&[q], &long), Err(StoreError::Invalid(_))));
+    assert!(matches!(
+        store.append(&[q], &long),
+        Err(StoreError::Invalid(_))
+    ));
     assert!(matches!(
         store.append(&[q, q], &msg(0)),
         Err(StoreError::Invalid(_))
     ));
-    assert!(matches!(store.append(&[], &msg(0)), Err(StoreError::Invalid(_))));
+    assert!(matches!(
+        store.append(&[], &msg(0)),
+        Err(StoreError::Invalid(_))
+    ));
     assert!(matches!(
         store.append(&[QueueId(77)], &msg(0)),
         Err(StoreError::UnknownQueue(_))

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::{parent_dir, Backend, BackendFile};
 
@@ -49,6 +49,9 @@ struct Disk {
     durable_names: HashMap<String, u64>,
     rng_state: u64,
     fail_io: bool,
+    /// While set, `sync` blocks (until cleared or a crash): lets a test crash
+    /// the machine while a batch is written but not yet durable.
+    stall_syncs: bool,
     syncs: u64,
 }
 
@@ -77,8 +80,20 @@ impl Disk {
 /// same disk and generation.
 #[derive(Clone)]
 pub struct FaultyBackend {
-    disk: Arc<Mutex<Disk>>,
+    disk: Arc<DiskCell>,
     generation: u64,
+}
+
+/// The disk plus a condvar that wakes stalled syncs.
+struct DiskCell {
+    state: Mutex<Disk>,
+    unstall: Condvar,
+}
+
+impl DiskCell {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Disk> {
+        self.state.lock()
+    }
 }
 
 impl std::fmt::Debug for FaultyBackend {
@@ -99,16 +114,20 @@ impl FaultyBackend {
     /// An empty disk; `seed` drives torn lengths and flipped bits.
     pub fn new(seed: u64) -> Self {
         FaultyBackend {
-            disk: Arc::new(Mutex::new(Disk {
-                generation: 0,
-                next_inode: 1,
-                inodes: HashMap::new(),
-                names: HashMap::new(),
-                durable_names: HashMap::new(),
-                rng_state: seed,
-                fail_io: false,
-                syncs: 0,
-            })),
+            disk: Arc::new(DiskCell {
+                state: Mutex::new(Disk {
+                    generation: 0,
+                    next_inode: 1,
+                    inodes: HashMap::new(),
+                    names: HashMap::new(),
+                    durable_names: HashMap::new(),
+                    rng_state: seed,
+                    fail_io: false,
+                    stall_syncs: false,
+                    syncs: 0,
+                }),
+                unstall: Condvar::new(),
+            }),
             generation: 0,
         }
     }
@@ -119,6 +138,8 @@ impl FaultyBackend {
         let mut disk = self.disk.lock();
         disk.generation += 1;
         disk.fail_io = false;
+        disk.stall_syncs = false;
+        self.disk.unstall.notify_all();
         let names = disk.durable_names.clone();
         let mut survivors: Vec<u64> = names.values().copied().collect();
         survivors.sort_unstable();
@@ -191,6 +212,13 @@ impl FaultyBackend {
         }
     }
 
+    /// While `stall` is set, every file `sync` blocks (until cleared or a
+    /// crash, after which it fails like any dead handle).
+    pub fn set_stall_syncs(&self, stall: bool) {
+        self.disk.lock().stall_syncs = stall;
+        self.disk.unstall.notify_all();
+    }
+
     /// Number of successful file `sync` calls so far.
     pub fn sync_count(&self) -> u64 {
         self.disk.lock().syncs
@@ -198,7 +226,7 @@ impl FaultyBackend {
 }
 
 struct FaultyFile {
-    disk: Arc<Mutex<Disk>>,
+    disk: Arc<DiskCell>,
     generation: u64,
     inode: u64,
 }
@@ -298,11 +326,17 @@ impl BackendFile for FaultyFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        self.with_inode(|inode| {
-            inode.synced = inode.data.clone();
-            Ok(())
-        })?;
-        self.disk.lock().syncs += 1;
+        let mut disk = self.disk.lock();
+        while disk.stall_syncs && disk.generation == self.generation {
+            self.disk.unstall.wait(&mut disk);
+        }
+        disk.check(self.generation)?;
+        let inode = disk
+            .inodes
+            .get_mut(&self.inode)
+            .ok_or_else(|| io::Error::other("inode vanished"))?;
+        inode.synced = inode.data.clone();
+        disk.syncs += 1;
         Ok(())
     }
 
@@ -318,7 +352,7 @@ impl BackendFile for FaultyFile {
         })
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn len_bytes(&self) -> io::Result<u64> {
         self.with_inode(|inode| Ok(inode.data.len() as u64))
     }
 

@@ -99,7 +99,7 @@ impl BackendFile for FsFile {
         self.file.read_exact_at(buf, offset)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn len_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
 

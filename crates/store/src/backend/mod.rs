@@ -45,14 +45,14 @@ pub trait BackendFile: Send + Sync {
     /// file is shorter.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Current length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn len_bytes(&self) -> io::Result<u64>;
     /// Shrinks the file to `len_bytes`.
     fn truncate(&self, len_bytes: u64) -> io::Result<()>;
 }
 
 /// Reads a whole file into memory.
 pub fn read_all(file: &dyn BackendFile) -> io::Result<Vec<u8>> {
-    let len = file.len()?;
+    let len = file.len_bytes()?;
     let len = usize::try_from(len).map_err(|_| io::Error::other("file too large"))?;
     let mut buf = vec![0u8; len];
     file.read_at(0, &mut buf)?;
