@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Real-client interoperability suite: pika (pytest), amqp091-go (go test) and
+# RabbitMQ PerfTest, all against the broker at $AMQP_URL
+# (default amqp://guest:guest@127.0.0.1:5672/%2F).
+#
+#   AMQP_URL=amqp://guest:guest@127.0.0.1:5680/%2F tests/interop/run.sh
+#
+# Needs Python 3.11, Go, Java 17 + Maven; installs pika/pytest into
+# tests/interop/.venv and fetches Go modules / PerfTest on first use.
+# Exits non-zero if any of the three parts fails. Set INTEROP_SKIP to a
+# space-separated subset of "pika go perftest" to skip parts.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2F}"
+skip=" ${INTEROP_SKIP:-} "
+status=0
+declare -a summary
+
+echo "interop: broker $AMQP_URL"
+
+# ---------------------------------------------------------------- venv
+# (used by the pika suite and by the PerfTest check's queue inspection)
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$venv/.requirements.installed" \
+   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout" 2>/dev/null; then
+  python3 -m venv "$venv" || { echo "interop: cannot create venv"; exit 1; }
+  "$venv/bin/pip" install -q -r "$here/requirements.txt" || { echo "interop: pip install failed"; exit 1; }
+  cp "$here/requirements.txt" "$venv/.requirements.installed"
+fi
+
+# ---------------------------------------------------------------- pika
+if [[ "$skip" != *" pika "* ]]; then
+  echo "interop: === pika suite (pytest) ==="
+  (cd "$here" && "$venv/bin/python" -m pytest -q)
+  rc=$?
+  summary+=("pika: exit $rc")
+  [ $rc -eq 0 ] || status=1
+fi
+
+# ---------------------------------------------------------------- go
+if [[ "$skip" != *" go "* ]]; then
+  echo "interop: === Go suite (amqp091-go) ==="
+  (cd "$here/go" && go mod download && go test -count=1 -timeout 180s ./...)
+  rc=$?
+  summary+=("go: exit $rc")
+  [ $rc -eq 0 ] || status=1
+fi
+
+# ---------------------------------------------------------------- perftest
+if [[ "$skip" != *" perftest "* ]]; then
+  echo "interop: === PerfTest check ==="
+  PYTHON="$here/.venv/bin/python" "$here/perftest_check.sh"
+  rc=$?
+  summary+=("perftest: exit $rc")
+  [ $rc -eq 0 ] || status=1
+fi
+
+echo "interop: ${summary[*]:-nothing run}"
+if [ $status -eq 0 ]; then echo "interop: all parts passed"; else echo "interop: FAILED"; fi
+exit $status
