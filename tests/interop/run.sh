@@ -31,7 +31,7 @@ fi
 # ---------------------------------------------------------------- pika
 if [[ "$skip" != *" pika "* ]]; then
   echo "interop: === pika suite (pytest) ==="
-  (cd "$here" && "$venv/bin/python" -m pytest -q)
+  (cd "$here" && "$venv/bin/python" -m pytest)
   rc=$?
   summary+=("pika: exit $rc")
   [ $rc -eq 0 ] || status=1
