@@ -241,3 +241,96 @@ def test_duplicate_consumer_tag_is_530_connection_error():
         assert (cls, meth) == raw.BASIC_CONSUME
     finally:
         c.close()
+
+
+# ------------------------------------------------------------ framing errors
+def _publish_method(q):
+    return struct.pack(">H", 0) + raw.shortstr("") + raw.shortstr(q) + b"\x00"
+
+
+def _expect_connection_error(setup, code, prefix, method=None, **handshake):
+    c = raw.RawConnection(AMQP_URL)
+    try:
+        c.handshake(**handshake)
+        setup(c)
+        got_code, text, cls, meth = c.read_close()
+        assert got_code == code, (got_code, text)
+        assert text.startswith(prefix), text
+        if method is not None:
+            assert (cls, meth) == method, (cls, meth, text)
+    finally:
+        c.close()
+
+
+def test_frame_larger_than_frame_max_is_501():
+    def setup(c):
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        c.send_method(1, raw.BASIC_PUBLISH, _publish_method(q))
+        c.send_frame(raw.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, 8000, 0))
+        c.send_frame(raw.FRAME_BODY, 1, b"x" * 8000)  # negotiated frame_max is 4096
+    _expect_connection_error(setup, 501, "FRAME_ERROR", frame_max=4096)
+
+
+def test_unknown_frame_type_is_501():
+    _expect_connection_error(lambda c: c.send_frame(7, 0, b""), 501, "FRAME_ERROR")
+
+
+def test_method_frame_in_the_middle_of_content_is_505():
+    def setup(c):
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        c.send_method(1, raw.BASIC_PUBLISH, _publish_method(q))
+        c.send_frame(raw.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, 10, 0))
+        c.send_method(1, raw.QUEUE_DECLARE, struct.pack(">H", 0) + raw.shortstr("")
+                      + b"\x00" + raw.encode_table({}))
+    _expect_connection_error(setup, 505, "UNEXPECTED_FRAME", method=raw.BASIC_PUBLISH)
+
+
+def test_body_frame_without_publish_is_505():
+    def setup(c):
+        c.open_channel(1)
+        c.send_frame(raw.FRAME_BODY, 1, b"abc")
+    _expect_connection_error(setup, 505, "UNEXPECTED_FRAME")
+
+
+def test_heartbeat_on_nonzero_channel_is_505():
+    _expect_connection_error(lambda c: c.send_frame(raw.FRAME_HEARTBEAT, 3, b""),
+                             505, "UNEXPECTED_FRAME")
+
+
+def test_second_channel_open_is_504():
+    def setup(c):
+        c.open_channel(1)
+        c.send_method(1, raw.CHANNEL_OPEN, raw.shortstr(""))
+    _expect_connection_error(setup, 504, "CHANNEL_ERROR", method=raw.CHANNEL_OPEN)
+
+
+def test_non_connection_method_on_channel_zero_is_504():
+    def setup(c):
+        c.send_method(0, raw.QUEUE_DECLARE, struct.pack(">H", 0) + raw.shortstr("")
+                      + b"\x00" + raw.encode_table({}))
+    _expect_connection_error(setup, 504, "CHANNEL_ERROR", method=raw.QUEUE_DECLARE)
+
+
+def test_publish_split_across_many_small_frames():
+    # Content split into body frames at an unusual frame_max is reassembled.
+    c = raw.RawConnection(AMQP_URL)
+    try:
+        c.handshake(frame_max=4096)
+        c.open_channel(1)
+        q = c.queue_declare(1, "", exclusive=True)
+        body = bytes(range(256)) * 100  # 25600 bytes
+        c.send_method(1, raw.BASIC_PUBLISH, _publish_method(q))
+        c.send_frame(raw.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(body), 0))
+        for i in range(0, len(body), 1000):  # smaller than frame_max, still fine
+            c.send_frame(raw.FRAME_BODY, 1, body[i:i + 1000])
+        got = None
+        for _ in range(50):
+            got = c.basic_get(1, q)
+            if got:
+                break
+            time.sleep(0.02)
+        assert got is not None and got[2] == body
+    finally:
+        c.close()
