@@ -30,6 +30,9 @@ pub enum StoreError {
     /// queue, or already acked).
     #[error("unknown message {1:?} in queue {0:?}")]
     UnknownMessage(QueueId, MessageId),
+    /// Another store (in this or another process) has the directory open.
+    #[error("data directory is locked by another store: {0}")]
+    Locked(std::path::PathBuf),
     /// The caller passed something the format cannot represent (for example
     /// an exchange name longer than 255 bytes).
     #[error("invalid argument: {0}")]

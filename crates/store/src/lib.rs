@@ -21,6 +21,7 @@
 
 pub mod backend;
 mod error;
+mod lock;
 mod meta;
 pub mod record;
 mod recovery;

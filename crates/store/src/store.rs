@@ -30,6 +30,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::backend::{Backend, BackendFile, FsBackend};
 use crate::error::{Result, StoreError};
+use crate::lock::DirLock;
 use crate::meta::{read_envelope, write_atomic, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC};
 use crate::record::{
     decode, encode_ack, encode_publish, publish_record_bytes, validate_publish, Decoded,
@@ -192,6 +193,9 @@ pub struct Store {
 struct Inner {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Directory lock of an `FsBackend` store; released after the writer
+    /// has stopped (field order: dropped after `shutdown` in `Drop`).
+    dir_lock: Mutex<Option<DirLock>>,
 }
 
 impl Drop for Inner {
@@ -223,8 +227,13 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (or creates) the store in `dir` on the real filesystem and
     /// recovers its contents.
+    /// Fails with [`StoreError::Locked`] if another store holds `dir`.
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Store, Recovered)> {
-        Self::open_with_backend(Arc::new(FsBackend::new(dir)), opts)
+        std::fs::create_dir_all(dir)?;
+        let lock = DirLock::acquire(dir)?;
+        let (store, recovered) = Self::open_with_backend(Arc::new(FsBackend::new(dir)), opts)?;
+        *store.inner.dir_lock.lock() = Some(lock);
+        Ok((store, recovered))
     }
 
     /// Opens the store on any backend (tests use [`crate::FaultyBackend`]).
@@ -285,6 +294,7 @@ impl Store {
             inner: Arc::new(Inner {
                 shared,
                 writer: Mutex::new(Some(handle)),
+                dir_lock: Mutex::new(None),
             }),
         };
         Ok((store, recovered))

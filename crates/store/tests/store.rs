@@ -78,6 +78,18 @@ fn publish_ack_recover_on_real_filesystem() {
 }
 
 #[test]
+fn a_directory_can_be_opened_by_one_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert!(matches!(
+        Store::open(dir.path(), StoreOptions::default()),
+        Err(StoreError::Locked(_))
+    ));
+    store.close().unwrap();
+    Store::open(dir.path(), StoreOptions::default()).unwrap();
+}
+
+#[test]
 fn recover_bodies_returns_full_messages() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, StoreOptions::default());
