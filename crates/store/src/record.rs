@@ -68,8 +68,9 @@ pub fn validate_publish(queues: &[QueueId], msg: &StoredMessage) -> Result<(), S
     if msg.properties.len() > u32::MAX as usize {
         return Err("properties too large".into());
     }
+    // The whole framed record must fit `Location::len` (u32).
     let framed = publish_record_bytes(queues.len(), msg);
-    if framed - FRAME_PREFIX_BYTES > u32::MAX as usize {
+    if framed > u32::MAX as usize {
         return Err("message too large".into());
     }
     Ok(())
