@@ -383,3 +383,17 @@ def test_unbind_missing_binding_is_ok(ch, names):
     q = names.queue()
     ch.queue_declare(q)
     ch.queue_unbind(q, "amq.direct", "never-bound")
+
+
+def test_auto_delete_exchange_removed_after_last_binding(ch, names):
+    x = names.exchange()
+    ch.exchange_declare(x, "direct", auto_delete=True)
+    assert exchange_exists(x)  # never bound: stays
+    q = names.queue()
+    ch.queue_declare(q)
+    ch.queue_bind(q, x, "a")
+    ch.queue_bind(q, x, "b")
+    ch.queue_unbind(q, x, "a")
+    assert exchange_exists(x)
+    ch.queue_unbind(q, x, "b")
+    assert not exchange_exists(x)

@@ -289,3 +289,29 @@ def test_invalid_queue_argument_406(conn, names):
     e = channel_error(ch, lambda: ch.queue_declare(names.queue(),
                                                   arguments={"x-expires": 0}))
     assert e.reply_code == 406
+
+
+def test_exclusive_queue_usable_from_other_channel_same_connection(conn, names):
+    q = names.queue()
+    a = conn.channel()
+    b = conn.channel()
+    a.queue_declare(q, exclusive=True)
+    b.queue_declare(q, passive=True)
+    b.basic_publish("", q, b"x")
+    m, _, body = get_one(b, q)
+    assert body == b"x"
+
+
+def test_exclusive_queue_get_from_other_connection_405(conn, names):
+    q = names.queue()
+    conn.channel().queue_declare(q, exclusive=True)
+    other = connect()
+    try:
+        och = other.channel()
+        e = channel_error(och, lambda: och.basic_get(q))
+        assert e.reply_code == 405
+        och = other.channel()
+        e = channel_error(och, lambda: och.queue_purge(q))
+        assert e.reply_code == 405
+    finally:
+        other.close()
