@@ -1,0 +1,587 @@
+//! A channel: the synchronous AMQP methods (declare, bind, qos, consume, select, commit) as
+//! async calls, and the hot paths as plain functions that append frames to the connection's
+//! output buffer (`publish`, `ack`). Incoming frames for the channel arrive through
+//! `ChannelShared::on_frame`, called by the connection's reader task.
+
+use super::confirms::ConfirmTracker;
+use super::connection::ConnInner;
+use super::{ClientError, Result};
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, Notify};
+use warren_codec::*;
+
+/// Callbacks run on the reader task when the broker confirms or returns a message. They must
+/// be quick: the reader dispatches nothing else meanwhile.
+pub trait ChannelHooks: Send + Sync {
+    fn on_confirm(&self, _seq: u64, _ack: bool, _sent_ns: u64) {}
+    fn on_return(&self, _reply_code: u16, _body: &Bytes) {}
+}
+
+/// A message delivered by `basic.deliver` or `basic.get-ok`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub delivery_tag: u64,
+    pub redelivered: bool,
+    pub routing_key: ShortStr,
+    /// The encoded property block; decode with `BasicProperties::decode` only when needed.
+    pub properties: Bytes,
+    pub body: Bytes,
+}
+
+impl Delivery {
+    pub fn decode_properties(&self) -> Option<BasicProperties> {
+        BasicProperties::decode(&mut Reader::new(self.properties.clone())).ok()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueueOptions {
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+}
+
+/// The encoded `basic.publish` method frame for one channel, exchange and routing key: it never
+/// changes between messages, so it is built once and copied.
+#[derive(Clone)]
+pub struct PublishTemplate {
+    frame: Bytes,
+}
+
+pub(crate) struct Reply {
+    pub method: Method,
+    pub delivery: Option<Delivery>,
+}
+
+enum ContentMethod {
+    Deliver(BasicDeliver),
+    Return(BasicReturn),
+    GetOk(BasicGetOk),
+}
+
+struct Assembling {
+    method: ContentMethod,
+    properties: Bytes,
+    body_size: u64,
+    have_header: bool,
+    /// The body when it came in one frame (the common case, kept zero-copy), else `parts`.
+    single: Option<Bytes>,
+    parts: BytesMut,
+}
+
+#[derive(Default)]
+struct ChannelState {
+    closed: Option<String>,
+    sync_waiters: VecDeque<oneshot::Sender<Result<Reply>>>,
+    consumers: HashMap<ShortStr, mpsc::UnboundedSender<Delivery>>,
+    confirms: Option<ConfirmTracker>,
+    hooks: Option<Arc<dyn ChannelHooks>>,
+    content: Option<Assembling>,
+}
+
+pub(crate) struct ChannelShared {
+    pub id: u16,
+    state: Mutex<ChannelState>,
+    confirm_progress: Notify,
+}
+
+impl ChannelShared {
+    pub fn new(id: u16) -> ChannelShared {
+        ChannelShared {
+            id,
+            state: Mutex::new(ChannelState::default()),
+            confirm_progress: Notify::new(),
+        }
+    }
+
+    /// Registers a waiter for the next synchronous reply; must happen before the request
+    /// is written so replies pair with requests in order.
+    pub fn push_waiter(&self) -> Result<oneshot::Receiver<Result<Reply>>> {
+        let mut st = self.state.lock();
+        if let Some(why) = &st.closed {
+            return Err(ClientError::ChannelClosed(why.clone()));
+        }
+        let (tx, rx) = oneshot::channel();
+        st.sync_waiters.push_back(tx);
+        Ok(rx)
+    }
+
+    /// The channel (or its connection) is gone: fail every waiter, end every consumer stream.
+    pub fn fail(&self, why: &str) {
+        let mut st = self.state.lock();
+        if st.closed.is_none() {
+            st.closed = Some(why.to_owned());
+        }
+        for w in st.sync_waiters.drain(..) {
+            let _ = w.send(Err(ClientError::ChannelClosed(why.to_owned())));
+        }
+        st.consumers.clear();
+        drop(st);
+        self.confirm_progress.notify_waiters();
+    }
+
+    /// Handles one frame for this channel (called by the reader task).
+    pub fn on_frame(&self, conn: &ConnInner, frame: RawFrame) -> Result<()> {
+        match frame.kind {
+            FrameKind::Method => {
+                let method = Method::decode(&mut Reader::new(frame.payload))
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                self.on_method(conn, method)
+            }
+            FrameKind::Header => {
+                let header = ContentHeader::decode(frame.payload)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let mut st = self.state.lock();
+                let Some(a) = st.content.as_mut() else {
+                    return Err(ClientError::Protocol(
+                        "content header without method".into(),
+                    ));
+                };
+                a.have_header = true;
+                a.body_size = header.body_size;
+                a.properties = header.properties;
+                if a.body_size == 0 {
+                    let a = st.content.take().expect("checked above");
+                    self.finish_content(&mut st, a, Bytes::new());
+                }
+                Ok(())
+            }
+            FrameKind::Body => {
+                let mut st = self.state.lock();
+                let Some(a) = st.content.as_mut().filter(|a| a.have_header) else {
+                    return Err(ClientError::Protocol("body frame without header".into()));
+                };
+                let have = a.parts.len() + a.single.as_ref().map_or(0, |b| b.len());
+                if have == 0 && frame.payload.len() as u64 == a.body_size {
+                    let a = st.content.take().expect("checked above");
+                    self.finish_content(&mut st, a, frame.payload);
+                    return Ok(());
+                }
+                if let Some(first) = a.single.take() {
+                    a.parts.extend_from_slice(&first);
+                }
+                if a.parts.is_empty() {
+                    a.single = Some(frame.payload);
+                } else {
+                    a.parts.extend_from_slice(&frame.payload);
+                }
+                let have = a.parts.len() + a.single.as_ref().map_or(0, |b| b.len());
+                if have as u64 >= a.body_size {
+                    let mut a = st.content.take().expect("checked above");
+                    let body = match a.single.take() {
+                        Some(b) => b,
+                        None => std::mem::take(&mut a.parts).freeze(),
+                    };
+                    self.finish_content(&mut st, a, body);
+                }
+                Ok(())
+            }
+            FrameKind::Heartbeat => Ok(()),
+        }
+    }
+
+    fn on_method(&self, conn: &ConnInner, method: Method) -> Result<()> {
+        let mut st = self.state.lock();
+        let (content, method) = match method {
+            Method::BasicDeliver(m) => (Some(ContentMethod::Deliver(m)), None),
+            Method::BasicReturn(m) => (Some(ContentMethod::Return(m)), None),
+            Method::BasicGetOk(m) => (Some(ContentMethod::GetOk(m)), None),
+            other => (None, Some(other)),
+        };
+        if let Some(method) = content {
+            st.content = Some(Assembling {
+                method,
+                properties: Bytes::new(),
+                body_size: 0,
+                have_header: false,
+                single: None,
+                parts: BytesMut::new(),
+            });
+            return Ok(());
+        }
+        let Some(method) = method else { return Ok(()) };
+        match method {
+            Method::BasicAck(m) => {
+                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, true);
+            }
+            Method::BasicNack(m) => {
+                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, false);
+            }
+            Method::ChannelClose(m) => {
+                drop(st);
+                conn.send_method(self.id, &Method::ChannelCloseOk(ChannelCloseOk));
+                self.fail(&format!("{} {}", m.reply_code, m.reply_text));
+            }
+            Method::ChannelFlow(m) => {
+                conn.send_method(
+                    self.id,
+                    &Method::ChannelFlowOk(ChannelFlowOk { active: m.active }),
+                );
+            }
+            Method::BasicCancel(m) => {
+                // The broker cancelled a consumer (its queue was deleted): end its stream.
+                st.consumers.remove(&m.consumer_tag);
+            }
+            method => {
+                let Some(waiter) = st.sync_waiters.pop_front() else {
+                    return Err(ClientError::Protocol(format!(
+                        "unexpected {} on channel {}",
+                        method.name(),
+                        self.id
+                    )));
+                };
+                let _ = waiter.send(Ok(Reply {
+                    method,
+                    delivery: None,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve_confirms(&self, st: &mut ChannelState, tag: u64, multiple: bool, ack: bool) {
+        let hooks = st.hooks.clone();
+        if let Some(tracker) = st.confirms.as_mut() {
+            tracker.resolve(tag, multiple, |seq, sent_ns| {
+                if let Some(h) = &hooks {
+                    h.on_confirm(seq, ack, sent_ns);
+                }
+            });
+        }
+        self.confirm_progress.notify_waiters();
+    }
+
+    fn finish_content(&self, st: &mut ChannelState, a: Assembling, body: Bytes) {
+        match a.method {
+            ContentMethod::Deliver(m) => {
+                if let Some(tx) = st.consumers.get(&m.consumer_tag) {
+                    let _ = tx.send(Delivery {
+                        delivery_tag: m.delivery_tag,
+                        redelivered: m.redelivered,
+                        routing_key: m.routing_key,
+                        properties: a.properties,
+                        body,
+                    });
+                }
+            }
+            ContentMethod::Return(m) => {
+                if let Some(h) = &st.hooks {
+                    h.on_return(m.reply_code, &body);
+                }
+            }
+            ContentMethod::GetOk(m) => {
+                if let Some(waiter) = st.sync_waiters.pop_front() {
+                    let _ = waiter.send(Ok(Reply {
+                        method: Method::BasicGetEmpty(BasicGetEmpty),
+                        delivery: Some(Delivery {
+                            delivery_tag: m.delivery_tag,
+                            redelivered: m.redelivered,
+                            routing_key: m.routing_key,
+                            properties: a.properties,
+                            body,
+                        }),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// A handle on one open channel; cheap to clone, all clones share the channel.
+#[derive(Clone)]
+pub struct Channel {
+    pub(crate) conn: Arc<ConnInner>,
+    pub(crate) shared: Arc<ChannelShared>,
+}
+
+impl Channel {
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    pub(crate) async fn call(&self, method: Method) -> Result<Reply> {
+        let rx = self.shared.push_waiter()?;
+        self.conn.send_method(self.shared.id, &method);
+        rx.await
+            .map_err(|_| ClientError::ConnectionClosed(self.conn.close_reason()))?
+    }
+
+    pub fn set_hooks(&self, hooks: Arc<dyn ChannelHooks>) {
+        self.shared.state.lock().hooks = Some(hooks);
+    }
+
+    pub async fn exchange_declare(
+        &self,
+        name: &str,
+        kind: &str,
+        durable: bool,
+        auto_delete: bool,
+    ) -> Result<()> {
+        self.call(Method::ExchangeDeclare(ExchangeDeclare {
+            exchange: name.into(),
+            exchange_type: kind.into(),
+            durable,
+            auto_delete,
+            ..Default::default()
+        }))
+        .await?;
+        Ok(())
+    }
+
+    pub async fn exchange_delete(&self, name: &str) -> Result<()> {
+        self.call(Method::ExchangeDelete(ExchangeDelete {
+            exchange: name.into(),
+            ..Default::default()
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Declares a queue and returns its name (the broker picks one when `name` is empty)
+    /// and its message count.
+    pub async fn queue_declare(&self, name: &str, opts: &QueueOptions) -> Result<(String, u32)> {
+        let reply = self
+            .call(Method::QueueDeclare(QueueDeclare {
+                queue: name.into(),
+                passive: false,
+                durable: opts.durable,
+                exclusive: opts.exclusive,
+                auto_delete: opts.auto_delete,
+                no_wait: false,
+                arguments: opts.arguments.clone(),
+            }))
+            .await?;
+        match reply.method {
+            Method::QueueDeclareOk(ok) => Ok((ok.queue.to_string(), ok.message_count)),
+            other => Err(ClientError::Protocol(format!(
+                "expected queue.declare-ok, got {}",
+                other.name()
+            ))),
+        }
+    }
+
+    pub async fn queue_bind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        routing_key: &str,
+        arguments: FieldTable,
+    ) -> Result<()> {
+        self.call(Method::QueueBind(QueueBind {
+            queue: queue.into(),
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+            no_wait: false,
+            arguments,
+        }))
+        .await?;
+        Ok(())
+    }
+
+    pub async fn queue_delete(&self, queue: &str) -> Result<()> {
+        self.call(Method::QueueDelete(QueueDelete {
+            queue: queue.into(),
+            ..Default::default()
+        }))
+        .await?;
+        Ok(())
+    }
+
+    pub async fn basic_qos(&self, prefetch_count: u16, global: bool) -> Result<()> {
+        self.call(Method::BasicQos(BasicQos {
+            prefetch_size: 0,
+            prefetch_count,
+            global,
+        }))
+        .await?;
+        Ok(())
+    }
+
+    pub async fn confirm_select(&self) -> Result<()> {
+        self.shared.state.lock().confirms = Some(ConfirmTracker::new());
+        self.call(Method::ConfirmSelect(ConfirmSelect { nowait: false }))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn tx_select(&self) -> Result<()> {
+        self.call(Method::TxSelect(TxSelect)).await?;
+        Ok(())
+    }
+
+    pub async fn tx_commit(&self) -> Result<()> {
+        self.call(Method::TxCommit(TxCommit)).await?;
+        Ok(())
+    }
+
+    /// Starts a consumer with a client-chosen tag; deliveries stream into the returned queue,
+    /// which ends when the consumer, channel or connection goes away.
+    pub async fn basic_consume(
+        &self,
+        queue: &str,
+        consumer_tag: &str,
+        no_ack: bool,
+    ) -> Result<mpsc::UnboundedReceiver<Delivery>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let tag: ShortStr = consumer_tag.into();
+        self.shared.state.lock().consumers.insert(tag.clone(), tx);
+        self.call(Method::BasicConsume(BasicConsume {
+            queue: queue.into(),
+            consumer_tag: tag,
+            no_ack,
+            ..Default::default()
+        }))
+        .await?;
+        Ok(rx)
+    }
+
+    pub async fn basic_cancel(&self, consumer_tag: &str) -> Result<()> {
+        self.call(Method::BasicCancel(BasicCancel {
+            consumer_tag: consumer_tag.into(),
+            no_wait: false,
+        }))
+        .await?;
+        self.shared.state.lock().consumers.remove(consumer_tag);
+        Ok(())
+    }
+
+    pub async fn basic_get(&self, queue: &str, no_ack: bool) -> Result<Option<Delivery>> {
+        let reply = self
+            .call(Method::BasicGet(BasicGet {
+                queue: queue.into(),
+                no_ack,
+            }))
+            .await?;
+        Ok(reply.delivery)
+    }
+
+    pub fn ack(&self, delivery_tag: u64, multiple: bool) {
+        self.conn.send_method(
+            self.shared.id,
+            &Method::BasicAck(BasicAck {
+                delivery_tag,
+                multiple,
+            }),
+        );
+    }
+
+    pub fn publish_template(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+    ) -> PublishTemplate {
+        let mut buf = BytesMut::new();
+        write_method(
+            &mut buf,
+            self.shared.id,
+            &Method::BasicPublish(BasicPublish {
+                exchange: exchange.into(),
+                routing_key: routing_key.into(),
+                mandatory,
+                immediate: false,
+            }),
+        );
+        PublishTemplate {
+            frame: buf.freeze(),
+        }
+    }
+
+    /// Appends one message (method, header and body frames) to the output buffer. Returns
+    /// its confirm sequence number in confirm mode, else 0. `sent_ns` is kept for the confirm
+    /// latency. Never blocks: pair with `wait_room` to respect backpressure.
+    pub fn publish(
+        &self,
+        template: &PublishTemplate,
+        properties: &[u8],
+        body: &[u8],
+        sent_ns: u64,
+    ) -> Result<u64> {
+        let frame_max = self.conn.frame_max;
+        let id = self.shared.id;
+        let write = |out: &mut BytesMut| {
+            out.extend_from_slice(&template.frame);
+            write_content_header(out, id, BASIC_CLASS_ID, body.len() as u64, properties);
+            write_body_frames(out, id, body, frame_max);
+        };
+        let mut st = self.shared.state.lock();
+        if let Some(why) = &st.closed {
+            return Err(ClientError::ChannelClosed(why.clone()));
+        }
+        if self.conn.out.is_closed() {
+            return Err(ClientError::ConnectionClosed(self.conn.close_reason()));
+        }
+        // Holding the channel lock while writing keeps sequence numbers in wire order.
+        let seq = match st.confirms.as_mut() {
+            Some(tracker) => tracker.on_publish(sent_ns),
+            None => 0,
+        };
+        self.conn.out.write(write);
+        Ok(seq)
+    }
+
+    /// Waits until the connection's output buffer has room (publisher backpressure).
+    pub async fn wait_room(&self) {
+        self.conn.out.wait_room().await
+    }
+
+    pub fn outstanding_confirms(&self) -> usize {
+        self.shared
+            .state
+            .lock()
+            .confirms
+            .as_ref()
+            .map_or(0, |t| t.outstanding())
+    }
+
+    /// Waits until fewer than `max` publishes await confirmation (or the channel closed).
+    pub async fn wait_confirms_below(&self, max: usize) -> Result<()> {
+        loop {
+            let notified = self.shared.confirm_progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = self.shared.state.lock();
+                if let Some(why) = &st.closed {
+                    return Err(ClientError::ChannelClosed(why.clone()));
+                }
+                if st.confirms.as_ref().map_or(0, |t| t.outstanding()) < max {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.state.lock().closed.is_some() || self.conn.out.is_closed()
+    }
+
+    pub async fn close(&self) -> Result<()> {
+        if self.is_closed() {
+            return Ok(());
+        }
+        let r = self
+            .call(Method::ChannelClose(ChannelClose {
+                reply_code: 200,
+                reply_text: "bye".into(),
+                class_id: 0,
+                method_id: 0,
+            }))
+            .await;
+        self.shared.fail("closed by client");
+        self.conn.forget_channel(self.shared.id);
+        r.map(|_| ())
+    }
+}
+
+/// Encodes properties once, for reuse on every publish.
+pub fn encode_properties(props: &BasicProperties) -> Bytes {
+    let mut buf = BytesMut::new();
+    props.encode(&mut Writer::new(&mut buf));
+    buf.freeze()
+}

@@ -1,0 +1,124 @@
+//! AMQP URIs (`amqp://user:pass@host:port/vhost`, the form PerfTest's `--uri` takes), with the
+//! vhost percent-decoded (`%2F` is `/`).
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpUri {
+    pub user: String,
+    pub password: String,
+    pub host: String,
+    pub port: u16,
+    pub vhost: String,
+}
+
+impl AmqpUri {
+    pub fn parse(uri: &str) -> Result<AmqpUri, String> {
+        let rest = uri
+            .strip_prefix("amqp://")
+            .ok_or_else(|| format!("{uri}: only amqp:// URIs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+            None => (rest, None),
+        };
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            Some(info) => match info.find(':') {
+                Some(at) => (decode(&info[..at])?, decode(&info[at + 1..])?),
+                None => (decode(info)?, String::new()),
+            },
+            None => ("guest".to_owned(), "guest".to_owned()),
+        };
+        let (host, port) = match hostport.rfind(':') {
+            Some(at) if !hostport[at..].contains(']') => (
+                &hostport[..at],
+                hostport[at + 1..]
+                    .parse::<u16>()
+                    .map_err(|_| format!("{uri}: bad port"))?,
+            ),
+            _ => (hostport, 5672),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = if host.is_empty() { "localhost" } else { host };
+        // No path means the default vhost "/"; an empty path ("amqp://h/") is the vhost "".
+        // PerfTest users write %2F; we follow the spec but treat "" as "/" like most clients.
+        let vhost = match path {
+            None | Some("") => "/".to_owned(),
+            Some(p) => decode(p)?,
+        };
+        Ok(AmqpUri {
+            user,
+            password,
+            host: host.to_owned(),
+            port,
+            vhost,
+        })
+    }
+
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// True when the broker runs on this machine, so its process can be found and measured.
+    pub fn is_local(&self) -> bool {
+        matches!(self.host.as_str(), "localhost" | "127.0.0.1" | "::1")
+    }
+}
+
+impl fmt::Display for AmqpUri {
+    /// Without the password: this ends up in reports.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "amqp://{}@{}", self.user, self.addr())
+    }
+}
+
+fn decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).map_err(|e| e.to_string())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape in {s}"))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_seed_uri() {
+        let u = AmqpUri::parse("amqp://admin:pass@10.80.163.3:5672/%2F").unwrap();
+        assert_eq!(u.user, "admin");
+        assert_eq!(u.password, "pass");
+        assert_eq!(u.host, "10.80.163.3");
+        assert_eq!(u.port, 5672);
+        assert_eq!(u.vhost, "/");
+    }
+
+    #[test]
+    fn defaults() {
+        let u = AmqpUri::parse("amqp://localhost").unwrap();
+        assert_eq!(
+            (u.user.as_str(), u.port, u.vhost.as_str()),
+            ("guest", 5672, "/")
+        );
+        let u = AmqpUri::parse("amqp://guest:guest@127.0.0.1:5681/").unwrap();
+        assert_eq!((u.port, u.vhost.as_str()), (5681, "/"));
+        assert!(u.is_local());
+    }
+}
