@@ -44,6 +44,18 @@ def load():
     # dropped (it was in 0-9); RabbitMQ's own framing keeps it.
     constants.append(("no-route", 312, "soft-error"))
     constants.sort(key=lambda c: c[1])
+    # RabbitMQ extensions its clients use that this XML file lacks (they are in RabbitMQ's
+    # own codegen input): connection.blocked/unblocked and connection.update-secret(-ok).
+    connection = [c for c in root.findall("class") if c.get("name") == "connection"][0]
+    for name, index, fields in (
+        ("blocked", "60", [("reason", "shortstr")]),
+        ("unblocked", "61", []),
+        ("update-secret", "70", [("new-secret", "longstr"), ("reason", "shortstr")]),
+        ("update-secret-ok", "71", []),
+    ):
+        method = ET.SubElement(connection, "method", {"name": name, "index": index})
+        for fname, ftype in fields:
+            ET.SubElement(method, "field", {"name": fname, "domain": ftype})
     classes = []
     for cls in root.findall("class"):
         methods = []

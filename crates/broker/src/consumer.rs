@@ -5,11 +5,10 @@
 //! bounds that channel is credit, checked by the queue before each push:
 //! - `in_flight` < `PIPELINE_LIMIT`: deliveries handed over but not yet encoded by the
 //!   connection (for no-ack consumers this is the only bound, as RabbitMQ's credit flow is);
-//! - the consumer's prefetch and its channel's global prefetch, for acking consumers;
-//! - channel.flow.
+//! - the consumer's prefetch and its channel's global prefetch, for acking consumers.
 //!
-//! A queue that finds no credit sets `starved`; whoever frees credit (the connection after
-//! encoding, the channel after acks) clears it and kicks the queue. The flag is set before the
+//! A queue that finds no credit sets a `starved_*` flag; whoever frees credit (the connection
+//! after encoding, the channel after acks) clears it and kicks the queue. The flag is set before the
 //! queue re-checks credit, and credit is freed before the flag is read, so with SeqCst one of
 //! the two always sees the other and no wake-up is lost.
 
@@ -27,8 +26,6 @@ pub const PIPELINE_LIMIT: u32 = 2000;
 /// State a channel shares with every queue that delivers to it.
 #[derive(Debug)]
 pub struct ChannelFlow {
-    /// False after the client sent channel.flow(active=false).
-    pub active: AtomicBool,
     /// basic.qos with global=true: a limit for all consumers on the channel (0 = none).
     pub prefetch_count: AtomicU32,
     pub unacked: AtomicU32,
@@ -37,7 +34,6 @@ pub struct ChannelFlow {
 impl Default for ChannelFlow {
     fn default() -> Self {
         ChannelFlow {
-            active: AtomicBool::new(true),
             prefetch_count: AtomicU32::new(0),
             unacked: AtomicU32::new(0),
         }
@@ -74,7 +70,10 @@ pub struct Consumer {
     pub prefetch_count: u32,
     pub unacked: AtomicU32,
     pub in_flight: AtomicU32,
-    pub starved: AtomicBool,
+    /// Skipped because the pipeline was full; cleared by `delivered`.
+    pub starved_pipeline: AtomicBool,
+    /// Skipped for prefetch; cleared by `wake_if_starved` after acks or qos/flow changes.
+    pub starved_credit: AtomicBool,
     pub channel_flow: Arc<ChannelFlow>,
     /// The queue consumed from; weak so a consumer never keeps a deleted queue alive.
     pub queue: Weak<Queue>,
@@ -103,17 +102,19 @@ impl Consumer {
             prefetch_count,
             unacked: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
-            starved: AtomicBool::new(false),
+            starved_pipeline: AtomicBool::new(false),
+            starved_credit: AtomicBool::new(false),
             channel_flow,
             queue,
             sink,
         }
     }
 
+    fn pipeline_open(&self) -> bool {
+        self.in_flight.load(SeqCst) < PIPELINE_LIMIT
+    }
+
     fn credit_available(&self) -> bool {
-        if !self.channel_flow.active.load(SeqCst) || self.in_flight.load(SeqCst) >= PIPELINE_LIMIT {
-            return false;
-        }
         if self.no_ack {
             return true;
         }
@@ -125,10 +126,16 @@ impl Consumer {
     /// Queue side: may this consumer take one more message? If not, marks it starved (see the
     /// module comment for why the mark comes before the second look).
     pub fn has_credit(&self) -> bool {
+        if !self.pipeline_open() {
+            self.starved_pipeline.store(true, SeqCst);
+            if !self.pipeline_open() {
+                return false;
+            }
+        }
         if self.credit_available() {
             return true;
         }
-        self.starved.store(true, SeqCst);
+        self.starved_credit.store(true, SeqCst);
         self.credit_available()
     }
 
@@ -150,9 +157,14 @@ impl Consumer {
         }
     }
 
-    /// Connection side: `n` deliveries left the pipeline (encoded for the socket).
+    /// Connection side: `n` deliveries left the pipeline (encoded for the socket). The queue
+    /// is woken once the pipeline is half empty, not on every message, so a fast consumer
+    /// does not cost a queue lock per delivery.
     pub fn delivered(&self, n: u32) {
-        self.in_flight.fetch_sub(n, SeqCst);
+        let left = self.in_flight.fetch_sub(n, SeqCst) - n;
+        if left <= PIPELINE_LIMIT / 2 && self.starved_pipeline.swap(false, SeqCst) {
+            self.kick_queue();
+        }
     }
 
     /// Channel side: `n` deliveries of this consumer were acked, rejected or requeued.
@@ -161,12 +173,16 @@ impl Consumer {
         self.channel_flow.unacked.fetch_sub(n, SeqCst);
     }
 
-    /// After freeing credit: wakes the queue if it had skipped this consumer.
+    /// After acks or qos changes: wakes the queue if it had skipped this consumer.
     pub fn wake_if_starved(&self) {
-        if self.starved.swap(false, SeqCst) {
-            if let Some(queue) = self.queue.upgrade() {
-                queue.kick();
-            }
+        if self.starved_credit.swap(false, SeqCst) {
+            self.kick_queue();
+        }
+    }
+
+    fn kick_queue(&self) {
+        if let Some(queue) = self.queue.upgrade() {
+            queue.kick();
         }
     }
 

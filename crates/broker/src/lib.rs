@@ -2,6 +2,7 @@
 //! messages. It knows AMQP's semantics and reply codes but nothing of sockets or frames; the
 //! server crate drives it from connections.
 
+pub mod broker;
 pub mod consumer;
 pub mod error;
 pub mod exchange;
@@ -13,6 +14,7 @@ pub mod queue;
 pub mod topic;
 pub mod vhost;
 
+pub use broker::Broker;
 pub use consumer::{ChannelFlow, ConnectionEvent, ConnectionId, Consumer, Delivery};
 pub use error::{AmqpError, AmqpResult};
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};

@@ -150,6 +150,15 @@ impl Queue {
         Enqueued::Accepted
     }
 
+    /// Puts a message back where its id says it belongs (usually the head).
+    fn insert_ready(&self, st: &mut QueueState, m: QueuedMessage) {
+        let size = m.message.size_bytes();
+        st.ready_bytes += size;
+        self.memory.add(size);
+        let at = st.ready.partition_point(|x| x.id < m.id);
+        st.ready.insert(at, m);
+    }
+
     fn forget(&self, st: &mut QueueState, dropped: &QueuedMessage) {
         let size = dropped.message.size_bytes();
         st.ready_bytes -= size;
@@ -165,9 +174,12 @@ impl Queue {
         loop {
             let n = st.consumers.len();
             let start = st.next_consumer;
-            let pick = (0..n)
+            let Some(pick) = (0..n)
                 .map(|i| (start + i) % n)
-                .find(|&i| st.consumers[i].has_credit())?;
+                .find(|&i| st.consumers[i].has_credit())
+            else {
+                return Some(queued);
+            };
             st.next_consumer = pick + 1;
             let consumer = st.consumers[pick].clone();
             consumer.take_credit();
@@ -234,11 +246,24 @@ impl Queue {
         }
         for mut m in requeued {
             m.redelivered = true;
-            let size = m.message.size_bytes();
-            st.ready_bytes += size;
-            self.memory.add(size);
-            let at = st.ready.partition_point(|x| x.id < m.id);
-            st.ready.insert(at, m);
+            self.insert_ready(&mut st, m);
+        }
+        self.dispatch(&mut st);
+    }
+
+    /// Puts back messages that were handed to a connection but never reached the client
+    /// (its channel closed first). They were not counted as unacked for no-ack consumers.
+    pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
+        if were_unacked {
+            self.settle(0, messages);
+            return;
+        }
+        let mut st = self.state.lock();
+        if st.deleted {
+            return;
+        }
+        for m in messages {
+            self.insert_ready(&mut st, m);
         }
         self.dispatch(&mut st);
     }

@@ -310,6 +310,85 @@ impl ConnectionCloseOk {
     }
 }
 
+/// `connection.blocked` (class 10, method 60).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionBlocked {
+    pub reason: ShortStr,
+}
+
+impl ConnectionBlocked {
+    pub const CLASS_ID: u16 = 10;
+    pub const METHOD_ID: u16 = 60;
+
+    fn decode_args(r: &mut Reader) -> Result<Self, CodecError> {
+        let reason = r.shortstr()?;
+        Ok(ConnectionBlocked { reason })
+    }
+
+    fn encode_args(&self, w: &mut Writer) {
+        w.shortstr(&self.reason);
+    }
+}
+
+/// `connection.unblocked` (class 10, method 61).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionUnblocked;
+
+impl ConnectionUnblocked {
+    pub const CLASS_ID: u16 = 10;
+    pub const METHOD_ID: u16 = 61;
+
+    fn decode_args(r: &mut Reader) -> Result<Self, CodecError> {
+        let _ = r;
+        Ok(ConnectionUnblocked)
+    }
+
+    fn encode_args(&self, w: &mut Writer) {
+        let _ = w;
+    }
+}
+
+/// `connection.update-secret` (class 10, method 70).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionUpdateSecret {
+    pub new_secret: LongStr,
+    pub reason: ShortStr,
+}
+
+impl ConnectionUpdateSecret {
+    pub const CLASS_ID: u16 = 10;
+    pub const METHOD_ID: u16 = 70;
+
+    fn decode_args(r: &mut Reader) -> Result<Self, CodecError> {
+        let new_secret = r.longstr()?;
+        let reason = r.shortstr()?;
+        Ok(ConnectionUpdateSecret { new_secret, reason })
+    }
+
+    fn encode_args(&self, w: &mut Writer) {
+        w.longstr(&self.new_secret);
+        w.shortstr(&self.reason);
+    }
+}
+
+/// `connection.update-secret-ok` (class 10, method 71).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionUpdateSecretOk;
+
+impl ConnectionUpdateSecretOk {
+    pub const CLASS_ID: u16 = 10;
+    pub const METHOD_ID: u16 = 71;
+
+    fn decode_args(r: &mut Reader) -> Result<Self, CodecError> {
+        let _ = r;
+        Ok(ConnectionUpdateSecretOk)
+    }
+
+    fn encode_args(&self, w: &mut Writer) {
+        let _ = w;
+    }
+}
+
 /// `channel.open` (class 20, method 10).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChannelOpen;
@@ -1520,6 +1599,10 @@ pub enum Method {
     ConnectionOpenOk(ConnectionOpenOk),
     ConnectionClose(ConnectionClose),
     ConnectionCloseOk(ConnectionCloseOk),
+    ConnectionBlocked(ConnectionBlocked),
+    ConnectionUnblocked(ConnectionUnblocked),
+    ConnectionUpdateSecret(ConnectionUpdateSecret),
+    ConnectionUpdateSecretOk(ConnectionUpdateSecretOk),
     ChannelOpen(ChannelOpen),
     ChannelOpenOk(ChannelOpenOk),
     ChannelFlow(ChannelFlow),
@@ -1588,6 +1671,10 @@ impl Method {
             (10, 41) => Method::ConnectionOpenOk(ConnectionOpenOk::decode_args(r)?),
             (10, 50) => Method::ConnectionClose(ConnectionClose::decode_args(r)?),
             (10, 51) => Method::ConnectionCloseOk(ConnectionCloseOk::decode_args(r)?),
+            (10, 60) => Method::ConnectionBlocked(ConnectionBlocked::decode_args(r)?),
+            (10, 61) => Method::ConnectionUnblocked(ConnectionUnblocked::decode_args(r)?),
+            (10, 70) => Method::ConnectionUpdateSecret(ConnectionUpdateSecret::decode_args(r)?),
+            (10, 71) => Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk::decode_args(r)?),
             (20, 10) => Method::ChannelOpen(ChannelOpen::decode_args(r)?),
             (20, 11) => Method::ChannelOpenOk(ChannelOpenOk::decode_args(r)?),
             (20, 20) => Method::ChannelFlow(ChannelFlow::decode_args(r)?),
@@ -1657,6 +1744,10 @@ impl Method {
             Method::ConnectionOpenOk(m) => m.encode_args(w),
             Method::ConnectionClose(m) => m.encode_args(w),
             Method::ConnectionCloseOk(m) => m.encode_args(w),
+            Method::ConnectionBlocked(m) => m.encode_args(w),
+            Method::ConnectionUnblocked(m) => m.encode_args(w),
+            Method::ConnectionUpdateSecret(m) => m.encode_args(w),
+            Method::ConnectionUpdateSecretOk(m) => m.encode_args(w),
             Method::ChannelOpen(m) => m.encode_args(w),
             Method::ChannelOpenOk(m) => m.encode_args(w),
             Method::ChannelFlow(m) => m.encode_args(w),
@@ -1722,6 +1813,10 @@ impl Method {
             Method::ConnectionOpenOk(_) => 10,
             Method::ConnectionClose(_) => 10,
             Method::ConnectionCloseOk(_) => 10,
+            Method::ConnectionBlocked(_) => 10,
+            Method::ConnectionUnblocked(_) => 10,
+            Method::ConnectionUpdateSecret(_) => 10,
+            Method::ConnectionUpdateSecretOk(_) => 10,
             Method::ChannelOpen(_) => 20,
             Method::ChannelOpenOk(_) => 20,
             Method::ChannelFlow(_) => 20,
@@ -1787,6 +1882,10 @@ impl Method {
             Method::ConnectionOpenOk(_) => 41,
             Method::ConnectionClose(_) => 50,
             Method::ConnectionCloseOk(_) => 51,
+            Method::ConnectionBlocked(_) => 60,
+            Method::ConnectionUnblocked(_) => 61,
+            Method::ConnectionUpdateSecret(_) => 70,
+            Method::ConnectionUpdateSecretOk(_) => 71,
             Method::ChannelOpen(_) => 10,
             Method::ChannelOpenOk(_) => 11,
             Method::ChannelFlow(_) => 20,
@@ -1864,6 +1963,10 @@ pub fn method_name(class_id: u16, method_id: u16) -> &'static str {
         (10, 41) => "connection.open-ok",
         (10, 50) => "connection.close",
         (10, 51) => "connection.close-ok",
+        (10, 60) => "connection.blocked",
+        (10, 61) => "connection.unblocked",
+        (10, 70) => "connection.update-secret",
+        (10, 71) => "connection.update-secret-ok",
         (20, 10) => "channel.open",
         (20, 11) => "channel.open-ok",
         (20, 20) => "channel.flow",
@@ -1975,6 +2078,30 @@ impl From<ConnectionClose> for Method {
 impl From<ConnectionCloseOk> for Method {
     fn from(m: ConnectionCloseOk) -> Method {
         Method::ConnectionCloseOk(m)
+    }
+}
+
+impl From<ConnectionBlocked> for Method {
+    fn from(m: ConnectionBlocked) -> Method {
+        Method::ConnectionBlocked(m)
+    }
+}
+
+impl From<ConnectionUnblocked> for Method {
+    fn from(m: ConnectionUnblocked) -> Method {
+        Method::ConnectionUnblocked(m)
+    }
+}
+
+impl From<ConnectionUpdateSecret> for Method {
+    fn from(m: ConnectionUpdateSecret) -> Method {
+        Method::ConnectionUpdateSecret(m)
+    }
+}
+
+impl From<ConnectionUpdateSecretOk> for Method {
+    fn from(m: ConnectionUpdateSecretOk) -> Method {
+        Method::ConnectionUpdateSecretOk(m)
     }
 }
 

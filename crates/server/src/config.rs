@@ -1,0 +1,36 @@
+//! `ServerConfig`: the limits and defaults a connection negotiates with, and the users it
+//! accepts. Defaults are RabbitMQ's.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest frame we accept and offer in connection.tune.
+    pub frame_max: u32,
+    /// Highest channel number a client may open.
+    pub channel_max: u16,
+    /// Heartbeat interval we suggest; the client's choice wins (0 disables).
+    pub heartbeat_s: u16,
+    /// Bodies larger than this close the channel with 406, as RabbitMQ's max_message_size.
+    pub max_message_size_bytes: u64,
+    /// Time a client has to finish the handshake.
+    pub handshake_timeout: Duration,
+    /// (user, password) pairs.
+    pub users: Vec<(String, String)>,
+    /// Users allowed only from loopback peers (RabbitMQ's loopback_users: guest).
+    pub loopback_users: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            frame_max: 131_072,
+            channel_max: 2047,
+            heartbeat_s: 60,
+            max_message_size_bytes: 128 * 1024 * 1024,
+            handshake_timeout: Duration::from_secs(10),
+            users: vec![("guest".to_owned(), "guest".to_owned())],
+            loopback_users: vec!["guest".to_owned()],
+        }
+    }
+}

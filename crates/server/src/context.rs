@@ -1,0 +1,47 @@
+//! `Ctx`: what a channel handler may touch of its connection while it runs — the vhost, the
+//! output buffer, the negotiated limits — borrowed for one call, so channel code never owns
+//! connection state.
+
+use crate::config::ServerConfig;
+use bytes::BytesMut;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+use warren_broker::{ConnectionEvent, ConnectionId, VHost};
+use warren_codec::{write_body_frames, write_content_header, write_method, Method, BASIC_CLASS_ID};
+
+pub struct Ctx<'a> {
+    pub vhost: &'a Arc<VHost>,
+    pub connection: ConnectionId,
+    pub events: &'a UnboundedSender<ConnectionEvent>,
+    pub out: &'a mut BytesMut,
+    pub frame_max: u32,
+    pub config: &'a ServerConfig,
+    pub user: &'a str,
+    /// The client asked for basic.cancel notifications (consumer_cancel_notify).
+    pub cancel_notify: bool,
+}
+
+impl Ctx<'_> {
+    pub fn send(&mut self, channel: u16, method: impl Into<Method>) {
+        write_method(self.out, channel, &method.into());
+    }
+
+    /// A content-bearing method followed by its header and body frames.
+    pub fn send_content(
+        &mut self,
+        channel: u16,
+        method: impl Into<Method>,
+        properties: &[u8],
+        body: &[u8],
+    ) {
+        write_method(self.out, channel, &method.into());
+        write_content_header(
+            self.out,
+            channel,
+            BASIC_CLASS_ID,
+            body.len() as u64,
+            properties,
+        );
+        write_body_frames(self.out, channel, body, self.frame_max);
+    }
+}
