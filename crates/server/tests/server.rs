@@ -1,0 +1,263 @@
+//! In-process integration tests: the broker runs on port 0 inside the test and a minimal
+//! client drives it. Real-client interoperability (pika, Go, PerfTest) lives in tests/interop.
+
+mod client;
+
+use client::{Client, Incoming};
+use tokio::net::TcpListener;
+use warren_broker::Broker;
+use warren_codec::*;
+use warren_server::ServerConfig;
+
+async fn start() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let broker = Broker::new(1 << 30);
+    tokio::spawn(warren_server::run(
+        listener,
+        broker,
+        ServerConfig::default(),
+        std::future::pending(),
+    ));
+    port
+}
+
+#[tokio::test]
+async fn handshake_advertises_capabilities() {
+    let port = start().await;
+    let c = Client::connect(port).await;
+    let Some(FieldValue::Table(caps)) = c.server_properties.get("capabilities") else {
+        panic!()
+    };
+    for cap in [
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "direct_reply_to",
+        "per_consumer_qos",
+    ] {
+        assert_eq!(caps.get(cap), Some(&FieldValue::Bool(true)), "{cap}");
+    }
+    assert_eq!(
+        c.server_properties.get("product").and_then(|v| v.as_str()),
+        Some("Warren")
+    );
+}
+
+#[tokio::test]
+async fn wrong_password_is_refused_with_403() {
+    let port = start().await;
+    let Err(Method::ConnectionClose(close)) = Client::connect_as(port, "guest", "nope").await
+    else {
+        panic!("login should fail")
+    };
+    assert_eq!(close.reply_code, 403);
+    assert!(close.reply_text.starts_with("ACCESS_REFUSED"));
+}
+
+#[tokio::test]
+async fn publish_then_consume_in_order_with_tags() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let q = c.declare_queue(1, "", FieldTable::new()).await;
+    assert!(q.queue.starts_with("amq.gen-"));
+    for i in 0..100 {
+        c.publish(1, "", &q.queue, format!("m{i}").as_bytes(), false)
+            .await;
+    }
+    c.send(
+        1,
+        BasicConsume {
+            queue: q.queue.clone(),
+            no_ack: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let Incoming::Method(_, Method::BasicConsumeOk(ok)) = c.next().await else {
+        panic!()
+    };
+    assert!(ok.consumer_tag.starts_with("amq.ctag-"));
+    for i in 0..100u64 {
+        let Incoming::Content(_, Method::BasicDeliver(d), _, body) = c.next().await else {
+            panic!()
+        };
+        assert_eq!(d.delivery_tag, i + 1);
+        assert_eq!(&body[..], format!("m{i}").as_bytes());
+    }
+    c.send(
+        1,
+        BasicAck {
+            delivery_tag: 100,
+            multiple: true,
+        },
+    )
+    .await;
+    let ok = c.declare_queue(1, &q.queue, FieldTable::new()).await;
+    assert_eq!((ok.message_count, ok.consumer_count), (0, 1));
+}
+
+#[tokio::test]
+async fn channel_error_closes_only_the_channel() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.open_channel(2).await;
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "missing".into(),
+            passive: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let (ch, Method::ChannelClose(close)) = c.method().await else {
+        panic!()
+    };
+    assert_eq!(
+        (ch, close.reply_code, close.class_id, close.method_id),
+        (1, 404, 50, 10)
+    );
+    c.send(1, ChannelCloseOk).await;
+    let ok = c.declare_queue(2, "still-works", FieldTable::new()).await;
+    assert_eq!(ok.queue.as_str(), "still-works");
+}
+
+#[tokio::test]
+async fn mandatory_unroutable_is_returned_before_the_confirm() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.send(1, ConfirmSelect { nowait: false }).await;
+    assert!(matches!(c.method().await.1, Method::ConfirmSelectOk(_)));
+    c.publish(1, "amq.direct", "nowhere", b"lost?", true).await;
+    let Incoming::Content(_, Method::BasicReturn(r), _, body) = c.next().await else {
+        panic!()
+    };
+    assert_eq!(
+        (r.reply_code, r.reply_text.as_str(), &body[..]),
+        (312, "NO_ROUTE", &b"lost?"[..])
+    );
+    let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
+        panic!()
+    };
+    assert_eq!(ack.delivery_tag, 1);
+}
+
+#[tokio::test]
+async fn prefetch_bounds_unacked_deliveries() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let q = c.declare_queue(1, "", FieldTable::new()).await;
+    for _ in 0..10 {
+        c.publish(1, "", &q.queue, b"x", false).await;
+    }
+    c.send(
+        1,
+        BasicQos {
+            prefetch_size: 0,
+            prefetch_count: 3,
+            global: false,
+        },
+    )
+    .await;
+    assert!(matches!(c.method().await.1, Method::BasicQosOk(_)));
+    c.send(
+        1,
+        BasicConsume {
+            queue: q.queue.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(matches!(
+        c.next().await,
+        Incoming::Method(_, Method::BasicConsumeOk(_))
+    ));
+    for _ in 0..3 {
+        assert!(matches!(
+            c.next().await,
+            Incoming::Content(_, Method::BasicDeliver(_), _, _)
+        ));
+    }
+    c.expect_silence(200).await;
+    c.send(
+        1,
+        BasicAck {
+            delivery_tag: 3,
+            multiple: true,
+        },
+    )
+    .await;
+    for tag in 4..=6 {
+        let Incoming::Content(_, Method::BasicDeliver(d), _, _) = c.next().await else {
+            panic!()
+        };
+        assert_eq!(d.delivery_tag, tag);
+    }
+}
+
+#[tokio::test]
+async fn unacked_messages_are_requeued_as_redelivered_when_the_channel_closes() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let q = c.declare_queue(1, "", FieldTable::new()).await;
+    c.publish(1, "", &q.queue, b"once", false).await;
+    c.send(
+        1,
+        BasicGet {
+            queue: q.queue.clone(),
+            no_ack: false,
+        },
+    )
+    .await;
+    let Incoming::Content(_, Method::BasicGetOk(g), _, _) = c.next().await else {
+        panic!()
+    };
+    assert!(!g.redelivered);
+    c.send(
+        1,
+        ChannelClose {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        },
+    )
+    .await;
+    assert!(matches!(c.method().await.1, Method::ChannelCloseOk(_)));
+    c.open_channel(2).await;
+    c.send(
+        2,
+        BasicGet {
+            queue: q.queue.clone(),
+            no_ack: true,
+        },
+    )
+    .await;
+    let Incoming::Content(_, Method::BasicGetOk(g), _, body) = c.next().await else {
+        panic!()
+    };
+    assert!(g.redelivered);
+    assert_eq!(&body[..], b"once");
+}
+
+#[tokio::test]
+async fn oversized_frame_closes_the_connection_with_501() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.publish(1, "", "q", &vec![0u8; 300_000], false).await; // frames of 131072 are fine
+    let mut big = bytes::BytesMut::new();
+    big.extend_from_slice(&[3, 0, 1]);
+    big.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    c.send_raw(&big).await;
+    let (_, Method::ConnectionClose(close)) = c.method().await else {
+        panic!()
+    };
+    assert_eq!(close.reply_code, 501);
+}

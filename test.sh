@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs every Warren test: generated-code freshness, formatting, the Rust unit and in-process
+# integration tests, then a real broker process driven by real clients (pika, amqp091-go,
+# RabbitMQ PerfTest) and by `warren perf`. Installs what it needs (Python venv, Go modules,
+# PerfTest from Maven Central). Usage: ./test.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+root=$(pwd)
+
+echo "== generated code is current"
+python3 tools/codegen/gen_methods.py --check
+
+echo "== cargo fmt"
+cargo fmt --all -- --check
+
+echo "== cargo test (unit, property and in-process integration tests)"
+cargo test --workspace --quiet 2>&1 | tee /tmp/warren-cargo-test.log | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
+if grep -qE "^test result: FAILED|^error" /tmp/warren-cargo-test.log || ! grep -q "^test result" /tmp/warren-cargo-test.log; then
+  tail -50 /tmp/warren-cargo-test.log
+  echo "cargo test failed"; exit 1
+fi
+
+echo "== building the release broker"
+cargo build --release -p warren --quiet
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+data_dir=$(mktemp -d /tmp/warren-test-XXXXXX)
+log="$data_dir/warren.log"
+"$root/target/release/warren" server --bind 127.0.0.1 --amqp-port "$port" --data-dir "$data_dir/data" >"$log" 2>&1 &
+broker_pid=$!
+cleanup() { kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+  sleep 0.1
+done
+echo "== broker up on port $port (log: $log)"
+
+status=0
+AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" tests/interop/run.sh || status=1
+
+if ! kill -0 "$broker_pid" 2>/dev/null; then
+  echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1
+fi
+if grep -q "panicked" "$log"; then
+  echo "the broker panicked:"; grep -A5 panicked "$log"; status=1
+fi
+
+if [ $status -eq 0 ]; then echo "test.sh: all tests passed"; else echo "test.sh: FAILED"; fi
+exit $status
