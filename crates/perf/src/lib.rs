@@ -13,6 +13,7 @@ mod output;
 mod payload;
 mod prometheus;
 pub mod rate;
+pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

@@ -1,4 +1,264 @@
-//! Scenarios: one command per seed experiment.
-pub async fn main(_args: Vec<String>) -> anyhow::Result<()> {
-    anyhow::bail!("no scenarios yet")
+//! `warren perf scenario NAME`: one command per seed experiment. Each scenario runs its steps
+//! against one broker (or two, back to back per step, with `--compare`), prints progress as
+//! PerfTest-style interval lines, and writes a markdown report with the seed's tables (and
+//! ratio columns when comparing) plus SVG/PNG plots into `--out`.
+
+mod many_pairs;
+mod mqperf;
+mod oslo;
+mod sweeps;
+
+use crate::flags::PerfArgs;
+use crate::output::RunResult;
+use crate::runner::{self, RunOptions};
+use anyhow::{anyhow, Result};
+use clap::Parser;
+use std::path::PathBuf;
+
+pub const SCENARIOS: &[&str] = &[
+    "publish-rate",
+    "credit-flow",
+    "consumers",
+    "producers",
+    "queues",
+    "queue-types",
+    "confirms",
+    "acks",
+    "exchange-types",
+    "mqperf",
+    "oslo-rpc",
+    "many-pairs",
+];
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "warren perf scenario",
+    about = "Reproduce a seed benchmark report with one command"
+)]
+pub struct ScenarioArgs {
+    /// publish-rate, credit-flow, consumers, producers, queues, queue-types, confirms, acks,
+    /// exchange-types, mqperf, oslo-rpc, many-pairs, or all.
+    pub name: String,
+    /// The broker under test.
+    #[arg(long, default_value = "amqp://guest:guest@localhost:5672")]
+    pub uri: String,
+    /// A second broker: every step runs against both, back to back, and the tables get ratios.
+    #[arg(long)]
+    pub compare: Option<String>,
+    /// Name of the first broker in tables (default: host:port).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Name of the second broker in tables (default: host:port).
+    #[arg(long)]
+    pub compare_label: Option<String>,
+    /// Seconds per step (default 30, or 3 with --quick).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Where reports and plots go.
+    #[arg(long, default_value = "perf-reports")]
+    pub out: PathBuf,
+    /// Fewer, shorter steps at low rates: each scenario finishes in under 2 minutes (CI).
+    #[arg(long)]
+    pub quick: bool,
+    /// Override the swept values (comma-separated: rates, counts, thread counts or N).
+    #[arg(long)]
+    pub steps: Option<String>,
+    /// Row label for credit-flow: the server's credit setting this broker runs with.
+    #[arg(long, default_value = "server default")]
+    pub credit_label: String,
+    /// Print interval lines for every step.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub progress: bool,
+}
+
+/// One broker under test.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub label: String,
+    pub uri: String,
+}
+
+pub struct Ctx {
+    pub args: ScenarioArgs,
+    pub targets: Vec<Target>,
+    pub step_s: f64,
+    pub commands: Vec<String>,
+}
+
+impl Ctx {
+    pub fn brokers(&self) -> Vec<String> {
+        self.targets.iter().map(|t| t.label.clone()).collect()
+    }
+
+    /// The swept values: `--steps` when given, else the quick or full list.
+    pub fn steps(&self, full: &[f64], quick: &[f64]) -> Vec<f64> {
+        if let Some(s) = &self.args.steps {
+            return s.split(',').filter_map(|v| v.trim().parse().ok()).collect();
+        }
+        if self.args.quick {
+            quick.to_vec()
+        } else {
+            full.to_vec()
+        }
+    }
+
+    /// Runs one PerfTest command line against every target, back to back.
+    pub async fn perftest(&mut self, step: &str, args: &[String]) -> Result<Vec<RunResult>> {
+        let mut results = vec![];
+        let mut shown = args.to_vec();
+        shown.extend(["--time".to_owned(), format!("{}", self.step_s)]);
+        self.commands
+            .push(format!("warren perf --uri URI {}", shown.join(" ")));
+        for t in self.targets.clone() {
+            let mut full = vec!["--uri".to_owned(), t.uri.clone()];
+            full.extend(shown.iter().cloned());
+            full.extend(["--id".to_owned(), format!("{}:{step}", t.label)]);
+            let perf = PerfArgs::parse_perftest(full).map_err(|e| anyhow!("{e}"))?;
+            eprintln!("== {} {step} on {}", self.args.name, t.label);
+            let opts = RunOptions {
+                print_intervals: self.args.progress,
+                delete_queues: true,
+                prometheus_port: None,
+            };
+            let r = runner::run(&perf, &opts).await?;
+            eprint!("{}", crate::output::summary(&r));
+            results.push(r);
+        }
+        Ok(results)
+    }
+}
+
+fn default_label(uri: &str) -> String {
+    crate::client::AmqpUri::parse(uri)
+        .map(|u| u.addr())
+        .unwrap_or_else(|_| uri.to_owned())
+}
+
+pub fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, {mem_gib:.0} GiB RAM, Linux {}",
+        kernel.trim()
+    )
+}
+
+pub async fn main(argv: Vec<String>) -> Result<()> {
+    let mut all = vec!["warren perf scenario".to_owned()];
+    all.extend(argv.iter().cloned());
+    let args = match ScenarioArgs::try_parse_from(all) {
+        Ok(a) => a,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            print!("{e}");
+            return Ok(());
+        }
+        Err(e) => return Err(anyhow!("{e}")),
+    };
+    let names: Vec<String> = if args.name == "all" {
+        SCENARIOS.iter().map(|s| s.to_string()).collect()
+    } else if SCENARIOS.contains(&args.name.as_str()) {
+        vec![args.name.clone()]
+    } else {
+        return Err(anyhow!(
+            "unknown scenario {:?}; one of: {}, all",
+            args.name,
+            SCENARIOS.join(", ")
+        ));
+    };
+    for name in names {
+        let path = run_scenario(&name, &args, &argv).await?;
+        println!("report: {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs one scenario and writes its report; returns the markdown path.
+pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> Result<PathBuf> {
+    let mut args = args.clone();
+    args.name = name.to_owned();
+    let mut targets = vec![Target {
+        label: args
+            .label
+            .clone()
+            .unwrap_or_else(|| default_label(&args.uri)),
+        uri: args.uri.clone(),
+    }];
+    if let Some(c) = &args.compare {
+        let mut label = args
+            .compare_label
+            .clone()
+            .unwrap_or_else(|| default_label(c));
+        if label == targets[0].label {
+            label += " (2)";
+        }
+        targets.push(Target {
+            label,
+            uri: c.clone(),
+        });
+    }
+    let step_s = args.duration.unwrap_or(if args.quick { 3.0 } else { 30.0 });
+    let mut ctx = Ctx {
+        args,
+        targets,
+        step_s,
+        commands: vec![],
+    };
+    let started = std::time::Instant::now();
+    let mut report = match name {
+        "mqperf" => mqperf::run(&mut ctx).await?,
+        "oslo-rpc" => oslo::run(&mut ctx).await?,
+        "many-pairs" => many_pairs::run(&mut ctx).await?,
+        _ => sweeps::run(name, &mut ctx).await?,
+    };
+    report.brokers = ctx.brokers();
+    report.commands = std::mem::take(&mut ctx.commands);
+    let brokers = ctx
+        .targets
+        .iter()
+        .map(|t| {
+            format!(
+                "`{}` at {}",
+                t.label,
+                crate::client::AmqpUri::parse(&t.uri)
+                    .map(|u| u.to_string())
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" and ");
+    report.intro = format!(
+        "{}\n\nRun with `warren perf scenario {}` against {brokers}; {} s per step{}; took {:.0} s.\n\nMachine: {}.",
+        report.intro,
+        argv.join(" "),
+        ctx.step_s,
+        if ctx.args.quick { " (--quick)" } else { "" },
+        started.elapsed().as_secs_f64(),
+        machine_description()
+    );
+    report.write(&ctx.args.out, name)
 }

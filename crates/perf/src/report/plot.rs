@@ -1,0 +1,213 @@
+//! Line charts of a report table with plotters: SVG always (text is rendered by the viewer,
+//! so no fonts are needed), PNG when a TrueType font is found on the machine (plotters'
+//! pure-Rust ab_glyph renderer needs the font bytes; Debian's fonts-dejavu-core provides one).
+
+use super::{PlotSpec, Table};
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::OnceLock;
+
+pub struct PlotFiles {
+    pub svg: String,
+    pub png: Option<String>,
+}
+
+const FONT_CANDIDATES: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+];
+
+/// Registers a system font for the bitmap backend once; false when none exists.
+fn font_available() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        for path in FONT_CANDIDATES {
+            if let Ok(bytes) = std::fs::read(path) {
+                // plotters wants 'static font data; one leaked font per process is fine.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
+    let mut out = vec![];
+    for (b, broker) in brokers.iter().enumerate() {
+        for &m in &spec.metric_indexes {
+            let name = if brokers.len() > 1 {
+                format!("{} ({broker})", table.metrics[m].0)
+            } else {
+                table.metrics[m].0.clone()
+            };
+            let points = table
+                .rows
+                .iter()
+                .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
+                .collect();
+            out.push((name, points));
+        }
+    }
+    out
+}
+
+fn render<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    spec: &PlotSpec,
+    data: &Series,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let xs: Vec<f64> = data
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .collect();
+    let ys: Vec<f64> = data
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
+        .collect();
+    let (x0, x1) = xs
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    let y1 = ys.iter().cloned().fold(0.0, f64::max).max(1e-3) * 1.1;
+    if xs.is_empty() {
+        return Ok(());
+    }
+    let (x0, x1) = if x1 > x0 {
+        (x0, x1)
+    } else {
+        (x0 - 1.0, x1 + 1.0)
+    };
+    let colors = [&BLUE, &RED, &GREEN, &MAGENTA, &CYAN, &BLACK];
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e:?}");
+    macro_rules! draw_with {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .x_desc(spec.x_label.as_str())
+                .y_desc(spec.y_label.as_str())
+                .draw()
+                .map_err(err)?;
+            for (i, (name, points)) in data.iter().enumerate() {
+                let color = colors[i % colors.len()];
+                chart
+                    .draw_series(LineSeries::new(
+                        points.iter().cloned(),
+                        color.stroke_width(2),
+                    ))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(
+                        points
+                            .iter()
+                            .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+                    )
+                    .map_err(err)?;
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(spec.title.as_str(), ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    if spec.log_x && x0 > 0.0 {
+        draw_with!(builder
+            .build_cartesian_2d((x0 * 0.8..x1 * 1.2).log_scale(), 0.0..y1)
+            .map_err(err)?);
+    } else {
+        draw_with!(builder.build_cartesian_2d(x0..x1, 0.0..y1).map_err(err)?);
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+pub fn draw(
+    dir: &Path,
+    spec: &PlotSpec,
+    table: &Table,
+    brokers: &[String],
+) -> anyhow::Result<PlotFiles> {
+    if !font_available() {
+        // plotters measures text with the registered font, for SVG too.
+        anyhow::bail!("no TrueType font found (install fonts-dejavu-core)");
+    }
+    let data = series(spec, table, brokers);
+    let svg_name = format!("{}.svg", spec.file_stem);
+    render(
+        SVGBackend::new(&dir.join(&svg_name), (900, 540)).into_drawing_area(),
+        spec,
+        &data,
+    )?;
+    let png_name = format!("{}.png", spec.file_stem);
+    render(
+        BitMapBackend::new(&dir.join(&png_name), (900, 540)).into_drawing_area(),
+        spec,
+        &data,
+    )?;
+    Ok(PlotFiles {
+        svg: svg_name,
+        png: Some(png_name),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Table, Unit};
+    use super::*;
+
+    #[test]
+    fn writes_svg_and_png() {
+        let dir = std::env::temp_dir().join(format!("warren-perf-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut t = Table::new(&["Rate"], &[("Max 99th", Unit::Ms), ("Max 95th", Unit::Ms)]);
+        for (i, r) in [100.0, 1000.0, 10000.0].iter().enumerate() {
+            t.push(
+                vec![format!("{r}")],
+                *r,
+                vec![vec![Some(i as f64 + 1.0), Some(0.5)]],
+            );
+        }
+        let spec = PlotSpec {
+            file_stem: "test".into(),
+            title: "latency".into(),
+            x_label: "msg/s".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0, 1],
+            log_x: true,
+        };
+        let Ok(files) = draw(&dir, &spec, &t, &["warren".into()]) else {
+            assert!(!font_available(), "drawing failed although a font exists");
+            return;
+        };
+        let svg = std::fs::read_to_string(dir.join(&files.svg)).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("Max 99th"));
+        if let Some(png) = files.png {
+            assert!(std::fs::metadata(dir.join(png)).unwrap().len() > 1000);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
