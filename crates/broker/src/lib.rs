@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod consumer;
+pub mod dead_letter;
 pub mod error;
 pub mod exchange;
 pub mod headers_match;
@@ -11,6 +12,7 @@ pub mod memory;
 pub mod message;
 pub mod names;
 pub mod queue;
+pub mod ready;
 pub mod topic;
 pub mod vhost;
 

@@ -1,23 +1,28 @@
 //! Queues: ordered ready messages, the consumers that take them, and the limits RabbitMQ
-//! users set with `x-` arguments.
+//! users set with `x-` arguments (length limits and overflow, TTLs, expiry, priorities,
+//! dead-lettering).
 //!
 //! All state sits behind one short-held `parking_lot::Mutex` (never held across an await).
 //! Publishing delivers straight to a consumer with credit when nothing is waiting ahead of
 //! it, so the common case never stores the message at all. Messages carry a per-queue id
-//! that only grows; `ready` stays sorted by it, which is how a requeued message gets its
-//! old place back.
+//! that only grows; the ready list is ordered by it, which is how a requeued message gets
+//! its old place back. Messages leaving by dead-lettering are collected under the lock and
+//! republished after it is released, so a dead-letter route back into this queue cannot
+//! deadlock.
 //!
 //! This in-memory queue is the first queue type; the durable store and a replicated (Raft)
 //! queue type will sit behind the same methods: publish, consume, get, settle, purge, delete.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
+use crate::dead_letter::{dead_lettered, DeathReason};
 use crate::error::{AmqpError, AmqpResult};
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
+use crate::ready::ReadyList;
+use crate::vhost::VHost;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 use warren_codec::{FieldTable, ShortStr};
 
 #[derive(Debug, Clone)]
@@ -25,6 +30,8 @@ pub struct QueuedMessage {
     pub id: u64,
     pub message: Arc<Message>,
     pub redelivered: bool,
+    /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
+    pub expires_at: Option<Instant>,
 }
 
 /// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
@@ -42,6 +49,9 @@ pub struct QueueLimits {
     pub overflow: Option<Overflow>,
     pub expires_ms: Option<u64>,
     pub message_ttl_ms: Option<u64>,
+    pub max_priority: Option<u8>,
+    pub dead_letter_exchange: Option<ShortStr>,
+    pub dead_letter_routing_key: Option<ShortStr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,16 +62,19 @@ pub enum Enqueued {
     Rejected,
 }
 
-#[derive(Debug, Default)]
+type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+#[derive(Debug)]
 struct QueueState {
-    ready: VecDeque<QueuedMessage>,
-    ready_bytes: usize,
+    ready: ReadyList,
     unacked: usize,
     consumers: Vec<Arc<Consumer>>,
     next_consumer: usize,
     next_message_id: u64,
     had_consumer: bool,
     deleted: bool,
+    /// A task is watching this queue's message expiry.
+    expiry_timer: bool,
 }
 
 #[derive(Debug)]
@@ -73,11 +86,14 @@ pub struct Queue {
     pub arguments: FieldTable,
     pub limits: QueueLimits,
     memory: Arc<MemoryMonitor>,
+    /// For dead-lettering: where to route. Weak so queues do not keep their vhost alive.
+    vhost: Weak<VHost>,
     last_used: Mutex<Instant>,
     state: Mutex<QueueState>,
 }
 
 impl Queue {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: ShortStr,
         durable: bool,
@@ -86,7 +102,9 @@ impl Queue {
         arguments: FieldTable,
         limits: QueueLimits,
         memory: Arc<MemoryMonitor>,
+        vhost: Weak<VHost>,
     ) -> Queue {
+        let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
         Queue {
             name,
             durable,
@@ -95,74 +113,197 @@ impl Queue {
             arguments,
             limits,
             memory,
+            vhost,
             last_used: Mutex::new(Instant::now()),
-            state: Mutex::new(QueueState::default()),
+            state: Mutex::new(QueueState {
+                ready,
+                unacked: 0,
+                consumers: Vec::new(),
+                next_consumer: 0,
+                next_message_id: 0,
+                had_consumer: false,
+                deleted: false,
+                expiry_timer: false,
+            }),
         }
+    }
+
+    fn expiry_for(&self, message: &Message, now: Instant) -> Option<Instant> {
+        let ttl_ms = match (self.limits.message_ttl_ms, message.expiration_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ttl_ms.map(|ms| now + Duration::from_millis(ms))
     }
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
     pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Enqueued {
-        let mut st = self.state.lock();
-        if st.deleted {
-            return Enqueued::Accepted;
-        }
-        let id = st.next_message_id;
-        st.next_message_id += 1;
-        let queued = QueuedMessage {
-            id,
-            message,
-            redelivered: false,
-        };
-        if st.ready.is_empty() {
-            match self.hand_to_consumer(&mut st, queued) {
-                None => return Enqueued::Accepted,
-                Some(back) => return self.push_ready(&mut st, back),
+        let mut dead = DeadLetters::new();
+        let outcome = {
+            let mut st = self.state.lock();
+            if st.deleted {
+                return Enqueued::Accepted;
             }
-        }
-        let outcome = self.push_ready(&mut st, queued);
-        self.dispatch(&mut st);
+            let id = st.next_message_id;
+            st.next_message_id += 1;
+            let now = Instant::now();
+            let queued = QueuedMessage {
+                id,
+                expires_at: self.expiry_for(&message, now),
+                message,
+                redelivered: false,
+            };
+            self.expire(&mut st, now, &mut dead);
+            if st.ready.is_empty() {
+                match self.hand_to_consumer(&mut st, queued) {
+                    None => Enqueued::Accepted,
+                    Some(back) => self.push_ready(&mut st, back, &mut dead),
+                }
+            } else {
+                let outcome = self.push_ready(&mut st, queued, &mut dead);
+                self.dispatch(&mut st, &mut dead);
+                outcome
+            }
+        };
+        self.dead_letter(dead);
         outcome
     }
 
     fn over_limit(&self, st: &QueueState, extra_messages: usize, extra_bytes: usize) -> bool {
         let len = (st.ready.len() + extra_messages) as u64;
-        let bytes = (st.ready_bytes + extra_bytes) as u64;
+        let bytes = (st.ready.bytes() + extra_bytes) as u64;
         self.limits.max_length.is_some_and(|m| len > m)
             || self.limits.max_length_bytes.is_some_and(|m| bytes > m)
     }
 
-    fn push_ready(&self, st: &mut QueueState, queued: QueuedMessage) -> Enqueued {
+    fn push_ready(
+        self: &Arc<Self>,
+        st: &mut QueueState,
+        queued: QueuedMessage,
+        dead: &mut DeadLetters,
+    ) -> Enqueued {
         let size = queued.message.size_bytes();
         let overflow = self.limits.overflow.unwrap_or(Overflow::DropHead);
         if overflow != Overflow::DropHead && self.over_limit(st, 1, size) {
+            if overflow == Overflow::RejectPublishDlx {
+                dead.push((queued, DeathReason::MaxLen));
+            }
             return Enqueued::Rejected;
         }
-        st.ready_bytes += size;
+        if queued.expires_at.is_some_and(|t| t <= Instant::now()) {
+            // TTL 0: only a consumer waiting right now could have taken it.
+            dead.push((queued, DeathReason::Expired));
+            return Enqueued::Accepted;
+        }
+        let expiring = queued.expires_at.is_some();
         self.memory.add(size);
         st.ready.push_back(queued);
         while self.over_limit(st, 0, 0) {
-            match st.ready.pop_front() {
-                Some(dropped) => self.forget(st, &dropped),
+            match st.ready.pop_oldest_lowest() {
+                Some(dropped) => {
+                    self.memory.sub(dropped.message.size_bytes());
+                    dead.push((dropped, DeathReason::MaxLen));
+                }
                 None => break,
             }
+        }
+        if expiring && !st.expiry_timer {
+            st.expiry_timer = true;
+            self.watch_message_expiry();
         }
         Enqueued::Accepted
     }
 
-    /// Puts a message back where its id says it belongs (usually the head).
-    fn insert_ready(&self, st: &mut QueueState, m: QueuedMessage) {
-        let size = m.message.size_bytes();
-        st.ready_bytes += size;
-        self.memory.add(size);
-        let at = st.ready.partition_point(|x| x.id < m.id);
-        st.ready.insert(at, m);
+    /// Drops expired messages from the head, to be dead-lettered.
+    fn expire(&self, st: &mut QueueState, now: Instant, dead: &mut DeadLetters) {
+        if st.ready.next_expiry().is_some_and(|t| t <= now) {
+            let mut expired = Vec::new();
+            st.ready.take_expired(now, &mut expired);
+            for m in expired {
+                self.memory.sub(m.message.size_bytes());
+                dead.push((m, DeathReason::Expired));
+            }
+        }
     }
 
-    fn forget(&self, st: &mut QueueState, dropped: &QueuedMessage) {
-        let size = dropped.message.size_bytes();
-        st.ready_bytes -= size;
-        self.memory.sub(size);
+    /// A task that expires messages at the head when their time comes, so TTL'd messages
+    /// leave (and dead-letter) without waiting for a consumer or a publish to notice.
+    fn watch_message_expiry(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let queue = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                let wait = {
+                    let Some(queue) = queue.upgrade() else { return };
+                    let mut dead = DeadLetters::new();
+                    let wait = {
+                        let mut st = queue.state.lock();
+                        let now = Instant::now();
+                        queue.expire(&mut st, now, &mut dead);
+                        if st.deleted || st.ready.is_empty() {
+                            st.expiry_timer = false;
+                            None
+                        } else {
+                            // Heads without expiry may still have expiring messages behind
+                            // them: look again in a second.
+                            Some(st.ready.next_expiry().map_or(Duration::from_secs(1), |t| {
+                                t.saturating_duration_since(now).min(Duration::from_secs(1))
+                            }))
+                        }
+                    };
+                    queue.dead_letter(dead);
+                    wait
+                };
+                match wait {
+                    None => return,
+                    Some(wait) => tokio::time::sleep(wait.max(Duration::from_millis(1))).await,
+                }
+            }
+        });
+    }
+
+    /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
+    fn dead_letter(&self, dead: DeadLetters) {
+        if dead.is_empty() {
+            return;
+        }
+        let Some(dlx) = &self.limits.dead_letter_exchange else {
+            return;
+        };
+        let Some(vhost) = self.vhost.upgrade() else {
+            return;
+        };
+        let Some(exchange) = vhost.exchange(dlx) else {
+            return;
+        };
+        let mut queues = Vec::new();
+        for (m, reason) in dead {
+            let Some(copy) = dead_lettered(
+                &m.message,
+                &self.name,
+                reason,
+                dlx,
+                self.limits.dead_letter_routing_key.as_ref(),
+            ) else {
+                continue;
+            };
+            let headers = warren_codec::ContentHeader {
+                class_id: warren_codec::BASIC_CLASS_ID,
+                body_size: 0,
+                properties: copy.properties_raw.clone(),
+            }
+            .properties()
+            .ok()
+            .and_then(|p| p.headers);
+            vhost.route(&exchange, &copy.routing_key, headers.as_ref(), &mut queues);
+            let copy = Arc::new(copy);
+            for q in queues.drain(..) {
+                q.publish(copy.clone());
+            }
+        }
     }
 
     /// Offers one message to the consumers round-robin; gives it back if none has credit.
@@ -208,86 +349,108 @@ impl Queue {
     }
 
     /// Moves ready messages to consumers while any has credit.
-    fn dispatch(self: &Arc<Self>, st: &mut QueueState) {
+    fn dispatch(self: &Arc<Self>, st: &mut QueueState, dead: &mut DeadLetters) {
+        if st.consumers.is_empty() || st.ready.is_empty() {
+            return;
+        }
+        self.expire(st, Instant::now(), dead);
         while let Some(next) = st.ready.pop_front() {
-            if st.consumers.is_empty() {
-                st.ready.push_front(next);
-                return;
-            }
             let size = next.message.size_bytes();
             match self.hand_to_consumer(st, next) {
-                None => {
-                    st.ready_bytes -= size;
-                    self.memory.sub(size);
-                }
+                None => self.memory.sub(size),
                 Some(back) => {
-                    st.ready.push_front(back);
+                    st.ready.insert_by_id(back);
                     return;
                 }
             }
         }
     }
 
-    /// Re-runs dispatch after credit was freed somewhere.
-    pub fn kick(self: &Arc<Self>) {
-        let mut st = self.state.lock();
-        if !st.ready.is_empty() {
-            self.dispatch(&mut st);
-        }
+    /// Runs `f` on the locked state and then dead-letters what it collected.
+    fn with_state<R>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut QueueState, &mut DeadLetters) -> R,
+    ) -> R {
+        let mut dead = DeadLetters::new();
+        let r = f(&mut self.state.lock(), &mut dead);
+        self.dead_letter(dead);
+        r
     }
 
-    /// Settles `acked` deliveries and puts `requeued` back in their old places (marked
-    /// redelivered), then dispatches.
-    pub fn settle(self: &Arc<Self>, acked: usize, requeued: Vec<QueuedMessage>) {
-        let mut st = self.state.lock();
-        st.unacked = st.unacked.saturating_sub(acked + requeued.len());
-        if st.deleted {
-            return;
-        }
-        for mut m in requeued {
-            m.redelivered = true;
-            self.insert_ready(&mut st, m);
-        }
-        self.dispatch(&mut st);
+    /// Re-runs dispatch after credit was freed somewhere.
+    pub fn kick(self: &Arc<Self>) {
+        self.with_state(|st, dead| self.dispatch(st, dead));
+    }
+
+    /// Puts a message back where its id says it belongs (usually the head).
+    fn insert_ready(&self, st: &mut QueueState, m: QueuedMessage) {
+        self.memory.add(m.message.size_bytes());
+        st.ready.insert_by_id(m);
+    }
+
+    /// Settles deliveries: `acked` are done, `requeued` go back to their old places (marked
+    /// redelivered), `rejected` are dead-lettered. Then dispatches.
+    pub fn settle(
+        self: &Arc<Self>,
+        acked: usize,
+        requeued: Vec<QueuedMessage>,
+        rejected: Vec<QueuedMessage>,
+    ) {
+        self.with_state(|st, dead| {
+            st.unacked = st
+                .unacked
+                .saturating_sub(acked + requeued.len() + rejected.len());
+            if st.deleted {
+                return;
+            }
+            for mut m in requeued {
+                m.redelivered = true;
+                self.insert_ready(st, m);
+            }
+            dead.extend(rejected.into_iter().map(|m| (m, DeathReason::Rejected)));
+            self.dispatch(st, dead);
+        })
     }
 
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
         if were_unacked {
-            self.settle(0, messages);
+            self.settle(0, messages, Vec::new());
             return;
         }
-        let mut st = self.state.lock();
-        if st.deleted {
-            return;
-        }
-        for m in messages {
-            self.insert_ready(&mut st, m);
-        }
-        self.dispatch(&mut st);
+        self.with_state(|st, dead| {
+            if st.deleted {
+                return;
+            }
+            for m in messages {
+                self.insert_ready(st, m);
+            }
+            self.dispatch(st, dead);
+        })
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {
-        let mut st = self.state.lock();
-        if st.deleted {
-            return Err(AmqpError::not_found(format!(
-                "no queue '{}' in vhost '/'",
-                self.name
-            )));
-        }
-        if st.consumers.iter().any(|c| c.exclusive)
-            || (consumer.exclusive && !st.consumers.is_empty())
-        {
-            return Err(AmqpError::access_refused(format!(
-                "queue '{}' in vhost '/' in exclusive use",
-                self.name
-            )));
-        }
-        st.consumers.push(consumer);
-        st.had_consumer = true;
-        self.dispatch(&mut st);
-        Ok(())
+        self.with_state(|st, dead| {
+            if st.deleted {
+                return Err(AmqpError::not_found(format!(
+                    "no queue '{}' in vhost '/'",
+                    self.name
+                )));
+            }
+            if st.consumers.iter().any(|c| c.exclusive)
+                || (consumer.exclusive && !st.consumers.is_empty())
+            {
+                return Err(AmqpError::access_refused(format!(
+                    "queue '{}' in vhost '/' in exclusive use",
+                    self.name
+                )));
+            }
+            st.consumers.push(consumer);
+            st.had_consumer = true;
+            self.dispatch(st, dead);
+            Ok(())
+        })
     }
 
     /// Removes a consumer by channel and tag. Returns it, and whether the queue is now an
@@ -310,24 +473,23 @@ impl Queue {
     }
 
     /// basic.get: the next ready message and how many remain.
-    pub fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+    pub fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         self.touch();
-        let mut st = self.state.lock();
-        let m = st.ready.pop_front()?;
-        self.forget(&mut st, &m);
-        if !no_ack {
-            st.unacked += 1;
-        }
-        Some((m, st.ready.len() as u32))
+        self.with_state(|st, dead| {
+            self.expire(st, Instant::now(), dead);
+            let m = st.ready.pop_front()?;
+            self.memory.sub(m.message.size_bytes());
+            if !no_ack {
+                st.unacked += 1;
+            }
+            Some((m, st.ready.len() as u32))
+        })
     }
 
     pub fn purge(&self) -> u32 {
         let mut st = self.state.lock();
-        let n = st.ready.len() as u32;
-        self.memory.sub(st.ready_bytes);
-        st.ready.clear();
-        st.ready_bytes = 0;
-        n
+        self.memory.sub(st.ready.bytes());
+        st.ready.drain_all().len() as u32
     }
 
     /// Marks the queue deleted and empties it; returns the consumers to notify and how many
@@ -335,15 +497,17 @@ impl Queue {
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
         let mut st = self.state.lock();
         st.deleted = true;
-        let n = st.ready.len() as u32;
-        self.memory.sub(st.ready_bytes);
-        st.ready.clear();
-        st.ready_bytes = 0;
+        self.memory.sub(st.ready.bytes());
+        let n = st.ready.drain_all().len() as u32;
         (std::mem::take(&mut st.consumers), n)
     }
 
-    pub fn message_count(&self) -> u32 {
-        self.state.lock().ready.len() as u32
+    /// Ready messages (expired ones leave first, as a client polling the count expects).
+    pub fn message_count(self: &Arc<Self>) -> u32 {
+        self.with_state(|st, dead| {
+            self.expire(st, Instant::now(), dead);
+            st.ready.len() as u32
+        })
     }
 
     pub fn consumer_count(&self) -> u32 {

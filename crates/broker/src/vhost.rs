@@ -134,6 +134,15 @@ fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
         message_ttl_ms: non_negative("x-message-ttl")?,
         expires_ms: non_negative("x-expires")?,
         overflow: None,
+        max_priority: None,
+        dead_letter_exchange: args
+            .get("x-dead-letter-exchange")
+            .and_then(|v| v.as_str())
+            .map(ShortStr::from),
+        dead_letter_routing_key: args
+            .get("x-dead-letter-routing-key")
+            .and_then(|v| v.as_str())
+            .map(ShortStr::from),
     };
     if limits.expires_ms == Some(0) {
         return Err(invalid("x-expires", "{value_zero,0}"));
@@ -169,8 +178,9 @@ fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
         }
     }
     if let Some(v) = args.get("x-max-priority") {
-        if !matches!(v.as_i64(), Some(0..=255)) {
-            return Err(invalid("x-max-priority", "{value_out_of_range}"));
+        match v.as_i64() {
+            Some(p @ 0..=255) => limits.max_priority = Some(p as u8),
+            _ => return Err(invalid("x-max-priority", "{value_out_of_range}")),
         }
     }
     Ok(limits)
@@ -388,6 +398,7 @@ impl VHost {
                 FieldTable::new(),
                 QueueLimits::default(),
                 self.memory.clone(),
+                Weak::new(),
             ));
             return Ok((q, 0, 0));
         }
@@ -457,6 +468,7 @@ impl VHost {
             d.arguments,
             limits,
             self.memory.clone(),
+            Arc::downgrade(self),
         ));
         let queue = {
             let mut queues = self.queues.write();

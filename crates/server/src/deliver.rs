@@ -10,6 +10,15 @@ use warren_broker::queue::QueuedMessage;
 use warren_broker::{AmqpError, AmqpResult, Consumer, Delivery, Queue};
 use warren_codec::*;
 
+/// What happens to settled deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settlement {
+    Ack,
+    Requeue,
+    /// Rejected without requeue: dead-lettered if the queue has a dead-letter exchange.
+    Reject,
+}
+
 /// A delivery the client has not acknowledged yet.
 pub struct Unacked {
     pub tag: u64,
@@ -277,40 +286,40 @@ impl Channel {
         _ctx: &mut Ctx,
     ) -> AmqpResult<()> {
         let settled = self.take_unacked(tag, multiple)?;
-        self.release(settled, requeue.unwrap_or(false));
+        let outcome = match requeue {
+            None => Settlement::Ack,
+            Some(true) => Settlement::Requeue,
+            Some(false) => Settlement::Reject,
+        };
+        self.release(settled, outcome);
         Ok(())
     }
 
     /// Returns settled deliveries' credit to their consumers and tells their queues, one
     /// call per run of the same queue.
-    fn release(&mut self, settled: Vec<Unacked>, requeue: bool) {
-        let mut run: Option<(Arc<Queue>, usize, Vec<QueuedMessage>)> = None;
+    fn release(&mut self, settled: Vec<Unacked>, outcome: Settlement) {
+        let mut run: Option<(Arc<Queue>, Vec<QueuedMessage>)> = None;
+        let flush = |queue: Arc<Queue>, messages: Vec<QueuedMessage>| match outcome {
+            Settlement::Ack => queue.settle(messages.len(), Vec::new(), Vec::new()),
+            Settlement::Requeue => queue.settle(0, messages, Vec::new()),
+            Settlement::Reject => queue.settle(0, Vec::new(), messages),
+        };
         for u in settled {
             if let Some(c) = &u.consumer {
                 c.settled(1);
             }
             match &mut run {
-                Some((q, acked, requeued)) if Arc::ptr_eq(q, &u.queue) => {
-                    if requeue {
-                        requeued.push(u.message)
-                    } else {
-                        *acked += 1
-                    }
-                }
+                Some((q, messages)) if Arc::ptr_eq(q, &u.queue) => messages.push(u.message),
                 _ => {
-                    if let Some((q, acked, requeued)) = run.take() {
-                        q.settle(acked, requeued);
+                    if let Some((q, messages)) = run.take() {
+                        flush(q, messages);
                     }
-                    run = Some(if requeue {
-                        (u.queue, 0, vec![u.message])
-                    } else {
-                        (u.queue, 1, Vec::new())
-                    });
+                    run = Some((u.queue, vec![u.message]));
                 }
             }
         }
-        if let Some((q, acked, requeued)) = run {
-            q.settle(acked, requeued);
+        if let Some((q, messages)) = run {
+            flush(q, messages);
         }
         self.wake_consumers();
     }
@@ -320,7 +329,7 @@ impl Channel {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "requeue=false"));
         }
         let all: Vec<Unacked> = self.unacked.drain(..).collect();
-        self.release(all, true);
+        self.release(all, Settlement::Requeue);
         Ok(())
     }
 
@@ -331,7 +340,7 @@ impl Channel {
             self.remove_consumer(&tag, ctx);
         }
         let all: Vec<Unacked> = self.unacked.drain(..).collect();
-        self.release(all, true);
+        self.release(all, Settlement::Requeue);
         self.pending_publish = None;
         self.tx = None;
     }

@@ -241,6 +241,7 @@ impl Channel {
                         id: 0,
                         message: message.clone(),
                         redelivered: false,
+                        expires_at: None,
                     },
                 };
                 routed = consumer.send(ConnectionEvent::Deliver(delivery)).is_ok();

@@ -1,0 +1,116 @@
+//! `ReadyList`: a queue's messages waiting for a consumer, in delivery order. With
+//! `x-max-priority` it keeps one FIFO per priority and serves the highest first; within a
+//! priority, order is by message id, which is how requeued messages regain their place.
+
+use crate::queue::QueuedMessage;
+use std::collections::VecDeque;
+
+#[derive(Debug)]
+pub struct ReadyList {
+    /// Index = priority; a plain queue has one level.
+    levels: Vec<VecDeque<QueuedMessage>>,
+    len: usize,
+    bytes: usize,
+}
+
+impl ReadyList {
+    /// `max_priority` 0 (or none) makes a plain FIFO.
+    pub fn new(max_priority: u8) -> ReadyList {
+        ReadyList {
+            levels: (0..=max_priority).map(|_| VecDeque::new()).collect(),
+            len: 0,
+            bytes: 0,
+        }
+    }
+
+    fn level_of(&self, m: &QueuedMessage) -> usize {
+        // Priorities above the queue's maximum count as the maximum, as in RabbitMQ.
+        (m.message.priority as usize).min(self.levels.len() - 1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn push_back(&mut self, m: QueuedMessage) {
+        let level = self.level_of(&m);
+        self.len += 1;
+        self.bytes += m.message.size_bytes();
+        self.levels[level].push_back(m);
+    }
+
+    /// Puts a message back where its id places it (usually the head of its level).
+    pub fn insert_by_id(&mut self, m: QueuedMessage) {
+        let level = self.level_of(&m);
+        self.len += 1;
+        self.bytes += m.message.size_bytes();
+        let list = &mut self.levels[level];
+        let at = list.partition_point(|x| x.id < m.id);
+        list.insert(at, m);
+    }
+
+    fn front_level(&self) -> Option<usize> {
+        (0..self.levels.len())
+            .rev()
+            .find(|&l| !self.levels[l].is_empty())
+    }
+
+    pub fn front(&self) -> Option<&QueuedMessage> {
+        self.front_level().and_then(|l| self.levels[l].front())
+    }
+
+    pub fn pop_front(&mut self) -> Option<QueuedMessage> {
+        let level = self.front_level()?;
+        let m = self.levels[level].pop_front()?;
+        self.len -= 1;
+        self.bytes -= m.message.size_bytes();
+        Some(m)
+    }
+
+    /// Removes the oldest message of the lowest priority (what `x-max-length` drops first).
+    pub fn pop_oldest_lowest(&mut self) -> Option<QueuedMessage> {
+        let level = (0..self.levels.len()).find(|&l| !self.levels[l].is_empty())?;
+        let m = self.levels[level].pop_front()?;
+        self.len -= 1;
+        self.bytes -= m.message.size_bytes();
+        Some(m)
+    }
+
+    /// Removes expired messages from the head of each level (expiry, like RabbitMQ's, is
+    /// only checked at the head).
+    pub fn take_expired(&mut self, now: std::time::Instant, out: &mut Vec<QueuedMessage>) {
+        for list in &mut self.levels {
+            while list
+                .front()
+                .is_some_and(|m| m.expires_at.is_some_and(|t| t <= now))
+            {
+                let m = list.pop_front().expect("front exists");
+                self.len -= 1;
+                self.bytes -= m.message.size_bytes();
+                out.push(m);
+            }
+        }
+    }
+
+    /// The earliest expiry among the level heads.
+    pub fn next_expiry(&self) -> Option<std::time::Instant> {
+        self.levels
+            .iter()
+            .filter_map(|l| l.front().and_then(|m| m.expires_at))
+            .min()
+    }
+
+    pub fn drain_all(&mut self) -> Vec<QueuedMessage> {
+        self.len = 0;
+        self.bytes = 0;
+        self.levels.iter_mut().flat_map(|l| l.drain(..)).collect()
+    }
+}
