@@ -22,6 +22,13 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Server(ServerArgs),
+    /// Load-test any AMQP broker with PerfTest's flags, or run a seed scenario
+    /// (`warren perf scenario --help`).
+    #[command(disable_help_flag = true)]
+    Perf {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -121,16 +128,21 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Command::Perf { args } = cli.command {
+        // The load tool prints its own report; it keeps stderr for warnings only.
+        return warren_perf::main_with_args(args);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server(args)),
+        Command::Perf { .. } => unreachable!("handled above"),
     }
 }
