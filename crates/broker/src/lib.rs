@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod consumer;
 pub mod dead_letter;
+pub mod definitions;
 pub mod error;
 pub mod exchange;
 pub mod headers_match;

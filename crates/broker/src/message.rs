@@ -2,7 +2,7 @@
 //! its body as a `Bytes` slice of the publisher's read buffer — never copied per queue.
 
 use bytes::Bytes;
-use warren_codec::{BasicProperties, ShortStr};
+use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
 #[derive(Debug)]
 pub struct Message {
@@ -38,6 +38,33 @@ impl Message {
                 .expiration
                 .as_ref()
                 .and_then(|e| e.as_str().parse().ok()),
+        }
+    }
+
+    /// Rebuilds a message the store kept; None if its stored fields no longer parse.
+    pub fn from_stored(stored: warren_store::StoredMessage) -> Option<Message> {
+        let header = ContentHeader {
+            class_id: BASIC_CLASS_ID,
+            body_size: stored.body.len() as u64,
+            properties: stored.properties,
+        };
+        let properties = header.properties().ok()?;
+        Some(Message::new(
+            ShortStr::from_bytes(stored.exchange)?,
+            ShortStr::from_bytes(stored.routing_key)?,
+            &properties,
+            header.properties,
+            stored.body,
+        ))
+    }
+
+    /// What the store keeps of this message.
+    pub fn to_stored(&self) -> warren_store::StoredMessage {
+        warren_store::StoredMessage {
+            exchange: self.exchange.to_bytes(),
+            routing_key: self.routing_key.to_bytes(),
+            properties: self.properties_raw.clone(),
+            body: self.body.clone(),
         }
     }
 

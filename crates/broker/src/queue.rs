@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use warren_codec::{FieldTable, ShortStr};
+use warren_store::{MessageId, QueueId, Store};
 
 #[derive(Debug, Clone)]
 pub struct QueuedMessage {
@@ -32,6 +33,8 @@ pub struct QueuedMessage {
     pub redelivered: bool,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
+    /// The store's id when the message is persisted for this queue.
+    pub store_id: Option<MessageId>,
 }
 
 /// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
@@ -77,6 +80,13 @@ struct QueueState {
     expiry_timer: bool,
 }
 
+/// A durable queue's place in the message store.
+#[derive(Debug, Clone)]
+pub struct StoredQueue {
+    pub store: Store,
+    pub id: QueueId,
+}
+
 #[derive(Debug)]
 pub struct Queue {
     pub name: ShortStr,
@@ -88,6 +98,8 @@ pub struct Queue {
     memory: Arc<MemoryMonitor>,
     /// For dead-lettering: where to route. Weak so queues do not keep their vhost alive.
     vhost: Weak<VHost>,
+    /// Set for durable queues when the broker has a store: persistent messages go there.
+    pub stored: Option<StoredQueue>,
     last_used: Mutex<Instant>,
     state: Mutex<QueueState>,
 }
@@ -103,6 +115,7 @@ impl Queue {
         limits: QueueLimits,
         memory: Arc<MemoryMonitor>,
         vhost: Weak<VHost>,
+        stored: Option<StoredQueue>,
     ) -> Queue {
         let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
         Queue {
@@ -114,6 +127,7 @@ impl Queue {
             limits,
             memory,
             vhost,
+            stored,
             last_used: Mutex::new(Instant::now()),
             state: Mutex::new(QueueState {
                 ready,
@@ -138,7 +152,12 @@ impl Queue {
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
-    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Enqueued {
+    /// `store_id` is set when the caller persisted the message for this queue.
+    pub fn publish(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        store_id: Option<MessageId>,
+    ) -> Enqueued {
         let mut dead = DeadLetters::new();
         let outcome = {
             let mut st = self.state.lock();
@@ -153,6 +172,7 @@ impl Queue {
                 expires_at: self.expiry_for(&message, now),
                 message,
                 redelivered: false,
+                store_id,
             };
             self.expire(&mut st, now, &mut dead);
             if st.ready.is_empty() {
@@ -188,6 +208,8 @@ impl Queue {
         if overflow != Overflow::DropHead && self.over_limit(st, 1, size) {
             if overflow == Overflow::RejectPublishDlx {
                 dead.push((queued, DeathReason::MaxLen));
+            } else {
+                self.forget(&queued);
             }
             return Enqueued::Rejected;
         }
@@ -265,10 +287,22 @@ impl Queue {
         });
     }
 
+    /// Removes a message that leaves the queue for good from the store.
+    fn forget(&self, m: &QueuedMessage) {
+        if let (Some(stored), Some(id)) = (&self.stored, m.store_id) {
+            if let Err(e) = stored.store.ack(stored.id, id) {
+                tracing::debug!(queue = %self.name, error = %e, "store ack failed");
+            }
+        }
+    }
+
     /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
     fn dead_letter(&self, dead: DeadLetters) {
         if dead.is_empty() {
             return;
+        }
+        for (m, _) in &dead {
+            self.forget(m);
         }
         let Some(dlx) = &self.limits.dead_letter_exchange else {
             return;
@@ -300,8 +334,10 @@ impl Queue {
             .and_then(|p| p.headers);
             vhost.route(&exchange, &copy.routing_key, headers.as_ref(), &mut queues);
             let copy = Arc::new(copy);
+            // Dead-lettered copies are kept in memory only (RabbitMQ's at-most-once
+            // dead-lettering promises no more).
             for q in queues.drain(..) {
-                q.publish(copy.clone());
+                q.publish(copy.clone(), None);
             }
         }
     }
@@ -326,6 +362,11 @@ impl Queue {
             consumer.take_credit();
             if !consumer.no_ack {
                 st.unacked += 1;
+            } else {
+                // Delivered without ack: gone for the queue. (Should the connection turn out
+                // dead, the message comes back without its store id.)
+                self.forget(&queued);
+                queued.store_id = None;
             }
             let event = ConnectionEvent::Deliver(Delivery {
                 consumer: consumer.clone(),
@@ -392,14 +433,17 @@ impl Queue {
     /// redelivered), `rejected` are dead-lettered. Then dispatches.
     pub fn settle(
         self: &Arc<Self>,
-        acked: usize,
+        acked: Vec<QueuedMessage>,
         requeued: Vec<QueuedMessage>,
         rejected: Vec<QueuedMessage>,
     ) {
+        for m in &acked {
+            self.forget(m);
+        }
         self.with_state(|st, dead| {
             st.unacked = st
                 .unacked
-                .saturating_sub(acked + requeued.len() + rejected.len());
+                .saturating_sub(acked.len() + requeued.len() + rejected.len());
             if st.deleted {
                 return;
             }
@@ -416,7 +460,7 @@ impl Queue {
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
         if were_unacked {
-            self.settle(0, messages, Vec::new());
+            self.settle(Vec::new(), messages, Vec::new());
             return;
         }
         self.with_state(|st, dead| {
@@ -481,6 +525,8 @@ impl Queue {
             self.memory.sub(m.message.size_bytes());
             if !no_ack {
                 st.unacked += 1;
+            } else {
+                self.forget(&m);
             }
             Some((m, st.ready.len() as u32))
         })
@@ -489,7 +535,12 @@ impl Queue {
     pub fn purge(&self) -> u32 {
         let mut st = self.state.lock();
         self.memory.sub(st.ready.bytes());
-        st.ready.drain_all().len() as u32
+        let purged = st.ready.drain_all();
+        drop(st);
+        for m in &purged {
+            self.forget(m);
+        }
+        purged.len() as u32
     }
 
     /// Marks the queue deleted and empties it; returns the consumers to notify and how many
@@ -499,6 +550,11 @@ impl Queue {
         st.deleted = true;
         self.memory.sub(st.ready.bytes());
         let n = st.ready.drain_all().len() as u32;
+        if let Some(stored) = &self.stored {
+            if let Err(e) = stored.store.delete_queue(stored.id) {
+                tracing::warn!(queue = %self.name, error = %e, "store: deleting queue failed");
+            }
+        }
         (std::mem::take(&mut st.consumers), n)
     }
 
@@ -508,6 +564,25 @@ impl Queue {
             self.expire(st, Instant::now(), dead);
             st.ready.len() as u32
         })
+    }
+
+    /// Puts messages recovered from the store back, in order, marked redelivered (they may
+    /// have reached a consumer before the restart).
+    pub fn restore(&self, messages: Vec<(Arc<Message>, MessageId)>) {
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        for (message, store_id) in messages {
+            let id = st.next_message_id;
+            st.next_message_id += 1;
+            self.memory.add(message.size_bytes());
+            st.ready.push_back(QueuedMessage {
+                id,
+                expires_at: self.expiry_for(&message, now),
+                message,
+                redelivered: true,
+                store_id: Some(store_id),
+            });
+        }
     }
 
     pub fn consumer_count(&self) -> u32 {

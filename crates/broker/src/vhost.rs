@@ -2,17 +2,20 @@
 //! declare, delete, bind, unbind, route — with RabbitMQ's checks and reply codes.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
+use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
 use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
+use crate::message::Message;
 use crate::names;
-use crate::queue::{Overflow, Queue, QueueLimits};
+use crate::queue::{Overflow, Queue, QueueLimits, StoredQueue};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use warren_codec::{FieldTable, FieldValue, ReplyCode, ShortStr};
+use warren_store::Store;
 
 /// How deep exchange-to-exchange bindings are followed; deeper chains are cut (and cycles
 /// are caught earlier by the visited list).
@@ -47,6 +50,10 @@ pub struct VHost {
     /// Direct reply-to consumers by the address suffix handed out in `reply_to`.
     reply_consumers: Mutex<HashMap<String, Weak<Consumer>>>,
     pub memory: Arc<MemoryMonitor>,
+    /// The message store, when the broker runs with a data directory.
+    pub store: Option<Store>,
+    /// Serializes definition snapshots so an older one never overwrites a newer one.
+    definitions_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for VHost {
@@ -187,13 +194,15 @@ fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
 }
 
 impl VHost {
-    pub fn new(name: &str, memory: Arc<MemoryMonitor>) -> Arc<VHost> {
+    pub fn new(name: &str, memory: Arc<MemoryMonitor>, store: Option<Store>) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_owned(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
             reply_consumers: Mutex::new(HashMap::new()),
             memory,
+            store,
+            definitions_lock: Mutex::new(()),
         };
         {
             let mut ex = vhost.exchanges.write();
@@ -325,10 +334,14 @@ impl VHost {
             d.internal,
             d.arguments,
         );
+        let durable = exchange.durable;
         self.exchanges
             .write()
             .entry(d.name)
             .or_insert_with(|| Arc::new(exchange));
+        if durable {
+            self.persist_definitions();
+        }
         Ok(())
     }
 
@@ -351,6 +364,9 @@ impl VHost {
         let dest = Destination::Exchange(exchange.name.clone());
         for other in self.exchanges() {
             other.unbind_destination(&dest);
+        }
+        if exchange.durable {
+            self.persist_definitions();
         }
         Ok(())
     }
@@ -399,6 +415,7 @@ impl VHost {
                 QueueLimits::default(),
                 self.memory.clone(),
                 Weak::new(),
+                None,
             ));
             return Ok((q, 0, 0));
         }
@@ -457,35 +474,54 @@ impl VHost {
         } else {
             d.name
         };
-        let limits = queue_limits(&name, &d.arguments)?;
-        let expires_ms = limits.expires_ms;
         let owner = d.exclusive.then_some(connection);
+        let queue = self.create_queue(name, d.durable, owner, d.auto_delete, d.arguments)?;
+        if queue.stored.is_some() {
+            self.persist_definitions();
+        }
+        Ok((queue, 0, 0))
+    }
+
+    /// Creates and registers a queue (durable, non-exclusive ones in the store too). The
+    /// default exchange needs no binding: it routes by looking the name up.
+    fn create_queue(
+        self: &Arc<Self>,
+        name: ShortStr,
+        durable: bool,
+        owner: Option<ConnectionId>,
+        auto_delete: bool,
+        arguments: FieldTable,
+    ) -> AmqpResult<Arc<Queue>> {
+        let limits = queue_limits(&name, &arguments)?;
+        let expires_ms = limits.expires_ms;
+        let stored = match (&self.store, durable && owner.is_none()) {
+            (Some(store), true) => {
+                let id = store.register_queue(&name).map_err(|e| {
+                    AmqpError::new(ReplyCode::InternalError, format!("message store: {e}"))
+                })?;
+                Some(StoredQueue {
+                    store: store.clone(),
+                    id,
+                })
+            }
+            _ => None,
+        };
         let queue = Arc::new(Queue::new(
             name.clone(),
-            d.durable,
+            durable,
             owner,
-            d.auto_delete,
-            d.arguments,
+            auto_delete,
+            arguments,
             limits,
             self.memory.clone(),
             Arc::downgrade(self),
+            stored,
         ));
-        let queue = {
-            let mut queues = self.queues.write();
-            queues.entry(name.clone()).or_insert_with(|| queue).clone()
-        };
-        // Every queue is bound to the default exchange by its name.
-        if let Some(default) = self.exchange("") {
-            default.bind(Binding {
-                destination: Destination::Queue(queue.clone()),
-                routing_key: name,
-                arguments: FieldTable::new(),
-            });
-        }
+        let queue = self.queues.write().entry(name).or_insert(queue).clone();
         if let Some(expires_ms) = expires_ms {
             self.watch_expiry(&queue, expires_ms);
         }
-        Ok((queue, 0, 0))
+        Ok(queue)
     }
 
     /// Deletes the queue once it has been unused for its `x-expires`.
@@ -565,6 +601,9 @@ impl VHost {
                 self.auto_delete_exchange(&exchange);
             }
         }
+        if queue.stored.is_some() {
+            self.persist_definitions();
+        }
         count
     }
 
@@ -623,11 +662,14 @@ impl VHost {
         let q = self.queue_for(queue, connection)?;
         let ex = self.check_bindable_source(exchange)?;
         Self::check_headers_args(&ex, &arguments)?;
-        ex.bind(Binding {
+        let binding = Binding {
             destination: Destination::Queue(q),
             routing_key,
             arguments,
-        });
+        };
+        if ex.bind(binding.clone()) {
+            self.persist_if_durable(&ex, &binding.destination);
+        }
         Ok(())
     }
 
@@ -641,11 +683,14 @@ impl VHost {
     ) -> AmqpResult<()> {
         let q = self.queue_for(queue, connection)?;
         let ex = self.check_bindable_source(exchange)?;
-        ex.unbind(&Binding {
+        let binding = Binding {
             destination: Destination::Queue(q),
             routing_key,
             arguments,
-        });
+        };
+        if ex.unbind(&binding) {
+            self.persist_if_durable(&ex, &binding.destination);
+        }
         self.auto_delete_exchange(&ex);
         Ok(())
     }
@@ -660,11 +705,14 @@ impl VHost {
         let dest = self.check_bindable_source(destination)?;
         let src = self.check_bindable_source(source)?;
         Self::check_headers_args(&src, &arguments)?;
-        src.bind(Binding {
+        let binding = Binding {
             destination: Destination::Exchange(dest.name.clone()),
             routing_key,
             arguments,
-        });
+        };
+        if src.bind(binding.clone()) {
+            self.persist_if_durable(&src, &binding.destination);
+        }
         Ok(())
     }
 
@@ -677,13 +725,161 @@ impl VHost {
     ) -> AmqpResult<()> {
         let dest = self.check_bindable_source(destination)?;
         let src = self.check_bindable_source(source)?;
-        src.unbind(&Binding {
+        let binding = Binding {
             destination: Destination::Exchange(dest.name.clone()),
             routing_key,
             arguments,
-        });
+        };
+        if src.unbind(&binding) {
+            self.persist_if_durable(&src, &binding.destination);
+        }
         self.auto_delete_exchange(&src);
         Ok(())
+    }
+
+    // ---- durability ------------------------------------------------------------------
+
+    fn is_durable_destination(&self, dest: &Destination) -> bool {
+        match dest {
+            Destination::Queue(q) => q.stored.is_some(),
+            Destination::Exchange(name) => self.exchange(name).is_some_and(|e| e.durable),
+        }
+    }
+
+    fn persist_if_durable(&self, source: &Exchange, dest: &Destination) {
+        if source.durable && self.is_durable_destination(dest) {
+            self.persist_definitions();
+        }
+    }
+
+    /// The durable part of this vhost: what a restart must bring back.
+    pub fn durable_definitions(&self) -> Definitions {
+        let mut defs = Definitions::default();
+        let exchanges = self.exchanges();
+        for e in &exchanges {
+            if e.durable && !e.name.is_empty() && !names::has_reserved_prefix(&e.name) {
+                defs.exchanges.push(ExchangeDefinition {
+                    name: e.name.clone(),
+                    kind: e.kind.as_str().to_owned(),
+                    auto_delete: e.auto_delete,
+                    internal: e.internal,
+                    arguments: e.arguments.clone(),
+                });
+            }
+        }
+        for q in self.queues() {
+            if q.stored.is_some() {
+                defs.queues.push(QueueDefinition {
+                    name: q.name.clone(),
+                    auto_delete: q.auto_delete,
+                    arguments: q.arguments.clone(),
+                });
+            }
+        }
+        for e in exchanges.iter().filter(|e| e.durable && !e.name.is_empty()) {
+            for b in e.bindings() {
+                if self.is_durable_destination(&b.destination) {
+                    defs.bindings.push(BindingDefinition {
+                        source: e.name.clone(),
+                        destination: b.destination.name().clone(),
+                        to_exchange: !b.destination.is_queue(),
+                        routing_key: b.routing_key,
+                        arguments: b.arguments,
+                    });
+                }
+            }
+        }
+        defs
+    }
+
+    /// Writes the durable definitions to the store (atomic replace, fsync'd).
+    fn persist_definitions(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let _serial = self.definitions_lock.lock();
+        let blob = self.durable_definitions().encode();
+        if let Err(e) = store.save_definitions(&blob) {
+            tracing::error!(error = %e, "saving definitions failed");
+        }
+    }
+
+    /// Recreates durable definitions and the messages the store kept for each queue.
+    pub fn recover(self: &Arc<Self>, recovered: warren_store::Recovered) {
+        let defs = match recovered.definitions.as_deref().map(Definitions::decode) {
+            None => Definitions::default(),
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "stored definitions unreadable; starting without them");
+                Definitions::default()
+            }
+        };
+        for e in defs.exchanges {
+            let Some(kind) = ExchangeKind::parse(&e.kind) else {
+                continue;
+            };
+            let exchange = Exchange::new(
+                e.name.clone(),
+                kind,
+                true,
+                e.auto_delete,
+                e.internal,
+                e.arguments,
+            );
+            self.exchanges.write().insert(e.name, Arc::new(exchange));
+        }
+        for q in defs.queues {
+            if let Err(e) =
+                self.create_queue(q.name.clone(), true, None, q.auto_delete, q.arguments)
+            {
+                tracing::error!(queue = %q.name, error = %e, "could not recreate queue");
+            }
+        }
+        for b in defs.bindings {
+            let Some(source) = self.exchange(&b.source) else {
+                continue;
+            };
+            let destination = if b.to_exchange {
+                Destination::Exchange(b.destination)
+            } else {
+                match self.queue(&b.destination) {
+                    Some(q) => Destination::Queue(q),
+                    None => continue,
+                }
+            };
+            source.bind(Binding {
+                destination,
+                routing_key: b.routing_key,
+                arguments: b.arguments,
+            });
+        }
+        let mut restored = 0usize;
+        for (_, rq) in recovered.queues {
+            let Some(queue) = self.queue(&rq.name) else {
+                // The store knew a queue the definitions do not: drop its messages.
+                if let Some(store) = &self.store {
+                    if let Some((id, _)) = store.queues().into_iter().find(|(_, n)| *n == rq.name) {
+                        let _ = store.delete_queue(id);
+                    }
+                }
+                continue;
+            };
+            let messages: Vec<(Arc<Message>, warren_store::MessageId)> = rq
+                .messages
+                .into_iter()
+                .filter_map(|m| {
+                    let stored = m.message?;
+                    Some((Arc::new(Message::from_stored(stored)?), m.id))
+                })
+                .collect();
+            restored += messages.len();
+            queue.restore(messages);
+        }
+        tracing::info!(
+            restored_messages = restored,
+            queues = self.queues.read().len(),
+            "recovered durable state"
+        );
     }
 
     // ---- routing ---------------------------------------------------------------------

@@ -35,6 +35,11 @@ impl ShortStr {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The underlying shared bytes (a reference-count bump, no copy).
+    pub fn to_bytes(&self) -> Bytes {
+        self.0.clone()
+    }
 }
 
 impl Deref for ShortStr {

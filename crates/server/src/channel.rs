@@ -48,6 +48,8 @@ pub struct Channel {
     pub tx: Option<Vec<TxOp>>,
     /// Reused for every publish's routing result.
     pub route_buf: Vec<Arc<Queue>>,
+    /// Reused for the store ids of a persistent publish's durable queues.
+    pub store_ids_buf: Vec<warren_store::QueueId>,
 }
 
 impl Channel {
@@ -66,6 +68,7 @@ impl Channel {
             confirm: None,
             tx: None,
             route_buf: Vec::new(),
+            store_ids_buf: Vec::new(),
         }
     }
 

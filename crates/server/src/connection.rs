@@ -28,8 +28,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
 use warren_broker::{AmqpError, Broker, ConnectionEvent, ConnectionId, VHost};
 use warren_codec::*;
+use warren_store::DurableState;
 
 /// Output buffered beyond this stops reading input and deliveries until the socket drains.
 const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
@@ -76,6 +78,8 @@ pub struct Connection {
     last_write: Instant,
     /// Set once the client publishes: only publishers are held back by a memory alarm.
     has_published: bool,
+    /// The store's durable sequence, watched while confirms wait for an fsync.
+    durable: Option<watch::Receiver<DurableState>>,
 }
 
 impl Connection {
@@ -108,6 +112,7 @@ impl Connection {
             last_read: Instant::now(),
             last_write: Instant::now(),
             has_published: false,
+            durable: None,
             config,
         }
     }
@@ -294,6 +299,7 @@ impl Connection {
             self.close_connection(&e, 10, 40).await?;
             return Ok(false);
         };
+        self.durable = vhost.store.as_ref().map(|s| s.durable_watch());
         self.vhost = Some(vhost);
         write_method(&mut self.wbuf, 0, &ConnectionOpenOk.into());
         self.flush().await?;
@@ -333,6 +339,10 @@ impl Connection {
         let mut alarm_notified = false;
         loop {
             let room = self.wbuf.len() < WRITE_HIGH_WATER_BYTES;
+            let confirms_waiting = self
+                .channels
+                .values()
+                .any(|c| c.confirm.as_ref().is_some_and(|s| s.has_pending()));
             let held_back = self.has_published && *blocked.borrow();
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK_BYTES / 4 {
                 self.rbuf.reserve(READ_CHUNK_BYTES);
@@ -372,6 +382,9 @@ impl Connection {
                     if self.last_write.elapsed() >= interval / 2 && self.wbuf.is_empty() {
                         write_heartbeat(&mut self.wbuf);
                     }
+                }
+                _ = durable_advanced(&mut self.durable), if confirms_waiting => {
+                    self.flush_confirms();
                 }
                 changed = blocked.changed() => {
                     if changed.is_err() {
@@ -468,7 +481,7 @@ impl Connection {
         let _ = vhost;
         let ids: Vec<u16> = channels
             .iter()
-            .filter(|(_, c)| c.confirm.as_ref().is_some_and(|s| s.first_unsent != 0))
+            .filter(|(_, c)| c.confirm.as_ref().is_some_and(|s| s.has_pending()))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
@@ -698,6 +711,19 @@ impl Connection {
         if let Some(vhost) = &self.vhost {
             vhost.connection_closed(self.id);
         }
+    }
+}
+
+/// Completes when the store's durable sequence moves; never without a store.
+async fn durable_advanced(durable: &mut Option<watch::Receiver<DurableState>>) {
+    match durable {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                // The store is gone (shutting down): stop watching it.
+                *durable = None;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

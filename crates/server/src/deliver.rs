@@ -300,9 +300,9 @@ impl Channel {
     fn release(&mut self, settled: Vec<Unacked>, outcome: Settlement) {
         let mut run: Option<(Arc<Queue>, Vec<QueuedMessage>)> = None;
         let flush = |queue: Arc<Queue>, messages: Vec<QueuedMessage>| match outcome {
-            Settlement::Ack => queue.settle(messages.len(), Vec::new(), Vec::new()),
-            Settlement::Requeue => queue.settle(0, messages, Vec::new()),
-            Settlement::Reject => queue.settle(0, Vec::new(), messages),
+            Settlement::Ack => queue.settle(messages, Vec::new(), Vec::new()),
+            Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
+            Settlement::Reject => queue.settle(Vec::new(), Vec::new(), messages),
         };
         for u in settled {
             if let Some(c) = &u.consumer {

@@ -7,6 +7,7 @@
 use crate::channel::Channel;
 use crate::context::Ctx;
 use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
 use warren_broker::queue::QueuedMessage;
@@ -70,14 +71,22 @@ pub struct Published {
     pub body: Bytes,
 }
 
-/// Publisher confirms: sequence numbers given to publishes, and the acks not yet written.
-/// Messages are confirmed in order, so the unwritten acks are always one range
-/// `first_unsent..=last_confirmed`, written as a single basic.ack(multiple) per batch.
+/// Publisher confirms: sequence numbers given to publishes and those not yet confirmed.
+///
+/// A persistent message routed to a durable queue is confirmed only once the store has
+/// fsync'd it (its store sequence is durable); others need nothing (store sequence 0).
+/// Confirms go out in publish order, so a run of ready acks is one basic.ack(multiple).
 #[derive(Debug, Default)]
 pub struct ConfirmState {
     pub next_seq: u64,
-    pub first_unsent: u64,
-    pub last_confirmed: u64,
+    /// (publish seq, store seq that must be durable first, ack (true) or nack).
+    pending: VecDeque<(u64, u64, bool)>,
+}
+
+impl ConfirmState {
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
 }
 
 /// Work a transaction holds until commit.
@@ -230,6 +239,7 @@ impl Channel {
 
         let mut routed = false;
         let mut rejected = false;
+        let mut store_seq = 0;
         if exchange.name.is_empty() && p.method.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
             if let Some(consumer) = ctx.vhost.reply_consumer(&p.method.routing_key) {
                 // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
@@ -242,6 +252,7 @@ impl Channel {
                         message: message.clone(),
                         redelivered: false,
                         expires_at: None,
+                        store_id: None,
                     },
                 };
                 routed = consumer.send(ConnectionEvent::Deliver(delivery)).is_ok();
@@ -255,8 +266,13 @@ impl Channel {
                 &mut queues,
             );
             routed = !queues.is_empty();
+            let stored = self.persist(&message, &queues, ctx)?;
+            if let Some(appended) = stored {
+                store_seq = appended.seq;
+            }
             for queue in queues.drain(..) {
-                if queue.publish(message.clone()) == Enqueued::Rejected {
+                let store_id = stored.filter(|_| queue.stored.is_some()).map(|a| a.id);
+                if queue.publish(message.clone(), store_id) == Enqueued::Rejected {
                     rejected = true;
                 }
             }
@@ -276,50 +292,89 @@ impl Channel {
                 &message.body,
             );
         }
-        if let Some(seq) = seq {
-            self.confirm_publish(seq, !rejected, ctx);
+        if let (Some(seq), Some(c)) = (seq, self.confirm.as_mut()) {
+            c.pending.push_back((seq, store_seq, !rejected));
         }
         Ok(())
     }
 
-    fn confirm_publish(&mut self, seq: u64, ok: bool, ctx: &mut Ctx) {
-        let c = self.confirm.as_mut().expect("confirm mode");
-        if ok {
-            if c.first_unsent == 0 {
-                c.first_unsent = seq;
-            }
-            c.last_confirmed = seq;
-            return;
-        }
-        self.flush_confirms(ctx);
-        ctx.send(
-            self.id,
-            BasicNack {
-                delivery_tag: seq,
-                multiple: false,
-                requeue: false,
-            },
+    /// Writes a persistent message once to the store for all the durable queues it reached;
+    /// returns where, or None when nothing needed storing.
+    fn persist(
+        &mut self,
+        message: &Message,
+        queues: &[Arc<warren_broker::Queue>],
+        ctx: &mut Ctx,
+    ) -> AmqpResult<Option<warren_store::Appended>> {
+        let Some(store) = ctx.vhost.store.as_ref().filter(|_| message.persistent) else {
+            return Ok(None);
+        };
+        self.store_ids_buf.clear();
+        self.store_ids_buf.extend(
+            queues
+                .iter()
+                .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
         );
+        if self.store_ids_buf.is_empty() {
+            return Ok(None);
+        }
+        store
+            .append(&self.store_ids_buf, &message.to_stored())
+            .map(Some)
+            .map_err(|e| AmqpError::new(ReplyCode::InternalError, format!("message store: {e}")))
     }
 
-    /// Writes the acks gathered since the last flush as one frame.
+    /// Writes the confirms that are ready: everything in order up to the first publish whose
+    /// store write is not durable yet. A run of acks becomes one basic.ack(multiple).
     pub fn flush_confirms(&mut self, ctx: &mut Ctx) {
         let Some(c) = self.confirm.as_mut() else {
             return;
         };
-        if c.first_unsent == 0 {
+        if c.pending.is_empty() {
             return;
         }
-        let multiple = c.last_confirmed > c.first_unsent;
-        let delivery_tag = c.last_confirmed;
-        c.first_unsent = 0;
-        ctx.send(
-            self.id,
-            BasicAck {
-                delivery_tag,
-                multiple,
-            },
-        );
+        let durable_seq = ctx
+            .vhost
+            .store
+            .as_ref()
+            .map_or(u64::MAX, |s| s.durable_seq());
+        let mut run: Option<(u64, u64)> = None; // (first, last) acked publish seq
+        while let Some(&(seq, store_seq, ok)) = c.pending.front() {
+            if store_seq > durable_seq {
+                break;
+            }
+            c.pending.pop_front();
+            if ok {
+                run = Some((run.map_or(seq, |r| r.0), seq));
+                continue;
+            }
+            if let Some((first, last)) = run.take() {
+                ctx.send(
+                    self.id,
+                    BasicAck {
+                        delivery_tag: last,
+                        multiple: last > first,
+                    },
+                );
+            }
+            ctx.send(
+                self.id,
+                BasicNack {
+                    delivery_tag: seq,
+                    multiple: false,
+                    requeue: false,
+                },
+            );
+        }
+        if let Some((first, last)) = run {
+            ctx.send(
+                self.id,
+                BasicAck {
+                    delivery_tag: last,
+                    multiple: last > first,
+                },
+            );
+        }
     }
 
     /// tx.commit: applies the buffered publishes and acks in order.

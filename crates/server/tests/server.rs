@@ -12,7 +12,7 @@ use warren_server::ServerConfig;
 async fn start() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let broker = Broker::new(1 << 30);
+    let broker = Broker::new(1 << 30, None);
     tokio::spawn(warren_server::run(
         listener,
         broker,

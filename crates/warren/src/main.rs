@@ -57,9 +57,20 @@ struct ServerArgs {
     /// Queued bytes above which publishers are blocked (default: 40% of RAM, as RabbitMQ).
     #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
     memory_high_watermark_bytes: Option<usize>,
+    /// `always`: a publisher confirm for a persistent message means it was fsync'd (group
+    /// commit). `never`: no fsync — confirmed messages survive a broker crash but NOT a power
+    /// loss or kernel crash; speed over safety, for those who choose it.
+    #[arg(long, env = "WARREN_SYNC", value_enum, default_value_t = SyncMode::Always)]
+    sync: SyncMode,
     /// Extra users as NAME:PASSWORD (guest:guest, loopback only, always exists).
     #[arg(long = "user", env = "WARREN_USERS", value_delimiter = ',')]
     users: Vec<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SyncMode {
+    Always,
+    Never,
 }
 
 fn total_memory_bytes() -> Option<usize> {
@@ -110,7 +121,23 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         .memory_high_watermark_bytes
         .or_else(|| total_memory_bytes().map(|t| t / 10 * 4))
         .unwrap_or(1 << 30);
-    let broker = warren_broker::Broker::new(watermark);
+    let store_options = warren_store::StoreOptions {
+        sync: match args.sync {
+            SyncMode::Always => warren_store::SyncPolicy::Always,
+            SyncMode::Never => warren_store::SyncPolicy::Never,
+        },
+        recover_bodies: true,
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let (store, recovered) = warren_store::Store::open(&args.data_dir.join("store"), store_options)
+        .with_context(|| format!("opening the message store in {}", args.data_dir.display()))?;
+    let broker = warren_broker::Broker::new(watermark, Some(store.clone()));
+    broker.recover(recovered);
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "store opened"
+    );
     let addr = format!("{}:{}", args.bind, args.amqp_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -123,7 +150,15 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     warren_server::run(listener, broker, config, shutdown_signal()).await;
-    tracing::info!("Warren stopped");
+    let stats = store.stats();
+    if let Err(e) = store.close() {
+        tracing::warn!(error = %e, "closing the message store");
+    }
+    tracing::info!(
+        records_written = stats.records_written,
+        fsyncs = stats.fsyncs,
+        "Warren stopped"
+    );
     Ok(())
 }
 
