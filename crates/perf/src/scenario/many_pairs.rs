@@ -11,7 +11,9 @@
 
 use super::Ctx;
 use crate::broker_proc::BrokerProcess;
-use crate::client::{encode_properties, AmqpUri, Channel, Connection, PublishTemplate, QueueOptions};
+use crate::client::{
+    encode_properties, AmqpUri, Channel, Connection, PublishTemplate, QueueOptions,
+};
 use crate::payload;
 use crate::report::{PlotSpec, Report, Section, Table, Unit};
 use crate::stats::{new_histogram, Percentiles};
@@ -71,7 +73,14 @@ pub async fn step(uri: &str, receivers: usize, duration: Duration) -> Result<Pai
         let conn = Connection::open_named(&uri, "pairs-receivers").await?;
         for i in first..(first + CHANNELS_PER_CONNECTION).min(receivers) {
             let ch = conn.channel().await?;
-            ch.queue_declare(&queue(i), &QueueOptions { auto_delete: true, ..Default::default() }).await?;
+            ch.queue_declare(
+                &queue(i),
+                &QueueOptions {
+                    auto_delete: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
             ch.basic_qos(200, false).await?;
             let rx = ch.basic_consume(&queue(i), "pair", false).await?;
             consumer_tasks.push(tokio::spawn(receive(ch, rx, shared.clone())));
@@ -96,14 +105,23 @@ pub async fn step(uri: &str, receivers: usize, duration: Duration) -> Result<Pai
         let mut slots: Vec<Vec<Sender>> = (0..SLOTS).map(|_| vec![]).collect();
         for s in (0..senders).filter(|s| (s % channels) / CHANNELS_PER_CONNECTION == c) {
             let local = (s % channels) - first_ch;
-            let template = chans[local].publish_template("", &queue(s / SENDERS_PER_RECEIVER), false);
-            slots[s % SLOTS].push(Sender { channel: local, template, id: s as u32, seq: 0 });
+            let template =
+                chans[local].publish_template("", &queue(s / SENDERS_PER_RECEIVER), false);
+            slots[s % SLOTS].push(Sender {
+                channel: local,
+                template,
+                id: s as u32,
+                seq: 0,
+            });
         }
         wheels.push(tokio::spawn(drive(chans, slots, shared.clone())));
         conns.push(conn);
     }
 
-    let broker = uri.is_local().then(|| BrokerProcess::find_by_port(uri.port)).flatten();
+    let broker = uri
+        .is_local()
+        .then(|| BrokerProcess::find_by_port(uri.port))
+        .flatten();
     let started = Instant::now();
     tokio::time::sleep(duration).await;
     let rss = broker.and_then(|b| b.sample()).map(|s| s.rss_bytes);
@@ -113,7 +131,9 @@ pub async fn step(uri: &str, receivers: usize, duration: Duration) -> Result<Pai
     }
     let elapsed_s = started.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && shared.received.load(Ordering::Acquire) < shared.sent.load(Ordering::Acquire) {
+    while Instant::now() < deadline
+        && shared.received.load(Ordering::Acquire) < shared.sent.load(Ordering::Acquire)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for c in &conns {
@@ -148,7 +168,10 @@ async fn drive(chans: Vec<Channel>, mut slots: Vec<Vec<Sender>>, shared: Arc<Sha
         for s in &mut slots[slot] {
             let now = payload::now_ns();
             payload::stamp(&mut body, now, s.id, s.seq);
-            if chans[s.channel].publish(&s.template, &props, &body, now).is_err() {
+            if chans[s.channel]
+                .publish(&s.template, &props, &body, now)
+                .is_err()
+            {
                 return;
             }
             s.seq += 1;
@@ -162,11 +185,18 @@ async fn drive(chans: Vec<Channel>, mut slots: Vec<Vec<Sender>>, shared: Arc<Sha
     }
 }
 
-async fn receive(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>, shared: Arc<Shared>) {
+async fn receive(
+    ch: Channel,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>,
+    shared: Arc<Shared>,
+) {
     while let Some(d) = rx.recv().await {
         let body: &Bytes = &d.body;
         if let Some(stamp) = payload::parse(body) {
-            shared.latency.lock().saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
+            shared
+                .latency
+                .lock()
+                .saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
         }
         shared.received.fetch_add(1, Ordering::AcqRel);
         ch.ack(d.delivery_tag, false);
@@ -174,7 +204,10 @@ async fn receive(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate
 }
 
 pub async fn run(ctx: &mut Ctx) -> Result<Report> {
-    let ns = ctx.steps(&[100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0], &[5.0, 25.0]);
+    let ns = ctx.steps(
+        &[100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0],
+        &[5.0, 25.0],
+    );
     let duration = Duration::from_secs_f64(ctx.step_s);
     let mut table = Table::new(
         &["Receivers (addresses)", "Senders"],
@@ -189,7 +222,11 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     for &n in &ns {
         let mut values = vec![];
         for t in ctx.targets.clone() {
-            eprintln!("== many-pairs N={n} ({} senders) on {}", n as usize * SENDERS_PER_RECEIVER, t.label);
+            eprintln!(
+                "== many-pairs N={n} ({} senders) on {}",
+                n as usize * SENDERS_PER_RECEIVER,
+                t.label
+            );
             let r = step(&t.uri, n as usize, duration).await?;
             eprintln!(
                 "   sent {} received {} lost {} rate {:.0} msg/s mean {:.2} ms p99 {:.2} ms RSS {:?} MiB",
@@ -209,8 +246,18 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 r.broker_rss_bytes.map(|b| b as f64 / (1 << 20) as f64),
             ]);
         }
-        ctx.commands.push(format!("warren perf scenario many-pairs --steps {n} --duration {}", ctx.step_s));
-        table.push(vec![format!("{n}"), format!("{}", n as usize * SENDERS_PER_RECEIVER)], n, values);
+        ctx.commands.push(format!(
+            "warren perf scenario many-pairs --steps {n} --duration {}",
+            ctx.step_s
+        ));
+        table.push(
+            vec![
+                format!("{n}"),
+                format!("{}", n as usize * SENDERS_PER_RECEIVER),
+            ],
+            n,
+            values,
+        );
     }
     Ok(Report {
         title: "warren perf scenario many-pairs".into(),

@@ -3,9 +3,9 @@
 //! PerfTest-style interval lines, and writes a markdown report with the seed's tables (and
 //! ratio columns when comparing) plus SVG/PNG plots into `--out`.
 
-mod many_pairs;
-mod mqperf;
-mod oslo;
+pub mod many_pairs;
+pub mod mqperf;
+pub mod oslo;
 mod sweeps;
 
 use crate::flags::PerfArgs;

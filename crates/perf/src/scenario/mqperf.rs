@@ -32,12 +32,30 @@ struct Shared {
     received: AtomicU64,
 }
 
-pub async fn step(uri: &str, nodes: usize, threads: usize, max_batch: usize, duration: Duration) -> Result<MqResult> {
+pub async fn step(
+    uri: &str,
+    nodes: usize,
+    threads: usize,
+    max_batch: usize,
+    duration: Duration,
+) -> Result<MqResult> {
     let uri = AmqpUri::parse(uri).map_err(|e| anyhow!(e))?;
     let admin = Connection::open_named(&uri, "mqperf-admin").await?;
     let ach = admin.channel().await?;
-    ach.queue_declare(QUEUE, &QueueOptions { durable: true, arguments: FieldTable::new(), ..Default::default() }).await?;
-    let shared = Arc::new(Shared { stop: AtomicBool::new(false), sent: AtomicU64::new(0), received: AtomicU64::new(0) });
+    ach.queue_declare(
+        QUEUE,
+        &QueueOptions {
+            durable: true,
+            arguments: FieldTable::new(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
+    });
     let mut conns = vec![];
     let mut receivers = vec![];
     let mut senders = vec![];
@@ -47,7 +65,9 @@ pub async fn step(uri: &str, nodes: usize, threads: usize, max_batch: usize, dur
         for t in 0..threads {
             let ch = rconn.channel().await?;
             ch.basic_qos(100, false).await?;
-            let rx = ch.basic_consume(QUEUE, &format!("mqperf-{t}"), false).await?;
+            let rx = ch
+                .basic_consume(QUEUE, &format!("mqperf-{t}"), false)
+                .await?;
             receivers.push(tokio::spawn(receive(ch, rx, shared.clone())));
             let sch = sconn.channel().await?;
             sch.confirm_select().await?;
@@ -57,7 +77,10 @@ pub async fn step(uri: &str, nodes: usize, threads: usize, max_batch: usize, dur
         conns.push(sconn);
     }
     let started = Instant::now();
-    let tasks: Vec<_> = senders.into_iter().map(|ch| tokio::spawn(send(ch, max_batch, shared.clone()))).collect();
+    let tasks: Vec<_> = senders
+        .into_iter()
+        .map(|ch| tokio::spawn(send(ch, max_batch, shared.clone())))
+        .collect();
     tokio::time::sleep(duration).await;
     shared.stop.store(true, Ordering::Release);
     for t in tasks {
@@ -88,7 +111,10 @@ pub async fn step(uri: &str, nodes: usize, threads: usize, max_batch: usize, dur
 
 async fn send(ch: Channel, max_batch: usize, shared: Arc<Shared>) {
     let template = ch.publish_template("", QUEUE, false);
-    let props = encode_properties(&BasicProperties { delivery_mode: Some(2), ..Default::default() });
+    let props = encode_properties(&BasicProperties {
+        delivery_mode: Some(2),
+        ..Default::default()
+    });
     let mut body = payload::new_body(BODY_BYTES);
     let mut seq = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -108,7 +134,11 @@ async fn send(ch: Channel, max_batch: usize, shared: Arc<Shared>) {
     }
 }
 
-async fn receive(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>, shared: Arc<Shared>) {
+async fn receive(
+    ch: Channel,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>,
+    shared: Arc<Shared>,
+) {
     while let Some(d) = rx.recv().await {
         shared.received.fetch_add(1, Ordering::AcqRel);
         ch.ack(d.delivery_tag, false);
@@ -119,21 +149,52 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     let rows: Vec<(usize, usize, usize)> = if ctx.args.quick {
         vec![(1, 1, 10), (1, 5, 10), (2, 5, 100)]
     } else {
-        vec![(1, 1, 10), (1, 5, 10), (1, 25, 10), (2, 25, 10), (4, 25, 10), (4, 5, 100), (4, 5, 1000)]
+        vec![
+            (1, 1, 10),
+            (1, 5, 10),
+            (1, 25, 10),
+            (2, 25, 10),
+            (4, 25, 10),
+            (4, 5, 100),
+            (4, 5, 1000),
+        ]
     };
     let duration = Duration::from_secs_f64(ctx.step_s);
-    let mut table = Table::new(&["Nodes", "Threads", "Notes"], &[("Send msgs/s", Unit::Count), ("Receive msgs/s", Unit::Count)]);
+    let mut table = Table::new(
+        &["Nodes", "Threads", "Notes"],
+        &[
+            ("Send msgs/s", Unit::Count),
+            ("Receive msgs/s", Unit::Count),
+        ],
+    );
     for (i, (nodes, threads, batch)) in rows.into_iter().enumerate() {
         let mut values = vec![];
         for t in ctx.targets.clone() {
-            eprintln!("== mqperf nodes={nodes} threads={threads} max batch {batch} on {}", t.label);
+            eprintln!(
+                "== mqperf nodes={nodes} threads={threads} max batch {batch} on {}",
+                t.label
+            );
             let r = step(&t.uri, nodes, threads, batch, duration).await?;
-            eprintln!("   send {:.0} msg/s receive {:.0} msg/s (sent {}, received {})", r.send_per_s, r.receive_per_s, r.sent, r.received);
+            eprintln!(
+                "   send {:.0} msg/s receive {:.0} msg/s (sent {}, received {})",
+                r.send_per_s, r.receive_per_s, r.sent, r.received
+            );
             values.push(vec![Some(r.send_per_s), Some(r.receive_per_s)]);
         }
-        table.push(vec![nodes.to_string(), threads.to_string(), format!("max batch {batch}")], (i + 1) as f64, values);
+        table.push(
+            vec![
+                nodes.to_string(),
+                threads.to_string(),
+                format!("max batch {batch}"),
+            ],
+            (i + 1) as f64,
+            values,
+        );
     }
-    ctx.commands.push(format!("warren perf scenario mqperf --duration {}", ctx.step_s));
+    ctx.commands.push(format!(
+        "warren perf scenario mqperf --duration {}",
+        ctx.step_s
+    ));
     Ok(Report {
         title: "warren perf scenario mqperf".into(),
         intro: "Seed 002 (mqperf, RabbitMQ): durable queue, persistent 100-byte messages, senders publish batches of 1…max-batch messages and wait for the batch's publisher confirms; receivers use prefetch 100 and ack every message. Nodes are emulated as separate connection pairs on this machine.".into(),

@@ -85,10 +85,16 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
     let uri = AmqpUri::parse(uri).map_err(|e| anyhow!(e))?;
     let admin = Connection::open_named(&uri, "oslo-admin").await?;
     let ach = admin.channel().await?;
-    ach.exchange_declare(EXCHANGE, "topic", false, false).await?;
-    let (queue, key) = if mode == Mode::Notify { (NOTIFY_QUEUE, NOTIFY_KEY) } else { (SERVER_QUEUE, SERVER_KEY) };
+    ach.exchange_declare(EXCHANGE, "topic", false, false)
+        .await?;
+    let (queue, key) = if mode == Mode::Notify {
+        (NOTIFY_QUEUE, NOTIFY_KEY)
+    } else {
+        (SERVER_QUEUE, SERVER_KEY)
+    };
     ach.queue_declare(queue, &QueueOptions::default()).await?;
-    ach.queue_bind(queue, EXCHANGE, key, FieldTable::new()).await?;
+    ach.queue_bind(queue, EXCHANGE, key, FieldTable::new())
+        .await?;
 
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -117,7 +123,14 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         let reply_queue = if mode == Mode::Call {
             let rch = conn.channel().await?;
             let (name, _) = rch
-                .queue_declare("", &QueueOptions { exclusive: true, auto_delete: true, ..Default::default() })
+                .queue_declare(
+                    "",
+                    &QueueOptions {
+                        exclusive: true,
+                        auto_delete: true,
+                        ..Default::default()
+                    },
+                )
                 .await?;
             let rx = rch.basic_consume(&name, "oslo-replies", true).await?;
             reply_tasks.push(tokio::spawn(collect_replies(rx, shared.clone())));
@@ -135,7 +148,10 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         conns.push(conn);
     }
 
-    let broker = uri.is_local().then(|| BrokerProcess::find_by_port(uri.port)).flatten();
+    let broker = uri
+        .is_local()
+        .then(|| BrokerProcess::find_by_port(uri.port))
+        .flatten();
     let cpu_start = broker.and_then(|b| b.sample());
     let started = Instant::now();
     let tasks: Vec<_> = sender_channels
@@ -187,7 +203,11 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         Mode::Call => shared.replies_seen.lost(false),
         _ => shared.server_seen.lost(true),
     });
-    let done = if mode == Mode::Call { round_trip } else { received };
+    let done = if mode == Mode::Call {
+        round_trip
+    } else {
+        received
+    };
     let latency = Percentiles::of(&shared.latency.lock());
     Ok(OsloResult {
         sent,
@@ -203,8 +223,18 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
     })
 }
 
-async fn send_loop(id: usize, ch: Channel, reply_to: Option<String>, mode: Mode, shared: Arc<Shared>) {
-    let key = if mode == Mode::Notify { NOTIFY_KEY } else { SERVER_KEY };
+async fn send_loop(
+    id: usize,
+    ch: Channel,
+    reply_to: Option<String>,
+    mode: Mode,
+    shared: Arc<Shared>,
+) {
+    let key = if mode == Mode::Notify {
+        NOTIFY_KEY
+    } else {
+        SERVER_KEY
+    };
     let template = ch.publish_template(EXCHANGE, key, false);
     let mut body = vec![b'x'; 20480];
     let mut rng = rand::rngs::StdRng::from_entropy();
@@ -218,14 +248,20 @@ async fn send_loop(id: usize, ch: Channel, reply_to: Option<String>, mode: Mode,
             correlation_id: Some(format!("{id}.{seq}").into()),
             ..Default::default()
         };
-        if ch.publish(&template, &encode_properties(&props), &body[..size], now).is_err() {
+        if ch
+            .publish(&template, &encode_properties(&props), &body[..size], now)
+            .is_err()
+        {
             break;
         }
         seq += 1;
         shared.sent.fetch_add(1, Ordering::AcqRel);
         match mode {
             Mode::Call => {
-                if tokio::time::timeout(CALL_TIMEOUT, shared.reply_wakers[id].notified()).await.is_err() {
+                if tokio::time::timeout(CALL_TIMEOUT, shared.reply_wakers[id].notified())
+                    .await
+                    .is_err()
+                {
                     continue; // timed out: counted as lost unless the reply still comes
                 }
             }
@@ -243,8 +279,14 @@ async fn send_loop(id: usize, ch: Channel, reply_to: Option<String>, mode: Mode,
 
 use rand::SeedableRng;
 
-async fn serve(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>, mode: Mode, shared: Arc<Shared>) {
-    let reply_template_cache: std::collections::HashMap<String, crate::client::PublishTemplate> = Default::default();
+async fn serve(
+    ch: Channel,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>,
+    mode: Mode,
+    shared: Arc<Shared>,
+) {
+    let reply_template_cache: std::collections::HashMap<String, crate::client::PublishTemplate> =
+        Default::default();
     let mut cache = reply_template_cache;
     while let Some(d) = rx.recv().await {
         if let Some(stamp) = payload::parse(&d.body) {
@@ -252,15 +294,26 @@ async fn serve(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::
                 shared.received.fetch_add(1, Ordering::AcqRel);
             }
             if mode != Mode::Call {
-                shared.latency.lock().saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
+                shared
+                    .latency
+                    .lock()
+                    .saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
             } else if let Some(props) = d.decode_properties() {
                 if let Some(reply_to) = props.reply_to {
                     let t = cache
                         .entry(reply_to.to_string())
                         .or_insert_with(|| ch.publish_template("", &reply_to, false));
-                    let reply_props = BasicProperties { correlation_id: props.correlation_id, ..Default::default() };
+                    let reply_props = BasicProperties {
+                        correlation_id: props.correlation_id,
+                        ..Default::default()
+                    };
                     // The reply echoes the stamp, so the caller measures the round trip.
-                    let _ = ch.publish(t, &encode_properties(&reply_props), &d.body[..payload::MIN_BODY_BYTES], 0);
+                    let _ = ch.publish(
+                        t,
+                        &encode_properties(&reply_props),
+                        &d.body[..payload::MIN_BODY_BYTES],
+                        0,
+                    );
                 }
             }
         }
@@ -268,13 +321,19 @@ async fn serve(ch: Channel, mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::
     }
 }
 
-async fn collect_replies(mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>, shared: Arc<Shared>) {
+async fn collect_replies(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::client::Delivery>,
+    shared: Arc<Shared>,
+) {
     while let Some(d) = rx.recv().await {
         if let Some(stamp) = payload::parse(&d.body) {
             if shared.replies_seen.received(stamp.producer_id, stamp.seq) {
                 shared.round_trip.fetch_add(1, Ordering::AcqRel);
             }
-            shared.latency.lock().saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
+            shared
+                .latency
+                .lock()
+                .saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
             if let Some(w) = shared.reply_wakers.get(stamp.producer_id as usize) {
                 w.notify_one();
             }
@@ -292,12 +351,28 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     };
     for mode in [Mode::Call, Mode::Cast, Mode::Notify] {
         let count_metrics: Vec<(&str, Unit)> = if mode == Mode::Call {
-            vec![("sent, msg", Unit::Count), ("received, msg", Unit::Count), ("round-trip, msg", Unit::Count), ("lost, msg", Unit::Count)]
+            vec![
+                ("sent, msg", Unit::Count),
+                ("received, msg", Unit::Count),
+                ("round-trip, msg", Unit::Count),
+                ("lost, msg", Unit::Count),
+            ]
         } else {
-            vec![("sent, msg", Unit::Count), ("received, msg", Unit::Count), ("lost, msg", Unit::Count)]
+            vec![
+                ("sent, msg", Unit::Count),
+                ("received, msg", Unit::Count),
+                ("lost, msg", Unit::Count),
+            ]
         };
         let mut counts = Table::new(&["threads"], &count_metrics);
-        let mut perf = Table::new(&["threads"], &[("throughput, msg/sec", Unit::Count), ("latency, ms", Unit::Ms), ("Broker CPU, %", Unit::Percent)]);
+        let mut perf = Table::new(
+            &["threads"],
+            &[
+                ("throughput, msg/sec", Unit::Count),
+                ("latency, ms", Unit::Ms),
+                ("Broker CPU, %", Unit::Percent),
+            ],
+        );
         for &n in &threads {
             let mut count_values = vec![];
             let mut perf_values = vec![];
@@ -320,9 +395,17 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 }
                 c.push(r.lost.map(|l| l as f64));
                 count_values.push(c);
-                perf_values.push(vec![Some(r.throughput_per_s), Some(r.latency.mean_us / 1000.0), r.broker_cpu_percent]);
+                perf_values.push(vec![
+                    Some(r.throughput_per_s),
+                    Some(r.latency.mean_us / 1000.0),
+                    r.broker_cpu_percent,
+                ]);
             }
-            ctx.commands.push(format!("warren perf scenario oslo-rpc --steps {n}  # {} step, {} s", mode.name(), ctx.step_s));
+            ctx.commands.push(format!(
+                "warren perf scenario oslo-rpc --steps {n}  # {} step, {} s",
+                mode.name(),
+                ctx.step_s
+            ));
             counts.push(vec![format!("{n}")], n, count_values);
             perf.push(vec![format!("{n}")], n, perf_values);
         }
@@ -341,7 +424,10 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             table: counts,
         });
         report.sections.push(Section {
-            heading: format!("{} throughput, latency and broker CPU utilization depending on thread count", mode.name()),
+            heading: format!(
+                "{} throughput, latency and broker CPU utilization depending on thread count",
+                mode.name()
+            ),
             text: String::new(),
             plot: Some(PlotSpec {
                 file_stem: format!("{stem}_throughput"),
@@ -364,7 +450,19 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 metric_indexes: vec![0],
                 log_x: false,
             }),
-            table: Table { metrics: vec![perf.metrics[1].clone()], rows: perf.rows.iter().map(|r| crate::report::Row { keys: r.keys.clone(), x: r.x, values: r.values.iter().map(|v| vec![v[1]]).collect() }).collect(), key_headers: perf.key_headers.clone() },
+            table: Table {
+                metrics: vec![perf.metrics[1].clone()],
+                rows: perf
+                    .rows
+                    .iter()
+                    .map(|r| crate::report::Row {
+                        keys: r.keys.clone(),
+                        x: r.x,
+                        values: r.values.iter().map(|v| vec![v[1]]).collect(),
+                    })
+                    .collect(),
+                key_headers: perf.key_headers.clone(),
+            },
         });
     }
     Ok(report)
