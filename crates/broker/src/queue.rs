@@ -53,6 +53,7 @@ pub struct QueueLimits {
     pub expires_ms: Option<u64>,
     pub message_ttl_ms: Option<u64>,
     pub max_priority: Option<u8>,
+    pub single_active_consumer: bool,
     pub dead_letter_exchange: Option<ShortStr>,
     pub dead_letter_routing_key: Option<ShortStr>,
 }
@@ -349,8 +350,14 @@ impl Queue {
         mut queued: QueuedMessage,
     ) -> Option<QueuedMessage> {
         loop {
-            let n = st.consumers.len();
-            let start = st.next_consumer;
+            // With x-single-active-consumer only the oldest consumer receives; the next one
+            // takes over when it goes.
+            let n = if self.limits.single_active_consumer {
+                st.consumers.len().min(1)
+            } else {
+                st.consumers.len()
+            };
+            let start = if n == 0 { 0 } else { st.next_consumer % n };
             let Some(pick) = (0..n)
                 .map(|i| (start + i) % n)
                 .find(|&i| st.consumers[i].has_credit())

@@ -142,6 +142,7 @@ fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
         expires_ms: non_negative("x-expires")?,
         overflow: None,
         max_priority: None,
+        single_active_consumer: false,
         dead_letter_exchange: args
             .get("x-dead-letter-exchange")
             .and_then(|v| v.as_str())
@@ -182,6 +183,12 @@ fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
     if let Some(v) = args.get("x-queue-mode") {
         if !matches!(v.as_str(), Some("default" | "lazy")) {
             return Err(invalid("x-queue-mode", "{unacceptable_value}"));
+        }
+    }
+    if let Some(v) = args.get("x-single-active-consumer") {
+        match v.as_bool() {
+            Some(b) => limits.single_active_consumer = b,
+            None => return Err(invalid("x-single-active-consumer", "{unacceptable_type}")),
         }
     }
     if let Some(v) = args.get("x-max-priority") {
