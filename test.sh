@@ -39,6 +39,14 @@ echo "== broker up on port $port (log: $log)"
 status=0
 AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" tests/interop/run.sh || status=1
 
+echo "== warren perf against the broker"
+WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$root/target/release/warren" \
+  cargo test --release -p warren-perf --quiet -- --include-ignored 2>&1 | tee /tmp/warren-perf-test.log | grep -E "^test result|FAILED|panicked" || true
+grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result: FAILED" /tmp/warren-perf-test.log || status=1
+
+echo "== kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)"
+python3 tests/crash/kill9.py --warren "$root/target/release/warren" --rounds 5 || status=1
+
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1
 fi
