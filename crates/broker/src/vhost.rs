@@ -82,6 +82,17 @@ fn inequivalent(
     ))
 }
 
+/// The first flag that differs between a redeclaration and what exists, as RabbitMQ's 406.
+fn check_flags(what: &str, name: &str, flags: &[(&str, bool, bool)]) -> AmqpResult<()> {
+    match flags
+        .iter()
+        .find(|(_, received, current)| received != current)
+    {
+        Some(&(arg, received, current)) => Err(inequivalent(what, arg, name, received, current)),
+        None => Ok(()),
+    }
+}
+
 /// Queue arguments whose values must match on redeclare (RabbitMQ's equivalence list).
 const QUEUE_EQUIVALENCE_ARGS: &[&str] = &[
     "x-expires",
@@ -276,33 +287,15 @@ impl VHost {
                     existing.kind.as_str(),
                 ));
             }
-            if existing.durable != d.durable {
-                return Err(inequivalent(
-                    "exchange",
-                    "durable",
-                    name,
-                    d.durable,
-                    existing.durable,
-                ));
-            }
-            if existing.auto_delete != d.auto_delete {
-                return Err(inequivalent(
-                    "exchange",
-                    "auto_delete",
-                    name,
-                    d.auto_delete,
-                    existing.auto_delete,
-                ));
-            }
-            if existing.internal != d.internal {
-                return Err(inequivalent(
-                    "exchange",
-                    "internal",
-                    name,
-                    d.internal,
-                    existing.internal,
-                ));
-            }
+            check_flags(
+                "exchange",
+                name,
+                &[
+                    ("durable", d.durable, existing.durable),
+                    ("auto_delete", d.auto_delete, existing.auto_delete),
+                    ("internal", d.internal, existing.internal),
+                ],
+            )?;
             let (a, b) = (
                 d.arguments.get("alternate-exchange"),
                 existing.arguments.get("alternate-exchange"),
@@ -430,33 +423,15 @@ impl VHost {
             self.check_exclusive(&existing, connection)?;
             if !d.passive {
                 let name = &d.name;
-                if existing.durable != d.durable {
-                    return Err(inequivalent(
-                        "queue",
-                        "durable",
-                        name,
-                        d.durable,
-                        existing.durable,
-                    ));
-                }
-                if existing.auto_delete != d.auto_delete {
-                    return Err(inequivalent(
-                        "queue",
-                        "auto_delete",
-                        name,
-                        d.auto_delete,
-                        existing.auto_delete,
-                    ));
-                }
-                if existing.exclusive_owner.is_some() != d.exclusive {
-                    return Err(inequivalent(
-                        "queue",
-                        "exclusive",
-                        name,
-                        d.exclusive,
-                        existing.exclusive_owner.is_some(),
-                    ));
-                }
+                check_flags(
+                    "queue",
+                    name,
+                    &[
+                        ("durable", d.durable, existing.durable),
+                        ("auto_delete", d.auto_delete, existing.auto_delete),
+                        ("exclusive", d.exclusive, existing.exclusive_owner.is_some()),
+                    ],
+                )?;
                 for arg in QUEUE_EQUIVALENCE_ARGS {
                     let (a, b) = (d.arguments.get(arg), existing.arguments.get(arg));
                     if !same_arg(a, b) {
