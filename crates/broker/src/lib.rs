@@ -13,6 +13,7 @@ pub mod memory;
 pub mod message;
 pub mod names;
 pub mod queue;
+pub mod queue_args;
 pub mod ready;
 pub mod topic;
 pub mod vhost;

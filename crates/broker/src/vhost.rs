@@ -1,15 +1,16 @@
 //! `VHost`: the namespace of exchanges and queues, and the operations clients run on them —
 //! declare, delete, bind, unbind, route — with RabbitMQ's checks and reply codes.
 
+mod durability;
+
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
-use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
 use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
-use crate::message::Message;
 use crate::names;
-use crate::queue::{Overflow, Queue, QueueLimits, StoredQueue};
+use crate::queue::{Queue, QueueLimits, StoredQueue};
+use crate::queue_args::queue_limits;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -108,7 +109,7 @@ const QUEUE_EQUIVALENCE_ARGS: &[&str] = &[
     "x-single-active-consumer",
 ];
 
-fn describe(v: Option<&FieldValue>) -> String {
+pub(crate) fn describe(v: Option<&FieldValue>) -> String {
     match v {
         None => "none".to_owned(),
         Some(v) => match (v.as_i64(), v.as_str(), v.as_bool()) {
@@ -126,89 +127,6 @@ fn same_arg(a: Option<&FieldValue>, b: Option<&FieldValue>) -> bool {
         (Some(a), Some(b)) => describe(Some(a)) == describe(Some(b)),
         _ => false,
     }
-}
-
-/// Reads and checks the `x-` arguments this broker acts on. Unknown arguments are accepted
-/// and kept, as RabbitMQ does.
-fn queue_limits(name: &str, args: &FieldTable) -> AmqpResult<QueueLimits> {
-    let invalid = |arg: &str, why: &str| {
-        AmqpError::precondition(format!(
-            "invalid arg '{arg}' for queue '{name}' in vhost '/': {why}"
-        ))
-    };
-    let non_negative = |arg: &str| -> AmqpResult<Option<u64>> {
-        match args.get(arg) {
-            None => Ok(None),
-            Some(v) => match v.as_i64() {
-                Some(n) if n >= 0 => Ok(Some(n as u64)),
-                Some(n) => Err(invalid(arg, &format!("{{value_negative,{n}}}"))),
-                None => Err(invalid(arg, "{unacceptable_type,not an integer}")),
-            },
-        }
-    };
-    let mut limits = QueueLimits {
-        max_length: non_negative("x-max-length")?,
-        max_length_bytes: non_negative("x-max-length-bytes")?,
-        message_ttl_ms: non_negative("x-message-ttl")?,
-        expires_ms: non_negative("x-expires")?,
-        overflow: None,
-        max_priority: None,
-        single_active_consumer: false,
-        dead_letter_exchange: args
-            .get("x-dead-letter-exchange")
-            .and_then(|v| v.as_str())
-            .map(ShortStr::from),
-        dead_letter_routing_key: args
-            .get("x-dead-letter-routing-key")
-            .and_then(|v| v.as_str())
-            .map(ShortStr::from),
-    };
-    if limits.expires_ms == Some(0) {
-        return Err(invalid("x-expires", "{value_zero,0}"));
-    }
-    if let Some(v) = args.get("x-overflow") {
-        limits.overflow = Some(match v.as_str() {
-            Some("drop-head") => Overflow::DropHead,
-            Some("reject-publish") => Overflow::RejectPublish,
-            Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-            _ => {
-                return Err(invalid(
-                    "x-overflow",
-                    &format!("{{unacceptable_value,{}}}", describe(Some(v))),
-                ))
-            }
-        });
-    }
-    if let Some(v) = args.get("x-queue-type") {
-        match v.as_str() {
-            Some("classic") => {}
-            Some(t @ ("quorum" | "stream")) => {
-                return Err(invalid(
-                    "x-queue-type",
-                    &format!("queue type '{t}' is not supported by this Warren version yet"),
-                ))
-            }
-            _ => return Err(invalid("x-queue-type", "{unacceptable_value}")),
-        }
-    }
-    if let Some(v) = args.get("x-queue-mode") {
-        if !matches!(v.as_str(), Some("default" | "lazy")) {
-            return Err(invalid("x-queue-mode", "{unacceptable_value}"));
-        }
-    }
-    if let Some(v) = args.get("x-single-active-consumer") {
-        match v.as_bool() {
-            Some(b) => limits.single_active_consumer = b,
-            None => return Err(invalid("x-single-active-consumer", "{unacceptable_type}")),
-        }
-    }
-    if let Some(v) = args.get("x-max-priority") {
-        match v.as_i64() {
-            Some(p @ 0..=255) => limits.max_priority = Some(p as u8),
-            _ => return Err(invalid("x-max-priority", "{value_out_of_range}")),
-        }
-    }
-    Ok(limits)
 }
 
 impl VHost {
@@ -609,17 +527,14 @@ impl VHost {
         self.exchange(name).ok_or_else(|| not_found_exchange(name))
     }
 
-    fn check_bindable_source(&self, source: &str) -> AmqpResult<Arc<Exchange>> {
-        if source.is_empty() {
+    /// An exchange a binding may name: any but the default exchange.
+    fn bindable_exchange(&self, name: &str) -> AmqpResult<Arc<Exchange>> {
+        if name.is_empty() {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
-        let exchange = self.destination_exchange(source)?;
-        if exchange.kind == ExchangeKind::Headers {
-            // Validate x-match now rather than misroute later.
-        }
-        Ok(exchange)
+        self.destination_exchange(name)
     }
 
     fn check_headers_args(exchange: &Exchange, args: &FieldTable) -> AmqpResult<()> {
@@ -642,7 +557,7 @@ impl VHost {
         connection: ConnectionId,
     ) -> AmqpResult<()> {
         let q = self.queue_for(queue, connection)?;
-        let ex = self.check_bindable_source(exchange)?;
+        let ex = self.bindable_exchange(exchange)?;
         Self::check_headers_args(&ex, &arguments)?;
         let binding = Binding {
             destination: Destination::Queue(q),
@@ -664,7 +579,7 @@ impl VHost {
         connection: ConnectionId,
     ) -> AmqpResult<()> {
         let q = self.queue_for(queue, connection)?;
-        let ex = self.check_bindable_source(exchange)?;
+        let ex = self.bindable_exchange(exchange)?;
         let binding = Binding {
             destination: Destination::Queue(q),
             routing_key,
@@ -684,8 +599,8 @@ impl VHost {
         routing_key: ShortStr,
         arguments: FieldTable,
     ) -> AmqpResult<()> {
-        let dest = self.check_bindable_source(destination)?;
-        let src = self.check_bindable_source(source)?;
+        let dest = self.bindable_exchange(destination)?;
+        let src = self.bindable_exchange(source)?;
         Self::check_headers_args(&src, &arguments)?;
         let binding = Binding {
             destination: Destination::Exchange(dest.name.clone()),
@@ -705,8 +620,8 @@ impl VHost {
         routing_key: ShortStr,
         arguments: FieldTable,
     ) -> AmqpResult<()> {
-        let dest = self.check_bindable_source(destination)?;
-        let src = self.check_bindable_source(source)?;
+        let dest = self.bindable_exchange(destination)?;
+        let src = self.bindable_exchange(source)?;
         let binding = Binding {
             destination: Destination::Exchange(dest.name.clone()),
             routing_key,
@@ -717,151 +632,6 @@ impl VHost {
         }
         self.auto_delete_exchange(&src);
         Ok(())
-    }
-
-    // ---- durability ------------------------------------------------------------------
-
-    fn is_durable_destination(&self, dest: &Destination) -> bool {
-        match dest {
-            Destination::Queue(q) => q.stored.is_some(),
-            Destination::Exchange(name) => self.exchange(name).is_some_and(|e| e.durable),
-        }
-    }
-
-    fn persist_if_durable(&self, source: &Exchange, dest: &Destination) {
-        if source.durable && self.is_durable_destination(dest) {
-            self.persist_definitions();
-        }
-    }
-
-    /// The durable part of this vhost: what a restart must bring back.
-    pub fn durable_definitions(&self) -> Definitions {
-        let mut defs = Definitions::default();
-        let exchanges = self.exchanges();
-        for e in &exchanges {
-            if e.durable && !e.name.is_empty() && !names::has_reserved_prefix(&e.name) {
-                defs.exchanges.push(ExchangeDefinition {
-                    name: e.name.clone(),
-                    kind: e.kind.as_str().to_owned(),
-                    auto_delete: e.auto_delete,
-                    internal: e.internal,
-                    arguments: e.arguments.clone(),
-                });
-            }
-        }
-        for q in self.queues() {
-            if q.stored.is_some() {
-                defs.queues.push(QueueDefinition {
-                    name: q.name.clone(),
-                    auto_delete: q.auto_delete,
-                    arguments: q.arguments.clone(),
-                });
-            }
-        }
-        for e in exchanges.iter().filter(|e| e.durable && !e.name.is_empty()) {
-            for b in e.bindings() {
-                if self.is_durable_destination(&b.destination) {
-                    defs.bindings.push(BindingDefinition {
-                        source: e.name.clone(),
-                        destination: b.destination.name().clone(),
-                        to_exchange: !b.destination.is_queue(),
-                        routing_key: b.routing_key,
-                        arguments: b.arguments,
-                    });
-                }
-            }
-        }
-        defs
-    }
-
-    /// Writes the durable definitions to the store (atomic replace, fsync'd).
-    fn persist_definitions(&self) {
-        let Some(store) = &self.store else {
-            return;
-        };
-        let _serial = self.definitions_lock.lock();
-        let blob = self.durable_definitions().encode();
-        if let Err(e) = store.save_definitions(&blob) {
-            tracing::error!(error = %e, "saving definitions failed");
-        }
-    }
-
-    /// Recreates durable definitions and the messages the store kept for each queue.
-    pub fn recover(self: &Arc<Self>, recovered: warren_store::Recovered) {
-        let defs = match recovered.definitions.as_deref().map(Definitions::decode) {
-            None => Definitions::default(),
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                tracing::error!(error = %e, "stored definitions unreadable; starting without them");
-                Definitions::default()
-            }
-        };
-        for e in defs.exchanges {
-            let Some(kind) = ExchangeKind::parse(&e.kind) else {
-                continue;
-            };
-            let exchange = Exchange::new(
-                e.name.clone(),
-                kind,
-                true,
-                e.auto_delete,
-                e.internal,
-                e.arguments,
-            );
-            self.exchanges.write().insert(e.name, Arc::new(exchange));
-        }
-        for q in defs.queues {
-            if let Err(e) =
-                self.create_queue(q.name.clone(), true, None, q.auto_delete, q.arguments)
-            {
-                tracing::error!(queue = %q.name, error = %e, "could not recreate queue");
-            }
-        }
-        for b in defs.bindings {
-            let Some(source) = self.exchange(&b.source) else {
-                continue;
-            };
-            let destination = if b.to_exchange {
-                Destination::Exchange(b.destination)
-            } else {
-                match self.queue(&b.destination) {
-                    Some(q) => Destination::Queue(q),
-                    None => continue,
-                }
-            };
-            source.bind(Binding {
-                destination,
-                routing_key: b.routing_key,
-                arguments: b.arguments,
-            });
-        }
-        let mut restored = 0usize;
-        for (_, rq) in recovered.queues {
-            let Some(queue) = self.queue(&rq.name) else {
-                // The store knew a queue the definitions do not: drop its messages.
-                if let Some(store) = &self.store {
-                    if let Some((id, _)) = store.queues().into_iter().find(|(_, n)| *n == rq.name) {
-                        let _ = store.delete_queue(id);
-                    }
-                }
-                continue;
-            };
-            let messages: Vec<(Arc<Message>, warren_store::MessageId)> = rq
-                .messages
-                .into_iter()
-                .filter_map(|m| {
-                    let stored = m.message?;
-                    Some((Arc::new(Message::from_stored(stored)?), m.id))
-                })
-                .collect();
-            restored += messages.len();
-            queue.restore(messages);
-        }
-        tracing::info!(
-            restored_messages = restored,
-            queues = self.queues.read().len(),
-            "recovered durable state"
-        );
     }
 
     // ---- routing ---------------------------------------------------------------------
