@@ -33,7 +33,8 @@ fn entry_is(v: &FieldValue, key: &str, want: &str) -> bool {
     matches!(v, FieldValue::Table(t) if t.get(key).and_then(|x| x.as_str()) == Some(want))
 }
 
-/// The dead-lettered copy of `message` leaving `queue`, or None when sending it would loop
+/// The dead-lettered copy of `message` leaving `queue` with its new headers (for headers
+/// exchanges), or None when sending it would loop
 /// (it already died in this queue and no client rejected it on the way: RabbitMQ's cycle rule).
 pub fn dead_lettered(
     message: &Message,
@@ -41,7 +42,7 @@ pub fn dead_lettered(
     reason: DeathReason,
     exchange: &ShortStr,
     routing_key: Option<&ShortStr>,
-) -> Option<Message> {
+) -> Option<(Message, FieldTable)> {
     let header = ContentHeader {
         class_id: BASIC_CLASS_ID,
         body_size: message.body.len() as u64,
@@ -99,18 +100,19 @@ pub fn dead_lettered(
         headers.insert("x-first-death-exchange", text(&message.exchange));
     }
     headers.insert("x-death", FieldValue::Array(deaths));
-    props.headers = Some(headers);
+    props.headers = Some(headers.clone());
     // The per-message TTL does not follow the message, or it would expire again at once.
     props.expiration = None;
     let properties_raw: Bytes = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
     let routing_key = routing_key
         .cloned()
         .unwrap_or_else(|| message.routing_key.clone());
-    Some(Message::new(
+    let copy = Message::new(
         exchange.clone(),
         routing_key,
         &props,
         properties_raw,
         message.body.clone(),
-    ))
+    );
+    Some((copy, headers))
 }

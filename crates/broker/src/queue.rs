@@ -325,20 +325,25 @@ impl Queue {
             ) else {
                 continue;
             };
-            let headers = warren_codec::ContentHeader {
-                class_id: warren_codec::BASIC_CLASS_ID,
-                body_size: 0,
-                properties: copy.properties_raw.clone(),
-            }
-            .properties()
-            .ok()
-            .and_then(|p| p.headers);
-            vhost.route(&exchange, &copy.routing_key, headers.as_ref(), &mut queues);
+            let (copy, headers) = copy;
+            vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
+            // A persistent copy reaching durable queues is stored like a fresh publish.
+            let store_id = match &vhost.store {
+                Some(store) if copy.persistent => {
+                    let ids: Vec<QueueId> = queues
+                        .iter()
+                        .filter_map(|q| q.stored.as_ref().map(|s| s.id))
+                        .collect();
+                    (!ids.is_empty())
+                        .then(|| store.append(&ids, &copy.to_stored()).ok().map(|a| a.id))
+                        .flatten()
+                }
+                _ => None,
+            };
             let copy = Arc::new(copy);
-            // Dead-lettered copies are kept in memory only (RabbitMQ's at-most-once
-            // dead-lettering promises no more).
             for q in queues.drain(..) {
-                q.publish(copy.clone(), None);
+                let id = store_id.filter(|_| q.stored.is_some());
+                q.publish(copy.clone(), id);
             }
         }
     }
