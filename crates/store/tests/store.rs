@@ -235,8 +235,11 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
     store.append(&[q], &filler).unwrap();
     store.flush().unwrap();
     // Reclamation runs after the batch; give the writer a moment.
-    for _ in 0..100 {
-        if segment_files(&disk).len() <= 3 {
+    // The removal counter is bumped just after each file goes: wait for both.
+    for _ in 0..400 {
+        if segment_files(&disk).len() <= 3
+            && store.stats().segments_removed >= segments_used.len() as u64
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -244,7 +247,8 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
     let stats = store.stats();
     assert!(
         stats.segments_removed >= segments_used.len() as u64,
-        "{stats:?}"
+        "{stats:?} used {segments_used:?} files {:?}",
+        segment_files(&disk)
     );
     assert!(
         segment_files(&disk).len() <= 3,
