@@ -22,30 +22,35 @@ fi
 
 echo "== building the release broker"
 cargo build --release -p warren --quiet
+warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 data_dir=$(mktemp -d /tmp/warren-test-XXXXXX)
 log="$data_dir/warren.log"
-"$root/target/release/warren" server --bind 127.0.0.1 --amqp-port "$port" --data-dir "$data_dir/data" >"$log" 2>&1 &
+"$warren" server --bind 127.0.0.1 --amqp-port "$port" --data-dir "$data_dir/data" >"$log" 2>&1 &
 broker_pid=$!
 cleanup() { kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; }
 trap cleanup EXIT
+up=0
 for _ in $(seq 1 100); do
-  (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+  if (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null; then up=1; break; fi
   sleep 0.1
 done
+if [ $up -eq 0 ]; then
+  echo "the broker did not start; its log:"; cat "$log"; exit 1
+fi
 echo "== broker up on port $port (log: $log)"
 
 status=0
 AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" tests/interop/run.sh || status=1
 
 echo "== warren perf against the broker"
-WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$root/target/release/warren" \
+WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$warren" \
   cargo test --release -p warren-perf --quiet -- --include-ignored 2>&1 | tee /tmp/warren-perf-test.log | grep -E "^test result|FAILED|panicked" || true
 grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result: FAILED" /tmp/warren-perf-test.log || status=1
 
 echo "== kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)"
-python3 tests/crash/kill9.py --warren "$root/target/release/warren" --rounds 5 || status=1
+python3 tests/crash/kill9.py --warren "$warren" --rounds 5 || status=1
 
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1
