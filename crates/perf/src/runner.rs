@@ -98,7 +98,8 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
         .with_context(|| format!("connecting to {uri}"))?;
     let ch = admin.channel().await?;
     if declares_exchange(&args.exchange) {
-        ch.exchange_declare(&args.exchange, &args.exchange_type, false, false)
+        // Durable, as PerfTest declares it: both tools then share a broker's exchange.
+        ch.exchange_declare(&args.exchange, &args.exchange_type, true, false)
             .await?;
     }
     let queue_opts = QueueOptions {

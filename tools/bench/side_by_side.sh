@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Side-by-side PerfTest runs, Warren against RabbitMQ, in one go on this machine (the figures
+# in docs/benchmarks.md). Starts a Warren release build and a throw-away RabbitMQ
+# (../shared/tools/rabbitmq.sh), runs each experiment against both back to back, prints
+# PerfTest's summary lines and the ratio. Usage: tools/bench/side_by_side.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-20}
+tools=../shared/tools
+warren_port=5699
+rabbit_port=5690
+cargo build --release -p warren --quiet
+warren="${CARGO_TARGET_DIR:-target}/release/warren"
+data=$(mktemp -d /tmp/warren-bench-XXXXXX)
+"$warren" server --bind 127.0.0.1 --amqp-port $warren_port --data-dir "$data" >"$data/log" 2>&1 &
+wpid=$!
+trap 'kill $wpid 2>/dev/null; $tools/rabbitmq.sh stop $rabbit_port; rm -rf "$data"' EXIT
+$tools/rabbitmq.sh start $rabbit_port >/dev/null
+sleep 1
+
+# run NAME FLAGS...: PerfTest against both brokers; prints receive rates and the ratio.
+run() {
+  local name=$1; shift
+  local rates=()
+  for port in $warren_port $rabbit_port; do
+    local out
+    out=$($tools/perftest.sh --uri "amqp://guest:guest@127.0.0.1:$port" -z "$secs" "$@" 2>&1)
+    local sent recv
+    sent=$(echo "$out" | sed -n 's/.*sending rate avg: \([0-9]*\) msg\/s.*/\1/p' | tail -1)
+    recv=$(echo "$out" | sed -n 's/.*receiving rate avg: \([0-9]*\) msg\/s.*/\1/p' | tail -1)
+    echo "$name port $port: sending avg $sent msg/s, receiving avg $recv msg/s"
+    echo "$out" | grep -E "^id: .*time" | tail -1 | sed 's/^/    last interval: /'
+    rates+=("${recv:-0}")
+  done
+  python3 -c "w,r=$((rates[0])),$((rates[1])); print('$name: Warren/RabbitMQ receive ratio %.1fx' % (w/max(r,1)))"
+}
+
+echo "== machine: $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+run "autoack 1p/1c 1000B" -x 1 -y 1 -s 1000 --autoack -u bench-autoack
+run "persistent confirm100 manual-ack 1p/1c" -x 1 -y 1 -s 1000 -f persistent -c 100 -q 200 \
+  -u bench-durable -ad false
+run "persistent confirm100 manual-ack 4p/2c" -x 4 -y 2 -s 1000 -f persistent -c 100 -q 200 \
+  -u bench-durable4 -ad false
+kill -INT $wpid; wait $wpid 2>/dev/null || true
+grep "Warren stopped" "$data/log" | sed 's/\x1b\[[0-9;]*m//g' | sed 's/^/warren: /'
