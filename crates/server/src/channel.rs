@@ -46,6 +46,8 @@ pub struct Channel {
     pub pending_publish: Option<PendingPublish>,
     pub confirm: Option<ConfirmState>,
     pub tx: Option<Vec<TxOp>>,
+    /// A tx.commit-ok owed once this store sequence is durable.
+    pub commit_waits_for: Option<u64>,
     /// Reused for every publish's routing result.
     pub route_buf: Vec<Arc<Queue>>,
     /// Reused for the store ids of a persistent publish's durable queues.
@@ -67,6 +69,7 @@ impl Channel {
             pending_publish: None,
             confirm: None,
             tx: None,
+            commit_waits_for: None,
             route_buf: Vec::new(),
             store_ids_buf: Vec::new(),
         }
@@ -246,10 +249,7 @@ impl Channel {
                 self.tx.get_or_insert_with(Vec::new);
                 ctx.send(ch, TxSelectOk);
             }
-            Method::TxCommit(_) => {
-                self.commit(ctx)?;
-                ctx.send(ch, TxCommitOk);
-            }
+            Method::TxCommit(_) => self.commit(ctx)?,
             Method::TxRollback(_) => {
                 let Some(ops) = self.tx.as_mut() else {
                     return Err(AmqpError::precondition("channel is not transactional"));

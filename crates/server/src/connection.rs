@@ -339,10 +339,7 @@ impl Connection {
         let mut alarm_notified = false;
         loop {
             let room = self.wbuf.len() < WRITE_HIGH_WATER_BYTES;
-            let confirms_waiting = self
-                .channels
-                .values()
-                .any(|c| c.confirm.as_ref().is_some_and(|s| s.has_pending()));
+            let confirms_waiting = self.channels.values().any(|c| c.awaits_durability());
             let held_back = self.has_published && *blocked.borrow();
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK_BYTES / 4 {
                 self.rbuf.reserve(READ_CHUNK_BYTES);
@@ -475,13 +472,10 @@ impl Connection {
     }
 
     fn flush_confirms(&mut self) {
-        let Connection {
-            channels, vhost, ..
-        } = self;
-        let _ = vhost;
-        let ids: Vec<u16> = channels
+        let ids: Vec<u16> = self
+            .channels
             .iter()
-            .filter(|(_, c)| c.confirm.as_ref().is_some_and(|s| s.has_pending()))
+            .filter(|(_, c)| c.awaits_durability())
             .map(|(id, _)| *id)
             .collect();
         for id in ids {

@@ -181,12 +181,13 @@ impl Channel {
                 ops.push(TxOp::Publish(published));
                 Ok(())
             }
-            None => self.route_and_enqueue(published, ctx),
+            None => self.route_and_enqueue(published, ctx).map(|_| ()),
         }
     }
 
-    /// Routes one message and confirms it (or returns it, or nacks it).
-    pub fn route_and_enqueue(&mut self, p: Published, ctx: &mut Ctx) -> AmqpResult<()> {
+    /// Routes one message and confirms it (or returns it, or nacks it). Returns the store
+    /// sequence that must be durable before the publish counts as safe (0: nothing stored).
+    pub fn route_and_enqueue(&mut self, p: Published, ctx: &mut Ctx) -> AmqpResult<u64> {
         if p.method.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true"));
         }
@@ -295,7 +296,7 @@ impl Channel {
         if let (Some(seq), Some(c)) = (seq, self.confirm.as_mut()) {
             c.pending.push_back((seq, store_seq, !rejected));
         }
-        Ok(())
+        Ok(store_seq)
     }
 
     /// Writes a persistent message once to the store for all the durable queues it reached;
@@ -327,17 +328,21 @@ impl Channel {
     /// Writes the confirms that are ready: everything in order up to the first publish whose
     /// store write is not durable yet. A run of acks becomes one basic.ack(multiple).
     pub fn flush_confirms(&mut self, ctx: &mut Ctx) {
+        let durable_seq = ctx
+            .vhost
+            .store
+            .as_ref()
+            .map_or(u64::MAX, |s| s.durable_seq());
+        if self.commit_waits_for.is_some_and(|seq| seq <= durable_seq) {
+            self.commit_waits_for = None;
+            ctx.send(self.id, TxCommitOk);
+        }
         let Some(c) = self.confirm.as_mut() else {
             return;
         };
         if c.pending.is_empty() {
             return;
         }
-        let durable_seq = ctx
-            .vhost
-            .store
-            .as_ref()
-            .map_or(u64::MAX, |s| s.durable_seq());
         let mut run: Option<(u64, u64)> = None; // (first, last) acked publish seq
         while let Some(&(seq, store_seq, ok)) = c.pending.front() {
             if store_seq > durable_seq {
@@ -377,14 +382,16 @@ impl Channel {
         }
     }
 
-    /// tx.commit: applies the buffered publishes and acks in order.
+    /// tx.commit: applies the buffered publishes and acks in order. commit-ok is sent once
+    /// every persistent message of the transaction is durable (`flush_confirms` sends it).
     pub fn commit(&mut self, ctx: &mut Ctx) -> AmqpResult<()> {
         let Some(ops) = self.tx.replace(Vec::new()) else {
             return Err(AmqpError::precondition("channel is not transactional"));
         };
+        let mut store_seq = 0;
         for op in ops {
             match op {
-                TxOp::Publish(p) => self.route_and_enqueue(p, ctx)?,
+                TxOp::Publish(p) => store_seq = store_seq.max(self.route_and_enqueue(p, ctx)?),
                 TxOp::Ack { tag, multiple } => self.settle(tag, multiple, None, ctx)?,
                 TxOp::Nack {
                     tag,
@@ -393,6 +400,13 @@ impl Channel {
                 } => self.settle(tag, multiple, Some(requeue), ctx)?,
             }
         }
+        self.commit_waits_for = Some(store_seq);
+        self.flush_confirms(ctx);
         Ok(())
+    }
+
+    /// True while a confirm or a commit-ok waits for the store.
+    pub fn awaits_durability(&self) -> bool {
+        self.commit_waits_for.is_some() || self.confirm.as_ref().is_some_and(|c| c.has_pending())
     }
 }
