@@ -51,6 +51,7 @@ grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result:
 
 echo "== kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)"
 python3 tests/crash/kill9.py --warren "$warren" --rounds 5 || status=1
+python3 tests/crash/kill9.py --warren "$warren" --rounds 5 --lazy || status=1
 
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1

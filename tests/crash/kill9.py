@@ -418,8 +418,13 @@ def queue_check(params, queue):
         close_quietly(conn)
 
 
+# Set from --lazy: a lazy queue keeps persistent messages on disk only (paged back on delivery).
+QUEUE_ARGS = {}
+
+
 def declare(ch, queue):
-    ch.queue_declare(queue, durable=True, exclusive=False, auto_delete=False)
+    ch.queue_declare(queue, durable=True, exclusive=False, auto_delete=False,
+                     arguments=QUEUE_ARGS)
 
 
 def drain(params, queue, book):
@@ -483,6 +488,8 @@ def parse_args():
                    help="seconds the broker gets to accept connections after each (re)start")
     p.add_argument("--queue", default="crash-test")
     p.add_argument("--prefetch", type=int, default=50)
+    p.add_argument("--lazy", action="store_true",
+                   help="declare the queue with x-queue-mode=lazy (messages paged to disk)")
     a = p.parse_args()
     if a.url:
         if not a.no_kill:
@@ -501,6 +508,8 @@ def parse_args():
 def main():
     global START_TIMEOUT_S
     args = parse_args()
+    if args.lazy:
+        QUEUE_ARGS["x-queue-mode"] = "lazy"
     START_TIMEOUT_S = args.start_timeout
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)

@@ -16,6 +16,9 @@ pub struct Message {
     pub priority: u8,
     /// Per-message TTL from the `expiration` property, when it parsed as an integer.
     pub expiration_ms: Option<u64>,
+    /// When paged out (only in the store; names, properties and body empty here): the size
+    /// the message has on the queue's books. 0 otherwise.
+    pub paged_bytes: usize,
 }
 
 impl Message {
@@ -38,6 +41,23 @@ impl Message {
                 .expiration
                 .as_ref()
                 .and_then(|e| e.as_str().parse().ok()),
+            paged_bytes: 0,
+        }
+    }
+
+    /// What stays in memory of a message whose record is in the store: only what ordering,
+    /// expiry and limits need. Everything else (names, properties, body) is read back from
+    /// the store before delivery (`from_stored`).
+    pub fn without_body(&self) -> Message {
+        Message {
+            exchange: ShortStr::default(),
+            routing_key: ShortStr::default(),
+            properties_raw: Bytes::new(),
+            body: Bytes::new(),
+            persistent: self.persistent,
+            priority: self.priority,
+            expiration_ms: self.expiration_ms,
+            paged_bytes: self.size_bytes(),
         }
     }
 
@@ -68,8 +88,14 @@ impl Message {
         }
     }
 
-    /// Bytes a queue accounts for this message (body plus properties).
+    /// Bytes a queue accounts for this message (body plus properties), paged or not: what
+    /// `x-max-length-bytes` limits.
     pub fn size_bytes(&self) -> usize {
+        self.body.len() + self.properties_raw.len() + self.paged_bytes
+    }
+
+    /// Bytes this message holds in memory (what the memory alarm counts).
+    pub fn memory_bytes(&self) -> usize {
         self.body.len() + self.properties_raw.len()
     }
 }

@@ -24,7 +24,18 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{MessageId, QueueId, Store};
+use warren_store::{Location, MessageId, QueueId, Store};
+
+/// Queued bytes a durable queue keeps in memory before further persistent messages are
+/// kept on disk only (`x-queue-mode=lazy` makes it 0).
+pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// Where a persisted message lives in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreRef {
+    pub id: MessageId,
+    pub location: Location,
+}
 
 #[derive(Debug, Clone)]
 pub struct QueuedMessage {
@@ -33,8 +44,10 @@ pub struct QueuedMessage {
     pub redelivered: bool,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
-    /// The store's id when the message is persisted for this queue.
-    pub store_id: Option<MessageId>,
+    /// Set when the message is persisted for this queue.
+    pub store_ref: Option<StoreRef>,
+    /// The body is on disk only (`message.body` is empty); read back before delivery.
+    pub paged: bool,
 }
 
 /// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
@@ -101,6 +114,8 @@ pub struct Queue {
     vhost: Weak<VHost>,
     /// Set for durable queues when the broker has a store: persistent messages go there.
     pub stored: Option<StoredQueue>,
+    /// In-memory bytes of ready messages beyond which stored messages are paged out.
+    memory_budget_bytes: Option<usize>,
     last_used: Mutex<Instant>,
     state: Mutex<QueueState>,
 }
@@ -119,6 +134,11 @@ impl Queue {
         stored: Option<StoredQueue>,
     ) -> Queue {
         let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
+        let lazy = arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
+        let memory_budget_bytes =
+            stored
+                .as_ref()
+                .map(|_| if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
         Queue {
             name,
             durable,
@@ -129,6 +149,7 @@ impl Queue {
             memory,
             vhost,
             stored,
+            memory_budget_bytes,
             last_used: Mutex::new(Instant::now()),
             state: Mutex::new(QueueState {
                 ready,
@@ -153,11 +174,11 @@ impl Queue {
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
-    /// `store_id` is set when the caller persisted the message for this queue.
+    /// `store_ref` is set when the caller persisted the message for this queue.
     pub fn publish(
         self: &Arc<Self>,
         message: Arc<Message>,
-        store_id: Option<MessageId>,
+        store_ref: Option<StoreRef>,
     ) -> Enqueued {
         let mut dead = DeadLetters::new();
         let outcome = {
@@ -173,7 +194,8 @@ impl Queue {
                 expires_at: self.expiry_for(&message, now),
                 message,
                 redelivered: false,
-                store_id,
+                store_ref,
+                paged: false,
             };
             self.expire(&mut st, now, &mut dead);
             if st.ready.is_empty() {
@@ -220,12 +242,13 @@ impl Queue {
             return Enqueued::Accepted;
         }
         let expiring = queued.expires_at.is_some();
-        self.memory.add(size);
+        let queued = self.page_out_if_over_budget(st, queued);
+        self.memory.add(queued.message.memory_bytes());
         st.ready.push_back(queued);
         while self.over_limit(st, 0, 0) {
             match st.ready.pop_oldest_lowest() {
                 Some(dropped) => {
-                    self.memory.sub(dropped.message.size_bytes());
+                    self.memory.sub(dropped.message.memory_bytes());
                     dead.push((dropped, DeathReason::MaxLen));
                 }
                 None => break,
@@ -244,7 +267,7 @@ impl Queue {
             let mut expired = Vec::new();
             st.ready.take_expired(now, &mut expired);
             for m in expired {
-                self.memory.sub(m.message.size_bytes());
+                self.memory.sub(m.message.memory_bytes());
                 dead.push((m, DeathReason::Expired));
             }
         }
@@ -288,10 +311,53 @@ impl Queue {
         });
     }
 
+    /// Keeps only the message's metadata in memory when the ready list is over the queue's
+    /// memory budget and the message is in the store.
+    fn page_out_if_over_budget(&self, st: &QueueState, mut m: QueuedMessage) -> QueuedMessage {
+        let over = self
+            .memory_budget_bytes
+            .is_some_and(|budget| st.ready.memory_bytes() + m.message.memory_bytes() > budget);
+        if over && m.store_ref.is_some() && !m.paged {
+            m.message = Arc::new(m.message.without_body());
+            m.paged = true;
+        }
+        m
+    }
+
+    /// Reads a paged message's body back from the store; None (and the message dropped,
+    /// with an error logged) if the store cannot return it.
+    fn page_in(&self, mut m: QueuedMessage) -> Option<QueuedMessage> {
+        if !m.paged {
+            return Some(m);
+        }
+        let (Some(stored), Some(r)) = (&self.stored, m.store_ref) else {
+            return None;
+        };
+        match stored.store.read(&r.location) {
+            Ok(full) => match Message::from_stored(full) {
+                Some(message) => {
+                    m.message = Arc::new(message);
+                    m.paged = false;
+                    Some(m)
+                }
+                None => {
+                    tracing::error!(queue = %self.name, "a paged message no longer parses; dropping it");
+                    self.forget(&m);
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "reading a paged message failed; dropping it");
+                self.forget(&m);
+                None
+            }
+        }
+    }
+
     /// Removes a message that leaves the queue for good from the store.
     fn forget(&self, m: &QueuedMessage) {
-        if let (Some(stored), Some(id)) = (&self.stored, m.store_id) {
-            if let Err(e) = stored.store.ack(stored.id, id) {
+        if let (Some(stored), Some(r)) = (&self.stored, m.store_ref) {
+            if let Err(e) = stored.store.ack(stored.id, r.id) {
                 tracing::debug!(queue = %self.name, error = %e, "store ack failed");
             }
         }
@@ -305,6 +371,10 @@ impl Queue {
         for (m, _) in &dead {
             self.forget(m);
         }
+        let dead: DeadLetters = dead
+            .into_iter()
+            .filter_map(|(m, reason)| self.page_in(m).map(|m| (m, reason)))
+            .collect();
         let Some(dlx) = &self.limits.dead_letter_exchange else {
             return;
         };
@@ -328,22 +398,29 @@ impl Queue {
             let (copy, headers) = copy;
             vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
             // A persistent copy reaching durable queues is stored like a fresh publish.
-            let store_id = match &vhost.store {
+            let store_ref = match &vhost.store {
                 Some(store) if copy.persistent => {
                     let ids: Vec<QueueId> = queues
                         .iter()
                         .filter_map(|q| q.stored.as_ref().map(|s| s.id))
                         .collect();
                     (!ids.is_empty())
-                        .then(|| store.append(&ids, &copy.to_stored()).ok().map(|a| a.id))
+                        .then(|| {
+                            store
+                                .append(&ids, &copy.to_stored())
+                                .ok()
+                                .map(|a| StoreRef {
+                                    id: a.id,
+                                    location: a.location,
+                                })
+                        })
                         .flatten()
                 }
                 _ => None,
             };
             let copy = Arc::new(copy);
             for q in queues.drain(..) {
-                let id = store_id.filter(|_| q.stored.is_some());
-                q.publish(copy.clone(), id);
+                q.publish(copy.clone(), store_ref.filter(|_| q.stored.is_some()));
             }
         }
     }
@@ -378,7 +455,7 @@ impl Queue {
                 // Delivered without ack: gone for the queue. (Should the connection turn out
                 // dead, the message comes back without its store id.)
                 self.forget(&queued);
-                queued.store_id = None;
+                queued.store_ref = None;
             }
             let event = ConnectionEvent::Deliver(Delivery {
                 consumer: consumer.clone(),
@@ -408,10 +485,20 @@ impl Queue {
         }
         self.expire(st, Instant::now(), dead);
         while let Some(next) = st.ready.pop_front() {
-            let size = next.message.size_bytes();
+            let memory_bytes = next.message.memory_bytes();
+            let was_paged = next.paged;
+            let Some(next) = self.page_in(next) else {
+                self.memory.sub(memory_bytes);
+                continue;
+            };
             match self.hand_to_consumer(st, next) {
-                None => self.memory.sub(size),
-                Some(back) => {
+                None => self.memory.sub(memory_bytes),
+                Some(mut back) => {
+                    if was_paged {
+                        // No consumer after all: keep it on disk only again.
+                        back.message = Arc::new(back.message.without_body());
+                        back.paged = true;
+                    }
                     st.ready.insert_by_id(back);
                     return;
                 }
@@ -437,7 +524,8 @@ impl Queue {
 
     /// Puts a message back where its id says it belongs (usually the head).
     fn insert_ready(&self, st: &mut QueueState, m: QueuedMessage) {
-        self.memory.add(m.message.size_bytes());
+        let m = self.page_out_if_over_budget(st, m);
+        self.memory.add(m.message.memory_bytes());
         st.ready.insert_by_id(m);
     }
 
@@ -533,8 +621,13 @@ impl Queue {
         self.touch();
         self.with_state(|st, dead| {
             self.expire(st, Instant::now(), dead);
-            let m = st.ready.pop_front()?;
-            self.memory.sub(m.message.size_bytes());
+            let m = loop {
+                let m = st.ready.pop_front()?;
+                self.memory.sub(m.message.memory_bytes());
+                if let Some(m) = self.page_in(m) {
+                    break m;
+                }
+            };
             if !no_ack {
                 st.unacked += 1;
             } else {
@@ -546,7 +639,7 @@ impl Queue {
 
     pub fn purge(&self) -> u32 {
         let mut st = self.state.lock();
-        self.memory.sub(st.ready.bytes());
+        self.memory.sub(st.ready.memory_bytes());
         let purged = st.ready.drain_all();
         drop(st);
         for m in &purged {
@@ -560,7 +653,7 @@ impl Queue {
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
         let mut st = self.state.lock();
         st.deleted = true;
-        self.memory.sub(st.ready.bytes());
+        self.memory.sub(st.ready.memory_bytes());
         let n = st.ready.drain_all().len() as u32;
         if let Some(stored) = &self.stored {
             if let Err(e) = stored.store.delete_queue(stored.id) {
@@ -580,20 +673,24 @@ impl Queue {
 
     /// Puts messages recovered from the store back, in order, marked redelivered (they may
     /// have reached a consumer before the restart).
-    pub fn restore(&self, messages: Vec<(Arc<Message>, MessageId)>) {
+    /// Beyond the memory budget only metadata stays in memory (bodies are read back later).
+    pub fn restore(&self, messages: Vec<(Arc<Message>, StoreRef)>) {
         let mut st = self.state.lock();
         let now = Instant::now();
-        for (message, store_id) in messages {
+        for (message, store_ref) in messages {
             let id = st.next_message_id;
             st.next_message_id += 1;
-            self.memory.add(message.size_bytes());
-            st.ready.push_back(QueuedMessage {
+            let queued = QueuedMessage {
                 id,
                 expires_at: self.expiry_for(&message, now),
                 message,
                 redelivered: true,
-                store_id: Some(store_id),
-            });
+                store_ref: Some(store_ref),
+                paged: false,
+            };
+            let queued = self.page_out_if_over_budget(&st, queued);
+            self.memory.add(queued.message.memory_bytes());
+            st.ready.push_back(queued);
         }
     }
 

@@ -10,7 +10,10 @@ pub struct ReadyList {
     /// Index = priority; a plain queue has one level.
     levels: Vec<VecDeque<QueuedMessage>>,
     len: usize,
+    /// Logical bytes (what `x-max-length-bytes` counts), paged bodies included.
     bytes: usize,
+    /// Bytes held in memory (paged bodies excluded).
+    memory_bytes: usize,
 }
 
 impl ReadyList {
@@ -20,6 +23,7 @@ impl ReadyList {
             levels: (0..=max_priority).map(|_| VecDeque::new()).collect(),
             len: 0,
             bytes: 0,
+            memory_bytes: 0,
         }
     }
 
@@ -40,18 +44,32 @@ impl ReadyList {
         self.bytes
     }
 
-    pub fn push_back(&mut self, m: QueuedMessage) {
-        let level = self.level_of(&m);
+    pub fn memory_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
+    fn count_in(&mut self, m: &QueuedMessage) {
         self.len += 1;
         self.bytes += m.message.size_bytes();
+        self.memory_bytes += m.message.memory_bytes();
+    }
+
+    fn count_out(&mut self, m: &QueuedMessage) {
+        self.len -= 1;
+        self.bytes -= m.message.size_bytes();
+        self.memory_bytes -= m.message.memory_bytes();
+    }
+
+    pub fn push_back(&mut self, m: QueuedMessage) {
+        let level = self.level_of(&m);
+        self.count_in(&m);
         self.levels[level].push_back(m);
     }
 
     /// Puts a message back where its id places it (usually the head of its level).
     pub fn insert_by_id(&mut self, m: QueuedMessage) {
         let level = self.level_of(&m);
-        self.len += 1;
-        self.bytes += m.message.size_bytes();
+        self.count_in(&m);
         let list = &mut self.levels[level];
         let at = list.partition_point(|x| x.id < m.id);
         list.insert(at, m);
@@ -70,8 +88,7 @@ impl ReadyList {
     pub fn pop_front(&mut self) -> Option<QueuedMessage> {
         let level = self.front_level()?;
         let m = self.levels[level].pop_front()?;
-        self.len -= 1;
-        self.bytes -= m.message.size_bytes();
+        self.count_out(&m);
         Some(m)
     }
 
@@ -79,22 +96,18 @@ impl ReadyList {
     pub fn pop_oldest_lowest(&mut self) -> Option<QueuedMessage> {
         let level = (0..self.levels.len()).find(|&l| !self.levels[l].is_empty())?;
         let m = self.levels[level].pop_front()?;
-        self.len -= 1;
-        self.bytes -= m.message.size_bytes();
+        self.count_out(&m);
         Some(m)
     }
 
     /// Removes expired messages from the head of each level (expiry, like RabbitMQ's, is
     /// only checked at the head).
     pub fn take_expired(&mut self, now: std::time::Instant, out: &mut Vec<QueuedMessage>) {
-        for list in &mut self.levels {
-            while list
-                .front()
-                .is_some_and(|m| m.expires_at.is_some_and(|t| t <= now))
-            {
-                let m = list.pop_front().expect("front exists");
-                self.len -= 1;
-                self.bytes -= m.message.size_bytes();
+        let expired = |m: &QueuedMessage| m.expires_at.is_some_and(|t| t <= now);
+        for level in 0..self.levels.len() {
+            while self.levels[level].front().is_some_and(expired) {
+                let m = self.levels[level].pop_front().expect("front exists");
+                self.count_out(&m);
                 out.push(m);
             }
         }
@@ -111,6 +124,7 @@ impl ReadyList {
     pub fn drain_all(&mut self) -> Vec<QueuedMessage> {
         self.len = 0;
         self.bytes = 0;
+        self.memory_bytes = 0;
         self.levels.iter_mut().flat_map(|l| l.drain(..)).collect()
     }
 }

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::queue::QueuedMessage;
+use warren_broker::queue::{QueuedMessage, StoreRef};
 use warren_broker::{AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message};
 use warren_codec::*;
 
@@ -253,7 +253,8 @@ impl Channel {
                         message: message.clone(),
                         redelivered: false,
                         expires_at: None,
-                        store_id: None,
+                        store_ref: None,
+                        paged: false,
                     },
                 };
                 routed = consumer.send(ConnectionEvent::Deliver(delivery)).is_ok();
@@ -272,8 +273,11 @@ impl Channel {
                 store_seq = appended.seq;
             }
             for queue in queues.drain(..) {
-                let store_id = stored.filter(|_| queue.stored.is_some()).map(|a| a.id);
-                if queue.publish(message.clone(), store_id) == Enqueued::Rejected {
+                let store_ref = stored.filter(|_| queue.stored.is_some()).map(|a| StoreRef {
+                    id: a.id,
+                    location: a.location,
+                });
+                if queue.publish(message.clone(), store_ref) == Enqueued::Rejected {
                     rejected = true;
                 }
             }

@@ -7,6 +7,7 @@ use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, Que
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::message::Message;
 use crate::names;
+use crate::queue::StoreRef;
 use std::sync::Arc;
 
 impl VHost {
@@ -135,12 +136,16 @@ impl VHost {
                 }
                 continue;
             };
-            let messages: Vec<(Arc<Message>, warren_store::MessageId)> = rq
+            let messages: Vec<(Arc<Message>, StoreRef)> = rq
                 .messages
                 .into_iter()
                 .filter_map(|m| {
                     let stored = m.message?;
-                    Some((Arc::new(Message::from_stored(stored)?), m.id))
+                    let store_ref = StoreRef {
+                        id: m.id,
+                        location: m.location,
+                    };
+                    Some((Arc::new(Message::from_stored(stored)?), store_ref))
                 })
                 .collect();
             restored += messages.len();
