@@ -350,7 +350,11 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
         server.abort();
     }
 
-    let lost = drained.then(|| shared.accounting.lost(args.confirm_window().is_some()));
+    // Lost only means something when both sides ran: without consumers nothing was meant to
+    // be received, without producers nothing was sent by this run.
+    let both_sides = args.producers > 0 && args.consumers > 0;
+    let lost =
+        (drained && both_sides).then(|| shared.accounting.lost(args.confirm_window().is_some()));
     let send_s = send_elapsed.as_secs_f64().max(1e-9);
     let steady: Vec<&IntervalRecord> = steady_intervals(&intervals);
     let broker_cpu_percent = match (cpu_start, cpu_end) {
