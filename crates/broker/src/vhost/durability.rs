@@ -140,7 +140,18 @@ impl VHost {
                 .messages
                 .into_iter()
                 .filter_map(|m| {
-                    let stored = m.message?;
+                    // Recovery may return only locations (store option `recover_bodies`
+                    // off): read those records now.
+                    let stored = match m.message {
+                        Some(stored) => stored,
+                        None => match self.store.as_ref()?.read(&m.location) {
+                            Ok(stored) => stored,
+                            Err(e) => {
+                                tracing::error!(queue = %rq.name, error = %e, "unreadable stored message skipped");
+                                return None;
+                            }
+                        },
+                    };
                     let store_ref = StoreRef {
                         id: m.id,
                         location: m.location,

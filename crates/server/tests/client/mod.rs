@@ -1,6 +1,8 @@
 //! A tiny AMQP client over warren-codec for in-process tests: enough to handshake, send
 //! methods and content, and read frames back, with timeouts so a broken broker fails a test
 //! instead of hanging it.
+// Each test binary uses its own subset of this client.
+#![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
 use std::time::Duration;
@@ -205,5 +207,43 @@ impl Client {
 impl Client {
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
+    }
+}
+
+impl Client {
+    /// Publishes with delivery-mode 2 (persistent).
+    pub async fn publish_persistent(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        key: &str,
+        body: &[u8],
+    ) {
+        let props = BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        let mut out = BytesMut::new();
+        write_method(
+            &mut out,
+            channel,
+            &BasicPublish {
+                exchange: exchange.into(),
+                routing_key: key.into(),
+                mandatory: false,
+                immediate: false,
+            }
+            .into(),
+        );
+        let header = ContentHeader::new(BASIC_CLASS_ID, body.len() as u64, &props);
+        write_content_header(
+            &mut out,
+            channel,
+            BASIC_CLASS_ID,
+            body.len() as u64,
+            &header.properties,
+        );
+        write_body_frames(&mut out, channel, body, 131072);
+        self.stream.write_all(&out).await.unwrap();
     }
 }
