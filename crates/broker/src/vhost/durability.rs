@@ -10,6 +10,9 @@ use crate::names;
 use crate::queue::StoreRef;
 use std::sync::Arc;
 
+/// Messages handed to a queue at a time during recovery.
+const RESTORE_BATCH: usize = 1024;
+
 impl VHost {
     fn is_durable_destination(&self, dest: &Destination) -> bool {
         match dest {
@@ -136,31 +139,39 @@ impl VHost {
                 }
                 continue;
             };
-            let messages: Vec<(Arc<Message>, StoreRef)> = rq
-                .messages
-                .into_iter()
-                .filter_map(|m| {
-                    // Recovery may return only locations (store option `recover_bodies`
-                    // off): read those records now.
-                    let stored = match m.message {
-                        Some(stored) => stored,
-                        None => match self.store.as_ref()?.read(&m.location) {
-                            Ok(stored) => stored,
-                            Err(e) => {
-                                tracing::error!(queue = %rq.name, error = %e, "unreadable stored message skipped");
-                                return None;
-                            }
-                        },
-                    };
-                    let store_ref = StoreRef {
-                        id: m.id,
-                        location: m.location,
-                    };
-                    Some((Arc::new(Message::from_stored(stored)?), store_ref))
-                })
-                .collect();
-            restored += messages.len();
-            queue.restore(messages);
+            // In batches, so a deep queue is paged out as it is read rather than held in
+            // memory whole first.
+            let mut batch: Vec<(Arc<Message>, StoreRef)> = Vec::with_capacity(RESTORE_BATCH);
+            for m in rq.messages {
+                // Recovery may return only locations (store option `recover_bodies` off):
+                // read those records now.
+                let stored = match m.message {
+                    Some(stored) => stored,
+                    None => match self.store.as_ref().map(|s| s.read(&m.location)) {
+                        Some(Ok(stored)) => stored,
+                        Some(Err(e)) => {
+                            tracing::error!(queue = %rq.name, error = %e, "unreadable stored message skipped");
+                            continue;
+                        }
+                        None => continue,
+                    },
+                };
+                let Some(message) = Message::from_stored(stored) else {
+                    tracing::error!(queue = %rq.name, "stored message no longer parses; skipped");
+                    continue;
+                };
+                let store_ref = StoreRef {
+                    id: m.id,
+                    location: m.location,
+                };
+                batch.push((Arc::new(message), store_ref));
+                if batch.len() == RESTORE_BATCH {
+                    restored += batch.len();
+                    queue.restore(std::mem::take(&mut batch));
+                }
+            }
+            restored += batch.len();
+            queue.restore(batch);
         }
         tracing::info!(
             restored_messages = restored,
