@@ -247,3 +247,19 @@ impl Client {
         self.stream.write_all(&out).await.unwrap();
     }
 }
+
+impl Client {
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// Reads and discards whatever the server sends until it closes the socket.
+    pub async fn drain(&mut self) {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = self.stream.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    }
+}
