@@ -558,16 +558,7 @@ impl VHost {
     ) -> AmqpResult<()> {
         let q = self.queue_for(queue, connection)?;
         let ex = self.bindable_exchange(exchange)?;
-        Self::check_headers_args(&ex, &arguments)?;
-        let binding = Binding {
-            destination: Destination::Queue(q),
-            routing_key,
-            arguments,
-        };
-        if ex.bind(binding.clone()) {
-            self.persist_if_durable(&ex, &binding.destination);
-        }
-        Ok(())
+        self.add_binding(&ex, Destination::Queue(q), routing_key, arguments)
     }
 
     pub fn unbind_queue(
@@ -580,15 +571,7 @@ impl VHost {
     ) -> AmqpResult<()> {
         let q = self.queue_for(queue, connection)?;
         let ex = self.bindable_exchange(exchange)?;
-        let binding = Binding {
-            destination: Destination::Queue(q),
-            routing_key,
-            arguments,
-        };
-        if ex.unbind(&binding) {
-            self.persist_if_durable(&ex, &binding.destination);
-        }
-        self.auto_delete_exchange(&ex);
+        self.remove_binding(&ex, Destination::Queue(q), routing_key, arguments);
         Ok(())
     }
 
@@ -601,16 +584,12 @@ impl VHost {
     ) -> AmqpResult<()> {
         let dest = self.bindable_exchange(destination)?;
         let src = self.bindable_exchange(source)?;
-        Self::check_headers_args(&src, &arguments)?;
-        let binding = Binding {
-            destination: Destination::Exchange(dest.name.clone()),
+        self.add_binding(
+            &src,
+            Destination::Exchange(dest.name.clone()),
             routing_key,
             arguments,
-        };
-        if src.bind(binding.clone()) {
-            self.persist_if_durable(&src, &binding.destination);
-        }
-        Ok(())
+        )
     }
 
     pub fn unbind_exchange(
@@ -622,16 +601,51 @@ impl VHost {
     ) -> AmqpResult<()> {
         let dest = self.bindable_exchange(destination)?;
         let src = self.bindable_exchange(source)?;
-        let binding = Binding {
-            destination: Destination::Exchange(dest.name.clone()),
+        let destination = Destination::Exchange(dest.name.clone());
+        self.remove_binding(&src, destination, routing_key, arguments);
+        Ok(())
+    }
+
+    /// Binds and, when both ends are durable, persists the definitions.
+    fn add_binding(
+        &self,
+        source: &Exchange,
+        destination: Destination,
+        routing_key: ShortStr,
+        arguments: FieldTable,
+    ) -> AmqpResult<()> {
+        Self::check_headers_args(source, &arguments)?;
+        let durable = self.is_durable_binding(source, &destination);
+        let added = source.bind(Binding {
+            destination,
             routing_key,
             arguments,
-        };
-        if src.unbind(&binding) {
-            self.persist_if_durable(&src, &binding.destination);
+        });
+        if added && durable {
+            self.persist_definitions();
         }
-        self.auto_delete_exchange(&src);
         Ok(())
+    }
+
+    /// Unbinds (a missing binding is fine, as in RabbitMQ), persists if it was durable, and
+    /// deletes an auto-delete source left without bindings.
+    fn remove_binding(
+        &self,
+        source: &Exchange,
+        destination: Destination,
+        routing_key: ShortStr,
+        arguments: FieldTable,
+    ) {
+        let durable = self.is_durable_binding(source, &destination);
+        let removed = source.unbind(&Binding {
+            destination,
+            routing_key,
+            arguments,
+        });
+        if removed && durable {
+            self.persist_definitions();
+        }
+        self.auto_delete_exchange(source);
     }
 
     // ---- routing ---------------------------------------------------------------------

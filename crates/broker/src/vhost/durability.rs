@@ -21,10 +21,9 @@ impl VHost {
         }
     }
 
-    pub(super) fn persist_if_durable(&self, source: &Exchange, dest: &Destination) {
-        if source.durable && self.is_durable_destination(dest) {
-            self.persist_definitions();
-        }
+    /// A binding survives restarts when its source and destination both do.
+    pub(super) fn is_durable_binding(&self, source: &Exchange, dest: &Destination) -> bool {
+        source.durable && self.is_durable_destination(dest)
     }
 
     /// The durable part of this vhost: what a restart must bring back.
