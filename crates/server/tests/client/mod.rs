@@ -98,23 +98,51 @@ impl Client {
         body: &[u8],
         mandatory: bool,
     ) {
-        let mut out = BytesMut::new();
-        write_method(
-            &mut out,
+        self.publish_with(
             channel,
-            &BasicPublish {
-                exchange: exchange.into(),
-                routing_key: key.into(),
-                mandatory,
-                immediate: false,
-            }
-            .into(),
-        );
-        let header = ContentHeader::new(
-            BASIC_CLASS_ID,
-            body.len() as u64,
+            exchange,
+            key,
+            body,
+            mandatory,
             &BasicProperties::default(),
-        );
+        )
+        .await;
+    }
+
+    /// Publishes with delivery-mode 2 (persistent).
+    pub async fn publish_persistent(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        key: &str,
+        body: &[u8],
+    ) {
+        let props = BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        self.publish_with(channel, exchange, key, body, false, &props)
+            .await;
+    }
+
+    async fn publish_with(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        key: &str,
+        body: &[u8],
+        mandatory: bool,
+        props: &BasicProperties,
+    ) {
+        let mut out = BytesMut::new();
+        let publish = BasicPublish {
+            exchange: exchange.into(),
+            routing_key: key.into(),
+            mandatory,
+            immediate: false,
+        };
+        write_method(&mut out, channel, &publish.into());
+        let header = ContentHeader::new(BASIC_CLASS_ID, body.len() as u64, props);
         write_content_header(
             &mut out,
             channel,
@@ -207,44 +235,6 @@ impl Client {
 impl Client {
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
-    }
-}
-
-impl Client {
-    /// Publishes with delivery-mode 2 (persistent).
-    pub async fn publish_persistent(
-        &mut self,
-        channel: u16,
-        exchange: &str,
-        key: &str,
-        body: &[u8],
-    ) {
-        let props = BasicProperties {
-            delivery_mode: Some(2),
-            ..Default::default()
-        };
-        let mut out = BytesMut::new();
-        write_method(
-            &mut out,
-            channel,
-            &BasicPublish {
-                exchange: exchange.into(),
-                routing_key: key.into(),
-                mandatory: false,
-                immediate: false,
-            }
-            .into(),
-        );
-        let header = ContentHeader::new(BASIC_CLASS_ID, body.len() as u64, &props);
-        write_content_header(
-            &mut out,
-            channel,
-            BASIC_CLASS_ID,
-            body.len() as u64,
-            &header.properties,
-        );
-        write_body_frames(&mut out, channel, body, 131072);
-        self.stream.write_all(&out).await.unwrap();
     }
 }
 
