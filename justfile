@@ -1,0 +1,25 @@
+# Developer shortcuts (https://github.com/casey/just). CI runs ./test.sh directly.
+
+# Everything that must pass before a commit lands: generated code, format, lints.
+pre:
+    python3 tools/codegen/gen_methods.py --check
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Every test, real clients included (what .ci/run calls).
+test:
+    ./test.sh
+
+# Regenerate the AMQP method code from the vendored spec XML.
+codegen:
+    python3 tools/codegen/gen_methods.py
+
+# Micro-benchmarks (criterion) and the side-by-side PerfTest run against RabbitMQ.
+bench:
+    cargo bench -p warren-codec
+    cargo bench -p warren-store --bench append
+    tools/bench/side_by_side.sh 20
+
+# Run the broker with debug logs.
+run:
+    RUST_LOG=debug cargo run --release -- server
