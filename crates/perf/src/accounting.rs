@@ -59,11 +59,12 @@ impl Accounting {
         }
     }
 
-    /// Marks a receipt; false when it is a duplicate (or from an unknown producer).
+    /// Marks a receipt; false when it is a duplicate. Messages from producers this run does
+    /// not have (a consumer-only run draining a queue) are receipts that cannot be checked.
     pub fn received(&self, producer: u32, seq: u64) -> bool {
         match self.producers.get(producer as usize) {
             Some(m) => !m.lock().received.set(seq),
-            None => false,
+            None => true,
         }
     }
 
@@ -106,5 +107,16 @@ mod tests {
         assert_eq!(a.lost(false), 1 + 9);
         // With confirms, only producer 1's confirmed-and-missing count.
         assert_eq!(a.lost(true), 9);
+    }
+
+    #[test]
+    fn messages_from_other_runs_count_as_receipts() {
+        // A consumer-only run (-x 0) drains what earlier producers left.
+        let a = Accounting::new(0);
+        assert!(a.received(3, 1));
+        assert!(
+            a.received(3, 1),
+            "unknown producers cannot be checked for duplicates"
+        );
     }
 }
