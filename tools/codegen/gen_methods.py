@@ -26,6 +26,23 @@ RUST_TYPES = {
 }
 RENAMES = {"type": "exchange_type"}
 
+# The Reader/Writer method for each AMQP type (timestamps are 64-bit integers on the wire).
+WIRE_METHOD = {
+    "octet": "octet", "short": "short", "long": "long", "longlong": "longlong",
+    "shortstr": "shortstr", "longstr": "longstr", "timestamp": "longlong", "table": "table",
+}
+# Types passed to the Writer by reference rather than by value.
+BY_REFERENCE = {"shortstr", "longstr", "table"}
+
+
+def write_call(t, value, value_is_ref=False):
+    """`w.<method>(<arg>)` writing `value` of AMQP type t (a place, or a reference to one)."""
+    if t in BY_REFERENCE:
+        arg = value if value_is_ref else f"&{value}"
+    else:
+        arg = f"*{value}" if value_is_ref else value
+    return f"w.{WIRE_METHOD[t]}({arg})"
+
 
 def pascal(name):
     return "".join(part.capitalize() for part in name.split("-"))
@@ -87,10 +104,7 @@ def gen_decode_fields(out, fields, indent):
             bit_index += 1
             continue
         bit_index = None
-        reader = {"octet": "octet", "short": "short", "long": "long", "longlong": "longlong",
-                  "shortstr": "shortstr", "longstr": "longstr", "timestamp": "longlong",
-                  "table": "table"}[t]
-        out.append(f"{indent}let {target} = r.{reader}()?;")
+        out.append(f"{indent}let {target} = r.{WIRE_METHOD[t]}()?;")
 
 
 def gen_encode_fields(out, fields, indent):
@@ -115,11 +129,7 @@ def gen_encode_fields(out, fields, indent):
                      "long": "w.long(0)"}[t]
             out.append(f"{indent}{value};")
             continue
-        writer = {"octet": "octet(self.{n})", "short": "short(self.{n})", "long": "long(self.{n})",
-                  "longlong": "longlong(self.{n})", "timestamp": "longlong(self.{n})",
-                  "shortstr": "shortstr(&self.{n})", "longstr": "longstr(&self.{n})",
-                  "table": "table(&self.{n})"}[t]
-        out.append(f"{indent}w.{writer.format(n=name)};")
+        out.append(f"{indent}{write_call(t, 'self.' + name)};")
     flush()
 
 
@@ -293,11 +303,8 @@ def generate():
     o.append("        }")
     o.append("        let mut p = BasicProperties::default();")
     for i, (n, t) in enumerate(props):
-        reader = {"octet": "octet", "short": "short", "long": "long", "longlong": "longlong",
-                  "shortstr": "shortstr", "longstr": "longstr", "timestamp": "longlong",
-                  "table": "table"}[t]
         o.append(f"        if flags & (1 << {15 - i}) != 0 {{")
-        o.append(f"            p.{n} = Some(r.{reader}()?);")
+        o.append(f"            p.{n} = Some(r.{WIRE_METHOD[t]}()?);")
         o.append("        }")
     o.append("        Ok(p)")
     o.append("    }")
@@ -311,11 +318,8 @@ def generate():
         o.append("        }")
     o.append("        w.short(flags);")
     for i, (n, t) in enumerate(props):
-        writer = {"octet": "octet(*v)", "short": "short(*v)", "long": "long(*v)",
-                  "longlong": "longlong(*v)", "timestamp": "longlong(*v)",
-                  "shortstr": "shortstr(v)", "longstr": "longstr(v)", "table": "table(v)"}[t]
         o.append(f"        if let Some(v) = &self.{n} {{")
-        o.append(f"            w.{writer};")
+        o.append(f"            {write_call(t, 'v', value_is_ref=True)};")
         o.append("        }")
     o.append("    }")
     o.append("}")

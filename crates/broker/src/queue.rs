@@ -164,12 +164,14 @@ impl Queue {
         }
     }
 
-    fn expiry_for(&self, message: &Message, now: Instant) -> Option<Instant> {
+    /// The clock is read only for messages that can expire: most never do, and publish is
+    /// the hot path.
+    fn expiry_for(&self, message: &Message) -> Option<Instant> {
         let ttl_ms = match (self.limits.message_ttl_ms, message.expiration_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        ttl_ms.map(|ms| now + Duration::from_millis(ms))
+        ttl_ms.map(|ms| Instant::now() + Duration::from_millis(ms))
     }
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
@@ -188,16 +190,15 @@ impl Queue {
             }
             let id = st.next_message_id;
             st.next_message_id += 1;
-            let now = Instant::now();
             let queued = QueuedMessage {
                 id,
-                expires_at: self.expiry_for(&message, now),
+                expires_at: self.expiry_for(&message),
                 message,
                 redelivered: false,
                 store_ref,
                 paged: false,
             };
-            self.expire(&mut st, now, &mut dead);
+            self.expire(&mut st, &mut dead);
             if st.ready.is_empty() {
                 match self.hand_to_consumer(&mut st, queued) {
                     None => Enqueued::Accepted,
@@ -262,8 +263,12 @@ impl Queue {
     }
 
     /// Drops expired messages from the head, to be dead-lettered.
-    fn expire(&self, st: &mut QueueState, now: Instant, dead: &mut DeadLetters) {
-        if st.ready.next_expiry().is_some_and(|t| t <= now) {
+    fn expire(&self, st: &mut QueueState, dead: &mut DeadLetters) {
+        let Some(next) = st.ready.next_expiry() else {
+            return;
+        };
+        let now = Instant::now();
+        if next <= now {
             let mut expired = Vec::new();
             st.ready.take_expired(now, &mut expired);
             for m in expired {
@@ -287,8 +292,8 @@ impl Queue {
                     let mut dead = DeadLetters::new();
                     let wait = {
                         let mut st = queue.state.lock();
+                        queue.expire(&mut st, &mut dead);
                         let now = Instant::now();
-                        queue.expire(&mut st, now, &mut dead);
                         if st.deleted || st.ready.is_empty() {
                             st.expiry_timer = false;
                             None
@@ -483,7 +488,7 @@ impl Queue {
         if st.consumers.is_empty() || st.ready.is_empty() {
             return;
         }
-        self.expire(st, Instant::now(), dead);
+        self.expire(st, dead);
         while let Some(next) = st.ready.pop_front() {
             let memory_bytes = next.message.memory_bytes();
             let was_paged = next.paged;
@@ -620,7 +625,7 @@ impl Queue {
     pub fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         self.touch();
         self.with_state(|st, dead| {
-            self.expire(st, Instant::now(), dead);
+            self.expire(st, dead);
             let m = loop {
                 let m = st.ready.pop_front()?;
                 self.memory.sub(m.message.memory_bytes());
@@ -666,7 +671,7 @@ impl Queue {
     /// Ready messages (expired ones leave first, as a client polling the count expects).
     pub fn message_count(self: &Arc<Self>) -> u32 {
         self.with_state(|st, dead| {
-            self.expire(st, Instant::now(), dead);
+            self.expire(st, dead);
             st.ready.len() as u32
         })
     }
@@ -676,13 +681,12 @@ impl Queue {
     /// Beyond the memory budget only metadata stays in memory (bodies are read back later).
     pub fn restore(&self, messages: Vec<(Arc<Message>, StoreRef)>) {
         let mut st = self.state.lock();
-        let now = Instant::now();
         for (message, store_ref) in messages {
             let id = st.next_message_id;
             st.next_message_id += 1;
             let queued = QueuedMessage {
                 id,
-                expires_at: self.expiry_for(&message, now),
+                expires_at: self.expiry_for(&message),
                 message,
                 redelivered: true,
                 store_ref: Some(store_ref),

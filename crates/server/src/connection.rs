@@ -441,11 +441,11 @@ impl Connection {
             return Ok(Some(Next::Done));
         }
         tracing::debug!(peer = %self.peer, channel = f.channel, code = f.error.code as u16, text = %f.error.text, "closing channel");
-        let Some(mut channel) = self.channels.remove(&f.channel) else {
+        let Some((channel, mut ctx)) = self.channel_and_ctx(f.channel) else {
             return Ok(None);
         };
-        channel.flush_confirms(&mut self.ctx());
-        channel.release_all(&mut self.ctx());
+        channel.flush_confirms(&mut ctx);
+        channel.release_all(&mut ctx);
         channel.state = ChannelState::Closing;
         let close = ChannelClose {
             reply_code: f.error.code as u16,
@@ -453,13 +453,14 @@ impl Connection {
             class_id: f.class_id,
             method_id: f.method_id,
         };
-        write_method(&mut self.wbuf, f.channel, &close.into());
-        self.channels.insert(f.channel, channel);
+        ctx.send(f.channel, close);
         Ok(None)
     }
 
-    fn ctx(&mut self) -> Ctx<'_> {
-        Ctx {
+    /// The channels and a context over the rest of the connection, borrowed together so a
+    /// channel handler can run without taking its channel out of the map.
+    fn split(&mut self) -> (&mut HashMap<u16, Channel>, Ctx<'_>) {
+        let ctx = Ctx {
             vhost: self.vhost.as_ref().expect("open connection has a vhost"),
             connection: self.id,
             events: &self.events_tx,
@@ -468,21 +469,23 @@ impl Connection {
             config: &self.config,
             user: &self.user,
             cancel_notify: self.caps.consumer_cancel_notify,
-        }
+        };
+        (&mut self.channels, ctx)
+    }
+
+    fn ctx(&mut self) -> Ctx<'_> {
+        self.split().1
+    }
+
+    fn channel_and_ctx(&mut self, ch: u16) -> Option<(&mut Channel, Ctx<'_>)> {
+        let (channels, ctx) = self.split();
+        Some((channels.get_mut(&ch)?, ctx))
     }
 
     fn flush_confirms(&mut self) {
-        let ids: Vec<u16> = self
-            .channels
-            .iter()
-            .filter(|(_, c)| c.awaits_durability())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            if let Some(mut channel) = self.channels.remove(&id) {
-                channel.flush_confirms(&mut self.ctx());
-                self.channels.insert(id, channel);
-            }
+        let (channels, mut ctx) = self.split();
+        for channel in channels.values_mut().filter(|c| c.awaits_durability()) {
+            channel.flush_confirms(&mut ctx);
         }
     }
 
@@ -526,24 +529,21 @@ impl Connection {
                         "content frame on channel 0",
                     ));
                 }
-                let Some(mut channel) = self.channels.remove(&ch) else {
+                self.has_published = true;
+                let Some((channel, mut ctx)) = self.channel_and_ctx(ch) else {
                     return Err(hard(
                         ReplyCode::ChannelError,
                         "content frame on a channel that is not open",
                     ));
                 };
                 if channel.state == ChannelState::Closing {
-                    self.channels.insert(ch, channel);
                     return Ok(Next::Continue);
                 }
-                self.has_published = true;
-                let mut ctx = self.ctx();
                 let result = if frame.kind == FrameKind::Header {
                     channel.content_header(frame.payload, &mut ctx)
                 } else {
                     channel.content_body(frame.payload, &mut ctx)
                 };
-                self.channels.insert(ch, channel);
                 result.map(|_| Next::Continue).map_err(|error| Failure {
                     error,
                     channel: ch,
@@ -630,18 +630,16 @@ impl Connection {
                 Ok(())
             }
             method => {
-                let Some(mut channel) = self.channels.remove(&ch) else {
+                let Some((channel, mut ctx)) = self.channel_and_ctx(ch) else {
                     return Err(hard(
                         ReplyCode::ChannelError,
                         "expected 'channel.open'".into(),
                     ));
                 };
                 if channel.state == ChannelState::Closing {
-                    self.channels.insert(ch, channel);
                     return Ok(());
                 }
                 if channel.expecting_content() {
-                    self.channels.insert(ch, channel);
                     // Reported against the publish whose content was cut short.
                     return Err(Failure {
                         error: AmqpError::new(
@@ -653,9 +651,7 @@ impl Connection {
                         method_id: BasicPublish::METHOD_ID,
                     });
                 }
-                let result = channel.handle(method, &mut self.ctx());
-                self.channels.insert(ch, channel);
-                result.map_err(failure)
+                channel.handle(method, &mut ctx).map_err(failure)
             }
         }
     }
@@ -664,11 +660,8 @@ impl Connection {
         match event {
             ConnectionEvent::Deliver(delivery) => {
                 let ch = delivery.consumer.channel;
-                match self.channels.remove(&ch) {
-                    Some(mut channel) => {
-                        channel.deliver(delivery, &mut self.ctx());
-                        self.channels.insert(ch, channel);
-                    }
+                match self.channel_and_ctx(ch) {
+                    Some((channel, mut ctx)) => channel.deliver(delivery, &mut ctx),
                     None => crate::deliver::return_delivery(delivery),
                 }
             }
@@ -676,9 +669,8 @@ impl Connection {
                 channel: ch,
                 consumer_tag,
             } => {
-                if let Some(mut channel) = self.channels.remove(&ch) {
-                    channel.consumer_cancelled_by_broker(consumer_tag, &mut self.ctx());
-                    self.channels.insert(ch, channel);
+                if let Some((channel, mut ctx)) = self.channel_and_ctx(ch) {
+                    channel.consumer_cancelled_by_broker(consumer_tag, &mut ctx);
                 }
             }
         }
@@ -690,12 +682,11 @@ impl Connection {
         if self.vhost.is_none() {
             return;
         }
-        let ids: Vec<u16> = self.channels.keys().copied().collect();
-        for id in ids {
-            if let Some(mut channel) = self.channels.remove(&id) {
-                channel.release_all(&mut self.ctx());
-            }
+        let (channels, mut ctx) = self.split();
+        for channel in channels.values_mut() {
+            channel.release_all(&mut ctx);
         }
+        self.channels.clear();
         self.events_rx.close();
         while let Ok(event) = self.events_rx.try_recv() {
             if let ConnectionEvent::Deliver(d) = event {
