@@ -1,7 +1,8 @@
 //! Recovery-time measurement (not a criterion bench: one run is minutes of
 //! setup). Writes `WARREN_RECOVERY_MESSAGES` (default 1,000,000) persistent
 //! 1 KiB messages to one durable queue with `SyncPolicy::Never` (setup speed
-//! only), closes the store, then times `Store::open` on the real filesystem.
+//! only), closes the store, then times `Store::open` on the real filesystem
+//! and scanning every recovered message back with `scan_queue`.
 //! Run with `cargo bench -p warren-store --bench recovery`.
 
 use std::time::Instant;
@@ -29,21 +30,45 @@ fn main() {
     store.close().expect("close");
     println!("wrote {messages} x 1 KiB in {:?}", start.elapsed());
 
-    for recover_bodies in [false, true] {
-        let opts = StoreOptions {
-            recover_bodies,
-            ..StoreOptions::default()
-        };
-        let start = Instant::now();
-        let (store, recovered) = Store::open(dir.path(), opts).expect("reopen");
-        let elapsed = start.elapsed();
-        let live = recovered.queues[&queue].messages.len();
-        println!(
-            "recovery (recover_bodies={recover_bodies}): {live} live messages, {} segments, {} records in {elapsed:?}",
-            recovered.report.segments_scanned, recovered.report.records_read
-        );
-        assert_eq!(live as u64, messages);
-        drop(recovered);
-        store.close().expect("close");
+    let start = Instant::now();
+    let (store, recovered) = Store::open(dir.path(), StoreOptions::default()).expect("reopen");
+    let elapsed = start.elapsed();
+    let recovered_queue = &recovered.queues[&queue];
+    let live = recovered_queue.live.len();
+    println!(
+        "recovery: {live} live messages ({} body bytes), {} segments, {} records in {elapsed:?}",
+        recovered_queue.live_body_bytes,
+        recovered.report.segments_scanned,
+        recovered.report.records_read
+    );
+    assert_eq!(live, messages);
+
+    let start = Instant::now();
+    let set = &recovered_queue.live;
+    let mut pos = recovered_queue.first.expect("messages recovered");
+    let mut scanned = 0u64;
+    let mut bytes = 0u64;
+    loop {
+        let scan = store
+            .scan_queue(queue, pos, &mut |id| set.contains(id.0), 10_000, 16 << 20)
+            .expect("scan");
+        scanned += scan.messages.len() as u64;
+        bytes += scan
+            .messages
+            .iter()
+            .map(|m| m.message.body.len() as u64)
+            .sum::<u64>();
+        pos = scan.next;
+        if scan.end_of_log {
+            break;
+        }
     }
+    println!(
+        "scan: {scanned} messages ({bytes} body bytes) in {:?}",
+        start.elapsed()
+    );
+    assert_eq!(scanned, messages);
+    assert_eq!(bytes, recovered_queue.live_body_bytes);
+    drop(recovered);
+    store.close().expect("close");
 }

@@ -19,10 +19,14 @@
 //! # drop(recovered); Ok(()) }
 //! ```
 
+pub use roaring::RoaringTreemap;
+
 pub mod backend;
 mod error;
+mod index;
 mod lock;
 mod meta;
+mod reader;
 pub mod record;
 mod recovery;
 pub mod segment;
@@ -34,6 +38,6 @@ pub use backend::{Backend, BackendFile, CrashMode, FaultyBackend, FsBackend};
 pub use error::{Result, StoreError};
 pub use store::{DurableState, Store};
 pub use types::{
-    Appended, Location, MessageId, QueueId, Recovered, RecoveredMessage, RecoveredQueue,
-    RecoveryReport, StoreOptions, StoreStats, StoredMessage, SyncPolicy,
+    Appended, Location, LogPosition, MessageId, QueueId, Recovered, RecoveredQueue, RecoveryReport,
+    Scan, ScannedMessage, StoreOptions, StoreStats, StoredMessage, SyncPolicy,
 };

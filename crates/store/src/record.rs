@@ -21,9 +21,14 @@ pub const TYPE_ACK: u8 = 2;
 /// Framed size of an ACK record.
 pub const ACK_RECORD_BYTES: usize = FRAME_PREFIX_BYTES + 1 + 4 + 8;
 
-/// Fixed part of a PUBLISH payload after the type byte: id, queue count,
-/// exchange len, routing key len, properties len.
-const PUBLISH_FIXED_BYTES: usize = 8 + 2 + 1 + 1 + 4;
+/// Fixed part of a PUBLISH payload after the type byte: id, flags,
+/// published_at_ms, queue count, exchange len, routing key len, properties len.
+const PUBLISH_FIXED_BYTES: usize = 8 + 1 + 8 + 2 + 1 + 1 + 4;
+
+/// PUBLISH flags bit 0: the message is transient (not recovered after a restart).
+pub const FLAG_TRANSIENT: u8 = 1;
+/// Every flag bit this version defines; a record with any other bit set does not decode.
+const KNOWN_FLAGS: u8 = FLAG_TRANSIENT;
 
 /// Why a frame or record was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +91,8 @@ pub fn encode_publish(buf: &mut Vec<u8>, id: MessageId, queues: &[QueueId], msg:
     buf.extend_from_slice(&((framed - FRAME_PREFIX_BYTES) as u32).to_le_bytes());
     buf.push(TYPE_PUBLISH);
     buf.extend_from_slice(&id.0.to_le_bytes());
+    buf.push(if msg.transient { FLAG_TRANSIENT } else { 0 });
+    buf.extend_from_slice(&msg.published_at_ms.to_le_bytes());
     buf.extend_from_slice(&(queues.len() as u16).to_le_bytes());
     for q in queues {
         buf.extend_from_slice(&q.0.to_le_bytes());
@@ -142,6 +149,10 @@ pub fn frame_bytes_at(buf: &[u8], offset: usize) -> Result<usize, DecodeError> {
 pub struct PublishView<'a> {
     /// Message id.
     pub id: MessageId,
+    /// Publish time, ms since the Unix epoch.
+    pub published_at_ms: u64,
+    /// The message is transient (recovery drops it).
+    pub transient: bool,
     queues_raw: &'a [u8],
     exchange: Range<usize>,
     routing_key: Range<usize>,
@@ -157,6 +168,11 @@ impl PublishView<'_> {
             .map(|c| QueueId(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
     }
 
+    /// Body length in bytes.
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+
     /// Builds the message as zero-copy slices of `record`, which must be the
     /// same bytes this view was decoded from.
     pub fn message(&self, record: &Bytes) -> StoredMessage {
@@ -165,6 +181,8 @@ impl PublishView<'_> {
             routing_key: record.slice(self.routing_key.clone()),
             properties: record.slice(self.properties.clone()),
             body: record.slice(self.body.clone()),
+            published_at_ms: self.published_at_ms,
+            transient: self.transient,
         }
     }
 }
@@ -206,6 +224,13 @@ pub fn decode(record: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     match record[FRAME_PREFIX_BYTES] {
         TYPE_PUBLISH => {
             let id = MessageId(r.u64()?);
+            let flags = r.u8()?;
+            if flags & !KNOWN_FLAGS != 0 {
+                return Err(DecodeError::Invalid(format!(
+                    "unknown publish flags {flags:#04x}"
+                )));
+            }
+            let published_at_ms = r.u64()?;
             let queue_count = r.u16()? as usize;
             if queue_count == 0 {
                 return Err(DecodeError::Invalid("publish with no queue".into()));
@@ -220,6 +245,8 @@ pub fn decode(record: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             let body = r.pos..record.len();
             Ok(Decoded::Publish(PublishView {
                 id,
+                published_at_ms,
+                transient: flags & FLAG_TRANSIENT != 0,
                 queues_raw,
                 exchange,
                 routing_key,
@@ -285,7 +312,10 @@ mod tests {
     use super::*;
 
     fn sample() -> StoredMessage {
-        StoredMessage::new("amq.direct", "rk.1", vec![0x80, 0, 1, 2], vec![7u8; 1000])
+        StoredMessage {
+            published_at_ms: 1_700_000_000_123,
+            ..StoredMessage::new("amq.direct", "rk.1", vec![0x80, 0, 1, 2], vec![7u8; 1000])
+        }
     }
 
     #[test]
@@ -304,6 +334,48 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn transient_flag_and_publish_time_round_trip() {
+        let msg = StoredMessage {
+            transient: true,
+            published_at_ms: u64::MAX,
+            ..sample()
+        };
+        let mut buf = Vec::new();
+        encode_publish(&mut buf, MessageId(5), &[QueueId(2)], &msg);
+        assert_eq!(buf.len(), publish_record_bytes(1, &msg));
+        // Layout: frame prefix, type, id, then the flags byte and the publish time.
+        assert_eq!(buf[FRAME_PREFIX_BYTES + 1 + 8], FLAG_TRANSIENT);
+        let record = Bytes::from(buf);
+        let Decoded::Publish(view) = decode(&record).unwrap() else {
+            panic!("not a publish")
+        };
+        assert!(view.transient);
+        assert_eq!(view.published_at_ms, u64::MAX);
+        assert_eq!(view.body_len(), 1000);
+        assert_eq!(view.message(&record), msg);
+    }
+
+    #[test]
+    fn unknown_flag_bits_do_not_decode() {
+        for bit in 1..8 {
+            let mut buf = Vec::new();
+            encode_publish(&mut buf, MessageId(5), &[QueueId(2)], &sample());
+            buf[FRAME_PREFIX_BYTES + 1 + 8] |= 1 << bit;
+            seal(&mut buf, 0); // a valid CRC: the flags themselves must be rejected
+            assert!(
+                matches!(decode(&buf), Err(DecodeError::Invalid(_))),
+                "flag bit {bit} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn single_queue_overhead_is_38_bytes() {
+        let msg = StoredMessage::default();
+        assert_eq!(publish_record_bytes(1, &msg), 38);
     }
 
     #[test]

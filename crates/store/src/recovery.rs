@@ -4,26 +4,29 @@
 //! Never refuses to start because of bad segment data: a torn or corrupt tail
 //! of the last segment is truncated away, corruption elsewhere makes the rest
 //! of that segment ignored; both are logged with `tracing::warn!`.
+//!
+//! Memory: segments are read in bounded chunks; the only per-message state is
+//! the live id sets (≈ 1 bit per message) plus, until recovery returns, each
+//! segment's body sizes (4 bytes per PUBLISH) and every 64th record offset.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use roaring::RoaringTreemap;
 use tracing::{info, warn};
 
-use crate::backend::{read_all, Backend, BackendFile};
+use crate::backend::{Backend, BackendFile};
 use crate::error::Result;
+use crate::index::{add_base, forget_base, refs_per_segment, segment_of, Bases};
 use crate::meta::{read_envelope, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC, QUEUES_FILE};
+use crate::reader::{read_header, scan_segment, RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded};
 use crate::segment::{
-    encode_header, parse_header, parse_segment_name, scan_records, segment_path, SegmentHeader,
-    SEGMENT_DIR, SEGMENT_HEADER_BYTES,
+    encode_header, parse_segment_name, segment_path, SegmentHeader, SEGMENT_DIR,
+    SEGMENT_HEADER_BYTES,
 };
-use crate::types::{
-    Location, MessageId, QueueId, Recovered, RecoveredMessage, RecoveredQueue, RecoveryReport,
-    StoreOptions,
-};
+use crate::types::{LogPosition, QueueId, Recovered, RecoveredQueue, RecoveryReport};
 
 /// Per-segment bookkeeping for reclamation (docs/STORAGE.md §5).
 #[derive(Debug, Clone, Default)]
@@ -35,6 +38,13 @@ pub struct SegmentInfo {
     /// Older segments this segment holds ACKs for. Invariant: this segment
     /// is removed only after all of them are.
     pub acks_into: BTreeSet<u32>,
+    /// `base_message_id` of the header: the segment's PUBLISH records hold
+    /// exactly the ids from here up to the next segment's base.
+    pub base_message_id: u64,
+    /// End of the segment's records once it is sealed (for a recovered
+    /// segment: the end of its valid records). Not maintained for the active
+    /// segment, whose end is `LogState::active_offset_bytes`.
+    pub end_bytes: u64,
 }
 
 /// The in-memory index a freshly opened store starts from.
@@ -46,8 +56,10 @@ pub struct RecoveredState {
     pub segments: BTreeMap<u32, SegmentInfo>,
     /// Open handles of those segments.
     pub files: HashMap<u32, Arc<dyn BackendFile>>,
-    /// Live references: queue → message → segment.
-    pub queues: HashMap<QueueId, HashMap<MessageId, u32>>,
+    /// Live references: queue → ids of its live messages.
+    pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// Base message id → segment, for every segment in `segments`.
+    pub bases: Bases,
     /// The new, empty (header only) active segment.
     pub active_segment: u32,
     /// Next message id to assign.
@@ -78,8 +90,26 @@ fn remove_if_exists(backend: &dyn Backend, path: &str) -> io::Result<()> {
     }
 }
 
+/// Every this-many-th PUBLISH of a segment has its offset remembered during
+/// recovery, so the first live record of a queue is found with a short read.
+const OFFSET_SAMPLE: usize = 64;
+
+/// Window size for that short read.
+const FIND_CHUNK_BYTES: usize = 64 * 1024;
+
+/// What recovery remembers about a scanned segment until it returns.
+struct ScannedSegment {
+    base: u64,
+    /// Body length of each PUBLISH, indexed by `id - base`.
+    body_sizes: Vec<u32>,
+    /// Offset of the PUBLISH with index `k * OFFSET_SAMPLE`, for each k.
+    samples: Vec<u32>,
+    /// End of the valid records.
+    end: u64,
+}
+
 /// Runs recovery. Only I/O errors from the backend are returned as errors.
-pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredState, Recovered)> {
+pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     backend.create_dir_all("")?;
     backend.create_dir_all(SEGMENT_DIR)?;
     remove_if_exists(backend, &format!("{DEFINITIONS_FILE}.tmp"))?;
@@ -98,21 +128,24 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
     let mut report = RecoveryReport::default();
     let mut segments: BTreeMap<u32, SegmentInfo> = BTreeMap::new();
     let mut files: HashMap<u32, Arc<dyn BackendFile>> = HashMap::new();
-    // queue → message → location of its PUBLISH record; only registered queues.
-    let mut live: HashMap<QueueId, HashMap<MessageId, Location>> =
-        table.queues.keys().map(|q| (*q, HashMap::new())).collect();
-    // Kept only when bodies are requested; slices of these become the bodies.
-    let mut segment_bufs: HashMap<u32, Bytes> = HashMap::new();
+    let mut bases = Bases::new();
+    let mut scanned: HashMap<u32, ScannedSegment> = HashMap::new();
+    // queue → ids of its live persistent messages; only registered queues.
+    let mut live: HashMap<QueueId, RoaringTreemap> = table
+        .queues
+        .keys()
+        .map(|q| (*q, RoaringTreemap::new()))
+        .collect();
     let mut next_message_id: u64 = 1;
 
     for (index, &segment) in numbers.iter().enumerate() {
         let is_last = index + 1 == numbers.len();
         let path = segment_path(segment);
         let file = backend.open(&path, false)?;
-        let buf = Bytes::from(read_all(file.as_ref())?);
+        let len = file.len_bytes()?;
         report.segments_scanned += 1;
 
-        let header = parse_header(&buf).and_then(|h| {
+        let header = read_header(file.as_ref(), len)?.and_then(|h| {
             if h.segment == segment {
                 Ok(h)
             } else {
@@ -122,47 +155,78 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
         let header = match header {
             Ok(header) => header,
             Err(why) if is_last => {
-                warn!(segment = %path, bytes = buf.len(), "removing last segment with invalid header (crash during creation?): {why}");
+                warn!(segment = %path, bytes = len, "removing last segment with invalid header (crash during creation?): {why}");
                 drop(file);
                 backend.remove(&path)?;
                 backend.sync_dir(SEGMENT_DIR)?;
                 continue;
             }
             Err(why) => {
-                warn!(segment = %path, bytes = buf.len(), "skipping segment with invalid header, left on disk: {why}");
+                warn!(segment = %path, bytes = len, "skipping segment with invalid header, left on disk: {why}");
                 continue;
             }
         };
-        next_message_id = next_message_id.max(header.base_message_id);
+        let base = header.base_message_id;
+        next_message_id = next_message_id.max(base);
 
-        let mut info = SegmentInfo::default();
-        let outcome = scan_records(&buf, |offset, framed, record| match record {
-            Decoded::Publish(view) => {
-                next_message_id = next_message_id.max(view.id.0.saturating_add(1));
-                let location = Location {
-                    segment,
-                    offset: offset as u32,
-                    len: framed as u32,
-                };
-                for queue in view.queues() {
-                    if let Some(messages) = live.get_mut(&queue) {
-                        messages.insert(view.id, location);
+        let mut info = SegmentInfo {
+            base_message_id: base,
+            ..SegmentInfo::default()
+        };
+        add_base(&mut bases, segment, &info);
+        let mut body_sizes: Vec<u32> = Vec::new();
+        let mut samples: Vec<u32> = Vec::new();
+        let outcome = scan_segment(
+            file.as_ref(),
+            len,
+            READ_CHUNK_BYTES,
+            |offset, _framed, record| {
+                match record {
+                    Decoded::Publish(view) => {
+                        // The index relies on ids [base, next base) being exactly this
+                        // segment's publishes, in order; anything else is not ours.
+                        let expected = base.checked_add(body_sizes.len() as u64);
+                        if Some(view.id.0) != expected {
+                            return Err(format!(
+                                "message id {} out of sequence (segment base {base}, {} publishes before it)",
+                                view.id.0,
+                                body_sizes.len()
+                            ));
+                        }
+                        let offset = u32::try_from(offset)
+                            .map_err(|_| format!("record offset {offset} beyond u32"))?;
+                        next_message_id = next_message_id.max(view.id.0.saturating_add(1));
+                        if body_sizes.len() % OFFSET_SAMPLE == 0 {
+                            samples.push(offset);
+                        }
+                        // framed ≤ u32::MAX, so the body fits too.
+                        body_sizes.push(view.body_len() as u32);
+                        if !view.transient {
+                            for queue in view.queues() {
+                                if let Some(ids) = live.get_mut(&queue) {
+                                    ids.insert(view.id.0);
+                                }
+                            }
+                        }
+                    }
+                    Decoded::Ack { queue, id } => {
+                        next_message_id = next_message_id.max(id.0.saturating_add(1));
+                        if live.get_mut(&queue).is_some_and(|ids| ids.remove(id.0)) {
+                            match segment_of(&bases, id.0) {
+                                Some(home) if home != segment => {
+                                    info.acks_into.insert(home);
+                                }
+                                _ => {}
+                            }
+                        }
                     }
                 }
-            }
-            Decoded::Ack { queue, id } => {
-                next_message_id = next_message_id.max(id.0.saturating_add(1));
-                let removed = live.get_mut(&queue).and_then(|m| m.remove(&id));
-                if let Some(location) = removed {
-                    if location.segment != segment {
-                        info.acks_into.insert(location.segment);
-                    }
-                }
-            }
-        });
+                Ok(())
+            },
+        )?;
         report.records_read += outcome.records;
         if let Some(error) = &outcome.error {
-            let dropped_bytes = (buf.len() - outcome.valid_end) as u64;
+            let dropped_bytes = len - outcome.valid_end;
             if is_last {
                 warn!(
                     segment = %path,
@@ -171,7 +235,7 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
                     dropped_records = outcome.frames_dropped,
                     "truncating torn/corrupt tail of last segment: {error}"
                 );
-                file.truncate(outcome.valid_end as u64)?;
+                file.truncate(outcome.valid_end)?;
                 file.sync()?;
                 report.truncated_bytes += dropped_bytes;
             } else {
@@ -185,30 +249,60 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
                 report.skipped_bytes += dropped_bytes;
             }
         }
-        if opts.recover_bodies {
-            segment_bufs.insert(segment, buf);
-        }
+        info.end_bytes = outcome.valid_end;
+        body_sizes.shrink_to_fit();
+        scanned.insert(
+            segment,
+            ScannedSegment {
+                base,
+                body_sizes,
+                samples,
+                end: outcome.valid_end,
+            },
+        );
         segments.insert(segment, info);
         files.insert(segment, file);
     }
 
-    for messages in live.values() {
-        for location in messages.values() {
-            if let Some(info) = segments.get_mut(&location.segment) {
-                info.live_refs += 1;
+    for ids in live.values() {
+        for (segment, count) in refs_per_segment(ids, &bases) {
+            if let Some(info) = segments.get_mut(&segment) {
+                info.live_refs += count;
             }
         }
     }
 
     for segment in reclaimable(&segments, u32::MAX) {
         files.remove(&segment);
-        segments.remove(&segment);
+        if let Some(info) = segments.remove(&segment) {
+            forget_base(&mut bases, segment, &info);
+        }
+        scanned.remove(&segment);
         backend.remove(&segment_path(segment))?;
         // One dir fsync per removal keeps removal order durable (§5).
         backend.sync_dir(SEGMENT_DIR)?;
-        segment_bufs.remove(&segment);
         report.segments_removed += 1;
     }
+
+    // Per queue: the bytes of its live bodies and where its first live record is.
+    let order: Vec<(u64, u32)> = bases.iter().map(|(b, s)| (*b, *s)).collect();
+    let mut recovered_queues = HashMap::with_capacity(live.len());
+    for (queue, ids) in &live {
+        let first = match ids.min() {
+            Some(id) => Some(first_position(id, &bases, &scanned, &files)?),
+            None => None,
+        };
+        recovered_queues.insert(
+            *queue,
+            RecoveredQueue {
+                name: table.queues.get(queue).cloned().unwrap_or_default(),
+                live: ids.clone(),
+                live_body_bytes: live_body_bytes(ids, &order, &scanned),
+                first,
+            },
+        );
+    }
+    drop(scanned);
 
     let active_segment = highest_on_disk
         .checked_add(1)
@@ -226,43 +320,16 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
     file.append(&header)?;
     file.sync()?;
     backend.sync_dir(SEGMENT_DIR)?;
-    segments.insert(active_segment, SegmentInfo::default());
+    let info = SegmentInfo {
+        base_message_id: next_message_id,
+        end_bytes: SEGMENT_HEADER_BYTES as u64,
+        ..SegmentInfo::default()
+    };
+    add_base(&mut bases, active_segment, &info);
+    segments.insert(active_segment, info);
     files.insert(active_segment, file);
 
-    let mut queues_index = HashMap::with_capacity(live.len());
-    let mut recovered_queues = HashMap::with_capacity(live.len());
-    for (queue, messages) in live {
-        let mut list: Vec<RecoveredMessage> = Vec::with_capacity(messages.len());
-        let mut index = HashMap::with_capacity(messages.len());
-        for (id, location) in messages {
-            index.insert(id, location.segment);
-            let message = segment_bufs.get(&location.segment).and_then(|buf| {
-                let start = location.offset as usize;
-                let record = buf.slice(start..start + location.len as usize);
-                match decode(&record) {
-                    Ok(Decoded::Publish(view)) => Some(view.message(&record)),
-                    _ => None, // unreachable: it decoded during the scan
-                }
-            });
-            list.push(RecoveredMessage {
-                id,
-                location,
-                message,
-            });
-        }
-        list.sort_unstable_by_key(|m| m.id);
-        queues_index.insert(queue, index);
-        let name = table.queues.get(&queue).cloned().unwrap_or_default();
-        recovered_queues.insert(
-            queue,
-            RecoveredQueue {
-                name,
-                messages: list,
-            },
-        );
-    }
-
-    let live_references: usize = queues_index.values().map(HashMap::len).sum();
+    let live_references: u64 = live.values().map(RoaringTreemap::len).sum();
     info!(
         segments = report.segments_scanned,
         records = report.records_read,
@@ -276,7 +343,8 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
             table,
             segments,
             files,
-            queues: queues_index,
+            queues: live,
+            bases,
             active_segment,
             next_message_id,
         },
@@ -288,6 +356,97 @@ pub fn recover(backend: &dyn Backend, opts: &StoreOptions) -> Result<(RecoveredS
     ))
 }
 
+/// Sum of the body sizes of `ids`; `order` is the base map as a sorted list.
+fn live_body_bytes(
+    ids: &RoaringTreemap,
+    order: &[(u64, u32)],
+    scanned: &HashMap<u32, ScannedSegment>,
+) -> u64 {
+    let mut total = 0u64;
+    let mut i = 0usize;
+    let mut current: Option<usize> = None;
+    let mut base = 0u64;
+    let mut sizes: &[u32] = &[];
+    for id in ids {
+        while i + 1 < order.len() && order[i + 1].0 <= id {
+            i += 1;
+        }
+        match order.get(i) {
+            Some(&(b, _)) if b <= id => {}
+            _ => continue, // below every segment: not in the index
+        }
+        if current != Some(i) {
+            current = Some(i);
+            base = order[i].0;
+            sizes = scanned
+                .get(&order[i].1)
+                .map_or(&[][..], |s| &s.body_sizes[..]);
+        }
+        let size = usize::try_from(id - base)
+            .ok()
+            .and_then(|k| sizes.get(k))
+            .copied()
+            .unwrap_or(0);
+        total += u64::from(size);
+    }
+    total
+}
+
+/// Position of the PUBLISH record of live message `id`: the sampled offset at
+/// or before it, then a short forward read.
+fn first_position(
+    id: u64,
+    bases: &Bases,
+    scanned: &HashMap<u32, ScannedSegment>,
+    files: &HashMap<u32, Arc<dyn BackendFile>>,
+) -> io::Result<LogPosition> {
+    let segment = segment_of(bases, id).unwrap_or(0);
+    let header = SEGMENT_HEADER_BYTES as u32;
+    let found = (|| {
+        let seg = scanned.get(&segment)?;
+        let file = files.get(&segment)?;
+        let index = usize::try_from(id - seg.base).ok()?;
+        let start = *seg.samples.get(index / OFFSET_SAMPLE)?;
+        Some((seg.end, file, start))
+    })();
+    let Some((end, file, start)) = found else {
+        // Unreachable with a consistent index; scanning from the segment start
+        // still yields the record.
+        warn!(
+            id,
+            segment, "first live record not indexed, scanning from the segment start"
+        );
+        return Ok(LogPosition {
+            segment,
+            offset: header,
+        });
+    };
+    let mut reader = RecordReader::new(file.as_ref(), end, FIND_CHUNK_BYTES);
+    let mut offset = u64::from(start);
+    while offset < end {
+        let Ok(record) = reader.frame(offset)? else {
+            break;
+        };
+        if let Ok(Decoded::Publish(view)) = decode(&record) {
+            if view.id.0 == id {
+                return Ok(LogPosition {
+                    segment,
+                    offset: offset as u32,
+                });
+            }
+        }
+        offset += record.len() as u64;
+    }
+    warn!(
+        id,
+        segment, "first live record not found after its sampled offset"
+    );
+    Ok(LogPosition {
+        segment,
+        offset: start,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +455,7 @@ mod tests {
         SegmentInfo {
             live_refs,
             acks_into: acks_into.iter().copied().collect(),
+            ..SegmentInfo::default()
         }
     }
 

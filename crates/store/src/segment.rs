@@ -1,12 +1,5 @@
-//! Segment files: naming, the 32-byte header, and scanning a segment's
-//! records (docs/STORAGE.md §3, §6).
-//!
-//! Scanning is pure (works on an in-memory buffer) so recovery and tests
-//! share it; it stops at the first invalid record and reports where, leaving
-//! the policy (truncate the last segment, skip the rest of others) to the
-//! caller.
-
-use crate::record::{decode, frame_bytes_at, DecodeError, Decoded};
+//! Segment files: naming and the 32-byte header (docs/STORAGE.md §3).
+//! Reading the records of a segment is in `reader.rs`.
 
 /// Directory holding the segments.
 pub const SEGMENT_DIR: &str = "msgs";
@@ -14,8 +7,9 @@ pub const SEGMENT_DIR: &str = "msgs";
 pub const SEGMENT_HEADER_BYTES: usize = 32;
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"WRNSEG01";
-/// Current segment format version.
-pub const SEGMENT_VERSION: u32 = 1;
+/// Current segment format version. Version 2 added the flags and publish time to
+/// PUBLISH records; a segment of any other version has an invalid header.
+pub const SEGMENT_VERSION: u32 = 2;
 
 /// Relative path of segment `segment`.
 pub fn segment_path(segment: u32) -> String {
@@ -74,71 +68,11 @@ pub fn parse_header(buf: &[u8]) -> Result<SegmentHeader, String> {
     })
 }
 
-/// How a scan ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanOutcome {
-    /// Valid records seen.
-    pub records: u64,
-    /// Offset just past the last valid record.
-    pub valid_end: usize,
-    /// The first invalid record, if the scan did not reach the end cleanly.
-    pub error: Option<DecodeError>,
-    /// Frames from `valid_end` on whose length fields chain up, counting the
-    /// invalid one: an estimate of how many records are lost (at least 1 if
-    /// any byte is left).
-    pub frames_dropped: u64,
-}
-
-/// Calls `visit(offset, framed_len, record)` for each valid record after the
-/// header, in order, stopping at the first invalid one.
-pub fn scan_records(buf: &[u8], mut visit: impl FnMut(usize, usize, Decoded<'_>)) -> ScanOutcome {
-    let mut offset = SEGMENT_HEADER_BYTES.min(buf.len());
-    let mut records = 0;
-    while offset < buf.len() {
-        let framed = match frame_bytes_at(buf, offset) {
-            Ok(framed) => framed,
-            Err(error) => return failed(buf, offset, records, error),
-        };
-        match decode(&buf[offset..offset + framed]) {
-            Ok(record) => visit(offset, framed, record),
-            Err(error) => return failed(buf, offset, records, error),
-        }
-        records += 1;
-        offset += framed;
-    }
-    ScanOutcome {
-        records,
-        valid_end: offset,
-        error: None,
-        frames_dropped: 0,
-    }
-}
-
-fn failed(buf: &[u8], offset: usize, records: u64, error: DecodeError) -> ScanOutcome {
-    let mut frames_dropped = 1;
-    let mut walk = offset;
-    while let Ok(framed) = frame_bytes_at(buf, walk) {
-        walk += framed;
-        if walk >= buf.len() {
-            break;
-        }
-        frames_dropped += 1;
-    }
-    ScanOutcome {
-        records,
-        valid_end: offset,
-        error: Some(error),
-        frames_dropped,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{encode_ack, encode_publish};
-    use crate::types::{MessageId, QueueId, StoredMessage};
 
-    fn segment_with_records(n: u64) -> Vec<u8> {
+    fn header_only() -> Vec<u8> {
         let mut buf = Vec::new();
         encode_header(
             &mut buf,
@@ -147,11 +81,6 @@ mod tests {
                 base_message_id: 100,
             },
         );
-        for i in 0..n {
-            let msg = StoredMessage::new("x", "k", vec![], vec![i as u8; 50]);
-            encode_publish(&mut buf, MessageId(100 + i), &[QueueId(1)], &msg);
-            encode_ack(&mut buf, QueueId(1), MessageId(100 + i));
-        }
         buf
     }
 
@@ -166,7 +95,7 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_corruption() {
-        let buf = segment_with_records(0);
+        let buf = header_only();
         assert_eq!(buf.len(), SEGMENT_HEADER_BYTES);
         assert_eq!(
             parse_header(&buf).unwrap(),
@@ -182,36 +111,11 @@ mod tests {
     }
 
     #[test]
-    fn clean_scan_sees_every_record() {
-        let buf = segment_with_records(5);
-        let mut seen = 0;
-        let out = scan_records(&buf, |_, _, _| seen += 1);
-        assert_eq!(seen, 10);
-        assert_eq!(out.records, 10);
-        assert_eq!(out.valid_end, buf.len());
-        assert_eq!(out.error, None);
-    }
-
-    #[test]
-    fn torn_tail_stops_at_last_whole_record() {
-        let full = segment_with_records(3);
-        let whole = scan_records(&full, |_, _, _| {}).valid_end;
-        let torn = &full[..whole - 5];
-        let out = scan_records(torn, |_, _, _| {});
-        assert_eq!(out.records, 5);
-        assert_eq!(out.error, Some(DecodeError::Truncated));
-        assert_eq!(out.frames_dropped, 1);
-    }
-
-    #[test]
-    fn corrupt_middle_record_stops_scan_and_counts_the_rest() {
-        let mut buf = segment_with_records(3);
-        // Flip a body byte of the first publish record.
-        buf[SEGMENT_HEADER_BYTES + 40] ^= 0x10;
-        let out = scan_records(&buf, |_, _, _| {});
-        assert_eq!(out.records, 0);
-        assert!(matches!(out.error, Some(DecodeError::Invalid(_))));
-        assert_eq!(out.valid_end, SEGMENT_HEADER_BYTES);
-        assert_eq!(out.frames_dropped, 6);
+    fn other_versions_are_invalid_headers() {
+        let mut v1 = header_only();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32fast::hash(&v1[0..24]);
+        v1[24..28].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(parse_header(&v1), Err("unsupported version 1".into()));
     }
 }

@@ -15,8 +15,9 @@
 //!   numbers, message ids and reserved offsets, so "durable up to seq S" means
 //!   every record with seq ≤ S is on disk.
 //! - `LogState::queues` holds exactly the (queue, message) references that
-//!   are published and not acked; `SegmentInfo::live_refs` counts them per
-//!   segment.
+//!   are published and not acked (one id set per queue); `SegmentInfo::live_refs`
+//!   counts them per segment, and `LogState::bases` maps an id to its segment
+//!   (index.rs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -26,12 +27,16 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
+use roaring::RoaringTreemap;
 use tokio::sync::{watch, Notify};
+use tracing::error;
 
 use crate::backend::{Backend, BackendFile, FsBackend};
 use crate::error::{Result, StoreError};
+use crate::index::{add_base, refs_per_segment, segment_of, Bases};
 use crate::lock::DirLock;
 use crate::meta::{read_envelope, write_atomic, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC};
+use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{
     decode, encode_ack, encode_publish, publish_record_bytes, validate_publish, Decoded,
     ACK_RECORD_BYTES,
@@ -39,7 +44,8 @@ use crate::record::{
 use crate::recovery::{recover, SegmentInfo};
 use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::types::{
-    Appended, Location, MessageId, QueueId, Recovered, StoreOptions, StoreStats, StoredMessage,
+    Appended, Location, LogPosition, MessageId, QueueId, Recovered, Scan, ScannedMessage,
+    StoreOptions, StoreStats, StoredMessage,
 };
 use crate::writer;
 
@@ -68,8 +74,10 @@ pub(crate) struct LogState {
     /// Reserved end of the active segment (including pending bytes).
     pub active_offset_bytes: u64,
     pub segments: BTreeMap<u32, SegmentInfo>,
-    /// Live references: queue → message → segment of its PUBLISH.
-    pub queues: HashMap<QueueId, HashMap<MessageId, u32>>,
+    /// Live references: queue → ids of its live messages.
+    pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// Base message id → segment, for every segment in `segments`.
+    pub bases: Bases,
     /// Some segment may have become reclaimable; the writer re-checks.
     pub reclaim_dirty: bool,
     pub durable_seq: u64,
@@ -154,6 +162,11 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
     if st.active_offset_bytes > header
         && st.active_offset_bytes + framed as u64 > segment_size_bytes
     {
+        let sealed = st.active_segment;
+        let sealed_end = st.active_offset_bytes;
+        if let Some(info) = st.segments.get_mut(&sealed) {
+            info.end_bytes = sealed_end;
+        }
         let segment = st.active_segment + 1;
         let start = st.buf.len();
         st.chunks.push(Chunk {
@@ -171,7 +184,13 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
         );
         st.active_segment = segment;
         st.active_offset_bytes = header;
-        st.segments.insert(segment, SegmentInfo::default());
+        let info = SegmentInfo {
+            base_message_id,
+            end_bytes: header,
+            ..SegmentInfo::default()
+        };
+        add_base(&mut st.bases, segment, &info);
+        st.segments.insert(segment, info);
         // The sealed segment may already be fully acked.
         st.reclaim_dirty = true;
     } else if st.chunks.is_empty() {
@@ -180,6 +199,62 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
             start: st.buf.len(),
             new_segment: false,
         });
+    }
+}
+
+/// Where `scan_queue` goes next, decided under the log lock.
+enum Located {
+    /// Read `[at, limit)` of segment `at.segment`: written, and non-empty.
+    Read { at: LogPosition, limit: u64 },
+    /// Everything written at or after this position has been examined.
+    WrittenEnd(LogPosition),
+}
+
+/// First record position of `segment`.
+fn segment_start(segment: u32) -> LogPosition {
+    LogPosition {
+        segment,
+        offset: SEGMENT_HEADER_BYTES as u32,
+    }
+}
+
+/// The position just past a record of `segment` ending at `end`. (A record
+/// ending beyond u32 offsets filled its segment alone: continue at the next.)
+fn position_after(segment: u32, end: u64) -> LogPosition {
+    match u32::try_from(end) {
+        Ok(offset) => LogPosition { segment, offset },
+        Err(_) => segment_start(segment.saturating_add(1)),
+    }
+}
+
+/// Normalises `pos` to a managed segment (removed and skipped ones are passed
+/// over, and the end of a completely written sealed segment continues at the
+/// next one) and says how far that segment has been written.
+fn locate(st: &LogState, mut pos: LogPosition) -> Located {
+    loop {
+        let Some((&segment, info)) = st.segments.range(pos.segment..).next() else {
+            return Located::WrittenEnd(pos);
+        };
+        if segment != pos.segment {
+            pos = segment_start(segment);
+        }
+        pos.offset = pos.offset.max(SEGMENT_HEADER_BYTES as u32);
+        let (w_segment, w_end) = st.written_to;
+        let (limit, complete) = match segment.cmp(&w_segment) {
+            std::cmp::Ordering::Less => (info.end_bytes, true),
+            std::cmp::Ordering::Equal => (w_end, false),
+            std::cmp::Ordering::Greater => (SEGMENT_HEADER_BYTES as u64, false),
+        };
+        if u64::from(pos.offset) < limit {
+            return Located::Read { at: pos, limit };
+        }
+        if !complete {
+            return Located::WrittenEnd(pos);
+        }
+        match segment.checked_add(1) {
+            Some(next) => pos = segment_start(next),
+            None => return Located::WrittenEnd(pos),
+        }
     }
 }
 
@@ -250,7 +325,7 @@ impl Store {
         if opts.max_pending_bytes == 0 {
             return Err(StoreError::Invalid("max_pending_bytes must be > 0".into()));
         }
-        let (state, recovered) = recover(backend.as_ref(), &opts)?;
+        let (state, recovered) = recover(backend.as_ref())?;
         let header = SEGMENT_HEADER_BYTES as u64;
         let log = LogState {
             buf: Vec::with_capacity(opts.max_pending_bytes.min(1 << 20)),
@@ -262,6 +337,7 @@ impl Store {
             active_offset_bytes: header,
             segments: state.segments,
             queues: state.queues,
+            bases: state.bases,
             reclaim_dirty: false,
             durable_seq: 0,
             written_to: (state.active_segment, header),
@@ -327,7 +403,7 @@ impl Store {
         next.queues.insert(id, name.to_string());
         next.save(shared.backend.as_ref())?;
         *table = next;
-        shared.log.lock().queues.insert(id, HashMap::new());
+        shared.log.lock().queues.insert(id, RoaringTreemap::new());
         Ok(id)
     }
 
@@ -345,10 +421,12 @@ impl Store {
         next.save(shared.backend.as_ref())?;
         *table = next;
         let mut st = shared.log.lock();
-        if let Some(messages) = st.queues.remove(&queue) {
-            for segment in messages.into_values() {
+        if let Some(ids) = st.queues.remove(&queue) {
+            // Per-segment counts from ranks: no walk over every id.
+            for (segment, count) in refs_per_segment(&ids, &st.bases) {
                 if let Some(info) = st.segments.get_mut(&segment) {
-                    info.live_refs -= 1;
+                    debug_assert!(info.live_refs >= count, "live_refs underflow");
+                    info.live_refs = info.live_refs.saturating_sub(count);
                 }
             }
             st.reclaim_dirty = true;
@@ -443,8 +521,8 @@ impl Store {
             info.live_refs += queues.len() as u64;
         }
         for q in queues {
-            if let Some(messages) = state.queues.get_mut(q) {
-                messages.insert(id, segment);
+            if let Some(ids) = state.queues.get_mut(q) {
+                ids.insert(id.0);
             }
         }
         drop(st);
@@ -463,12 +541,16 @@ impl Store {
         let shared = self.shared();
         let mut st = shared.log.lock();
         check_usable(&st)?;
-        let segment = st
+        let removed = st
             .queues
             .get_mut(&queue)
             .ok_or(StoreError::UnknownQueue(queue))?
-            .remove(&id)
-            .ok_or(StoreError::UnknownMessage(queue, id))?;
+            .remove(id.0);
+        if !removed {
+            return Err(StoreError::UnknownMessage(queue, id));
+        }
+        // A live id always has its segment in the base map (index.rs).
+        let segment = segment_of(&st.bases, id.0);
         let was_empty = st.buf.is_empty();
         place(&mut st, ACK_RECORD_BYTES, shared.opts.segment_size_bytes);
         let seq = st.next_seq;
@@ -477,15 +559,18 @@ impl Store {
         st.active_offset_bytes += ACK_RECORD_BYTES as u64;
         st.records_pending += 1;
         let active = st.active_segment;
-        if segment != active {
-            if let Some(info) = st.segments.get_mut(&active) {
-                info.acks_into.insert(segment);
+        if let Some(segment) = segment {
+            if segment != active {
+                if let Some(info) = st.segments.get_mut(&active) {
+                    info.acks_into.insert(segment);
+                }
             }
-        }
-        if let Some(info) = st.segments.get_mut(&segment) {
-            info.live_refs -= 1;
-            if info.live_refs == 0 && segment != active {
-                st.reclaim_dirty = true;
+            if let Some(info) = st.segments.get_mut(&segment) {
+                debug_assert!(info.live_refs > 0, "live_refs underflow");
+                info.live_refs = info.live_refs.saturating_sub(1);
+                if info.live_refs == 0 && segment != active {
+                    st.reclaim_dirty = true;
+                }
             }
         }
         drop(st);
@@ -584,6 +669,140 @@ impl Store {
                 "{location:?} is an ack record, not a message"
             ))),
             Err(e) => Err(StoreError::Corrupt(format!("{location:?}: {e}"))),
+        }
+    }
+
+    /// Reads a queue's messages back in log order, for a queue that keeps its tail on
+    /// disk only (docs/STORAGE.md §4.1). Examines the PUBLISH records at positions
+    /// ≥ `from` (segments ascending, removed segments skipped) and returns those routed to
+    /// `queue` for which `wanted(id)` is true — the caller's own record of which messages
+    /// it has on disk only; the store does not consult its live index here. Stops after
+    /// `max_messages` messages or once the bodies returned reach `max_bytes` (at least one
+    /// message is returned when any is found). `Scan::next` is just past the last record
+    /// examined, so the caller continues from there.
+    ///
+    /// If nothing is found in the written part of the log while records are still pending
+    /// with the writer, waits for the writer and goes on; returns with `end_of_log` once
+    /// it has examined everything appended so far. Blocking I/O, reads in large chunks.
+    /// Transient records are returned like persistent ones.
+    pub fn scan_queue(
+        &self,
+        queue: QueueId,
+        from: LogPosition,
+        wanted: &mut dyn FnMut(MessageId) -> bool,
+        max_messages: usize,
+        max_bytes: usize,
+    ) -> Result<Scan> {
+        let shared = self.shared();
+        let max_messages = max_messages.max(1);
+        let mut messages: Vec<ScannedMessage> = Vec::new();
+        let mut body_bytes: usize = 0;
+        let mut pos = from;
+        loop {
+            // Under the lock: the next written stretch of the log, or its end.
+            let (segment, limit) = {
+                let mut st = shared.log.lock();
+                loop {
+                    match locate(&st, pos) {
+                        Located::Read { at, limit } => {
+                            pos = at;
+                            break (at.segment, limit);
+                        }
+                        Located::WrittenEnd(at) => {
+                            pos = at;
+                            let reserved_end = (st.active_segment, st.active_offset_bytes);
+                            if (at.segment, u64::from(at.offset)) >= reserved_end {
+                                return Ok(Scan {
+                                    messages,
+                                    next: at,
+                                    end_of_log: true,
+                                });
+                            }
+                            if !messages.is_empty() {
+                                return Ok(Scan {
+                                    messages,
+                                    next: at,
+                                    end_of_log: false,
+                                });
+                            }
+                            // Records are pending with the writer: wait for its batch.
+                            check_usable(&st)?;
+                            shared.durable_cv.wait(&mut st);
+                        }
+                    }
+                }
+            };
+            let file = shared.files.lock().get(&segment).cloned();
+            let Some(file) = file else {
+                // Removed since (nothing in it was live any more).
+                pos = segment_start(segment.saturating_add(1));
+                continue;
+            };
+            let mut reader = RecordReader::new(file.as_ref(), limit, READ_CHUNK_BYTES);
+            let mut offset = u64::from(pos.offset);
+            let mut skip_rest: Option<String> = None;
+            while offset < limit {
+                let record = match reader.frame(offset) {
+                    Ok(Ok(record)) => record,
+                    Ok(Err(e)) => {
+                        skip_rest = Some(e.to_string());
+                        break;
+                    }
+                    Err(e) => {
+                        if shared.log.lock().segments.contains_key(&segment) {
+                            return Err(e.into());
+                        }
+                        // Removed while we read it: nothing in it was live.
+                        offset = limit;
+                        break;
+                    }
+                };
+                let framed = record.len() as u64;
+                match decode(&record) {
+                    Ok(Decoded::Publish(view)) => {
+                        if view.queues().any(|q| q == queue) && wanted(view.id) {
+                            let message = view.message(&record);
+                            body_bytes = body_bytes.saturating_add(message.body.len());
+                            messages.push(ScannedMessage {
+                                id: view.id,
+                                location: Location {
+                                    segment,
+                                    offset: offset as u32,
+                                    len: framed as u32,
+                                },
+                                message,
+                            });
+                        }
+                    }
+                    Ok(Decoded::Ack { .. }) => {}
+                    Err(e) => {
+                        skip_rest = Some(e.to_string());
+                        break;
+                    }
+                }
+                offset += framed;
+                if !messages.is_empty()
+                    && (messages.len() >= max_messages || body_bytes >= max_bytes)
+                {
+                    return Ok(Scan {
+                        messages,
+                        next: position_after(segment, offset),
+                        end_of_log: false,
+                    });
+                }
+            }
+            pos = match skip_rest {
+                Some(why) => {
+                    error!(
+                        segment,
+                        offset,
+                        queue = queue.0,
+                        "corrupt record met while scanning a queue, skipping the rest of the segment: {why}"
+                    );
+                    segment_start(segment.saturating_add(1))
+                }
+                None => position_after(segment, offset),
+            };
         }
     }
 

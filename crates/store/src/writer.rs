@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tracing::{error, warn};
 
 use crate::backend::BackendFile;
+use crate::index::forget_base;
 use crate::recovery::reclaimable;
 use crate::segment::{segment_path, SEGMENT_DIR};
 use crate::store::{Chunk, Shared};
@@ -135,7 +136,12 @@ fn remove_segment(shared: &Shared, segment: u32) -> std::io::Result<()> {
         _ => {}
     }
     shared.backend.sync_dir(SEGMENT_DIR)?;
-    shared.log.lock().segments.remove(&segment);
+    {
+        let mut st = shared.log.lock();
+        if let Some(info) = st.segments.remove(&segment) {
+            forget_base(&mut st.bases, segment, &info);
+        }
+    }
     shared
         .stats
         .segments_removed

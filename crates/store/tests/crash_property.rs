@@ -3,23 +3,29 @@
 //! ack / stall-fsync / crash-and-recover / clean-restart sequences.
 //!
 //! Checked after every recovery:
-//! - a message whose publish was durable (confirmed) and that was not acked
-//!   is present in every queue it was routed to, byte-for-byte identical,
-//!   both via `recover_bodies` and via `read(location)`;
+//! - a persistent message whose publish was durable (confirmed) and that was
+//!   not acked is present in every queue it was routed to (`live` set), and
+//!   scanning the queue from `first` with `wanted = live.contains` returns
+//!   exactly the live set, in id order, byte-for-byte identical (and so does
+//!   `read(location)`); `live_body_bytes` is the sum of those bodies;
 //! - an ack that was durable is never undone (the message does not come back
 //!   in that queue); an ack that was not yet durable may be undone
 //!   (a duplicate, never a loss);
-//! - nothing is recovered that was never published, and each queue comes
-//!   back in publish (id) order;
+//! - nothing is recovered that was never published, and transient messages
+//!   never come back;
 //! - message ids keep increasing across restarts (above every id that
 //!   recovery saw; the id of a publish lost in the crash may be reused).
+//!
+//! Between restarts, `Scan` ops check that `scan_queue` returns every
+//! un-acked message of a queue (transient ones included), in order and intact.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use warren_store::{
-    CrashMode, FaultyBackend, MessageId, QueueId, Recovered, Store, StoreOptions, StoredMessage,
+    CrashMode, FaultyBackend, LogPosition, MessageId, QueueId, Recovered, ScannedMessage, Store,
+    StoreOptions, StoredMessage,
 };
 
 const QUEUES: usize = 3;
@@ -27,13 +33,19 @@ const QUEUES: usize = 3;
 #[derive(Debug, Clone)]
 enum Op {
     /// Publish to the queues whose bits are set in the mask (1..=7).
-    Publish { mask: u8, body_len: usize },
+    Publish {
+        mask: u8,
+        body_len: usize,
+        transient: bool,
+    },
     /// Wait until the n-th (mod count) outstanding publish is durable.
     Confirm(usize),
     /// Deliver the oldest ready message of a queue.
     Consume(usize),
     /// Ack the n-th (mod count) delivered message of a queue.
     Ack(usize, usize),
+    /// Scan a queue for its un-acked messages, from the start of the log.
+    Scan(usize),
     /// Make fsyncs block so the next crash hits a written-but-unsynced batch.
     StallSyncs,
     /// Crash the machine and recover.
@@ -50,10 +62,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         Just(CrashMode::BitFlip),
     ];
     prop_oneof![
-        10 => (1u8..=7, 0usize..700).prop_map(|(mask, body_len)| Op::Publish { mask, body_len }),
+        10 => (1u8..=7, 0usize..700, proptest::bool::weighted(0.25)).prop_map(
+            |(mask, body_len, transient)| Op::Publish { mask, body_len, transient }
+        ),
         4 => any::<usize>().prop_map(Op::Confirm),
         5 => (0..QUEUES).prop_map(Op::Consume),
         5 => ((0..QUEUES), any::<usize>()).prop_map(|(q, n)| Op::Ack(q, n)),
+        2 => (0..QUEUES).prop_map(Op::Scan),
         1 => Just(Op::StallSyncs),
         2 => mode.prop_map(Op::Crash),
         1 => Just(Op::Restart),
@@ -90,7 +105,6 @@ fn opts() -> StoreOptions {
     StoreOptions {
         segment_size_bytes: 4096, // many rollovers and reclamations
         max_pending_bytes: 64 * 1024,
-        recover_bodies: true,
         ..StoreOptions::default()
     }
 }
@@ -117,18 +131,26 @@ impl Harness {
 
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match *op {
-            Op::Publish { mask, body_len } => {
+            Op::Publish {
+                mask,
+                body_len,
+                transient,
+            } => {
                 let queues: Vec<usize> = (0..QUEUES).filter(|q| mask & (1 << q) != 0).collect();
                 let ids: Vec<QueueId> = queues.iter().map(|q| self.queue_ids[*q]).collect();
                 self.next_body += 1;
                 let n = self.next_body;
                 let body: Vec<u8> = (0..body_len).map(|i| (n as usize * 31 + i) as u8).collect();
-                let msg = StoredMessage::new(
-                    format!("ex{}", n % 3),
-                    format!("rk.{n}"),
-                    n.to_le_bytes().to_vec(),
-                    body,
-                );
+                let msg = StoredMessage {
+                    published_at_ms: n * 1000,
+                    transient,
+                    ..StoredMessage::new(
+                        format!("ex{}", n % 3),
+                        format!("rk.{n}"),
+                        n.to_le_bytes().to_vec(),
+                        body,
+                    )
+                };
                 let appended = self.store().append(&ids, &msg).unwrap();
                 if let Some(max) = self.max_id_seen {
                     prop_assert!(appended.id > max, "message ids must increase");
@@ -183,6 +205,29 @@ impl Harness {
                         .unwrap()
                         .refs
                         .insert(q, RefState::Acked(seq));
+                }
+            }
+            Op::Scan(q) => {
+                if self.stalled {
+                    return Ok(()); // pending records would never be written
+                }
+                let expect: Vec<MessageId> = self
+                    .messages
+                    .iter()
+                    .filter(|(_, m)| {
+                        matches!(m.refs.get(&q), Some(RefState::Ready | RefState::Delivered))
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let wanted = expect.clone();
+                let start = LogPosition::default();
+                let got = scan_all(self.store(), self.queue_ids[q], start, &mut |id| {
+                    wanted.binary_search(&id).is_ok()
+                });
+                let got_ids: Vec<MessageId> = got.iter().map(|m| m.id).collect();
+                prop_assert_eq!(&got_ids, &expect, "scan of queue {} before restart", q);
+                for m in &got {
+                    prop_assert_eq!(&m.message, &self.messages[&m.id].msg, "altered (scan)");
                 }
             }
             Op::StallSyncs => {
@@ -241,19 +286,46 @@ impl Harness {
                 .get(qid)
                 .expect("registered queue recovered");
             prop_assert_eq!(&queue.name, &format!("q{q}"));
-            let mut last = None;
-            for m in &queue.messages {
-                prop_assert!(last < Some(m.id), "queue {} out of order", q);
-                last = Some(m.id);
+            let scanned = match queue.first {
+                Some(first) => {
+                    let live = &queue.live;
+                    scan_all(store, *qid, first, &mut |id| live.contains(id.0))
+                }
+                None => {
+                    prop_assert!(queue.live.is_empty(), "live messages but no first position");
+                    Vec::new()
+                }
+            };
+            // Exactly the live set, in id order, starting at `first`.
+            let scanned_ids: Vec<u64> = scanned.iter().map(|m| m.id.0).collect();
+            let live_ids: Vec<u64> = queue.live.iter().collect();
+            prop_assert_eq!(
+                &scanned_ids,
+                &live_ids,
+                "scan from first vs live set, queue {}",
+                q
+            );
+            if let Some(m) = scanned.first() {
+                prop_assert_eq!(Some(m.location.position()), queue.first);
+            }
+            let bytes: u64 = scanned.iter().map(|m| m.message.body.len() as u64).sum();
+            prop_assert_eq!(
+                bytes,
+                queue.live_body_bytes,
+                "live_body_bytes of queue {}",
+                q
+            );
+            for m in &scanned {
                 let Some(model) = self.messages.get(&m.id) else {
                     return Err(TestCaseError::fail(format!("phantom message {:?}", m.id)));
                 };
                 prop_assert!(model.refs.contains_key(&q), "message present in a queue it was never sent to, or came back after its ack was recovered");
-                prop_assert_eq!(
-                    m.message.as_ref(),
-                    Some(&model.msg),
-                    "altered (recovered body)"
+                prop_assert!(
+                    !model.msg.transient,
+                    "transient message {:?} came back",
+                    m.id
                 );
+                prop_assert_eq!(&m.message, &model.msg, "altered (scan)");
                 prop_assert_eq!(
                     &store.read(&m.location).unwrap(),
                     &model.msg,
@@ -271,8 +343,9 @@ impl Harness {
         }
         for (id, model) in &self.messages {
             for (q, state) in &model.refs {
-                let must_survive =
-                    model.pending_seq.is_none() && !matches!(state, RefState::Acked(_));
+                let must_survive = model.pending_seq.is_none()
+                    && !model.msg.transient
+                    && !matches!(state, RefState::Acked(_));
                 if must_survive {
                     prop_assert!(
                         present.contains_key(&(*q, *id)),
@@ -297,6 +370,26 @@ impl Harness {
         // on disk refers to them); ids must exceed everything recovered.
         self.max_id_seen = self.messages.keys().next_back().copied();
         Ok(())
+    }
+}
+
+/// Scans `queue` from `from` to the end of the log, in small batches.
+fn scan_all(
+    store: &Store,
+    queue: QueueId,
+    from: LogPosition,
+    wanted: &mut dyn FnMut(MessageId) -> bool,
+) -> Vec<ScannedMessage> {
+    let mut out = Vec::new();
+    let mut pos = from;
+    loop {
+        let scan = store.scan_queue(queue, pos, wanted, 5, 2000).unwrap();
+        assert!(scan.next >= pos, "scan went backwards");
+        pos = scan.next;
+        out.extend(scan.messages);
+        if scan.end_of_log {
+            return out;
+        }
     }
 }
 

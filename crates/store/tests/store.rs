@@ -1,13 +1,16 @@
 //! Integration tests of the public `Store` API: round trips through
-//! recovery, torn tails, corruption, rollover and reclamation, queue
-//! deletion, definitions, group-commit counters and failure reporting.
+//! recovery, torn tails, corruption, rollover and reclamation, the live index
+//! (ack → segment), queue scans, queue deletion, definitions, group-commit
+//! counters and failure reporting.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use warren_store::segment::segment_path;
 use warren_store::{
-    Backend, CrashMode, FaultyBackend, MessageId, QueueId, Recovered, Store, StoreError,
-    StoreOptions, StoredMessage, SyncPolicy,
+    Backend, CrashMode, FaultyBackend, LogPosition, MessageId, QueueId, Recovered, Scan,
+    ScannedMessage, Store, StoreError, StoreOptions, StoredMessage, SyncPolicy,
 };
 
 fn msg(i: u64) -> StoredMessage {
@@ -31,11 +34,55 @@ fn small_segments() -> StoreOptions {
 }
 
 fn ids(recovered: &Recovered, q: QueueId) -> Vec<u64> {
-    recovered.queues[&q]
-        .messages
-        .iter()
-        .map(|m| m.id.0)
-        .collect()
+    recovered.queues[&q].live.iter().collect()
+}
+
+/// The start of the log: before the first record of any segment.
+const START: LogPosition = LogPosition {
+    segment: 0,
+    offset: 0,
+};
+
+/// Scans `q` from `from` to the end of the log, `batch` messages at a time.
+fn scan_all(
+    store: &Store,
+    q: QueueId,
+    from: LogPosition,
+    wanted: &mut dyn FnMut(MessageId) -> bool,
+    batch: usize,
+) -> Vec<ScannedMessage> {
+    let mut out = Vec::new();
+    let mut pos = from;
+    loop {
+        let scan: Scan = store.scan_queue(q, pos, wanted, batch, usize::MAX).unwrap();
+        assert!(scan.messages.len() <= batch.max(1));
+        assert!(scan.next >= pos, "scan went backwards");
+        pos = scan.next;
+        out.extend(scan.messages);
+        if scan.end_of_log {
+            return out;
+        }
+    }
+}
+
+/// The live messages of `q` as recovered: scanned from `first`, filtered by `live`.
+fn recovered_messages(store: &Store, recovered: &Recovered, q: QueueId) -> Vec<ScannedMessage> {
+    let queue = &recovered.queues[&q];
+    let Some(first) = queue.first else {
+        assert!(queue.live.is_empty());
+        return Vec::new();
+    };
+    let live = queue.live.clone();
+    let got = scan_all(store, q, first, &mut |id| live.contains(id.0), 1000);
+    assert_eq!(
+        got.iter().map(|m| m.id.0).collect::<Vec<_>>(),
+        queue.live.iter().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        got.iter().map(|m| m.message.body.len() as u64).sum::<u64>(),
+        queue.live_body_bytes
+    );
+    got
 }
 
 fn segment_files(backend: &FaultyBackend) -> Vec<String> {
@@ -67,10 +114,14 @@ fn publish_ack_recover_on_real_filesystem() {
     assert_eq!(queue.name, "orders");
     let expect: Vec<u64> = appended.iter().skip(1).step_by(2).map(|a| a.id.0).collect();
     assert_eq!(ids(&recovered, q), expect);
-    for m in &queue.messages {
+    assert_eq!(queue.first, Some(appended[1].location.position()));
+    let messages = recovered_messages(&store, &recovered, q);
+    assert_eq!(messages.len(), 50);
+    for m in &messages {
         let i = m.id.0 - appended[0].id.0;
+        assert_eq!(m.message, msg(i));
+        assert_eq!(m.location, appended[i as usize].location);
         assert_eq!(store.read(&m.location).unwrap(), msg(i));
-        assert!(m.message.is_none(), "bodies not loaded by default");
     }
     // Ids keep increasing across restarts.
     let next = store.append(&[q], &msg(1000)).unwrap();
@@ -89,26 +140,528 @@ fn a_directory_can_be_opened_by_one_store_at_a_time() {
     Store::open(dir.path(), StoreOptions::default()).unwrap();
 }
 
+fn all(_: MessageId) -> bool {
+    true
+}
+
+fn sized(i: u64, body_len: usize) -> StoredMessage {
+    StoredMessage {
+        published_at_ms: 1_700_000_000_000 + i,
+        ..StoredMessage::new(
+            "ex",
+            format!("rk.{i}"),
+            vec![i as u8],
+            vec![i as u8; body_len],
+        )
+    }
+}
+
+/// Waits (bounded) until `cond` holds; reclamation runs on the writer thread.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..400 {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
 #[test]
-fn recover_bodies_returns_full_messages() {
+fn recovery_returns_live_sets_body_bytes_and_first_positions() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let a = store.register_queue("a").unwrap();
+    let b = store.register_queue("b").unwrap();
+    let empty = store.register_queue("empty").unwrap();
+    let mut expect_bytes = [0u64; 2];
+    let mut expect_ids: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    let mut expect_first: [Option<LogPosition>; 2] = [None, None];
+    for i in 0..200u64 {
+        let routes: &[QueueId] = match i % 3 {
+            0 => &[a],
+            1 => &[b],
+            _ => &[a, b],
+        };
+        let transient = i % 7 == 0;
+        let message = StoredMessage {
+            transient,
+            ..sized(i, (i as usize * 37) % 900)
+        };
+        let appended = store.append(routes, &message).unwrap();
+        for (k, q) in [a, b].into_iter().enumerate() {
+            if !routes.contains(&q) {
+                continue;
+            }
+            // The first 20 messages of each queue are acked.
+            if i < 20 {
+                store.ack(q, appended.id).unwrap();
+            } else if !transient {
+                expect_bytes[k] += message.body.len() as u64;
+                expect_ids[k].push(appended.id.0);
+                expect_first[k].get_or_insert(appended.location.position());
+            }
+        }
+    }
+    store.close().unwrap();
+
+    let (store, recovered) = open(&disk, small_segments());
+    for (k, q) in [a, b].into_iter().enumerate() {
+        let queue = &recovered.queues[&q];
+        assert_eq!(ids(&recovered, q), expect_ids[k], "queue {k}");
+        assert_eq!(queue.live_body_bytes, expect_bytes[k], "queue {k}");
+        assert_eq!(queue.first, expect_first[k], "queue {k}");
+        let messages = recovered_messages(&store, &recovered, q);
+        assert!(messages.iter().all(|m| !m.message.transient));
+        for m in &messages {
+            let i = m.message.published_at_ms - 1_700_000_000_000;
+            assert_eq!(m.message, sized(i, (i as usize * 37) % 900));
+        }
+    }
+    let queue = &recovered.queues[&empty];
+    assert_eq!(queue.name, "empty");
+    assert!(queue.live.is_empty());
+    assert_eq!((queue.live_body_bytes, queue.first), (0, None));
+    // The store's own index is the recovered sets: acks work, once.
+    let id = MessageId(expect_ids[0][0]);
+    store.ack(a, id).unwrap();
+    assert!(matches!(
+        store.ack(a, id),
+        Err(StoreError::UnknownMessage(..))
+    ));
+    let live = expect_ids[0].len() + expect_ids[1].len() - 1;
+    assert_eq!(store.stats().live_references, live as u64);
+}
+
+#[test]
+fn transient_messages_are_scanned_but_not_recovered() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let q = store.register_queue("q").unwrap();
+    let persistent = store.append(&[q], &sized(1, 100)).unwrap();
+    let transient_msg = StoredMessage {
+        transient: true,
+        ..sized(2, 100)
+    };
+    // Enough transient messages to fill segments of their own.
+    let transient: Vec<_> = (0..100)
+        .map(|_| store.append(&[q], &transient_msg).unwrap())
+        .collect();
+    store.flush().unwrap();
+    assert_eq!(
+        store.stats().live_references,
+        101,
+        "transient ones are live"
+    );
+    let scanned = scan_all(&store, q, START, &mut all, 1000);
+    assert_eq!(scanned.len(), 101);
+    assert_eq!(scanned[0].message, sized(1, 100));
+    assert!(scanned[1..].iter().all(|m| m.message == transient_msg));
+    // Acked like any other message.
+    store.ack(q, transient[0].id).unwrap();
+    store.close().unwrap();
+
+    let (store, recovered) = open(&disk, small_segments());
+    assert_eq!(ids(&recovered, q), vec![persistent.id.0]);
+    assert_eq!(recovered.queues[&q].live_body_bytes, 100);
+    assert!(
+        recovered.report.segments_removed > 0,
+        "segments holding only transient messages are reclaimed: {:?}",
+        recovered.report
+    );
+    assert_eq!(store.stats().live_references, 1);
+    assert!(matches!(
+        store.ack(q, transient[1].id),
+        Err(StoreError::UnknownMessage(..))
+    ));
+}
+
+#[test]
+fn acks_find_their_segment_across_rollovers() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let q = store.register_queue("q").unwrap();
+    let small = |i: u64| sized(i, 100);
+    // A: many segments of publishes.
+    let a: Vec<_> = (0..400)
+        .map(|i| store.append(&[q], &small(i)).unwrap())
+        .collect();
+    // Acking all of A fills segments that hold only acks (their base id is the
+    // base of the next segment that holds publishes: a tie in the base map).
+    for x in &a {
+        store.ack(q, x.id).unwrap();
+    }
+    // B: publishes after the ack-only segments.
+    let b: Vec<_> = (400..700)
+        .map(|i| store.append(&[q], &small(i)).unwrap())
+        .collect();
+    let last_a = a.last().unwrap().location.segment;
+    let first_b = b[0].location.segment;
+    assert!(
+        first_b > last_a + 1,
+        "ack-only segments between {last_a} and {first_b}"
+    );
+    // Ack B in a scattered order, keeping every 10th.
+    let mut order: Vec<usize> = (0..b.len()).filter(|i| i % 10 != 0).collect();
+    order.sort_by_key(|i| (i * 7919) % b.len());
+    for i in order {
+        store.ack(q, b[i].id).unwrap();
+        assert!(matches!(
+            store.ack(q, b[i].id),
+            Err(StoreError::UnknownMessage(..))
+        ));
+    }
+    let kept: Vec<_> = b.iter().step_by(10).collect();
+    assert_eq!(store.stats().live_references, kept.len() as u64);
+    // Seal the active segment so reclamation can run everywhere.
+    let filler = StoredMessage::new("", "", vec![], vec![0u8; 4000]);
+    let f1 = store.append(&[q], &filler).unwrap();
+    let f2 = store.append(&[q], &filler).unwrap();
+    store.flush().unwrap();
+    // Every segment of A and the ack-only ones go; each kept message still pins its own.
+    let kept_segments: BTreeSet<u32> = kept.iter().map(|x| x.location.segment).collect();
+    assert!(eventually(|| {
+        let files = segment_files(&disk);
+        (1..first_b).all(|s| !files.contains(&format!("{s:08}.seg")))
+    }));
+    let files = segment_files(&disk);
+    for s in &kept_segments {
+        assert!(files.contains(&format!("{s:08}.seg")), "{s} pinned");
+    }
+    for x in &kept {
+        assert_eq!(store.read(&x.location).unwrap(), small(x.id.0 - a[0].id.0));
+    }
+    store.close().unwrap();
+
+    let (store, recovered) = open(&disk, small_segments());
+    let mut expect: Vec<u64> = kept.iter().map(|x| x.id.0).collect();
+    expect.extend([f1.id.0, f2.id.0]);
+    assert_eq!(ids(&recovered, q), expect);
+    assert_eq!(
+        recovered_messages(&store, &recovered, q).len(),
+        expect.len()
+    );
+    // Acking the rest after the restart frees everything but the newest segments.
+    for id in expect {
+        store.ack(q, MessageId(id)).unwrap();
+    }
+    store.append(&[q], &filler).unwrap();
+    store.append(&[q], &filler).unwrap();
+    store.flush().unwrap();
+    assert!(
+        eventually(|| segment_files(&disk).len() <= 3),
+        "{:?}",
+        segment_files(&disk)
+    );
+}
+
+#[test]
+fn scan_queue_walks_many_segments_with_interleaved_queues() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let a = store.register_queue("a").unwrap();
+    let b = store.register_queue("b").unwrap();
+    let mut expect_a = Vec::new();
+    let mut expect_b = Vec::new();
+    for i in 0..300u64 {
+        let routes: &[QueueId] = match i % 3 {
+            0 => &[a],
+            1 => &[b],
+            _ => &[b, a],
+        };
+        let appended = store.append(routes, &msg(i)).unwrap();
+        if routes.contains(&a) {
+            expect_a.push((appended.id, appended.location, msg(i)));
+        }
+        if routes.contains(&b) {
+            expect_b.push((appended.id, appended.location, msg(i)));
+        }
+        if i % 5 == 0 {
+            // Acks in between do not disturb scans (they are skipped).
+            store.ack(routes[0], appended.id).unwrap();
+        }
+    }
+    store.flush().unwrap();
+    let segments: BTreeSet<u32> = expect_a.iter().map(|(_, l, _)| l.segment).collect();
+    assert!(segments.len() > 10, "{segments:?}");
+
+    for (q, expect) in [(a, &expect_a), (b, &expect_b)] {
+        for batch in [1, 7, 1000] {
+            let got = scan_all(&store, q, START, &mut all, batch);
+            let got: Vec<_> = got
+                .into_iter()
+                .map(|m| (m.id, m.location, m.message))
+                .collect();
+            assert_eq!(&got, expect, "batch {batch}");
+        }
+    }
+
+    // `wanted` is asked about the queue's messages only, and filters them.
+    let mut asked = Vec::new();
+    let got = scan_all(
+        &store,
+        a,
+        START,
+        &mut |id| {
+            asked.push(id);
+            id.0 % 2 == 0
+        },
+        10,
+    );
+    assert_eq!(
+        asked,
+        expect_a.iter().map(|(id, _, _)| *id).collect::<Vec<_>>()
+    );
+    let even: Vec<MessageId> = expect_a
+        .iter()
+        .map(|(id, _, _)| *id)
+        .filter(|id| id.0 % 2 == 0)
+        .collect();
+    assert_eq!(got.iter().map(|m| m.id).collect::<Vec<_>>(), even);
+
+    // max_bytes: stop once the bodies reach it; every message comes back once.
+    let mut pos = START;
+    let mut seen = Vec::new();
+    loop {
+        let scan = store
+            .scan_queue(a, pos, &mut all, usize::MAX, 1000)
+            .unwrap();
+        let sizes: Vec<usize> = scan.messages.iter().map(|m| m.message.body.len()).collect();
+        if !scan.end_of_log {
+            assert!(sizes.iter().sum::<usize>() >= 1000);
+        }
+        if let Some((_, before_last)) = sizes.split_last() {
+            assert!(before_last.iter().sum::<usize>() < 1000, "{sizes:?}");
+        }
+        seen.extend(scan.messages.iter().map(|m| m.id));
+        pos = scan.next;
+        if scan.end_of_log {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        expect_a.iter().map(|(id, _, _)| *id).collect::<Vec<_>>()
+    );
+    // Zero limits still return one message.
+    let scan = store.scan_queue(a, START, &mut all, 0, 0).unwrap();
+    assert_eq!(scan.messages.len(), 1);
+    assert!(!scan.end_of_log);
+    let loc = scan.messages[0].location;
+    assert_eq!(
+        scan.next,
+        LogPosition {
+            segment: loc.segment,
+            offset: loc.offset + loc.len
+        }
+    );
+    // Continuing from a message's own position returns it again; from the end
+    // of the log, nothing.
+    let again = store
+        .scan_queue(a, loc.position(), &mut all, 1, usize::MAX)
+        .unwrap();
+    assert_eq!(again.messages[0].id, scan.messages[0].id);
+    let end = scan_all(&store, a, START, &mut |_| false, 10);
+    assert!(end.is_empty());
+    let last = store.scan_queue(a, START, &mut |_| false, 10, 10).unwrap();
+    assert!(last.end_of_log && last.messages.is_empty());
+    let at_end = store.scan_queue(a, last.next, &mut all, 10, 10).unwrap();
+    assert!(at_end.end_of_log && at_end.messages.is_empty());
+    assert_eq!(at_end.next, last.next);
+}
+
+#[test]
+fn scan_queue_skips_removed_segments() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let early = store.register_queue("early").unwrap();
+    let late = store.register_queue("late").unwrap();
+    let gone: Vec<_> = (0..60)
+        .map(|i| store.append(&[early], &msg(i)).unwrap())
+        .collect();
+    let kept: Vec<_> = (60..120)
+        .map(|i| store.append(&[late], &msg(i)).unwrap())
+        .collect();
+    for x in &gone {
+        store.ack(early, x.id).unwrap();
+    }
+    store.flush().unwrap();
+    let first = gone[0].location.segment;
+    assert!(eventually(|| disk
+        .file_bytes(&segment_path(first))
+        .is_none()));
+    // From a position inside a removed segment: on to the next one that exists.
+    let got = scan_all(&store, late, gone[5].location.position(), &mut all, 1000);
+    assert_eq!(
+        got.iter().map(|m| m.id).collect::<Vec<_>>(),
+        kept.iter().map(|x| x.id).collect::<Vec<_>>()
+    );
+    // What is left of the early queue may still be scanned (the store does not
+    // consult its index): only what remains on disk comes back.
+    let early_left = scan_all(&store, early, START, &mut all, 1000);
+    assert!(early_left.len() < gone.len());
+}
+
+#[test]
+fn scan_queue_skips_the_rest_of_a_corrupt_segment() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let q = store.register_queue("q").unwrap();
+    let appended: Vec<_> = (0..40)
+        .map(|i| store.append(&[q], &msg(i)).unwrap())
+        .collect();
+    store.flush().unwrap();
+    let bad = appended[2].location;
+    disk.corrupt(
+        &segment_path(bad.segment),
+        bad.offset as usize + 60,
+        b"\xff",
+    );
+    let got: Vec<MessageId> = scan_all(&store, q, START, &mut all, 1000)
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    let expect: Vec<MessageId> = appended
+        .iter()
+        .filter(|x| x.location.segment != bad.segment || x.location.offset < bad.offset)
+        .map(|x| x.id)
+        .collect();
+    assert!(expect.len() < appended.len() - 1);
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn scan_queue_waits_for_records_pending_with_the_writer() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, StoreOptions::default());
     let q = store.register_queue("q").unwrap();
-    for i in 0..10 {
-        store.append(&[q], &msg(i)).unwrap();
+    let first = store.append(&[q], &msg(0)).unwrap();
+    store.flush().unwrap();
+    let scan = store
+        .scan_queue(q, START, &mut all, 10, usize::MAX)
+        .unwrap();
+    assert_eq!(scan.messages.len(), 1);
+    assert!(scan.end_of_log);
+    let end = scan.next;
+    assert_eq!(end.offset, first.location.offset + first.location.len);
+
+    // The next batch is written but its fsync stalls: not readable yet.
+    disk.set_stall_syncs(true);
+    let second = store.append(&[q], &msg(1)).unwrap();
+    // Messages found before the pending part are returned without waiting.
+    let scan = store
+        .scan_queue(q, START, &mut all, 10, usize::MAX)
+        .unwrap();
+    assert_eq!(scan.messages.len(), 1);
+    assert!(!scan.end_of_log, "records are pending");
+    assert_eq!(scan.next, end);
+    // Nothing found before them: wait for the writer.
+    let scanner = {
+        let store = store.clone();
+        std::thread::spawn(move || store.scan_queue(q, end, &mut all, 10, usize::MAX))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !scanner.is_finished(),
+        "scan must wait for the pending batch"
+    );
+    disk.set_stall_syncs(false);
+    let scan = scanner.join().unwrap().unwrap();
+    assert_eq!(scan.messages.len(), 1);
+    assert_eq!(scan.messages[0].id, second.id);
+    assert_eq!(scan.messages[0].message, msg(1));
+    assert!(scan.end_of_log);
+}
+
+#[test]
+fn scan_queue_reads_records_larger_than_its_chunk_and_cut_by_chunk_ends() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, StoreOptions::default());
+    let q = store.register_queue("q").unwrap();
+    let other = store.register_queue("other").unwrap();
+    // The scan reads 1 MiB chunks: these records straddle chunk ends, and one
+    // is three chunks long.
+    let sizes = [
+        10usize, 300_000, 700_000, 1_048_576, 3_000_000, 5, 999_999, 250_000, 0, 1_500_000,
+    ];
+    let mut expect = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let m = sized(i as u64, *size);
+        let appended = store.append(&[q], &m).unwrap();
+        expect.push((appended.id, m));
+        store
+            .append(&[other], &sized(100 + i as u64, 123_457))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    for batch in [1, 3, 100] {
+        let got: Vec<_> = scan_all(&store, q, START, &mut all, batch)
+            .into_iter()
+            .map(|m| (m.id, m.message))
+            .collect();
+        assert_eq!(got, expect, "batch {batch}");
     }
     store.close().unwrap();
-    let opts = StoreOptions {
-        recover_bodies: true,
-        ..StoreOptions::default()
-    };
-    let (_store, recovered) = open(&disk, opts);
-    let bodies: Vec<StoredMessage> = recovered.queues[&q]
-        .messages
-        .iter()
-        .map(|m| m.message.clone().unwrap())
+    let (store, recovered) = open(&disk, StoreOptions::default());
+    assert_eq!(
+        recovered.queues[&q].live_body_bytes,
+        sizes.iter().sum::<usize>() as u64
+    );
+    let got: Vec<_> = recovered_messages(&store, &recovered, q)
+        .into_iter()
+        .map(|m| (m.id, m.message))
         .collect();
-    assert_eq!(bodies, (0..10).map(msg).collect::<Vec<_>>());
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn delete_queue_counts_references_per_segment() {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let a = store.register_queue("a").unwrap();
+    let b = store.register_queue("b").unwrap();
+    let mut a_ids = Vec::new();
+    for i in 0..200u64 {
+        let routes: &[QueueId] = if i % 2 == 0 { &[a, b] } else { &[a] };
+        a_ids.push(store.append(routes, &msg(i)).unwrap().id);
+    }
+    store.flush().unwrap();
+    assert_eq!(store.stats().live_references, 300);
+    store.delete_queue(b).unwrap();
+    assert_eq!(store.stats().live_references, 200);
+    assert!(matches!(
+        store.ack(b, a_ids[0]),
+        Err(StoreError::UnknownQueue(_))
+    ));
+    assert!(matches!(
+        store.delete_queue(b),
+        Err(StoreError::UnknownQueue(_))
+    ));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(store.stats().segments_removed, 0, "a still holds them");
+    // Ack half of a, delete a: every segment is free.
+    for id in a_ids.iter().step_by(2) {
+        store.ack(a, *id).unwrap();
+    }
+    store.delete_queue(a).unwrap();
+    assert_eq!(store.stats().live_references, 0);
+    store
+        .append(&[store.register_queue("c").unwrap()], &msg(0))
+        .unwrap();
+    let filler = StoredMessage::new("", "", vec![], vec![0u8; 4000]);
+    let c = store.register_queue("c").unwrap();
+    store.append(&[c], &filler).unwrap();
+    store.append(&[c], &filler).unwrap();
+    store.flush().unwrap();
+    assert!(
+        eventually(|| segment_files(&disk).len() <= 3),
+        "{:?}",
+        segment_files(&disk)
+    );
+    store.close().unwrap();
+    let (_store, recovered) = open(&disk, small_segments());
+    assert_eq!(recovered.queues.len(), 1);
+    assert_eq!(recovered.queues[&c].live.len(), 3);
 }
 
 #[test]
@@ -136,8 +689,11 @@ fn multi_queue_message_is_stored_once_and_acked_per_queue() {
     assert_eq!(ids(&recovered, a), Vec::<u64>::new());
     assert_eq!(ids(&recovered, b), vec![appended.id.0]);
     assert_eq!(ids(&recovered, c), Vec::<u64>::new());
-    let loc = recovered.queues[&b].messages[0].location;
-    assert_eq!(store.read(&loc).unwrap(), big);
+    let messages = recovered_messages(&store, &recovered, b);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].message, big);
+    assert_eq!(store.read(&messages[0].location).unwrap(), big);
+    assert_eq!(recovered.queues[&b].live_body_bytes, 10_000);
 }
 
 #[test]
@@ -161,7 +717,7 @@ fn torn_tail_is_truncated_and_reported() {
 
     let (_store, recovered) = open(&disk, StoreOptions::default());
     assert_eq!(recovered.report.truncated_bytes, (record.len() / 2) as u64);
-    assert_eq!(recovered.queues[&q].messages.len(), 5);
+    assert_eq!(recovered.queues[&q].live.len(), 5);
     assert_eq!(disk.file_bytes(&path).unwrap().len(), clean_len, "tail cut");
 }
 
@@ -257,7 +813,7 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
     );
     store.close().unwrap();
     let (_store, recovered) = open(&disk, small_segments());
-    assert_eq!(recovered.queues[&q].messages.len(), 2);
+    assert_eq!(recovered.queues[&q].live.len(), 2);
 }
 
 #[test]

@@ -126,9 +126,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             SyncMode::Always => warren_store::SyncPolicy::Always,
             SyncMode::Never => warren_store::SyncPolicy::Never,
         },
-        // Records are read back one by one during recovery, so a deep queue never has to fit
-        // in memory all at once (bodies beyond the queue's budget are paged right away).
-        recover_bodies: false,
         ..Default::default()
     };
     let started = std::time::Instant::now();
