@@ -15,6 +15,7 @@ pub mod names;
 pub mod queue;
 pub mod queue_args;
 pub mod ready;
+pub mod tail;
 pub mod topic;
 pub mod vhost;
 

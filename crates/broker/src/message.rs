@@ -16,9 +16,6 @@ pub struct Message {
     pub priority: u8,
     /// Per-message TTL from the `expiration` property, when it parsed as an integer.
     pub expiration_ms: Option<u64>,
-    /// When paged out (only in the store; names, properties and body empty here): the size
-    /// the message has on the queue's books. 0 otherwise.
-    pub paged_bytes: usize,
 }
 
 impl Message {
@@ -41,23 +38,6 @@ impl Message {
                 .expiration
                 .as_ref()
                 .and_then(|e| e.as_str().parse().ok()),
-            paged_bytes: 0,
-        }
-    }
-
-    /// What stays in memory of a message whose record is in the store: only what ordering,
-    /// expiry and limits need. Everything else (names, properties, body) is read back from
-    /// the store before delivery (`from_stored`).
-    pub fn without_body(&self) -> Message {
-        Message {
-            exchange: ShortStr::default(),
-            routing_key: ShortStr::default(),
-            properties_raw: Bytes::new(),
-            body: Bytes::new(),
-            persistent: self.persistent,
-            priority: self.priority,
-            expiration_ms: self.expiration_ms,
-            paged_bytes: self.size_bytes(),
         }
     }
 
@@ -78,20 +58,27 @@ impl Message {
         ))
     }
 
-    /// What the store keeps of this message.
+    /// What the store keeps of this message, stamped with the time it is written (TTLs of
+    /// a message read back count from it). A transient message is only ever written to page
+    /// it out of memory, and is flagged so that a restart drops it.
     pub fn to_stored(&self) -> warren_store::StoredMessage {
+        let published_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         warren_store::StoredMessage {
             exchange: self.exchange.to_bytes(),
             routing_key: self.routing_key.to_bytes(),
             properties: self.properties_raw.clone(),
             body: self.body.clone(),
+            published_at_ms,
+            transient: !self.persistent,
         }
     }
 
-    /// Bytes a queue accounts for this message (body plus properties), paged or not: what
-    /// `x-max-length-bytes` limits.
+    /// Bytes a queue accounts for this message: its body, as RabbitMQ counts them for
+    /// `x-max-length-bytes` (properties and overheads ignored).
     pub fn size_bytes(&self) -> usize {
-        self.body.len() + self.properties_raw.len() + self.paged_bytes
+        self.body.len()
     }
 
     /// Bytes this message holds in memory (what the memory alarm counts).

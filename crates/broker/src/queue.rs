@@ -19,15 +19,16 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
 use crate::ready::ReadyList;
+use crate::tail::PagedTail;
 use crate::vhost::VHost;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{Location, MessageId, QueueId, Store};
+use warren_store::{Location, LogPosition, MessageId, QueueId, RoaringTreemap, Store};
 
-/// Queued bytes a durable queue keeps in memory before further persistent messages are
-/// kept on disk only (`x-queue-mode=lazy` makes it 0).
+/// Ready bytes a durable queue keeps in memory; messages behind them live on disk only
+/// (the paged tail). `x-queue-mode=lazy` makes it 0.
 pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 
 /// Where a persisted message lives in the store.
@@ -44,10 +45,9 @@ pub struct QueuedMessage {
     pub redelivered: bool,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
-    /// Set when the message is persisted for this queue.
+    /// Set when the message is in the store for this queue (persisted, or written to page
+    /// a transient message out of memory); it leaves the store when it leaves the queue.
     pub store_ref: Option<StoreRef>,
-    /// The body is on disk only (`message.body` is empty); read back before delivery.
-    pub paged: bool,
 }
 
 /// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
@@ -83,7 +83,10 @@ type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
 
 #[derive(Debug)]
 struct QueueState {
+    /// The oldest ready messages, in memory.
     ready: ReadyList,
+    /// The ready messages behind them, on disk only (always empty without a store).
+    tail: PagedTail,
     unacked: usize,
     consumers: Vec<Arc<Consumer>>,
     next_consumer: usize,
@@ -114,7 +117,8 @@ pub struct Queue {
     vhost: Weak<VHost>,
     /// Set for durable queues when the broker has a store: persistent messages go there.
     pub stored: Option<StoredQueue>,
-    /// In-memory bytes of ready messages beyond which stored messages are paged out.
+    /// In-memory bytes of ready messages beyond which messages go to the paged tail. None
+    /// for queues without a store, and for priority queues (their order is not one log's).
     memory_budget_bytes: Option<usize>,
     last_used: Mutex<Instant>,
     state: Mutex<QueueState>,
@@ -135,10 +139,10 @@ impl Queue {
     ) -> Queue {
         let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
         let lazy = arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
-        let memory_budget_bytes =
-            stored
-                .as_ref()
-                .map(|_| if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
+        let memory_budget_bytes = stored
+            .as_ref()
+            .filter(|_| limits.max_priority.is_none())
+            .map(|_| if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
         Queue {
             name,
             durable,
@@ -153,6 +157,7 @@ impl Queue {
             last_used: Mutex::new(Instant::now()),
             state: Mutex::new(QueueState {
                 ready,
+                tail: PagedTail::default(),
                 unacked: 0,
                 consumers: Vec::new(),
                 next_consumer: 0,
@@ -172,6 +177,21 @@ impl Queue {
             (a, b) => a.or(b),
         };
         ttl_ms.map(|ms| Instant::now() + Duration::from_millis(ms))
+    }
+
+    /// Expiry of a message read back from disk: TTLs count from when it was published.
+    fn expiry_since(&self, message: &Message, published_at_ms: u64) -> Option<Instant> {
+        let ttl_ms = match (self.limits.message_ttl_ms, message.expiration_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }?;
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let left_ms = published_at_ms
+            .saturating_add(ttl_ms)
+            .saturating_sub(now_ms);
+        Some(Instant::now() + Duration::from_millis(left_ms))
     }
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
@@ -196,10 +216,9 @@ impl Queue {
                 message,
                 redelivered: false,
                 store_ref,
-                paged: false,
             };
             self.expire(&mut st, &mut dead);
-            if st.ready.is_empty() {
+            if st.ready.is_empty() && st.tail.is_empty() {
                 match self.hand_to_consumer(&mut st, queued) {
                     None => Enqueued::Accepted,
                     Some(back) => self.push_ready(&mut st, back, &mut dead),
@@ -215,8 +234,8 @@ impl Queue {
     }
 
     fn over_limit(&self, st: &QueueState, extra_messages: usize, extra_bytes: usize) -> bool {
-        let len = (st.ready.len() + extra_messages) as u64;
-        let bytes = (st.ready.bytes() + extra_bytes) as u64;
+        let len = st.ready.len() as u64 + st.tail.len() + extra_messages as u64;
+        let bytes = st.ready.bytes() as u64 + st.tail.bytes() + extra_bytes as u64;
         self.limits.max_length.is_some_and(|m| len > m)
             || self.limits.max_length_bytes.is_some_and(|m| bytes > m)
     }
@@ -243,10 +262,14 @@ impl Queue {
             return Enqueued::Accepted;
         }
         let expiring = queued.expires_at.is_some();
-        let queued = self.page_out_if_over_budget(st, queued);
-        self.memory.add(queued.message.memory_bytes());
-        st.ready.push_back(queued);
+        if let Some(queued) = self.page_out(st, queued) {
+            self.memory.add(queued.message.memory_bytes());
+            st.ready.push_back(queued);
+        }
         while self.over_limit(st, 0, 0) {
+            if st.ready.is_empty() {
+                self.refill(st, dead);
+            }
             match st.ready.pop_oldest_lowest() {
                 Some(dropped) => {
                     self.memory.sub(dropped.message.memory_bytes());
@@ -293,6 +316,10 @@ impl Queue {
                     let wait = {
                         let mut st = queue.state.lock();
                         queue.expire(&mut st, &mut dead);
+                        if st.ready.is_empty() {
+                            // Paged messages expire too, once read back to the head.
+                            queue.refill(&mut st, &mut dead);
+                        }
                         let now = Instant::now();
                         if st.deleted || st.ready.is_empty() {
                             st.expiry_timer = false;
@@ -316,53 +343,89 @@ impl Queue {
         });
     }
 
-    /// Keeps only the message's metadata in memory when the ready list is over the queue's
-    /// memory budget and the message is in the store.
-    fn page_out_if_over_budget(&self, st: &QueueState, mut m: QueuedMessage) -> QueuedMessage {
-        let over = self
-            .memory_budget_bytes
-            .is_some_and(|budget| st.ready.memory_bytes() + m.message.memory_bytes() > budget);
-        if over && m.store_ref.is_some() && !m.paged {
-            m.message = Arc::new(m.message.without_body());
-            m.paged = true;
-        }
-        m
-    }
-
-    /// Reads a paged message's body back from the store; None (and the message dropped,
-    /// with an error logged) if the store cannot return it.
-    fn page_in(&self, mut m: QueuedMessage) -> Option<QueuedMessage> {
-        if !m.paged {
+    /// Sends a new ready message to the paged tail when it must go there: the tail is
+    /// non-empty (order) or memory is over the queue's budget. A transient message is
+    /// written to the store for that (flagged so that a restart drops it). Gives the message
+    /// back when it stays in memory.
+    fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Option<QueuedMessage> {
+        let (Some(budget), Some(stored)) = (self.memory_budget_bytes, &self.stored) else {
+            return Some(m);
+        };
+        if st.tail.is_empty() && st.ready.memory_bytes() + m.message.memory_bytes() <= budget {
             return Some(m);
         }
-        let (Some(stored), Some(r)) = (&self.stored, m.store_ref) else {
-            return None;
-        };
-        match stored.store.read(&r.location) {
-            Ok(full) => match Message::from_stored(full) {
-                Some(message) => {
-                    m.message = Arc::new(message);
-                    m.paged = false;
-                    Some(m)
+        let store_ref = match m.store_ref {
+            Some(r) => r,
+            None => match stored.store.append(&[stored.id], &m.message.to_stored()) {
+                Ok(a) => {
+                    let r = StoreRef {
+                        id: a.id,
+                        location: a.location,
+                    };
+                    m.store_ref = Some(r);
+                    r
                 }
-                None => {
-                    tracing::error!(queue = %self.name, "a paged message no longer parses; dropping it");
-                    self.forget(&m);
-                    None
+                Err(e) => {
+                    tracing::warn!(queue = %self.name, error = %e, "store: paging a transient message out failed; keeping it in memory");
+                    return Some(m);
                 }
             },
-            Err(e) => {
-                tracing::error!(queue = %self.name, error = %e, "reading a paged message failed; dropping it");
-                self.forget(&m);
-                None
-            }
+        };
+        st.tail.push(
+            store_ref.id,
+            store_ref.location.position(),
+            m.message.size_bytes(),
+        );
+        None
+    }
+
+    /// Reads the next batch of the paged tail into memory (expiring what has expired
+    /// meanwhile). Returns false when there was nothing to read.
+    fn refill(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
+        let Some(stored) = &self.stored else {
+            return false;
+        };
+        if st.tail.is_empty() {
+            return false;
         }
+        for paged in st.tail.page_in(&stored.store, stored.id) {
+            let scanned = paged.scanned;
+            let store_ref = StoreRef {
+                id: scanned.id,
+                location: scanned.location,
+            };
+            let published_at_ms = scanned.message.published_at_ms;
+            let Some(message) = Message::from_stored(scanned.message) else {
+                tracing::error!(queue = %self.name, "a stored message no longer parses; dropping it");
+                self.forget_id(store_ref.id);
+                continue;
+            };
+            let id = st.next_message_id;
+            st.next_message_id += 1;
+            let queued = QueuedMessage {
+                id,
+                expires_at: self.expiry_since(&message, published_at_ms),
+                message: Arc::new(message),
+                redelivered: paged.redelivered,
+                store_ref: Some(store_ref),
+            };
+            self.memory.add(queued.message.memory_bytes());
+            st.ready.push_back(queued);
+        }
+        self.expire(st, dead);
+        true
     }
 
     /// Removes a message that leaves the queue for good from the store.
     fn forget(&self, m: &QueuedMessage) {
-        if let (Some(stored), Some(r)) = (&self.stored, m.store_ref) {
-            if let Err(e) = stored.store.ack(stored.id, r.id) {
+        if let Some(r) = m.store_ref {
+            self.forget_id(r.id);
+        }
+    }
+
+    fn forget_id(&self, id: MessageId) {
+        if let Some(stored) = &self.stored {
+            if let Err(e) = stored.store.ack(stored.id, id) {
                 tracing::debug!(queue = %self.name, error = %e, "store ack failed");
             }
         }
@@ -376,10 +439,6 @@ impl Queue {
         for (m, _) in &dead {
             self.forget(m);
         }
-        let dead: DeadLetters = dead
-            .into_iter()
-            .filter_map(|(m, reason)| self.page_in(m).map(|m| (m, reason)))
-            .collect();
         let Some(dlx) = &self.limits.dead_letter_exchange else {
             return;
         };
@@ -485,25 +544,21 @@ impl Queue {
 
     /// Moves ready messages to consumers while any has credit.
     fn dispatch(self: &Arc<Self>, st: &mut QueueState, dead: &mut DeadLetters) {
-        if st.consumers.is_empty() || st.ready.is_empty() {
+        if st.consumers.is_empty() || (st.ready.is_empty() && st.tail.is_empty()) {
             return;
         }
         self.expire(st, dead);
-        while let Some(next) = st.ready.pop_front() {
-            let memory_bytes = next.message.memory_bytes();
-            let was_paged = next.paged;
-            let Some(next) = self.page_in(next) else {
-                self.memory.sub(memory_bytes);
+        loop {
+            if st.ready.is_empty() && !self.refill(st, dead) {
+                return;
+            }
+            let Some(next) = st.ready.pop_front() else {
                 continue;
             };
+            let memory_bytes = next.message.memory_bytes();
             match self.hand_to_consumer(st, next) {
                 None => self.memory.sub(memory_bytes),
-                Some(mut back) => {
-                    if was_paged {
-                        // No consumer after all: keep it on disk only again.
-                        back.message = Arc::new(back.message.without_body());
-                        back.paged = true;
-                    }
+                Some(back) => {
                     st.ready.insert_by_id(back);
                     return;
                 }
@@ -527,9 +582,9 @@ impl Queue {
         self.with_state(|st, dead| self.dispatch(st, dead));
     }
 
-    /// Puts a message back where its id says it belongs (usually the head).
+    /// Puts a message back where its id says it belongs (usually the head). It stays in
+    /// memory: it is older than anything in the paged tail.
     fn insert_ready(&self, st: &mut QueueState, m: QueuedMessage) {
-        let m = self.page_out_if_over_budget(st, m);
         self.memory.add(m.message.memory_bytes());
         st.ready.insert_by_id(m);
     }
@@ -626,31 +681,38 @@ impl Queue {
         self.touch();
         self.with_state(|st, dead| {
             self.expire(st, dead);
-            let m = loop {
-                let m = st.ready.pop_front()?;
-                self.memory.sub(m.message.memory_bytes());
-                if let Some(m) = self.page_in(m) {
-                    break m;
-                }
-            };
+            if st.ready.is_empty() {
+                self.refill(st, dead);
+            }
+            let m = st.ready.pop_front()?;
+            self.memory.sub(m.message.memory_bytes());
             if !no_ack {
                 st.unacked += 1;
             } else {
                 self.forget(&m);
             }
-            Some((m, st.ready.len() as u32))
+            Some((m, Self::ready_count(st)))
         })
     }
 
+    fn ready_count(st: &QueueState) -> u32 {
+        (st.ready.len() as u64 + st.tail.len()).min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Drops every ready message (in memory and paged); the store forgets them too.
     pub fn purge(&self) -> u32 {
         let mut st = self.state.lock();
         self.memory.sub(st.ready.memory_bytes());
         let purged = st.ready.drain_all();
+        let paged = st.tail.take_ids();
         drop(st);
         for m in &purged {
             self.forget(m);
         }
-        purged.len() as u32
+        for id in &paged {
+            self.forget_id(MessageId(id));
+        }
+        (purged.len() as u64 + paged.len()).min(u64::from(u32::MAX)) as u32
     }
 
     /// Marks the queue deleted and empties it; returns the consumers to notify and how many
@@ -659,7 +721,9 @@ impl Queue {
         let mut st = self.state.lock();
         st.deleted = true;
         self.memory.sub(st.ready.memory_bytes());
-        let n = st.ready.drain_all().len() as u32;
+        let n = Self::ready_count(&st);
+        st.ready.drain_all();
+        st.tail.clear();
         if let Some(stored) = &self.stored {
             if let Err(e) = stored.store.delete_queue(stored.id) {
                 tracing::warn!(queue = %self.name, error = %e, "store: deleting queue failed");
@@ -672,30 +736,24 @@ impl Queue {
     pub fn message_count(self: &Arc<Self>) -> u32 {
         self.with_state(|st, dead| {
             self.expire(st, dead);
-            st.ready.len() as u32
+            Self::ready_count(st)
         })
     }
 
-    /// Puts messages recovered from the store back, in order, marked redelivered (they may
-    /// have reached a consumer before the restart).
-    /// Beyond the memory budget only metadata stays in memory (bodies are read back later).
-    pub fn restore(&self, messages: Vec<(Arc<Message>, StoreRef)>) {
-        let mut st = self.state.lock();
-        for (message, store_ref) in messages {
-            let id = st.next_message_id;
-            st.next_message_id += 1;
-            let queued = QueuedMessage {
-                id,
-                expires_at: self.expiry_for(&message),
-                message,
-                redelivered: true,
-                store_ref: Some(store_ref),
-                paged: false,
-            };
-            let queued = self.page_out_if_over_budget(&st, queued);
-            self.memory.add(queued.message.memory_bytes());
-            st.ready.push_back(queued);
+    /// Gives the queue the messages the store recovered for it: they become its paged
+    /// tail (nothing is read now) and go out marked redelivered, since they may have
+    /// reached a consumer before the restart. A queue that does not page (a priority queue)
+    /// reads them all into memory now.
+    pub fn restore(&self, ids: RoaringTreemap, body_bytes: u64, first: Option<LogPosition>) {
+        let mut dead = DeadLetters::new();
+        {
+            let mut st = self.state.lock();
+            st.tail = PagedTail::recovered(ids, body_bytes, first);
+            if self.memory_budget_bytes.is_none() {
+                while self.refill(&mut st, &mut dead) {}
+            }
         }
+        self.dead_letter(dead);
     }
 
     pub fn consumer_count(&self) -> u32 {

@@ -254,7 +254,6 @@ impl Channel {
                         redelivered: false,
                         expires_at: None,
                         store_ref: None,
-                        paged: false,
                     },
                 };
                 routed = consumer.send(ConnectionEvent::Deliver(delivery)).is_ok();

@@ -4,6 +4,7 @@
 
 mod client;
 
+use bytes::Bytes;
 use client::{Client, Incoming};
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -101,4 +102,156 @@ async fn confirm_waits_for_fsync_and_confirmed_messages_survive_a_crash() {
     assert_eq!(bodies.len(), 50);
     assert_eq!(&bodies[0][..], b"first");
     assert_eq!(&bodies[49][..], b"m50");
+}
+
+/// Reads the queue out with basic.get (no-ack): bodies and redelivered flags, in order.
+async fn get_all(c: &mut Client, queue: &str) -> Vec<(Bytes, bool)> {
+    let mut out = Vec::new();
+    loop {
+        c.send(
+            1,
+            BasicGet {
+                queue: queue.into(),
+                no_ack: true,
+            },
+        )
+        .await;
+        match c.next().await {
+            Incoming::Content(_, Method::BasicGetOk(g), _, body) => out.push((body, g.redelivered)),
+            Incoming::Method(_, Method::BasicGetEmpty(_)) => return out,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn lazy(extra: &[(&str, FieldValue)]) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-mode",
+        FieldValue::LongStr(Bytes::from_static(b"lazy")),
+    );
+    for (k, v) in extra {
+        args.insert(*k, v.clone());
+    }
+    args
+}
+
+async fn declare_lazy(c: &mut Client, name: &str, extra: &[(&str, FieldValue)]) -> u32 {
+    c.send(
+        1,
+        QueueDeclare {
+            queue: name.into(),
+            durable: true,
+            arguments: lazy(extra),
+            ..Default::default()
+        },
+    )
+    .await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("declare-ok expected")
+    };
+    ok.message_count
+}
+
+/// A lazy queue keeps everything on disk only: persistent and transient messages come back
+/// in publish order; after a crash only the persistent ones return, redelivered, and a
+/// purge of a disk-only queue counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lazy_queue_keeps_order_on_disk_and_drops_transient_messages_on_restart() {
+    let disk = Arc::new(FaultyBackend::new(11));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_lazy(&mut c, "lazy", &[]).await;
+    for i in 0..300 {
+        let body = format!("m{i}");
+        if i % 2 == 0 {
+            c.publish_persistent(1, "", "lazy", body.as_bytes()).await;
+        } else {
+            c.publish(1, "", "lazy", body.as_bytes(), false).await;
+        }
+    }
+    assert_eq!(declare_lazy(&mut c, "lazy", &[]).await, 300);
+    let got = get_all(&mut c, "lazy").await;
+    let bodies: Vec<String> = got
+        .iter()
+        .map(|(b, _)| String::from_utf8(b.to_vec()).unwrap())
+        .collect();
+    let expected: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, expected);
+    assert!(got.iter().all(|(_, redelivered)| !redelivered));
+
+    // Again, with confirms, then a power cut.
+    c.send(1, ConfirmSelect { nowait: false }).await;
+    assert!(matches!(c.method().await.1, Method::ConfirmSelectOk(_)));
+    for i in 0..200u64 {
+        let body = format!("n{i}");
+        if i % 2 == 0 {
+            c.publish_persistent(1, "", "lazy", body.as_bytes()).await;
+        } else {
+            c.publish(1, "", "lazy", body.as_bytes(), false).await;
+        }
+    }
+    let mut confirmed = 0;
+    while confirmed < 200 {
+        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
+            panic!("expected confirms")
+        };
+        confirmed = ack.delivery_tag;
+    }
+    let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
+    let port = start_on(after.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    assert_eq!(declare_lazy(&mut c, "lazy", &[]).await, 100);
+    let got = get_all(&mut c, "lazy").await;
+    let bodies: Vec<String> = got
+        .iter()
+        .map(|(b, _)| String::from_utf8(b.to_vec()).unwrap())
+        .collect();
+    let expected: Vec<String> = (0..200).step_by(2).map(|i| format!("n{i}")).collect();
+    assert_eq!(bodies, expected);
+    assert!(got.iter().all(|(_, redelivered)| *redelivered));
+
+    // Purge counts the messages that are on disk only.
+    for i in 0..50 {
+        c.publish_persistent(1, "", "lazy", format!("p{i}").as_bytes())
+            .await;
+    }
+    assert_eq!(declare_lazy(&mut c, "lazy", &[]).await, 50);
+    c.send(
+        1,
+        QueuePurge {
+            queue: "lazy".into(),
+            no_wait: false,
+        },
+    )
+    .await;
+    let Method::QueuePurgeOk(ok) = c.method().await.1 else {
+        panic!("purge-ok expected")
+    };
+    assert_eq!(ok.message_count, 50);
+    assert!(get_all(&mut c, "lazy").await.is_empty());
+}
+
+/// x-max-length with drop-head reaches into the disk-only part of a lazy queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lazy_queue_max_length_drops_the_oldest_from_disk() {
+    let port = start_on(Arc::new(FaultyBackend::new(12))).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let limit = [("x-max-length", FieldValue::I32(5))];
+    declare_lazy(&mut c, "bounded", &limit).await;
+    for i in 0..20 {
+        c.publish_persistent(1, "", "bounded", format!("m{i}").as_bytes())
+            .await;
+    }
+    assert_eq!(declare_lazy(&mut c, "bounded", &limit).await, 5);
+    let bodies: Vec<Bytes> = get_all(&mut c, "bounded")
+        .await
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    let expected: Vec<Bytes> = (15..20).map(|i| Bytes::from(format!("m{i}"))).collect();
+    assert_eq!(bodies, expected);
 }

@@ -5,13 +5,8 @@
 use super::VHost;
 use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
-use crate::message::Message;
 use crate::names;
-use crate::queue::StoreRef;
 use std::sync::Arc;
-
-/// Messages handed to a queue at a time during recovery.
-const RESTORE_BATCH: usize = 1024;
 
 impl VHost {
     fn is_durable_destination(&self, dest: &Destination) -> bool {
@@ -127,7 +122,7 @@ impl VHost {
                 arguments: b.arguments,
             });
         }
-        let mut restored = 0usize;
+        let mut restored = 0u64;
         for (_, rq) in recovered.queues {
             let Some(queue) = self.queue(&rq.name) else {
                 // The store knew a queue the definitions do not: drop its messages.
@@ -138,39 +133,8 @@ impl VHost {
                 }
                 continue;
             };
-            // In batches, so a deep queue is paged out as it is read rather than held in
-            // memory whole first.
-            let mut batch: Vec<(Arc<Message>, StoreRef)> = Vec::with_capacity(RESTORE_BATCH);
-            for m in rq.messages {
-                // Recovery may return only locations (store option `recover_bodies` off):
-                // read those records now.
-                let stored = match m.message {
-                    Some(stored) => stored,
-                    None => match self.store.as_ref().map(|s| s.read(&m.location)) {
-                        Some(Ok(stored)) => stored,
-                        Some(Err(e)) => {
-                            tracing::error!(queue = %rq.name, error = %e, "unreadable stored message skipped");
-                            continue;
-                        }
-                        None => continue,
-                    },
-                };
-                let Some(message) = Message::from_stored(stored) else {
-                    tracing::error!(queue = %rq.name, "stored message no longer parses; skipped");
-                    continue;
-                };
-                let store_ref = StoreRef {
-                    id: m.id,
-                    location: m.location,
-                };
-                batch.push((Arc::new(message), store_ref));
-                if batch.len() == RESTORE_BATCH {
-                    restored += batch.len();
-                    queue.restore(std::mem::take(&mut batch));
-                }
-            }
-            restored += batch.len();
-            queue.restore(batch);
+            restored += rq.live.len();
+            queue.restore(rq.live, rq.live_body_bytes, rq.first);
         }
         tracing::info!(
             restored_messages = restored,

@@ -1,0 +1,138 @@
+//! `PagedTail`: the part of a durable queue that lives on disk only.
+//!
+//! A durable queue keeps its oldest messages in memory (the ready list) up to a memory
+//! budget; every message behind them is only in the store, and the queue remembers them
+//! as a compressed set of store ids (about one bit per message while ids are dense) plus
+//! a scan cursor into the store's log. That is what lets a queue hold millions of
+//! messages in a few megabytes: nothing per message stays in memory.
+//!
+//! Invariants:
+//! - every message in the tail is newer, in queue order, than every message in memory, so
+//!   while the tail is non-empty new messages join the tail, never the ready list;
+//! - `cursor` is at or before the log position of every id in the set, so scanning the log
+//!   forward from it meets all of the tail's messages, in id order, and misses none; a
+//!   scan takes only ids still in the set, so records it passes again are not duplicated;
+//! - `bytes` is the sum of the body sizes of the messages in `ids`.
+
+use roaring::RoaringTreemap;
+use warren_store::{LogPosition, MessageId, QueueId, ScannedMessage, Store};
+
+/// At most this many messages are read back into memory per refill.
+pub const PAGE_IN_BATCH_MESSAGES: usize = 1024;
+/// ... or this many body bytes (at least one message is always read).
+pub const PAGE_IN_BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+#[derive(Debug, Default)]
+pub struct PagedTail {
+    /// Store ids of the messages on disk only.
+    ids: RoaringTreemap,
+    /// Sum of their body sizes (what `x-max-length-bytes` counts).
+    bytes: u64,
+    /// Where the next scan starts: at or before the record of the smallest id in `ids`.
+    cursor: LogPosition,
+    /// Store ids below this came back from a restart: they may have been delivered before,
+    /// so they go out marked redelivered.
+    recovered_below: u64,
+}
+
+/// A message read back from the tail, with what the queue needs to put it in memory.
+pub struct PagedIn {
+    pub scanned: ScannedMessage,
+    pub redelivered: bool,
+}
+
+impl PagedTail {
+    /// The tail a queue restarts with: every live message the store recovered for it.
+    pub fn recovered(ids: RoaringTreemap, bytes: u64, first: Option<LogPosition>) -> PagedTail {
+        let recovered_below = ids.max().map_or(0, |max| max + 1);
+        PagedTail {
+            ids,
+            bytes,
+            cursor: first.unwrap_or_default(),
+            recovered_below,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Adds a message the store holds at `position`.
+    ///
+    /// Two publishers can append to the store in one order and reach the queue in the
+    /// other, so an id may arrive below ids already here: the cursor then moves back to
+    /// it. Rescanning records again is harmless — only ids still in the set are taken.
+    pub fn push(&mut self, id: MessageId, position: LogPosition, body_bytes: usize) {
+        if self.ids.is_empty() || position < self.cursor {
+            self.cursor = position;
+        }
+        if !self.ids.push(id.0) {
+            self.ids.insert(id.0);
+        }
+        self.bytes += body_bytes as u64;
+    }
+
+    /// Reads the next batch back from the store, oldest first, and removes it from the
+    /// tail. Blocking I/O. If the store's log ends before the tail does (which would be a
+    /// bug, or records lost to corruption), the rest of the tail is dropped with an error
+    /// logged rather than waited for forever.
+    pub fn page_in(&mut self, store: &Store, queue: QueueId) -> Vec<PagedIn> {
+        let mut out = Vec::new();
+        while out.is_empty() && !self.ids.is_empty() {
+            let ids = &self.ids;
+            let scan = match store.scan_queue(
+                queue,
+                self.cursor,
+                &mut |id| ids.contains(id.0),
+                PAGE_IN_BATCH_MESSAGES,
+                PAGE_IN_BATCH_BYTES,
+            ) {
+                Ok(scan) => scan,
+                Err(e) => {
+                    tracing::error!(?queue, error = %e, lost = self.ids.len(), "reading a queue's messages back from the store failed; dropping them");
+                    self.clear();
+                    break;
+                }
+            };
+            self.cursor = scan.next;
+            for scanned in scan.messages {
+                self.ids.remove(scanned.id.0);
+                self.bytes = self.bytes.saturating_sub(scanned.message.body.len() as u64);
+                out.push(PagedIn {
+                    redelivered: scanned.id.0 < self.recovered_below,
+                    scanned,
+                });
+            }
+            if out.is_empty() && scan.end_of_log {
+                tracing::error!(
+                    ?queue,
+                    lost = self.ids.len(),
+                    "the store's log ended before the queue's paged messages did; dropping them"
+                );
+                self.clear();
+            }
+        }
+        if self.ids.is_empty() {
+            self.bytes = 0;
+        }
+        out
+    }
+
+    /// Empties the tail, returning the ids it held (a purge acks them in the store).
+    pub fn take_ids(&mut self) -> RoaringTreemap {
+        self.bytes = 0;
+        std::mem::take(&mut self.ids)
+    }
+
+    pub fn clear(&mut self) {
+        self.take_ids();
+    }
+}
