@@ -2,10 +2,15 @@
 # Side-by-side PerfTest runs, Warren against RabbitMQ, in one go on this machine (the figures
 # in docs/benchmarks.md). Starts a Warren release build and a throw-away RabbitMQ
 # (../shared/tools/rabbitmq.sh), runs each experiment against both back to back, prints
-# PerfTest's summary lines and the ratio. Usage: tools/bench/side_by_side.sh [SECONDS]
+# the load tool's summary lines and the ratio.
+# Usage: tools/bench/side_by_side.sh [SECONDS] [perftest|warren]
+#   perftest (default): RabbitMQ's PerfTest (Java) as the client;
+#   warren: `warren perf` (same flags) as the client — it needs ~4× less CPU per message,
+#   which matters on 2 cores shared by client and broker — plus a 4p/4c persistent run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-20}
+client=${2:-perftest}
 tools=../shared/tools
 warren_port=5699
 rabbit_port=5690
@@ -24,7 +29,11 @@ run() {
   local rates=()
   for port in $warren_port $rabbit_port; do
     local out
-    out=$($tools/perftest.sh --uri "amqp://guest:guest@127.0.0.1:$port" -z "$secs" "$@" 2>&1)
+    if [ "$client" = warren ]; then
+      out=$("$warren" perf -h "amqp://guest:guest@127.0.0.1:$port" -z "$secs" "$@" 2>&1)
+    else
+      out=$($tools/perftest.sh --uri "amqp://guest:guest@127.0.0.1:$port" -z "$secs" "$@" 2>&1)
+    fi
     local sent recv
     sent=$(echo "$out" | sed -n 's/.*sending rate avg: \([0-9]*\) msg\/s.*/\1/p' | tail -1)
     recv=$(echo "$out" | sed -n 's/.*receiving rate avg: \([0-9]*\) msg\/s.*/\1/p' | tail -1)
@@ -41,5 +50,9 @@ run "persistent confirm100 manual-ack 1p/1c" -x 1 -y 1 -s 1000 -f persistent -c 
   -u bench-durable -ad false
 run "persistent confirm100 manual-ack 4p/2c" -x 4 -y 2 -s 1000 -f persistent -c 100 -q 200 \
   -u bench-durable4 -ad false
+if [ "$client" = warren ]; then
+  run "persistent confirm100 manual-ack 4p/4c" -x 4 -y 4 -s 1000 -f persistent -c 100 -q 200 \
+    -u bench-durable44 -ad false
+fi
 kill -INT $wpid; wait $wpid 2>/dev/null || true
 grep "Warren stopped" "$data/log" | sed 's/\x1b\[[0-9;]*m//g' | sed 's/^/warren: /'
