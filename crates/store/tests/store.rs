@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use warren_store::segment::segment_path;
 use warren_store::{
-    Backend, CrashMode, FaultyBackend, LogPosition, MessageId, QueueId, Recovered, Scan,
+    Appended, Backend, CrashMode, FaultyBackend, LogPosition, MessageId, QueueId, Recovered, Scan,
     ScannedMessage, Store, StoreError, StoreOptions, StoredMessage, SyncPolicy,
 };
 
@@ -31,6 +31,18 @@ fn small_segments() -> StoreOptions {
         segment_size_bytes: 4096,
         ..StoreOptions::default()
     }
+}
+
+/// A store on a fault-injecting disk with 4 KiB segments, one queue "q" and `n` messages
+/// appended to it (not yet flushed).
+fn one_queue_in_small_segments(n: u64) -> (FaultyBackend, Store, QueueId, Vec<Appended>) {
+    let disk = FaultyBackend::new(1);
+    let (store, _) = open(&disk, small_segments());
+    let q = store.register_queue("q").unwrap();
+    let appended = (0..n)
+        .map(|i| store.append(&[q], &msg(i)).unwrap())
+        .collect();
+    (disk, store, q, appended)
 }
 
 fn ids(recovered: &Recovered, q: QueueId) -> Vec<u64> {
@@ -504,12 +516,7 @@ fn scan_queue_skips_removed_segments() {
 
 #[test]
 fn scan_queue_skips_the_rest_of_a_corrupt_segment() {
-    let disk = FaultyBackend::new(1);
-    let (store, _) = open(&disk, small_segments());
-    let q = store.register_queue("q").unwrap();
-    let appended: Vec<_> = (0..40)
-        .map(|i| store.append(&[q], &msg(i)).unwrap())
-        .collect();
+    let (disk, store, q, appended) = one_queue_in_small_segments(40);
     store.flush().unwrap();
     let bad = appended[2].location;
     disk.corrupt(
@@ -723,12 +730,7 @@ fn torn_tail_is_truncated_and_reported() {
 
 #[test]
 fn corrupt_record_in_sealed_segment_skips_rest_of_it_but_starts() {
-    let disk = FaultyBackend::new(1);
-    let (store, _) = open(&disk, small_segments());
-    let q = store.register_queue("q").unwrap();
-    let appended: Vec<_> = (0..40)
-        .map(|i| store.append(&[q], &msg(i)).unwrap())
-        .collect();
+    let (disk, store, q, appended) = one_queue_in_small_segments(40);
     store.close().unwrap();
     let first = appended[0].location;
     let second_in_first_segment = appended[1].location;
@@ -765,12 +767,7 @@ fn corrupt_record_in_sealed_segment_skips_rest_of_it_but_starts() {
 
 #[test]
 fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
-    let disk = FaultyBackend::new(1);
-    let (store, _) = open(&disk, small_segments());
-    let q = store.register_queue("q").unwrap();
-    let appended: Vec<_> = (0..100)
-        .map(|i| store.append(&[q], &msg(i)).unwrap())
-        .collect();
+    let (disk, store, q, appended) = one_queue_in_small_segments(100);
     store.flush().unwrap();
     let segments_used: std::collections::BTreeSet<u32> =
         appended.iter().map(|a| a.location.segment).collect();
