@@ -22,7 +22,7 @@ use crate::ready::ReadyList;
 use crate::tail::PagedTail;
 use crate::vhost::VHost;
 use parking_lot::Mutex;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Location, LogPosition, MessageId, QueueId, RoaringTreemap, Store};
@@ -81,6 +81,14 @@ pub enum Enqueued {
 
 type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
 
+/// Where `page_out` put a new ready message.
+enum Placed {
+    /// Not paged: the caller puts it on the ready list.
+    InMemory(QueuedMessage),
+    /// In the paged tail; nothing of it stays in memory.
+    OnDisk,
+}
+
 #[derive(Debug)]
 struct QueueState {
     /// The oldest ready messages, in memory.
@@ -104,6 +112,15 @@ pub struct StoredQueue {
     pub id: QueueId,
 }
 
+/// Where a queue that is not durable pages messages out to: the broker's store, under a
+/// queue id registered the first time the queue needs one (most transient queues never do;
+/// a restart drops these ids and their records).
+#[derive(Debug)]
+struct SpillPlace {
+    store: Store,
+    registered: OnceLock<StoredQueue>,
+}
+
 #[derive(Debug)]
 pub struct Queue {
     pub name: ShortStr,
@@ -117,6 +134,8 @@ pub struct Queue {
     vhost: Weak<VHost>,
     /// Set for durable queues when the broker has a store: persistent messages go there.
     pub stored: Option<StoredQueue>,
+    /// For other queues, when the broker has a store: where they page out to.
+    spill: Option<SpillPlace>,
     /// In-memory bytes of ready messages beyond which messages go to the paged tail. None
     /// for queues without a store, and for priority queues (their order is not one log's).
     memory_budget_bytes: Option<usize>,
@@ -136,13 +155,17 @@ impl Queue {
         memory: Arc<MemoryMonitor>,
         vhost: Weak<VHost>,
         stored: Option<StoredQueue>,
+        spill: Option<Store>,
     ) -> Queue {
+        let spill = spill.filter(|_| stored.is_none()).map(|store| SpillPlace {
+            store,
+            registered: OnceLock::new(),
+        });
         let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
         let lazy = arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
-        let memory_budget_bytes = stored
-            .as_ref()
-            .filter(|_| limits.max_priority.is_none())
-            .map(|_| if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
+        let can_page = (stored.is_some() || spill.is_some()) && limits.max_priority.is_none();
+        let memory_budget_bytes =
+            can_page.then_some(if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
         Queue {
             name,
             durable,
@@ -153,6 +176,7 @@ impl Queue {
             memory,
             vhost,
             stored,
+            spill,
             memory_budget_bytes,
             last_used: Mutex::new(Instant::now()),
             state: Mutex::new(QueueState {
@@ -262,7 +286,7 @@ impl Queue {
             return Enqueued::Accepted;
         }
         let expiring = queued.expires_at.is_some();
-        if let Some(queued) = self.page_out(st, queued) {
+        if let Placed::InMemory(queued) = self.page_out(st, queued) {
             self.memory.add(queued.message.memory_bytes());
             st.ready.push_back(queued);
         }
@@ -343,20 +367,67 @@ impl Queue {
         });
     }
 
+    /// Where this queue's messages in the store are, if it has put any there.
+    fn disk(&self) -> Option<&StoredQueue> {
+        self.stored
+            .as_ref()
+            .or_else(|| self.spill.as_ref().and_then(|s| s.registered.get()))
+    }
+
+    /// Like `disk`, registering a queue that is not durable in the store on its first
+    /// page-out (blocking: one fsync of the store's queue table, once in a queue's life).
+    fn disk_for_paging(&self) -> Option<&StoredQueue> {
+        if let Some(place) = self.disk() {
+            return Some(place);
+        }
+        let spill = self.spill.as_ref()?;
+        // A NUL cannot start a name a client declared that we would confuse it with.
+        match spill
+            .store
+            .register_queue(&format!("\0transient:{}", self.name))
+        {
+            Ok(id) => {
+                let _ = spill.registered.set(StoredQueue {
+                    store: spill.store.clone(),
+                    id,
+                });
+                spill.registered.get()
+            }
+            Err(e) => {
+                tracing::warn!(queue = %self.name, error = %e, "store: cannot page this queue out; keeping it in memory");
+                None
+            }
+        }
+    }
+
+    /// The record a message is paged out as. Only a durable queue's persistent messages
+    /// survive a restart; everything else is flagged transient.
+    fn paged_record(&self, message: &Message) -> warren_store::StoredMessage {
+        let mut record = message.to_stored();
+        record.transient |= self.stored.is_none();
+        record
+    }
+
     /// Sends a new ready message to the paged tail when it must go there: the tail is
-    /// non-empty (order) or memory is over the queue's budget. A transient message is
-    /// written to the store for that (flagged so that a restart drops it). Gives the message
-    /// back when it stays in memory.
-    fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Option<QueuedMessage> {
-        let (Some(budget), Some(stored)) = (self.memory_budget_bytes, &self.stored) else {
-            return Some(m);
+    /// non-empty (order) or memory is over the queue's budget. A message not yet in the
+    /// store is written to it for that (flagged transient unless it is a durable queue's
+    /// persistent message). Gives the message back when it stays in memory.
+    fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Placed {
+        let Some(budget) = self.memory_budget_bytes else {
+            return Placed::InMemory(m);
         };
         if st.tail.is_empty() && st.ready.memory_bytes() + m.message.memory_bytes() <= budget {
-            return Some(m);
+            return Placed::InMemory(m);
         }
+        let Some(stored) = self.disk_for_paging() else {
+            return Placed::InMemory(m);
+        };
         let store_ref = match m.store_ref {
             Some(r) => r,
-            None => match stored.store.append(&[stored.id], &m.message.to_stored()) {
+            None => match stored
+                .store
+                .append(&[stored.id], &self.paged_record(&m.message))
+            {
                 Ok(a) => {
                     let r = StoreRef {
                         id: a.id,
@@ -367,7 +438,7 @@ impl Queue {
                 }
                 Err(e) => {
                     tracing::warn!(queue = %self.name, error = %e, "store: paging a transient message out failed; keeping it in memory");
-                    return Some(m);
+                    return Placed::InMemory(m);
                 }
             },
         };
@@ -376,13 +447,13 @@ impl Queue {
             store_ref.location.position(),
             m.message.size_bytes(),
         );
-        None
+        Placed::OnDisk
     }
 
     /// Reads the next batch of the paged tail into memory (expiring what has expired
     /// meanwhile). Returns false when there was nothing to read.
     fn refill(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
-        let Some(stored) = &self.stored else {
+        let Some(stored) = self.disk() else {
             return false;
         };
         if st.tail.is_empty() {
@@ -424,7 +495,7 @@ impl Queue {
     }
 
     fn forget_id(&self, id: MessageId) {
-        if let Some(stored) = &self.stored {
+        if let Some(stored) = self.disk() {
             if let Err(e) = stored.store.ack(stored.id, id) {
                 tracing::debug!(queue = %self.name, error = %e, "store ack failed");
             }
@@ -724,7 +795,7 @@ impl Queue {
         let n = Self::ready_count(&st);
         st.ready.drain_all();
         st.tail.clear();
-        if let Some(stored) = &self.stored {
+        if let Some(stored) = self.disk() {
             if let Err(e) = stored.store.delete_queue(stored.id) {
                 tracing::warn!(queue = %self.name, error = %e, "store: deleting queue failed");
             }

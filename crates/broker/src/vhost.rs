@@ -334,6 +334,7 @@ impl VHost {
                 self.memory.clone(),
                 Weak::new(),
                 None,
+                None,
             ));
             return Ok((q, 0, 0));
         }
@@ -416,6 +417,7 @@ impl VHost {
             self.memory.clone(),
             Arc::downgrade(self),
             stored,
+            self.store.clone(),
         ));
         let queue = self.queues.write().entry(name).or_insert(queue).clone();
         if let Some(expires_ms) = expires_ms {

@@ -14,9 +14,14 @@ use warren_server::ServerConfig;
 use warren_store::{Backend, CrashMode, FaultyBackend, Store, StoreOptions};
 
 async fn start_on(disk: Arc<FaultyBackend>) -> u16 {
+    start_with_store(disk).await.0
+}
+
+/// Starts a broker on `disk`; also returns its store, for tests that look at what it wrote.
+async fn start_with_store(disk: Arc<FaultyBackend>) -> (u16, Store) {
     let backend: Arc<dyn Backend> = disk;
     let (store, recovered) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
-    let broker = Broker::new(1 << 30, Some(store));
+    let broker = Broker::new(1 << 30, Some(store.clone()));
     broker.recover(recovered);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -26,7 +31,7 @@ async fn start_on(disk: Arc<FaultyBackend>) -> u16 {
         ServerConfig::default(),
         std::future::pending(),
     ));
-    port
+    (port, store)
 }
 
 async fn declare_durable(c: &mut Client, name: &str) {
@@ -317,4 +322,70 @@ async fn ttl_counts_from_the_publish_across_a_restart() {
         .map(|(b, _)| b)
         .collect();
     assert_eq!(bodies, vec![Bytes::from_static(b"young")]);
+}
+
+/// A queue that is not durable pages out too (as transient records): order and counts hold,
+/// and a restart leaves nothing of it behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_queue_pages_out_and_leaves_nothing_after_a_restart() {
+    let disk = Arc::new(FaultyBackend::new(15));
+    let (port, store) = start_with_store(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let declare = QueueDeclare {
+        queue: "scratch".into(),
+        durable: false,
+        arguments: lazy(&[]),
+        ..Default::default()
+    };
+    c.send(1, declare.clone()).await;
+    assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
+    let records_before = store.stats().records_written;
+    for i in 0..200 {
+        let body = format!("m{i}");
+        if i % 3 == 0 {
+            c.publish_persistent(1, "", "scratch", body.as_bytes())
+                .await;
+        } else {
+            c.publish(1, "", "scratch", body.as_bytes(), false).await;
+        }
+    }
+    c.send(1, declare.clone()).await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("declare-ok expected")
+    };
+    assert_eq!(ok.message_count, 200);
+    store.flush().unwrap();
+    assert!(
+        store.stats().records_written >= records_before + 200,
+        "the messages went to disk"
+    );
+    let bodies: Vec<String> = get_all(&mut c, "scratch")
+        .await
+        .iter()
+        .map(|(b, _)| String::from_utf8(b.to_vec()).unwrap())
+        .collect();
+    let expected: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, expected);
+
+    for i in 0..50 {
+        c.publish_persistent(1, "", "scratch", format!("x{i}").as_bytes())
+            .await;
+    }
+    c.send(1, declare.clone()).await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("declare-ok expected")
+    };
+    assert_eq!(ok.message_count, 50);
+    let port = start_on(Arc::new(disk.crash(CrashMode::DropUnsynced))).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.send(1, declare).await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("declare-ok expected")
+    };
+    assert_eq!(
+        ok.message_count, 0,
+        "a transient queue's messages do not outlive it"
+    );
 }
