@@ -381,11 +381,10 @@ impl Queue {
             return Some(place);
         }
         let spill = self.spill.as_ref()?;
-        // A NUL cannot start a name a client declared that we would confuse it with.
-        match spill
-            .store
-            .register_queue(&format!("\0transient:{}", self.name))
-        {
+        // Padded past 255 bytes, the longest name (a shortstr) a client can declare, so it
+        // can never be a durable queue's name in the store's table.
+        let spill_name = format!("{:\0<256}{}", "\0transient:", self.name);
+        match spill.store.register_queue(&spill_name) {
             Ok(id) => {
                 let _ = spill.registered.set(StoredQueue {
                     store: spill.store.clone(),
