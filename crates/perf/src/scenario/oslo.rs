@@ -108,11 +108,7 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
     });
 
     // The server: consumes the topic queue, replies to calls.
-    let server = Connection::open_named(&uri, "oslo-server").await?;
-    let sch = server.channel().await?;
-    sch.basic_qos(100, false).await?;
-    let rx = sch.basic_consume(queue, "oslo-server", false).await?;
-    let server_task = tokio::spawn(serve(sch, rx, mode, shared.clone()));
+    let server = ServerThread::start(&uri, queue, mode, shared.clone()).await?;
 
     // The clients: senders spread over connections, one reply queue per connection.
     let mut conns = vec![];
@@ -188,8 +184,7 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
     for c in &conns {
         c.close().await;
     }
-    server.close().await;
-    let _ = server_task.await;
+    server.stop().await;
     for t in reply_tasks {
         let _ = t.await;
     }
@@ -278,6 +273,71 @@ async fn send_loop(
 }
 
 use rand::SeedableRng;
+
+/// The oslo server on an OS thread and runtime of its own. In the simulator it is a separate
+/// process; sharing a runtime with hundreds of sender tasks would let the scheduler, not the
+/// broker, decide how fast it consumes (one task among 500 in the run queue).
+struct ServerThread {
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl ServerThread {
+    /// Returns once the server consumes.
+    async fn start(uri: &AmqpUri, queue: &str, mode: Mode, shared: Arc<Shared>) -> Result<Self> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<()>>();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        let uri = uri.clone();
+        let queue = queue.to_string();
+        std::thread::Builder::new()
+            .name("oslo-server".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let opened = async {
+                        let server = Connection::open_named(&uri, "oslo-server").await?;
+                        let ch = server.channel().await?;
+                        ch.basic_qos(100, false).await?;
+                        let rx = ch.basic_consume(&queue, "oslo-server", false).await?;
+                        Ok::<_, anyhow::Error>((server, ch, rx))
+                    };
+                    match opened.await {
+                        Ok((server, ch, rx)) => {
+                            let _ = ready_tx.send(Ok(()));
+                            let serving = tokio::spawn(serve(ch, rx, mode, shared));
+                            let _ = stop_rx.await;
+                            server.close().await;
+                            let _ = serving.await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+                let _ = done_tx.send(());
+            })?;
+        ready_rx
+            .await
+            .map_err(|_| anyhow!("the oslo server thread ended before it consumed"))??;
+        Ok(ServerThread { stop, done })
+    }
+
+    /// Closes the server's connection and waits for its thread to finish.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.done.await;
+    }
+}
 
 async fn serve(
     ch: Channel,
