@@ -29,14 +29,15 @@ use crate::segment::{
 use crate::types::{LogPosition, QueueId, Recovered, RecoveredQueue, RecoveryReport};
 
 /// Per-segment bookkeeping for reclamation (docs/STORAGE.md §5).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SegmentInfo {
     /// (queue, message) references published in this segment and not yet
     /// acked. The segment can go once this is 0 (and its ACK dependencies
-    /// are gone).
+    /// are gone or its ACKs were carried forward).
     pub live_refs: u64,
     /// Older segments this segment holds ACKs for. Invariant: this segment
-    /// is removed only after all of them are.
+    /// is removed only after all of them are, or once the ACKs it holds for
+    /// those still present have been carried forward durably (§5).
     pub acks_into: BTreeSet<u32>,
     /// `base_message_id` of the header: the segment's PUBLISH records hold
     /// exactly the ids from here up to the next segment's base.
@@ -45,6 +46,46 @@ pub struct SegmentInfo {
     /// segment: the end of its valid records). Not maintained for the active
     /// segment, whose end is `LogState::active_offset_bytes`.
     pub end_bytes: u64,
+    /// Exclusive end of the ids of the segment's PUBLISH records: the next
+    /// segment's base once sealed (for a recovered segment: its base plus the
+    /// number of valid PUBLISH records read); `u64::MAX` while active. Tells
+    /// whether an id's PUBLISH is still on disk when the base map would
+    /// attribute an id of a removed later segment to this one (§5.1).
+    pub end_message_id: u64,
+    /// Where carrying this segment's ACKs forward stands (§5).
+    pub carry: Carry,
+}
+
+impl Default for SegmentInfo {
+    fn default() -> Self {
+        SegmentInfo {
+            live_refs: 0,
+            acks_into: BTreeSet::new(),
+            base_message_id: 0,
+            end_bytes: 0,
+            end_message_id: u64::MAX,
+            carry: Carry::NotYet,
+        }
+    }
+}
+
+/// State of carrying a dead segment's ACKs forward (docs/STORAGE.md §5).
+/// In memory only: recovery starts every segment at `NotYet`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Carry {
+    /// Not carried (the segment is live, or not examined yet).
+    #[default]
+    NotYet,
+    /// Its needed ACKs were re-appended; it may be removed once the durable
+    /// sequence reaches `seq`.
+    Pending { seq: u64 },
+    /// Examined with `deps` older segments still present: the ACKs it would
+    /// carry take more than half of its record bytes, so it stays. Examined
+    /// again once fewer of those segments exist (or a queue is deleted).
+    NotWorthIt { deps: usize },
+    /// Its records could not be decoded again (media corruption after it was
+    /// written): it stays on disk for good.
+    Failed,
 }
 
 /// The in-memory index a freshly opened store starts from.
@@ -68,7 +109,8 @@ pub struct RecoveredState {
 
 /// Segments for which `live_refs == 0` and whose ACK dependencies are gone
 /// or removed earlier in the same pass, in ascending order, among segments
-/// numbered below `below`.
+/// numbered below `below`. Used at open; the writer's pass (writer.rs) also
+/// carries ACKs forward.
 pub fn reclaimable(segments: &BTreeMap<u32, SegmentInfo>, below: u32) -> Vec<u32> {
     let mut out: Vec<u32> = Vec::new();
     for (no, info) in segments.range(..below) {
@@ -210,6 +252,11 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
                         }
                     }
                     Decoded::Ack { queue, id } => {
+                        // Original and carried ACKs (§5) are the same record and are
+                        // treated alike. Idempotent: an ACK of a reference that is not
+                        // live (already acked by an earlier copy, transient, queue
+                        // deleted, PUBLISH lost) changes nothing and records no
+                        // dependency; the first copy in log order records it.
                         next_message_id = next_message_id.max(id.0.saturating_add(1));
                         if live.get_mut(&queue).is_some_and(|ids| ids.remove(id.0)) {
                             match segment_of(&bases, id.0) {
@@ -250,6 +297,9 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             }
         }
         info.end_bytes = outcome.valid_end;
+        // Ids past the valid PUBLISH records (a cut tail, ids of skipped
+        // segments) are never recovered: no ACK is needed for them.
+        info.end_message_id = base.saturating_add(body_sizes.len() as u64);
         body_sizes.shrink_to_fit();
         scanned.insert(
             segment,

@@ -18,6 +18,10 @@
 //!   are published and not acked (one id set per queue); `SegmentInfo::live_refs`
 //!   counts them per segment, and `LogState::bases` maps an id to its segment
 //!   (index.rs).
+//! - Every ACK appended to a segment records, in that segment's
+//!   `SegmentInfo::acks_into`, the older segment holding the acked PUBLISH;
+//!   ACKs carried forward by the writer (writer.rs) do too, but leave the
+//!   index alone (their references are already dead).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -41,7 +45,7 @@ use crate::record::{
     decode, encode_ack, encode_publish, publish_record_bytes, validate_publish, Decoded,
     ACK_RECORD_BYTES,
 };
-use crate::recovery::{recover, SegmentInfo};
+use crate::recovery::{recover, Carry, SegmentInfo};
 use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::types::{
     Appended, Location, LogPosition, MessageId, QueueId, Recovered, Scan, ScannedMessage,
@@ -104,6 +108,8 @@ pub(crate) struct Counters {
     pub fsyncs: AtomicU64,
     pub segments_created: AtomicU64,
     pub segments_removed: AtomicU64,
+    pub segments_carried: AtomicU64,
+    pub acks_carried: AtomicU64,
 }
 
 /// State shared by every handle and the writer thread.
@@ -164,8 +170,10 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
     {
         let sealed = st.active_segment;
         let sealed_end = st.active_offset_bytes;
+        let base_message_id = st.next_message_id;
         if let Some(info) = st.segments.get_mut(&sealed) {
             info.end_bytes = sealed_end;
+            info.end_message_id = base_message_id;
         }
         let segment = st.active_segment + 1;
         let start = st.buf.len();
@@ -174,7 +182,6 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
             start,
             new_segment: true,
         });
-        let base_message_id = st.next_message_id;
         encode_header(
             &mut st.buf,
             SegmentHeader {
@@ -200,6 +207,33 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
             new_segment: false,
         });
     }
+}
+
+/// Re-appends the ACK of `queue`'s reference to `id` (whose PUBLISH is in
+/// segment `target`), carried forward from a dead segment about to be
+/// removed (docs/STORAGE.md §5). Like [`Store::ack`] minus the index update
+/// (the reference is already dead, `live_refs` already counts it out) and
+/// minus back-pressure; records the dependency of the segment it lands in on
+/// `target`. Returns its sequence number. The caller holds the log lock.
+pub(crate) fn append_carried_ack(
+    st: &mut LogState,
+    segment_size_bytes: u64,
+    queue: QueueId,
+    id: MessageId,
+    target: u32,
+) -> u64 {
+    place(st, ACK_RECORD_BYTES, segment_size_bytes);
+    let seq = st.next_seq;
+    st.next_seq += 1;
+    encode_ack(&mut st.buf, queue, id);
+    st.active_offset_bytes += ACK_RECORD_BYTES as u64;
+    st.records_pending += 1;
+    let active = st.active_segment;
+    debug_assert!(target < active, "carried ACKs point backwards");
+    if let Some(info) = st.segments.get_mut(&active) {
+        info.acks_into.insert(target);
+    }
+    seq
 }
 
 /// Where `scan_queue` goes next, decided under the log lock.
@@ -338,7 +372,9 @@ impl Store {
             segments: state.segments,
             queues: state.queues,
             bases: state.bases,
-            reclaim_dirty: false,
+            // Recovered segments may be dead but pinned: let the writer
+            // carry their ACKs forward (§5).
+            reclaim_dirty: true,
             durable_seq: 0,
             written_to: (state.active_segment, header),
             failed: None,
@@ -427,6 +463,12 @@ impl Store {
                 if let Some(info) = st.segments.get_mut(&segment) {
                     debug_assert!(info.live_refs >= count, "live_refs underflow");
                     info.live_refs = info.live_refs.saturating_sub(count);
+                }
+            }
+            // ACKs for the deleted queue need no carrying any more.
+            for info in st.segments.values_mut() {
+                if matches!(info.carry, Carry::NotWorthIt { .. }) {
+                    info.carry = Carry::NotYet;
                 }
             }
             st.reclaim_dirty = true;
@@ -842,6 +884,8 @@ impl Store {
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             segments_created: c.segments_created.load(Ordering::Relaxed),
             segments_removed: c.segments_removed.load(Ordering::Relaxed),
+            segments_carried: c.segments_carried.load(Ordering::Relaxed),
+            acks_carried: c.acks_carried.load(Ordering::Relaxed),
             segments,
             live_references,
             durable_seq,

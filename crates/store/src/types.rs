@@ -218,6 +218,11 @@ pub struct StoreStats {
     pub segments_created: u64,
     /// Segment files removed since open (recovery included).
     pub segments_removed: u64,
+    /// Dead segments whose ACKs were carried forward so they could be removed
+    /// before the older segments they acked into (docs/STORAGE.md §5).
+    pub segments_carried: u64,
+    /// ACK records re-appended by carrying.
+    pub acks_carried: u64,
     /// Segment files currently on disk.
     pub segments: u64,
     /// Live (queue, message) references.

@@ -814,7 +814,7 @@ fn segments_roll_over_and_are_reclaimed_when_fully_acked() {
 }
 
 #[test]
-fn ack_records_pin_their_segment_while_the_acked_segment_lives() {
+fn ack_records_into_a_live_segment_are_carried_before_their_segment_goes() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, small_segments());
     let q = store.register_queue("q").unwrap();
@@ -827,15 +827,23 @@ fn ack_records_pin_their_segment_while_the_acked_segment_lives() {
     assert_ne!(z.location.segment, x.location.segment);
     store.ack(q, y.id).unwrap();
     store.ack(q, z.id).unwrap();
-    // Seal B.
+    // Seal B: it is dead but holds the ack of y, which lives in still-present
+    // A. The writer carries that ack forward, then removes B (§5).
     store.append(&[q], &big).unwrap();
     store.flush().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    store.close().unwrap();
+    let b = segment_path(z.location.segment);
     assert!(
-        disk.file_bytes(&segment_path(z.location.segment)).is_some(),
-        "B holds the ack of y, which lives in still-present A"
+        eventually(|| disk.file_bytes(&b).is_none()),
+        "B was not removed"
     );
+    let stats = store.stats();
+    assert_eq!(
+        (stats.segments_carried, stats.acks_carried),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert!(disk.file_bytes(&segment_path(x.location.segment)).is_some());
+    store.close().unwrap();
     for mode in [CrashMode::KeepUnsynced, CrashMode::DropUnsynced] {
         let after = disk.crash(mode);
         let (store, recovered) = open(&after, small_segments());

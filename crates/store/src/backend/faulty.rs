@@ -52,6 +52,8 @@ struct Disk {
     /// While set, `sync` blocks (until cleared or a crash): lets a test crash
     /// the machine while a batch is written but not yet durable.
     stall_syncs: bool,
+    /// Set `stall_syncs` once this many more syncs have succeeded.
+    stall_after: Option<u64>,
     syncs: u64,
 }
 
@@ -124,6 +126,7 @@ impl FaultyBackend {
                     rng_state: seed,
                     fail_io: false,
                     stall_syncs: false,
+                    stall_after: None,
                     syncs: 0,
                 }),
                 unstall: Condvar::new(),
@@ -139,6 +142,7 @@ impl FaultyBackend {
         disk.generation += 1;
         disk.fail_io = false;
         disk.stall_syncs = false;
+        disk.stall_after = None;
         self.disk.unstall.notify_all();
         let names = disk.durable_names.clone();
         let mut survivors: Vec<u64> = names.values().copied().collect();
@@ -215,8 +219,25 @@ impl FaultyBackend {
     /// While `stall` is set, every file `sync` blocks (until cleared or a
     /// crash, after which it fails like any dead handle).
     pub fn set_stall_syncs(&self, stall: bool) {
-        self.disk.lock().stall_syncs = stall;
+        let mut disk = self.disk.lock();
+        disk.stall_syncs = stall;
+        disk.stall_after = None;
         self.disk.unstall.notify_all();
+    }
+
+    /// Lets the next `n` file syncs succeed, then stalls every later one as
+    /// [`FaultyBackend::set_stall_syncs`] does: crashes a store between two
+    /// given batches without racing its writer.
+    pub fn stall_syncs_after(&self, n: u64) {
+        let mut disk = self.disk.lock();
+        disk.stall_syncs = n == 0;
+        disk.stall_after = (n > 0).then_some(n);
+    }
+
+    /// Whether syncs are stalled now (set directly or by
+    /// [`FaultyBackend::stall_syncs_after`]).
+    pub fn syncs_stalled(&self) -> bool {
+        self.disk.lock().stall_syncs
     }
 
     /// Number of successful file `sync` calls so far.
@@ -337,6 +358,14 @@ impl BackendFile for FaultyFile {
             .ok_or_else(|| io::Error::other("inode vanished"))?;
         inode.synced = inode.data.clone();
         disk.syncs += 1;
+        if let Some(n) = disk.stall_after {
+            if n <= 1 {
+                disk.stall_after = None;
+                disk.stall_syncs = true;
+            } else {
+                disk.stall_after = Some(n - 1);
+            }
+        }
         Ok(())
     }
 
