@@ -192,7 +192,7 @@ fn a_crash_before_the_carried_acks_are_durable_keeps_the_dead_segment() {
         // Let the writer finish the reclamation pass after that batch: a pass
         // still running when b is acked would carry B at once, in the same
         // batch as the ack of b (safe, but not the case under test).
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(200));
 
         // The batch holding the ack of b syncs; the next one (the carried
         // ack of a) stalls in its fsync.
