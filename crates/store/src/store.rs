@@ -222,6 +222,21 @@ pub(crate) fn append_carried_ack(
     id: MessageId,
     target: u32,
 ) -> u64 {
+    let seq = append_ack_record(st, segment_size_bytes, queue, id, target);
+    debug_assert!(target < st.active_segment, "carried ACKs point backwards");
+    seq
+}
+
+/// Encodes an ACK record into the pending buffer and records that the segment it lands
+/// in now holds an ACK into `target` (the segment of the acked PUBLISH), unless that is
+/// the same segment. Returns its sequence number. The caller holds the log lock.
+fn append_ack_record(
+    st: &mut LogState,
+    segment_size_bytes: u64,
+    queue: QueueId,
+    id: MessageId,
+    target: u32,
+) -> u64 {
     place(st, ACK_RECORD_BYTES, segment_size_bytes);
     let seq = st.next_seq;
     st.next_seq += 1;
@@ -229,9 +244,10 @@ pub(crate) fn append_carried_ack(
     st.active_offset_bytes += ACK_RECORD_BYTES as u64;
     st.records_pending += 1;
     let active = st.active_segment;
-    debug_assert!(target < active, "carried ACKs point backwards");
-    if let Some(info) = st.segments.get_mut(&active) {
-        info.acks_into.insert(target);
+    if target != active {
+        if let Some(info) = st.segments.get_mut(&active) {
+            info.acks_into.insert(target);
+        }
     }
     seq
 }
@@ -594,19 +610,17 @@ impl Store {
         // A live id always has its segment in the base map (index.rs).
         let segment = segment_of(&st.bases, id.0);
         let was_empty = st.buf.is_empty();
-        place(&mut st, ACK_RECORD_BYTES, shared.opts.segment_size_bytes);
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        encode_ack(&mut st.buf, queue, id);
-        st.active_offset_bytes += ACK_RECORD_BYTES as u64;
-        st.records_pending += 1;
+        let segment_size_bytes = shared.opts.segment_size_bytes;
+        let seq = match segment {
+            Some(segment) => append_ack_record(&mut st, segment_size_bytes, queue, id, segment),
+            // Unreachable for a consistent index; the ACK is still written.
+            None => {
+                let active = st.active_segment;
+                append_ack_record(&mut st, segment_size_bytes, queue, id, active)
+            }
+        };
         let active = st.active_segment;
         if let Some(segment) = segment {
-            if segment != active {
-                if let Some(info) = st.segments.get_mut(&active) {
-                    info.acks_into.insert(segment);
-                }
-            }
             if let Some(info) = st.segments.get_mut(&segment) {
                 debug_assert!(info.live_refs > 0, "live_refs underflow");
                 info.live_refs = info.live_refs.saturating_sub(1);
