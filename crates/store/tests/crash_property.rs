@@ -516,10 +516,12 @@ fn confirmed_unacked_messages_survive_crashes() {
         }
         Err(e) => panic!("{e}"),
     }
-    // The sequences must exercise carrying (docs/STORAGE.md §5).
+    // The sequences must exercise carrying (docs/STORAGE.md §5). How much depends on how
+    // the writer's batches fall (~1600 segments in release, ~600 in debug on a loaded
+    // machine), so the floor only proves it happens often, not how often.
     let segments = SEGMENTS_CARRIED.load(Ordering::Relaxed);
     let acks = ACKS_CARRIED.load(Ordering::Relaxed);
     println!("carried forward: {segments} segments, {acks} ACK records");
-    assert!(segments >= 1000, "too little carrying: {segments} segments");
-    assert!(acks >= 1000, "too little carrying: {acks} ACKs");
+    assert!(segments >= 100, "too little carrying: {segments} segments");
+    assert!(acks >= 100, "too little carrying: {acks} ACKs");
 }
