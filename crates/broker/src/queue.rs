@@ -291,9 +291,7 @@ impl Queue {
             st.ready.push_back(queued);
         }
         while self.over_limit(st, 0, 0) {
-            if st.ready.is_empty() {
-                self.refill(st, dead);
-            }
+            self.ensure_ready(st, dead);
             match st.ready.pop_oldest_lowest() {
                 Some(dropped) => {
                     self.memory.sub(dropped.message.memory_bytes());
@@ -340,10 +338,8 @@ impl Queue {
                     let wait = {
                         let mut st = queue.state.lock();
                         queue.expire(&mut st, &mut dead);
-                        if st.ready.is_empty() {
-                            // Paged messages expire too, once read back to the head.
-                            queue.refill(&mut st, &mut dead);
-                        }
+                        // Paged messages expire too, once read back to the head.
+                        queue.ensure_ready(&mut st, &mut dead);
                         let now = Instant::now();
                         if st.deleted || st.ready.is_empty() {
                             st.expiry_timer = false;
@@ -447,6 +443,17 @@ impl Queue {
             m.message.size_bytes(),
         );
         Placed::OnDisk
+    }
+
+    /// Reads the paged tail into memory until the ready list holds a message (a batch read
+    /// back may have expired whole). False when both are empty.
+    fn ensure_ready(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
+        while st.ready.is_empty() {
+            if !self.refill(st, dead) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads the next batch of the paged tail into memory (expiring what has expired
@@ -619,11 +626,11 @@ impl Queue {
         }
         self.expire(st, dead);
         loop {
-            if st.ready.is_empty() && !self.refill(st, dead) {
+            if !self.ensure_ready(st, dead) {
                 return;
             }
             let Some(next) = st.ready.pop_front() else {
-                continue;
+                return;
             };
             let memory_bytes = next.message.memory_bytes();
             match self.hand_to_consumer(st, next) {
@@ -751,9 +758,7 @@ impl Queue {
         self.touch();
         self.with_state(|st, dead| {
             self.expire(st, dead);
-            if st.ready.is_empty() {
-                self.refill(st, dead);
-            }
+            self.ensure_ready(st, dead);
             let m = st.ready.pop_front()?;
             self.memory.sub(m.message.memory_bytes());
             if !no_ack {

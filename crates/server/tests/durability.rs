@@ -389,3 +389,50 @@ async fn transient_queue_pages_out_and_leaves_nothing_after_a_restart() {
         "a transient queue's messages do not outlive it"
     );
 }
+
+/// Batches read back from disk can expire whole: basic.get keeps reading until it finds a
+/// live message instead of answering get-empty after the first. (After a restart every
+/// recovered message is on disk and no expiry timer has looked at them yet.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_reads_past_paged_batches_that_expired_whole() {
+    let disk = Arc::new(FaultyBackend::new(16));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_lazy(&mut c, "mostly-expired", &[]).await;
+    c.send(1, ConfirmSelect { nowait: false }).await;
+    assert!(matches!(c.method().await.1, Method::ConfirmSelectOk(_)));
+    // Long enough that none expires before the crash.
+    let ttl_ms = 2000;
+    let expiring = BasicProperties {
+        delivery_mode: Some(2),
+        expiration: Some(ttl_ms.to_string().as_str().into()),
+        ..Default::default()
+    };
+    // Three page-in batches' worth, then one that does not expire.
+    for i in 0..3000 {
+        let body = format!("e{i}");
+        c.publish_with(1, "", "mostly-expired", body.as_bytes(), false, &expiring)
+            .await;
+    }
+    c.publish_persistent(1, "", "mostly-expired", b"keep").await;
+    let mut confirmed = 0;
+    while confirmed < 3001 {
+        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
+            panic!("expected confirms")
+        };
+        confirmed = ack.delivery_tag;
+    }
+    let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
+    tokio::time::sleep(std::time::Duration::from_millis(ttl_ms + 200)).await;
+    let port = start_on(after).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_lazy(&mut c, "mostly-expired", &[]).await;
+    let got: Vec<Bytes> = get_all(&mut c, "mostly-expired")
+        .await
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    assert_eq!(got, vec![Bytes::from_static(b"keep")]);
+}

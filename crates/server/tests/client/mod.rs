@@ -125,7 +125,7 @@ impl Client {
             .await;
     }
 
-    async fn publish_with(
+    pub async fn publish_with(
         &mut self,
         channel: u16,
         exchange: &str,
