@@ -10,8 +10,10 @@
 //! republished after it is released, so a dead-letter route back into this queue cannot
 //! deadlock.
 //!
-//! This in-memory queue is the first queue type; the durable store and a replicated (Raft)
-//! queue type will sit behind the same methods: publish, consume, get, settle, purge, delete.
+//! The ready messages are the oldest in memory (`ReadyList`) and, past a memory budget, the
+//! rest on disk only (the paged tail, `queue/paging.rs` and `tail.rs`); the store is where a
+//! durable queue's persistent messages live. A replicated (Raft) queue type would sit
+//! behind the same methods: publish, consume, get, settle, purge, delete.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::dead_letter::{dead_lettered, DeathReason};
@@ -25,7 +27,10 @@ use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{Location, LogPosition, MessageId, QueueId, RoaringTreemap, Store};
+use warren_store::{Location, MessageId, QueueId, Store};
+
+mod paging;
+use paging::{Placed, SpillPlace};
 
 /// Ready bytes a durable queue keeps in memory; messages behind them live on disk only
 /// (the paged tail). `x-queue-mode=lazy` makes it 0.
@@ -81,14 +86,6 @@ pub enum Enqueued {
 
 type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
 
-/// Where `page_out` put a new ready message.
-enum Placed {
-    /// Not paged: the caller puts it on the ready list.
-    InMemory(QueuedMessage),
-    /// In the paged tail; nothing of it stays in memory.
-    OnDisk,
-}
-
 #[derive(Debug)]
 struct QueueState {
     /// The oldest ready messages, in memory.
@@ -110,15 +107,6 @@ struct QueueState {
 pub struct StoredQueue {
     pub store: Store,
     pub id: QueueId,
-}
-
-/// Where a queue that is not durable pages messages out to: the broker's store, under a
-/// queue id registered the first time the queue needs one (most transient queues never do;
-/// a restart drops these ids and their records).
-#[derive(Debug)]
-struct SpillPlace {
-    store: Store,
-    registered: OnceLock<StoredQueue>,
 }
 
 #[derive(Debug)]
@@ -361,151 +349,6 @@ impl Queue {
                 }
             }
         });
-    }
-
-    /// Where this queue's messages in the store are, if it has put any there.
-    fn disk(&self) -> Option<&StoredQueue> {
-        self.stored
-            .as_ref()
-            .or_else(|| self.spill.as_ref().and_then(|s| s.registered.get()))
-    }
-
-    /// Like `disk`, registering a queue that is not durable in the store on its first
-    /// page-out (blocking: one fsync of the store's queue table, once in a queue's life).
-    fn disk_for_paging(&self) -> Option<&StoredQueue> {
-        if let Some(place) = self.disk() {
-            return Some(place);
-        }
-        let spill = self.spill.as_ref()?;
-        // Padded past 255 bytes, the longest name (a shortstr) a client can declare, so it
-        // can never be a durable queue's name in the store's table.
-        let spill_name = format!("{:\0<256}{}", "\0transient:", self.name);
-        match spill.store.register_queue(&spill_name) {
-            Ok(id) => {
-                let _ = spill.registered.set(StoredQueue {
-                    store: spill.store.clone(),
-                    id,
-                });
-                spill.registered.get()
-            }
-            Err(e) => {
-                tracing::warn!(queue = %self.name, error = %e, "store: cannot page this queue out; keeping it in memory");
-                None
-            }
-        }
-    }
-
-    /// The record a message is paged out as. Only a durable queue's persistent messages
-    /// survive a restart; everything else is flagged transient.
-    fn paged_record(&self, message: &Message) -> warren_store::StoredMessage {
-        let mut record = message.to_stored();
-        record.transient |= self.stored.is_none();
-        record
-    }
-
-    /// Sends a new ready message to the paged tail when it must go there: the tail is
-    /// non-empty (order) or memory is over the queue's budget. A message not yet in the
-    /// store is written to it for that (flagged transient unless it is a durable queue's
-    /// persistent message). Gives the message back when it stays in memory.
-    fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Placed {
-        let Some(budget) = self.memory_budget_bytes else {
-            return Placed::InMemory(m);
-        };
-        if st.tail.is_empty() && st.ready.memory_bytes() + m.message.memory_bytes() <= budget {
-            return Placed::InMemory(m);
-        }
-        let Some(stored) = self.disk_for_paging() else {
-            return Placed::InMemory(m);
-        };
-        let store_ref = match m.store_ref {
-            Some(r) => r,
-            None => match stored
-                .store
-                .append(&[stored.id], &self.paged_record(&m.message))
-            {
-                Ok(a) => {
-                    let r = StoreRef {
-                        id: a.id,
-                        location: a.location,
-                    };
-                    m.store_ref = Some(r);
-                    r
-                }
-                Err(e) => {
-                    tracing::warn!(queue = %self.name, error = %e, "store: paging a transient message out failed; keeping it in memory");
-                    return Placed::InMemory(m);
-                }
-            },
-        };
-        st.tail.push(
-            store_ref.id,
-            store_ref.location.position(),
-            m.message.size_bytes(),
-        );
-        Placed::OnDisk
-    }
-
-    /// Reads the paged tail into memory until the ready list holds a message (a batch read
-    /// back may have expired whole). False when both are empty.
-    fn ensure_ready(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
-        while st.ready.is_empty() {
-            if !self.refill(st, dead) {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Reads the next batch of the paged tail into memory (expiring what has expired
-    /// meanwhile). Returns false when there was nothing to read.
-    fn refill(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
-        let Some(stored) = self.disk() else {
-            return false;
-        };
-        if st.tail.is_empty() {
-            return false;
-        }
-        for paged in st.tail.page_in(&stored.store, stored.id) {
-            let scanned = paged.scanned;
-            let store_ref = StoreRef {
-                id: scanned.id,
-                location: scanned.location,
-            };
-            let published_at_ms = scanned.message.published_at_ms;
-            let Some(message) = Message::from_stored(scanned.message) else {
-                tracing::error!(queue = %self.name, "a stored message no longer parses; dropping it");
-                self.forget_id(store_ref.id);
-                continue;
-            };
-            let id = st.next_message_id;
-            st.next_message_id += 1;
-            let queued = QueuedMessage {
-                id,
-                expires_at: self.expiry_since(&message, published_at_ms),
-                message: Arc::new(message),
-                redelivered: paged.redelivered,
-                store_ref: Some(store_ref),
-            };
-            self.memory.add(queued.message.memory_bytes());
-            st.ready.push_back(queued);
-        }
-        self.expire(st, dead);
-        true
-    }
-
-    /// Removes a message that leaves the queue for good from the store.
-    fn forget(&self, m: &QueuedMessage) {
-        if let Some(r) = m.store_ref {
-            self.forget_id(r.id);
-        }
-    }
-
-    fn forget_id(&self, id: MessageId) {
-        if let Some(stored) = self.disk() {
-            if let Err(e) = stored.store.ack(stored.id, id) {
-                tracing::debug!(queue = %self.name, error = %e, "store ack failed");
-            }
-        }
     }
 
     /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
@@ -813,22 +656,6 @@ impl Queue {
             self.expire(st, dead);
             Self::ready_count(st)
         })
-    }
-
-    /// Gives the queue the messages the store recovered for it: they become its paged
-    /// tail (nothing is read now) and go out marked redelivered, since they may have
-    /// reached a consumer before the restart. A queue that does not page (a priority queue)
-    /// reads them all into memory now.
-    pub fn restore(&self, ids: RoaringTreemap, body_bytes: u64, first: Option<LogPosition>) {
-        let mut dead = DeadLetters::new();
-        {
-            let mut st = self.state.lock();
-            st.tail = PagedTail::recovered(ids, body_bytes, first);
-            if self.memory_budget_bytes.is_none() {
-                while self.refill(&mut st, &mut dead) {}
-            }
-        }
-        self.dead_letter(dead);
     }
 
     pub fn consumer_count(&self) -> u32 {
