@@ -34,6 +34,17 @@ async fn start_with_store(disk: Arc<FaultyBackend>) -> (u16, Store) {
     (port, store)
 }
 
+/// Reads confirms until the one for delivery tag `last` (confirms may be multiple).
+async fn wait_for_confirms(c: &mut Client, last: u64) {
+    let mut confirmed = 0;
+    while confirmed < last {
+        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
+            panic!("expected confirms")
+        };
+        confirmed = ack.delivery_tag;
+    }
+}
+
 async fn declare_durable(c: &mut Client, name: &str) {
     c.send(
         1,
@@ -71,13 +82,7 @@ async fn confirm_waits_for_fsync_and_confirmed_messages_survive_a_crash() {
         c.publish_persistent(1, "", "orders", format!("m{i}").as_bytes())
             .await;
     }
-    let mut confirmed = 1;
-    while confirmed < 50 {
-        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
-            panic!("expected confirms")
-        };
-        confirmed = ack.delivery_tag;
-    }
+    wait_for_confirms(&mut c, 50).await;
 
     // Power cut: whatever was not fsync'd is gone. Every confirmed message must be back.
     let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
@@ -197,13 +202,7 @@ async fn lazy_queue_keeps_order_on_disk_and_drops_transient_messages_on_restart(
             c.publish(1, "", "lazy", body.as_bytes(), false).await;
         }
     }
-    let mut confirmed = 0;
-    while confirmed < 200 {
-        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
-            panic!("expected confirms")
-        };
-        confirmed = ack.delivery_tag;
-    }
+    wait_for_confirms(&mut c, 200).await;
     let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
     let port = start_on(after.clone()).await;
     let mut c = Client::connect(port).await;
@@ -416,13 +415,7 @@ async fn get_reads_past_paged_batches_that_expired_whole() {
             .await;
     }
     c.publish_persistent(1, "", "mostly-expired", b"keep").await;
-    let mut confirmed = 0;
-    while confirmed < 3001 {
-        let Incoming::Method(_, Method::BasicAck(ack)) = c.next().await else {
-            panic!("expected confirms")
-        };
-        confirmed = ack.delivery_tag;
-    }
+    wait_for_confirms(&mut c, 3001).await;
     let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
     tokio::time::sleep(std::time::Duration::from_millis(ttl_ms + 200)).await;
     let port = start_on(after).await;
