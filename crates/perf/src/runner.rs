@@ -157,16 +157,7 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
         let conn = Connection::open_named(&uri, &format!("perf-consumer-{i}")).await?;
         let ch = conn.channel().await?;
         let queue = if queues.is_empty() {
-            let (name, _) = ch
-                .queue_declare(
-                    "",
-                    &QueueOptions {
-                        exclusive: true,
-                        auto_delete: true,
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            let name = ch.declare_private_queue().await?;
             if !args.exchange.is_empty() {
                 let bind_args = if headers {
                     headers_binding(&routing_key)

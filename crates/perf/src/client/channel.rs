@@ -364,6 +364,17 @@ impl Channel {
         }
     }
 
+    /// Declares a server-named, exclusive, auto-delete queue (a reply queue, or a consumer's
+    /// own queue) and returns its name.
+    pub async fn declare_private_queue(&self) -> Result<String> {
+        let opts = QueueOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        };
+        Ok(self.queue_declare("", &opts).await?.0)
+    }
+
     pub async fn queue_bind(
         &self,
         queue: &str,

@@ -134,6 +134,22 @@ fn default_label(uri: &str) -> String {
         .unwrap_or_else(|_| uri.to_owned())
 }
 
+/// Lets `tasks` run for `duration`, then raises `stop` and waits for them all; returns the
+/// seconds since `started` (the measured window of a step).
+pub(crate) async fn run_then_stop(
+    duration: std::time::Duration,
+    started: std::time::Instant,
+    stop: &std::sync::atomic::AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> f64 {
+    tokio::time::sleep(duration).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for t in tasks {
+        let _ = t.await;
+    }
+    started.elapsed().as_secs_f64()
+}
+
 pub fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

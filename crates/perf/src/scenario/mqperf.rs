@@ -81,12 +81,7 @@ pub async fn step(
         .into_iter()
         .map(|ch| tokio::spawn(send(ch, max_batch, shared.clone())))
         .collect();
-    tokio::time::sleep(duration).await;
-    shared.stop.store(true, Ordering::Release);
-    for t in tasks {
-        let _ = t.await;
-    }
-    let elapsed_s = started.elapsed().as_secs_f64();
+    let elapsed_s = super::run_then_stop(duration, started, &shared.stop, tasks).await;
     let received_at_stop = shared.received.load(Ordering::Acquire);
     let sent = shared.sent.load(Ordering::Acquire);
     let deadline = Instant::now() + Duration::from_secs(5);

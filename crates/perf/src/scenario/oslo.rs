@@ -118,16 +118,7 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         let conn = Connection::open_named(&uri, "oslo-client").await?;
         let reply_queue = if mode == Mode::Call {
             let rch = conn.channel().await?;
-            let (name, _) = rch
-                .queue_declare(
-                    "",
-                    &QueueOptions {
-                        exclusive: true,
-                        auto_delete: true,
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            let name = rch.declare_private_queue().await?;
             let rx = rch.basic_consume(&name, "oslo-replies", true).await?;
             reply_tasks.push(tokio::spawn(collect_replies(rx, shared.clone())));
             Some(name)
@@ -154,12 +145,7 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         .into_iter()
         .map(|(id, ch, reply_to)| tokio::spawn(send_loop(id, ch, reply_to, mode, shared.clone())))
         .collect();
-    tokio::time::sleep(duration).await;
-    shared.stop.store(true, Ordering::Release);
-    for t in tasks {
-        let _ = t.await;
-    }
-    let elapsed_s = started.elapsed().as_secs_f64();
+    let elapsed_s = super::run_then_stop(duration, started, &shared.stop, tasks).await;
     let cpu_end = broker.and_then(|b| b.sample());
 
     // Drain: everything sent has arrived (and been answered), or 5 s of patience.
