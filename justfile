@@ -4,6 +4,7 @@
 pre:
     python3 tools/codegen/gen_methods.py --check
     cargo fmt --all -- --check
+    cargo fmt --manifest-path fuzz/Cargo.toml -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
 # Every test, real clients included (what .ci/run calls).
@@ -19,6 +20,10 @@ bench:
     cargo bench -p warren-codec
     cargo bench -p warren-store --bench append
     tools/bench/side_by_side.sh 20
+
+# Long fuzz run of every decoder (seconds per target; stable Rust, see docs/FUZZING.md).
+fuzz seconds="3600":
+    fuzz/run.sh {{seconds}}
 
 # Run the broker with debug logs.
 run:

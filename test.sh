@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every Warren test: generated-code freshness, formatting, the Rust unit and in-process
-# integration tests, then a real broker process driven by real clients (pika, amqp091-go,
-# RabbitMQ PerfTest) and by `warren perf`. Installs what it needs (Python venv, Go modules,
-# PerfTest from Maven Central). Usage: ./test.sh
+# integration tests, resource tests, a short fuzz run of every decoder, then a real broker
+# process driven by real clients (pika, amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client)
+# and by `warren perf`. Installs what it needs (Python venv, Go modules, PerfTest and
+# amqp-client from Maven Central). Usage: ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
@@ -12,6 +13,7 @@ python3 tools/codegen/gen_methods.py --check
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 echo "== cargo test (unit, property and in-process integration tests)"
 cargo test --workspace --quiet 2>&1 | tee /tmp/warren-cargo-test.log | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
@@ -20,14 +22,29 @@ if grep -qE "^test result: FAILED|^error" /tmp/warren-cargo-test.log || ! grep -
   echo "cargo test failed"; exit 1
 fi
 
+echo "== resource tests (release build: they measure time)"
+cargo test --release -p warren-server --quiet --test wide_tables 2>&1 | tee /tmp/warren-resource-test.log | grep -E "^test result|FAILED|panicked|round trip|answered" || true
+if ! grep -q "^test result: ok. 1 passed" /tmp/warren-resource-test.log; then
+  tail -30 /tmp/warren-resource-test.log
+  echo "resource tests failed"; exit 1
+fi
+
+echo "== fuzzing every decoder for a short while (docs/FUZZING.md; the long run is 'just fuzz')"
+fuzz/run.sh 20 || { echo "fuzzing found a crash"; exit 1; }
+
 echo "== building the release broker"
 cargo build --release -p warren --quiet
 warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+mgmt_port=$(free_port)
+prometheus_port=$(free_port)
 data_dir=$(mktemp -d /tmp/warren-test-XXXXXX)
 log="$data_dir/warren.log"
-"$warren" server --bind 127.0.0.1 --amqp-port "$port" --data-dir "$data_dir/data" >"$log" 2>&1 &
+"$warren" server --bind 127.0.0.1 --amqp-port "$port" --management-port "$mgmt_port" \
+  --prometheus-port "$prometheus_port" \
+  --data-dir "$data_dir/data" >"$log" 2>&1 &
 broker_pid=$!
 cleanup() { kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -39,15 +56,24 @@ done
 if [ $up -eq 0 ]; then
   echo "the broker did not start; its log:"; cat "$log"; exit 1
 fi
-echo "== broker up on port $port (log: $log)"
+echo "== broker up on port $port, HTTP API on $mgmt_port, Prometheus on $prometheus_port (log: $log)"
 
 status=0
-AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" tests/interop/run.sh || status=1
+# The HTTP API tests (test_api_*.py, rabbitmqadmin) and the `warren ctl` tests (test_ctl.py)
+# read WARREN_MGMT_URL, the Prometheus test (test_prometheus.py) WARREN_PROMETHEUS_URL; each
+# skips without its URL.
+AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port" \
+  WARREN_PROMETHEUS_URL="http://127.0.0.1:$prometheus_port" \
+  WARREN_BIN="$warren" tests/interop/run.sh || status=1
 
 echo "== warren perf against the broker"
 WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$warren" \
   cargo test --release -p warren-perf --quiet -- --include-ignored 2>&1 | tee /tmp/warren-perf-test.log | grep -E "^test result|FAILED|panicked" || true
 grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result: FAILED" /tmp/warren-perf-test.log || status=1
+
+echo "== the web console in headless Chromium (tests/console)"
+WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port/" WARREN_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/" \
+  tests/console/run.sh || status=1
 
 echo "== kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)"
 python3 tests/crash/kill9.py --warren "$warren" --rounds 5 || status=1

@@ -530,7 +530,8 @@ def main():
         port = free_port() if args.port == "auto" else int(args.port)
         template = args.broker_cmd or (
             shlex.quote(os.path.abspath(args.warren))
-            + " server --bind 127.0.0.1 --amqp-port {port} --data-dir {data_dir}")
+            + " server --bind 127.0.0.1 --amqp-port {port} --data-dir {data_dir}"
+            + " --management-port 0 --prometheus-port 0")
         broker = Broker(template, port, data_dir, os.path.join(tmp, "broker.log"))
         CLEANUP.broker = broker
         params = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2F")

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Real-client interoperability suite: pika (pytest), amqp091-go (go test) and
-# RabbitMQ PerfTest, all against the broker at $AMQP_URL
+# Real-client interoperability suite: pika (pytest), amqp091-go (go test),
+# RabbitMQ PerfTest and RabbitMQ's Java client (JUnit), all against the broker at $AMQP_URL
 # (default amqp://guest:guest@127.0.0.1:5672/%2F).
 #
 #   AMQP_URL=amqp://guest:guest@127.0.0.1:5680/%2F tests/interop/run.sh
 #
+# With WARREN_PROMETHEUS_URL (http://host:15692) the pika suite also scrapes the broker's
+# Prometheus endpoint (py/test_prometheus.py); without it that file is skipped.
+#
 # Needs Python 3.11, Go, Java 17 + Maven; installs pika/pytest into
-# tests/interop/.venv and fetches Go modules / PerfTest on first use.
-# Exits non-zero if any of the three parts fails. Set INTEROP_SKIP to a
-# space-separated subset of "pika go perftest" to skip parts.
+# tests/interop/.venv and fetches Go modules / PerfTest / amqp-client on first use.
+# Exits non-zero if any part fails. Set INTEROP_SKIP to a space-separated subset
+# of "pika go perftest java" to skip parts. The java part leaves out the tests
+# listed in java/pending-on-warren.txt unless JAVA_PENDING=run.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2F}"
@@ -22,7 +26,7 @@ echo "interop: broker $AMQP_URL"
 # (used by the pika suite and by the PerfTest check's queue inspection)
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$venv/.requirements.installed" \
-   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout" 2>/dev/null; then
+   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout, requests, prometheus_client" 2>/dev/null; then
   python3 -m venv "$venv" || { echo "interop: cannot create venv"; exit 1; }
   "$venv/bin/pip" install -q -r "$here/requirements.txt" || { echo "interop: pip install failed"; exit 1; }
   cp "$here/requirements.txt" "$venv/.requirements.installed"
@@ -52,6 +56,15 @@ if [[ "$skip" != *" perftest "* ]]; then
   PYTHON="$here/.venv/bin/python" "$here/perftest_check.sh"
   rc=$?
   summary+=("perftest: exit $rc")
+  [ $rc -eq 0 ] || status=1
+fi
+
+# ---------------------------------------------------------------- java
+if [[ "$skip" != *" java "* ]]; then
+  echo "interop: === Java suite (amqp-client, JUnit) ==="
+  "$here/java/run.sh"
+  rc=$?
+  summary+=("java: exit $rc")
   [ $rc -eq 0 ] || status=1
 fi
 

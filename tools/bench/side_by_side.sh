@@ -17,7 +17,7 @@ rabbit_port=5690
 cargo build --release -p warren --quiet
 warren="${CARGO_TARGET_DIR:-target}/release/warren"
 data=$(mktemp -d /tmp/warren-bench-XXXXXX)
-"$warren" server --bind 127.0.0.1 --amqp-port $warren_port --data-dir "$data" >"$data/log" 2>&1 &
+"$warren" server --bind 127.0.0.1 --amqp-port $warren_port --management-port 0 --prometheus-port 0 --data-dir "$data" >"$data/log" 2>&1 &
 wpid=$!
 trap 'kill $wpid 2>/dev/null; $tools/rabbitmq.sh stop $rabbit_port; rm -rf "$data"' EXIT
 $tools/rabbitmq.sh start $rabbit_port >/dev/null

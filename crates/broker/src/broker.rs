@@ -1,19 +1,52 @@
-//! `Broker`: the process-wide root — the virtual hosts, the memory monitor shared by every
-//! queue, and connection ids.
+//! `Broker`: the process-wide root — the virtual hosts, the users and permissions, the
+//! resource alarms and the memory monitor shared by every queue, and connection ids.
 
+use crate::access::{AccessControl, Permission};
+use crate::alarm::Alarms;
+use crate::churn::NodeCounters;
 use crate::consumer::ConnectionId;
+use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
+use crate::parameters::RuntimeParameters;
+use crate::registry::Registry;
+use crate::snapshot::{AccessSnapshot, Snapshot, VHostSnapshot};
 use crate::vhost::VHost;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
 use warren_store::Store;
+
+/// The user a fresh broker has (password "guest", loopback only: see the server's config).
+pub const DEFAULT_USER: &str = "guest";
 
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
+    /// Users, permissions and topic permissions (RabbitMQ's internal auth backend).
+    pub access: Arc<AccessControl>,
+    /// Runtime parameters of components Warren keeps for definitions (federation, shovel…).
+    pub parameters: Arc<RuntimeParameters>,
+    /// The message store, when the broker has a data directory.
+    store: Option<Store>,
     pub memory: Arc<MemoryMonitor>,
+    /// Memory and disk alarms; every connection watches them.
+    pub alarms: Arc<Alarms>,
     next_connection_id: AtomicU64,
+    /// Open connections, their channels and consumers (the HTTP API's view).
+    pub registry: Registry,
+    /// When the broker started, for uptime.
+    pub started_at: std::time::Instant,
+    /// Set once `recover` has run: snapshots written before would miss what it restores.
+    persisting: AtomicBool,
+    /// Serializes snapshot writes so an older one never overwrites a newer one.
+    persist_lock: Mutex<()>,
+    /// Handed to vhosts and the access database for their change hooks.
+    self_ref: OnceLock<Weak<Broker>>,
+    /// Connections, channels and queues opened and closed, and what was published (the
+    /// monitoring endpoints read them); shared with every vhost.
+    pub counters: Arc<NodeCounters>,
+    /// The disk alarm's monitor, once the binary has started one.
+    disk: OnceLock<Arc<DiskMonitor>>,
 }
 
 impl Broker {
@@ -21,28 +54,454 @@ impl Broker {
     /// Without a store everything is in memory; with one, durable definitions and persistent
     /// messages are kept in it (call `recover` with what opening it returned).
     pub fn new(memory_high_watermark_bytes: usize, store: Option<Store>) -> Arc<Broker> {
-        let memory = Arc::new(MemoryMonitor::new(memory_high_watermark_bytes));
-        let mut vhosts = HashMap::new();
-        vhosts.insert("/".to_owned(), VHost::new("/", memory.clone(), store));
-        Arc::new(Broker {
-            vhosts: RwLock::new(vhosts),
+        let alarms = Arc::new(Alarms::default());
+        let memory = Arc::new(MemoryMonitor::new(
+            memory_high_watermark_bytes,
+            alarms.clone(),
+        ));
+        let counters = Arc::new(NodeCounters::default());
+        let broker = Arc::new(Broker {
+            vhosts: RwLock::new(HashMap::new()),
+            access: Arc::new(AccessControl::new()),
+            parameters: Arc::new(RuntimeParameters::default()),
+            store: store.clone(),
             memory,
+            alarms,
             next_connection_id: AtomicU64::new(1),
-        })
+            persisting: AtomicBool::new(false),
+            persist_lock: Mutex::new(()),
+            self_ref: OnceLock::new(),
+            registry: Registry::default(),
+            started_at: std::time::Instant::now(),
+            counters,
+            disk: OnceLock::new(),
+        });
+        let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        let weak = Arc::downgrade(&broker);
+        broker.access.set_change_hook(move || {
+            if let Some(broker) = weak.upgrade() {
+                broker.persist();
+            }
+        });
+        let weak = Arc::downgrade(&broker);
+        broker.access.set_user_deleted_hook(move |user| {
+            if let Some(broker) = weak.upgrade() {
+                broker.user_deleted(user);
+            }
+        });
+        if let Some(store) = store {
+            broker.forget_failed_publishes(&store);
+        }
+        broker
+            .seed_defaults(DEFAULT_USER, DEFAULT_USER, "/")
+            .expect("the built-in defaults are valid");
+        broker
     }
 
-    /// Brings back what the store kept (all in the default vhost, the only one so far).
-    pub fn recover(&self, recovered: warren_store::Recovered) {
-        if let Some(vhost) = self.vhost("/") {
-            vhost.recover(recovered);
+    /// What a first boot starts with, as RabbitMQ's default_user/default_pass/default_vhost:
+    /// the vhost, and the user tagged administrator with full permissions on it. Other users
+    /// go (a broker is born with guest/guest on "/"; other defaults replace them), and so does
+    /// "/" when another default vhost is asked for and it holds no queue (a data directory
+    /// from before vhosts keeps its queues there). For a first boot only: `recover` says
+    /// whether it was one.
+    pub fn seed_defaults(&self, user: &str, password: &str, vhost: &str) -> Result<(), String> {
+        for existing in self.access.users() {
+            if existing.name != user {
+                self.access.delete_user(&existing.name);
+            }
         }
+        for existing in self.vhosts() {
+            if existing.name != vhost && existing.queues().is_empty() {
+                self.delete_vhost(&existing.name);
+            }
+        }
+        self.add_vhost(vhost)?;
+        self.access
+            .put_user(user, Some(password), vec!["administrator".to_owned()])?;
+        self.access.set_permission(vhost, user, Permission::full())
+    }
+
+    /// A task that drops, from every queue's paged tail, the messages whose store write
+    /// failed (docs/STORAGE.md §11). Without a runtime (some tests) it does not run; a
+    /// queue then drops them when reading its tail back finds the log's end first.
+    fn forget_failed_publishes(self: &Arc<Self>, store: &Store) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut failures = store.failed_publishes();
+        let broker = Arc::downgrade(self);
+        runtime.spawn(async move {
+            while let Some(failed) = failures.recv().await {
+                let Some(broker) = broker.upgrade() else {
+                    return;
+                };
+                let vhosts: Vec<Arc<VHost>> = broker.vhosts.read().values().cloned().collect();
+                for queue in vhosts.iter().flat_map(|v| v.queues()) {
+                    queue.forget_failed(&failed);
+                }
+            }
+        });
+    }
+
+    /// Writes the snapshot of every vhost and the user database to the store (atomic
+    /// replace, fsync'd). Called on every durable change; a no-op without a store and
+    /// before `recover`.
+    pub fn persist(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if !self.persisting.load(Ordering::Acquire) {
+            return;
+        }
+        let _serial = self.persist_lock.lock();
+        if let Err(e) = store.save_definitions(&self.snapshot().encode()) {
+            tracing::error!(error = %e, "saving definitions failed");
+        }
+    }
+
+    /// Everything durable, as the store keeps it.
+    pub fn snapshot(&self) -> Snapshot {
+        let vhosts = self
+            .vhosts()
+            .iter()
+            .map(|v| VHostSnapshot {
+                name: v.name.clone(),
+                metadata: v.metadata(),
+                limits: v.limits(),
+                definitions: v.durable_definitions(),
+            })
+            .collect();
+        let access = AccessSnapshot {
+            users: self.access.users().iter().map(|u| (**u).clone()).collect(),
+            permissions: self.access.permissions(),
+            topic_permissions: self.access.topic_permissions(),
+        };
+        Snapshot {
+            vhosts,
+            access: Some(access),
+        }
+    }
+
+    /// Brings back what the store kept: the vhosts with their durable topology, each durable
+    /// queue's messages, and the user database. Returns true when the store held no user
+    /// database (a first boot, or a data directory from before vhosts): the caller then
+    /// seeds the configured defaults (`seed_defaults`).
+    pub fn recover(&self, recovered: warren_store::Recovered) -> bool {
+        let snapshot = match recovered.definitions.as_deref().map(Snapshot::decode) {
+            None => Snapshot::default(),
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "stored definitions unreadable; starting without them");
+                Snapshot::default()
+            }
+        };
+        let first_boot = snapshot.access.is_none();
+        if let Some(access) = snapshot.access {
+            self.restore_access(access);
+            for vhost in self.vhosts() {
+                if !snapshot.vhosts.iter().any(|v| v.name == vhost.name) {
+                    self.delete_vhost(&vhost.name);
+                }
+            }
+        }
+        for v in snapshot.vhosts {
+            let vhost = match self.add_vhost(&v.name) {
+                Ok(vhost) => vhost,
+                Err(e) => {
+                    tracing::error!(vhost = %v.name, error = %e, "could not recreate vhost");
+                    continue;
+                }
+            };
+            vhost.set_limits(v.limits);
+            vhost.set_metadata(v.metadata);
+            vhost.restore_definitions(v.definitions);
+        }
+        self.restore_messages(recovered.queues);
+        self.persisting.store(true, Ordering::Release);
+        // Written in the current version at once (a version 1 blob is upgraded).
+        self.persist();
+        first_boot
+    }
+
+    fn restore_access(&self, access: AccessSnapshot) {
+        for user in self.access.users() {
+            self.access.delete_user(&user.name);
+        }
+        for u in access.users {
+            if let Err(e) = self.access.put_user_with_hash(
+                &u.name,
+                &u.password_hash,
+                &u.hashing_algorithm,
+                u.tags,
+            ) {
+                tracing::error!(user = %u.name, error = %e, "could not restore user");
+            }
+        }
+        for (vhost, user, p) in access.permissions {
+            if let Err(e) = self.access.set_permission(&vhost, &user, p) {
+                tracing::error!(%vhost, %user, error = %e, "could not restore permission");
+            }
+        }
+        for (vhost, user, p) in access.topic_permissions {
+            if let Err(e) = self.access.set_topic_permission(&vhost, &user, p) {
+                tracing::error!(%vhost, %user, error = %e, "could not restore topic permission");
+            }
+        }
+    }
+
+    /// Hands every durable queue the messages the store kept for it, by store name; the
+    /// store's queues no vhost knows any more are dropped with their messages.
+    fn restore_messages(
+        &self,
+        recovered: HashMap<warren_store::QueueId, warren_store::RecoveredQueue>,
+    ) {
+        let mut by_store_name = HashMap::new();
+        for vhost in self.vhosts() {
+            for queue in vhost.queues() {
+                if queue.stored.is_some() {
+                    by_store_name.insert(vhost.store_queue_name(&queue.name), queue);
+                }
+            }
+        }
+        let mut restored = 0u64;
+        for (id, rq) in recovered {
+            match by_store_name.get(&rq.name) {
+                Some(queue) => {
+                    restored += rq.live.len();
+                    queue.restore(rq.live, rq.live_body_bytes, rq.first);
+                }
+                None => {
+                    if let Some(store) = &self.store {
+                        let _ = store.delete_queue(id);
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            restored_messages = restored,
+            queues = by_store_name.len(),
+            vhosts = self.vhosts.read().len(),
+            "recovered durable state"
+        );
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
         self.vhosts.read().get(name).cloned()
     }
 
+    /// Every vhost, by name.
+    pub fn vhosts(&self) -> Vec<Arc<VHost>> {
+        let mut all: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Creates a vhost with the predeclared exchanges, or returns the existing one
+    /// (idempotent, like RabbitMQ's PUT /api/vhosts/NAME).
+    pub fn add_vhost(&self, name: &str) -> Result<Arc<VHost>, String> {
+        if name.is_empty() {
+            return Err("vhost name must not be empty".into());
+        }
+        if name.len() > warren_codec::ShortStr::MAX_LEN {
+            return Err(format!(
+                "vhost name is longer than {} bytes",
+                warren_codec::ShortStr::MAX_LEN
+            ));
+        }
+        let (vhost, created) = {
+            let mut vhosts = self.vhosts.write();
+            match vhosts.get(name) {
+                Some(existing) => (existing.clone(), false),
+                None => {
+                    let vhost = VHost::new(
+                        name,
+                        self.memory.clone(),
+                        self.store.clone(),
+                        self.counters.clone(),
+                    );
+                    let weak = self.self_ref.get().cloned().unwrap_or_default();
+                    vhost.set_durable_change_hook(move || {
+                        if let Some(broker) = weak.upgrade() {
+                            broker.persist();
+                        }
+                    });
+                    vhosts.insert(name.to_owned(), vhost.clone());
+                    (vhost, true)
+                }
+            }
+        };
+        if created {
+            self.persist();
+        }
+        Ok(vhost)
+    }
+
+    /// Deletes a vhost: its connections are closed, its queues (with their stored messages),
+    /// exchanges and bindings go, and so do the permissions on it. False if there was none.
+    pub fn delete_vhost(&self, name: &str) -> bool {
+        let Some(vhost) = self.vhosts.write().remove(name) else {
+            return false;
+        };
+        vhost.shut_down();
+        // Forgetting the permissions persists the snapshot, now without the vhost.
+        self.access.forget_vhost(name);
+        self.parameters.forget_vhost(name);
+        true
+    }
+
+    /// Deletes a user; `AccessControl::delete_user` does the same (the broker's hook closes
+    /// the user's connections either way). False if there was none.
+    pub fn delete_user(&self, name: &str) -> bool {
+        self.access.delete_user(name)
+    }
+
+    /// Closes the connections of a deleted user ("user 'u' is deleted", as RabbitMQ).
+    fn user_deleted(&self, name: &str) {
+        let reason = format!("user '{name}' is deleted");
+        for vhost in self.vhosts() {
+            vhost.force_close_connections(Some(name), &reason);
+        }
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    /// Hands the broker the disk monitor the binary started, so that free space and the
+    /// limit can be reported. Only the first call counts.
+    pub fn set_disk_monitor(&self, disk: Arc<DiskMonitor>) {
+        let _ = self.disk.set(disk);
+    }
+
+    pub fn disk_monitor(&self) -> Option<&Arc<DiskMonitor>> {
+        self.disk.get()
+    }
+
     pub fn next_connection_id(&self) -> ConnectionId {
         self.next_connection_id.fetch_add(1, Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ConnectionEvent, QueueDeclaration};
+    use warren_codec::{FieldTable, ReplyCode, ShortStr};
+
+    fn declare(vhost: &Arc<VHost>, name: &str) {
+        vhost
+            .declare_queue(
+                QueueDeclaration {
+                    name: ShortStr::from(name),
+                    passive: false,
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: FieldTable::new(),
+                },
+                1,
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn vhosts_are_created_idempotently_with_their_own_entities() {
+        let broker = Broker::new(usize::MAX, None);
+        assert_eq!(broker.vhosts().len(), 1);
+        let v = broker.add_vhost("v1").unwrap();
+        assert_eq!(v.name(), "v1");
+        assert!(Arc::ptr_eq(&v, &broker.add_vhost("v1").unwrap()));
+        assert!(broker.add_vhost("").is_err());
+        assert!(v.exchange("amq.topic").is_some(), "predeclared exchanges");
+        declare(&v, "q");
+        assert!(v.queue("q").is_some());
+        assert!(broker.vhost("/").unwrap().queue("q").is_none());
+        let names: Vec<String> = broker.vhosts().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(names, ["/", "v1"]);
+    }
+
+    #[test]
+    fn deleting_a_vhost_removes_everything_and_closes_connections() {
+        let broker = Broker::new(usize::MAX, None);
+        let v = broker.add_vhost("v1").unwrap();
+        declare(&v, "q");
+        broker
+            .access
+            .set_permission("v1", "guest", crate::access::Permission::full())
+            .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        v.open_connection(7, "guest", tx).unwrap();
+        assert!(broker.delete_vhost("v1"));
+        assert!(!broker.delete_vhost("v1"));
+        assert!(broker.vhost("v1").is_none());
+        assert!(v.queues().is_empty() && v.exchanges().is_empty());
+        assert!(broker.access.permission("v1", "guest").is_none());
+        match rx.try_recv() {
+            Ok(ConnectionEvent::Close { code, text }) => {
+                assert_eq!(code, ReplyCode::ConnectionForced);
+                assert_eq!(text, "vhost 'v1' is deleted");
+            }
+            other => panic!("expected a close, got {other:?}"),
+        }
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        assert!(v.open_connection(8, "guest", tx).is_err(), "deleted vhost");
+    }
+
+    #[test]
+    fn a_version_1_blob_is_read_as_the_default_vhost_and_rewritten() {
+        use crate::definitions::{Definitions, QueueDefinition};
+        use warren_store::{Backend, FaultyBackend, StoreOptions};
+        let disk = Arc::new(FaultyBackend::new(3));
+        let backend: Arc<dyn Backend> = disk.clone();
+        let (store, _) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
+        let v1 = Definitions {
+            queues: vec![QueueDefinition {
+                name: "legacy".into(),
+                auto_delete: false,
+                arguments: FieldTable::new(),
+            }],
+            ..Definitions::default()
+        };
+        store.save_definitions(&v1.encode()).unwrap();
+        store.close().unwrap();
+
+        let backend: Arc<dyn Backend> = disk.clone();
+        let (store, recovered) =
+            Store::open_with_backend(backend, StoreOptions::default()).unwrap();
+        let broker = Broker::new(usize::MAX, Some(store.clone()));
+        assert!(
+            broker.recover(recovered),
+            "no user database yet: a first boot"
+        );
+        // Another default vhost does not take "/" and its queue away.
+        broker.seed_defaults("admin", "pw", "prod").unwrap();
+        assert!(broker.vhost("/").unwrap().queue("legacy").is_some());
+        assert!(broker.vhost("prod").is_some());
+        let stored = store.load_definitions().unwrap().unwrap();
+        let snapshot = crate::snapshot::Snapshot::decode(&stored).unwrap();
+        let access = snapshot.access.expect("rewritten as version 2");
+        assert_eq!(access.users.len(), 1);
+        assert_eq!(access.users[0].name, "admin");
+        assert_eq!(snapshot.vhosts.len(), 2);
+    }
+
+    #[test]
+    fn connection_limit() {
+        let broker = Broker::new(usize::MAX, None);
+        let v = broker.add_vhost("v1").unwrap();
+        v.set_limits(crate::VHostLimits {
+            max_connections: Some(1),
+            max_queues: None,
+        });
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        v.open_connection(1, "u", tx.clone()).unwrap();
+        let refused = v.open_connection(2, "u", tx.clone()).unwrap_err();
+        assert_eq!(refused.code, ReplyCode::NotAllowed);
+        assert_eq!(
+            refused.text,
+            "access to vhost 'v1' refused for user 'u': connection limit (1) is reached"
+        );
+        v.close_connection(1);
+        v.open_connection(2, "u", tx).unwrap();
     }
 }

@@ -4,8 +4,13 @@
 //! intermediate task, one hop from the publisher's task straight to the consumer's. What
 //! bounds that channel is credit, checked by the queue before each push:
 //! - `in_flight` < `PIPELINE_LIMIT`: deliveries handed over but not yet encoded by the
-//!   connection (for no-ack consumers this is the only bound, as RabbitMQ's credit flow is);
-//! - the consumer's prefetch and its channel's global prefetch, for acking consumers.
+//!   connection (RabbitMQ's credit flow), each weighing one unit per started 4 KiB of body
+//!   (`pipeline_cost`), so a consumer that stops reading holds at most ~8 MiB of large
+//!   messages in its pipeline, or 2000 small ones, never the whole queue;
+//! - the consumer's prefetch, for acking consumers;
+//! - its channel's global prefetch (basic.qos global=true): acking consumers' deliveries
+//!   count against it, and while it is full no consumer on the channel receives, no-ack ones
+//!   included — RabbitMQ's limiter refuses every `can_send` of a channel at its limit.
 //!
 //! A queue that finds no credit sets a `starved_*` flag; whoever frees credit (the connection
 //! after encoding, the channel after acks) clears it and kicks the queue. The flag is set before the
@@ -13,22 +18,36 @@
 //! the two always sees the other and no wake-up is lost.
 
 use crate::queue::{Queue, QueuedMessage};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 use tokio::sync::mpsc::UnboundedSender;
-use warren_codec::ShortStr;
+use warren_codec::{ReplyCode, ShortStr};
 
 pub type ConnectionId = u64;
 
-/// Deliveries a consumer may have handed to its connection and not yet encoded.
+/// Pipeline units a consumer may have handed to its connection and not yet encoded.
 pub const PIPELINE_LIMIT: u32 = 2000;
+/// Body bytes per pipeline unit beyond the first.
+const PIPELINE_UNIT_BYTES: usize = 4096;
+
+/// What one delivery of `message` weighs in a consumer's pipeline: 1 for a body up to 4 KiB,
+/// one more per 4 KiB after that. The pipeline then bounds bytes as well as messages.
+pub fn pipeline_cost(message: &crate::message::Message) -> u32 {
+    let extra = message.body.len() / PIPELINE_UNIT_BYTES;
+    1 + u32::try_from(extra)
+        .unwrap_or(u32::MAX - 1)
+        .min(PIPELINE_LIMIT)
+}
 
 /// State a channel shares with every queue that delivers to it.
 #[derive(Debug)]
 pub struct ChannelFlow {
     /// basic.qos with global=true: a limit for all consumers on the channel (0 = none).
     pub prefetch_count: AtomicU32,
+    /// Deliveries to the channel's acking consumers not yet settled.
     pub unacked: AtomicU32,
+    /// Where the next `wake_in_turn` starts (only the channel's own task touches it).
+    wake_from: AtomicUsize,
 }
 
 impl Default for ChannelFlow {
@@ -36,7 +55,56 @@ impl Default for ChannelFlow {
         ChannelFlow {
             prefetch_count: AtomicU32::new(0),
             unacked: AtomicU32::new(0),
+            wake_from: AtomicUsize::new(0),
         }
+    }
+}
+
+impl ChannelFlow {
+    /// The global limit is set and reached: no consumer on the channel may receive.
+    pub fn full(&self) -> bool {
+        let limit = self.prefetch_count.load(SeqCst);
+        limit != 0 && self.unacked.load(SeqCst) >= limit
+    }
+
+    /// basic.qos global=true set a limit. Room freed by an ack is then the whole channel's:
+    /// the server gives it back only after the queues were told (`Channel::release`), so the
+    /// acked queue cannot grab it before the others are woken in turn.
+    pub fn has_global_limit(&self) -> bool {
+        self.prefetch_count.load(SeqCst) != 0
+    }
+
+    /// `n` deliveries to acking consumers of this channel were settled.
+    pub fn settled(&self, n: u32) {
+        self.unacked.fetch_sub(n, SeqCst);
+    }
+
+    /// After credit came back: wakes the starved consumers of this channel (given in a fixed
+    /// order), starting after the one that took the channel's last room the previous time, and
+    /// stopping as soon as the channel is full again. The consumers not reached stay marked
+    /// starved, so the next wake reaches them first: room shared by several queues goes to
+    /// each in turn, none starves another (RabbitMQ wakes them in random order for the same
+    /// reason).
+    pub fn wake_in_turn<'a, I>(&self, consumers: I)
+    where
+        I: IntoIterator<Item = &'a Arc<Consumer>>,
+        I::IntoIter: ExactSizeIterator + Clone,
+    {
+        let consumers = consumers.into_iter();
+        let n = consumers.len();
+        if n == 0 || self.full() {
+            // Nobody could take anything; whoever frees room calls this again.
+            return;
+        }
+        let from = self.wake_from.load(Relaxed) % n;
+        for (i, c) in consumers.cycle().skip(from).take(n).enumerate() {
+            c.wake_if_starved();
+            if self.full() {
+                self.wake_from.store((from + i + 1) % n, Relaxed);
+                return;
+            }
+        }
+        self.wake_from.store((from + 1) % n, Relaxed);
     }
 }
 
@@ -48,6 +116,12 @@ pub enum ConnectionEvent {
     ConsumerCancelled {
         channel: u16,
         consumer_tag: ShortStr,
+    },
+    /// The broker closes the connection (its vhost or user was deleted, an operator asked):
+    /// connection.close with this code and text.
+    Close {
+        code: ReplyCode,
+        text: String,
     },
 }
 
@@ -68,6 +142,8 @@ pub struct Consumer {
     pub exclusive: bool,
     /// Per-consumer prefetch (basic.qos global=false at consume time; 0 = none).
     pub prefetch_count: u32,
+    /// `x-priority` of basic.consume (default 0): see `ConsumerSet`.
+    pub priority: i64,
     pub unacked: AtomicU32,
     pub in_flight: AtomicU32,
     /// Skipped because the pipeline was full; cleared by `delivered`.
@@ -100,6 +176,7 @@ impl Consumer {
             no_ack,
             exclusive,
             prefetch_count,
+            priority: 0,
             unacked: AtomicU32::new(0),
             in_flight: AtomicU32::new(0),
             starved_pipeline: AtomicBool::new(false),
@@ -110,17 +187,20 @@ impl Consumer {
         }
     }
 
+    pub fn with_priority(mut self, priority: i64) -> Consumer {
+        self.priority = priority;
+        self
+    }
+
     fn pipeline_open(&self) -> bool {
         self.in_flight.load(SeqCst) < PIPELINE_LIMIT
     }
 
     fn credit_available(&self) -> bool {
-        if self.no_ack {
-            return true;
-        }
-        let own = self.prefetch_count == 0 || self.unacked.load(SeqCst) < self.prefetch_count;
-        let global = self.channel_flow.prefetch_count.load(SeqCst);
-        own && (global == 0 || self.channel_flow.unacked.load(SeqCst) < global)
+        let own = self.no_ack
+            || self.prefetch_count == 0
+            || self.unacked.load(SeqCst) < self.prefetch_count;
+        own && !self.channel_flow.full()
     }
 
     /// Queue side: may this consumer take one more message? If not, marks it starved (see the
@@ -139,9 +219,9 @@ impl Consumer {
         self.credit_available()
     }
 
-    /// Queue side: charges the credit for one delivery.
-    pub fn take_credit(&self) {
-        self.in_flight.fetch_add(1, SeqCst);
+    /// Queue side: charges the credit for one delivery weighing `cost` (`pipeline_cost`).
+    pub fn take_credit(&self, cost: u32) {
+        self.in_flight.fetch_add(cost, SeqCst);
         if !self.no_ack {
             self.unacked.fetch_add(1, SeqCst);
             self.channel_flow.unacked.fetch_add(1, SeqCst);
@@ -149,19 +229,19 @@ impl Consumer {
     }
 
     /// Undoes `take_credit` for a delivery that could not be handed over.
-    pub fn return_credit(&self) {
-        self.in_flight.fetch_sub(1, SeqCst);
+    pub fn return_credit(&self, cost: u32) {
+        self.in_flight.fetch_sub(cost, SeqCst);
         if !self.no_ack {
             self.unacked.fetch_sub(1, SeqCst);
             self.channel_flow.unacked.fetch_sub(1, SeqCst);
         }
     }
 
-    /// Connection side: `n` deliveries left the pipeline (encoded for the socket). The queue
-    /// is woken once the pipeline is half empty, not on every message, so a fast consumer
-    /// does not cost a queue lock per delivery.
-    pub fn delivered(&self, n: u32) {
-        let left = self.in_flight.fetch_sub(n, SeqCst) - n;
+    /// Connection side: deliveries weighing `cost` left the pipeline (encoded for the
+    /// socket). The queue is woken once the pipeline is half empty, not on every message, so
+    /// a fast consumer does not cost a queue lock per delivery.
+    pub fn delivered(&self, cost: u32) {
+        let left = self.in_flight.fetch_sub(cost, SeqCst) - cost;
         if left <= PIPELINE_LIMIT / 2 && self.starved_pipeline.swap(false, SeqCst) {
             self.kick_queue();
         }
@@ -169,8 +249,14 @@ impl Consumer {
 
     /// Channel side: `n` deliveries of this consumer were acked, rejected or requeued.
     pub fn settled(&self, n: u32) {
+        self.settled_own(n);
+        self.channel_flow.settled(n);
+    }
+
+    /// Like `settled` for this consumer's own prefetch only; the caller gives the channel's
+    /// room back itself (`ChannelFlow::settled`).
+    pub fn settled_own(&self, n: u32) {
         self.unacked.fetch_sub(n, SeqCst);
-        self.channel_flow.unacked.fetch_sub(n, SeqCst);
     }
 
     /// After acks or qos changes: wakes the queue if it had skipped this consumer.
@@ -189,5 +275,133 @@ impl Consumer {
     /// Hands an event to the owning connection; gives it back if the connection is gone.
     pub fn send(&self, event: ConnectionEvent) -> Result<(), ConnectionEvent> {
         self.sink.send(event).map_err(|e| e.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryMonitor;
+    use crate::message::Message;
+    use crate::queue::QueueLimits;
+    use bytes::Bytes;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+    use warren_codec::{BasicProperties, FieldTable};
+
+    fn queue(name: &str) -> Arc<Queue> {
+        Arc::new(Queue::new(
+            ShortStr::from(name),
+            false,
+            None,
+            false,
+            FieldTable::new(),
+            QueueLimits::default(),
+            Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
+            Weak::new(),
+            None,
+            None,
+        ))
+    }
+
+    fn message() -> Arc<Message> {
+        Arc::new(Message::new(
+            ShortStr::from(""),
+            ShortStr::from("k"),
+            &BasicProperties::default(),
+            Bytes::new(),
+            Bytes::from_static(b"m"),
+        ))
+    }
+
+    fn consumer(
+        queue: &Arc<Queue>,
+        flow: &Arc<ChannelFlow>,
+        no_ack: bool,
+    ) -> (Arc<Consumer>, UnboundedReceiver<ConnectionEvent>) {
+        let (tx, rx) = unbounded_channel();
+        let c = Arc::new(Consumer::new(
+            ShortStr::from(queue.name.as_str()),
+            1,
+            1,
+            no_ack,
+            false,
+            0,
+            flow.clone(),
+            Arc::downgrade(queue),
+            tx,
+        ));
+        queue.add_consumer(c.clone()).unwrap();
+        (c, rx)
+    }
+
+    fn take(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Option<Delivery> {
+        match rx.try_recv().ok()? {
+            ConnectionEvent::Deliver(d) => Some(d),
+            ConnectionEvent::ConsumerCancelled { .. } | ConnectionEvent::Close { .. } => None,
+        }
+    }
+
+    /// A channel with global prefetch 1 consuming from two busy queues, acking each delivery
+    /// the way `Channel::release` does (own credit, queue told, then the channel's room, then
+    /// the consumers woken in turn): the room alternates between the queues. (Settling
+    /// before giving the room back matters: the acked queue would take it at once.)
+    #[test]
+    fn channel_room_goes_to_each_queue_in_turn() {
+        let flow = Arc::new(ChannelFlow::default());
+        flow.prefetch_count.store(1, SeqCst);
+        let (qa, qb) = (queue("a"), queue("b"));
+        for _ in 0..20 {
+            qa.publish(message(), None);
+            qb.publish(message(), None);
+        }
+        let (ca, mut ra) = consumer(&qa, &flow, false);
+        let (cb, mut rb) = consumer(&qb, &flow, false);
+        let mut order = String::new();
+        for _ in 0..20 {
+            let (name, d) = match (take(&mut ra), take(&mut rb)) {
+                (Some(d), None) => ('a', d),
+                (None, Some(d)) => ('b', d),
+                other => panic!("expected exactly one delivery, got {other:?}"),
+            };
+            order.push(name);
+            let (consumer, queue) = (d.consumer, d.queue.unwrap());
+            consumer.delivered(1);
+            consumer.settled_own(1);
+            queue.settle(vec![d.message], Vec::new(), Vec::new());
+            flow.settled(1);
+            flow.wake_in_turn([&ca, &cb]);
+        }
+        // The first wake starts at the first consumer; from then on the room alternates.
+        assert_eq!(order, format!("a{}", "ab".repeat(9)) + "a");
+    }
+
+    /// RabbitMQ's limiter: a no-ack delivery takes no room, but a full channel holds back
+    /// its no-ack consumers too until room comes back.
+    #[test]
+    fn no_ack_consumers_wait_while_the_channel_is_full() {
+        let flow = Arc::new(ChannelFlow::default());
+        flow.prefetch_count.store(1, SeqCst);
+        let (qa, qb) = (queue("a"), queue("b"));
+        let (no_ack, mut rn) = consumer(&qb, &flow, true);
+        for _ in 0..3 {
+            qb.publish(message(), None);
+        }
+        let mut got = 0;
+        while let Some(d) = take(&mut rn) {
+            d.consumer.delivered(1);
+            got += 1;
+        }
+        assert_eq!(got, 3, "no-ack deliveries take no room");
+        let (acking, mut ra) = consumer(&qa, &flow, false);
+        qa.publish(message(), None);
+        let d = take(&mut ra).expect("room for one");
+        qb.publish(message(), None);
+        assert!(take(&mut rn).is_none(), "the channel is full");
+        acking.settled(1);
+        d.queue
+            .unwrap()
+            .settle(vec![d.message], Vec::new(), Vec::new());
+        flow.wake_in_turn([&acking, &no_ack]);
+        assert!(take(&mut rn).is_some(), "woken once room came back");
     }
 }

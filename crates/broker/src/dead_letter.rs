@@ -1,5 +1,17 @@
 //! Dead-lettering: the copy of a message that goes to a queue's `x-dead-letter-exchange`
-//! when it is rejected, expires or overflows, with the `x-death` history RabbitMQ writes.
+//! when it is rejected, expires or overflows, with the history RabbitMQ 3.13 writes into its
+//! headers, and RabbitMQ's rule for dropping copies that would go round a cycle.
+//!
+//! History: `x-death` holds one table per (queue, reason), most recent first. A death that
+//! repeats one bumps its `count` and moves it to the front; the rest of the entry (`time`,
+//! `exchange`, `routing-keys`, `original-expiration`) stays that of its first death.
+//! `x-first-death-{queue,reason,exchange}` are written on a message's first death only,
+//! `x-last-death-{queue,reason,exchange}` on every one (they appeared in RabbitMQ 3.13).
+//!
+//! Cycles: a copy is not delivered to a queue it already died in when every death since
+//! then was automatic (expired, maxlen): such a message would loop forever with nobody
+//! looking. A rejection anywhere in that stretch means a client is in the loop (a retry
+//! queue), and the copy is delivered.
 
 use crate::message::Message;
 use bytes::Bytes;
@@ -29,20 +41,32 @@ fn text(s: &str) -> FieldValue {
     FieldValue::string(s)
 }
 
-fn entry_is(v: &FieldValue, key: &str, want: &str) -> bool {
-    matches!(v, FieldValue::Table(t) if t.get(key).and_then(|x| x.as_str()) == Some(want))
+fn field<'a>(entry: &'a FieldValue, key: &str) -> Option<&'a str> {
+    match entry {
+        FieldValue::Table(t) => t.get(key).and_then(|v| v.as_str()),
+        _ => None,
+    }
 }
 
-/// The dead-lettered copy of `message` leaving `queue` with its new headers (for headers
-/// exchanges), or None when sending it would loop
-/// (it already died in this queue and no client rejected it on the way: RabbitMQ's cycle rule).
+/// The routing keys a death records: the publish's and its `CC` header's (`BCC` ones are
+/// never shown to consumers).
+fn death_routing_keys(message: &Message, headers: &FieldTable) -> FieldValue {
+    let mut keys = vec![text(&message.routing_key)];
+    if let Some(FieldValue::Array(cc)) = headers.get("CC") {
+        keys.extend(cc.iter().filter(|k| k.as_str().is_some()).cloned());
+    }
+    FieldValue::Array(keys)
+}
+
+/// The dead-lettered copy of `message` leaving `queue`, with its new headers (for routing by
+/// a headers exchange and for `is_death_cycle`).
 pub fn dead_lettered(
     message: &Message,
     queue: &str,
     reason: DeathReason,
     exchange: &ShortStr,
     routing_key: Option<&ShortStr>,
-) -> Option<(Message, FieldTable)> {
+) -> (Message, FieldTable) {
     let header = ContentHeader {
         class_id: BASIC_CLASS_ID,
         body_size: message.body.len() as u64,
@@ -50,55 +74,54 @@ pub fn dead_lettered(
     };
     let mut props: BasicProperties = header.properties().unwrap_or_default();
     let mut headers = props.headers.take().unwrap_or_default();
-    let mut deaths = match headers.remove("x-death") {
-        Some(FieldValue::Array(a)) => a,
+    // Entries that are not tables are not a death history (RabbitMQ 3.13 drops them too).
+    let mut deaths: Vec<FieldValue> = match headers.remove("x-death") {
+        Some(FieldValue::Array(a)) => a
+            .into_iter()
+            .filter(|d| matches!(d, FieldValue::Table(_)))
+            .collect(),
         _ => Vec::new(),
     };
-    let died_here_before = deaths.iter().any(|d| entry_is(d, "queue", queue));
-    let ever_rejected = deaths.iter().any(|d| entry_is(d, "reason", "rejected"));
-    if died_here_before && !ever_rejected && reason != DeathReason::Rejected {
-        return None;
-    }
-    let existing = deaths
-        .iter()
-        .position(|d| entry_is(d, "queue", queue) && entry_is(d, "reason", reason.as_str()));
-    let now_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let entry = match existing {
+    let first_death = deaths.is_empty();
+    let same = deaths.iter().position(|d| {
+        field(d, "queue") == Some(queue) && field(d, "reason") == Some(reason.as_str())
+    });
+    let entry = match same {
         Some(i) => {
             let FieldValue::Table(mut t) = deaths.remove(i) else {
-                unreachable!("checked table")
+                unreachable!("only tables are kept")
             };
             let count = t.get("count").and_then(|c| c.as_i64()).unwrap_or(0);
             t.insert("count", FieldValue::I64(count + 1));
-            t.insert("time", FieldValue::Timestamp(now_s));
             t
         }
         None => {
+            let now_s = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
             let mut t = FieldTable::new();
+            if let Some(exp) = &props.expiration {
+                t.insert("original-expiration", text(exp));
+            }
             t.insert("count", FieldValue::I64(1));
             t.insert("reason", text(reason.as_str()));
             t.insert("queue", text(queue));
             t.insert("time", FieldValue::Timestamp(now_s));
             t.insert("exchange", text(&message.exchange));
-            t.insert(
-                "routing-keys",
-                FieldValue::Array(vec![text(&message.routing_key)]),
-            );
-            if let Some(exp) = &props.expiration {
-                t.insert("original-expiration", text(exp));
-            }
+            t.insert("routing-keys", death_routing_keys(message, &headers));
             t
         }
     };
     deaths.insert(0, FieldValue::Table(entry));
-    if headers.get("x-first-death-queue").is_none() {
+    if first_death {
         headers.insert("x-first-death-reason", text(reason.as_str()));
         headers.insert("x-first-death-queue", text(queue));
         headers.insert("x-first-death-exchange", text(&message.exchange));
     }
+    headers.insert("x-last-death-reason", text(reason.as_str()));
+    headers.insert("x-last-death-queue", text(queue));
+    headers.insert("x-last-death-exchange", text(&message.exchange));
     headers.insert("x-death", FieldValue::Array(deaths));
     props.headers = Some(headers.clone());
     // The per-message TTL does not follow the message, or it would expire again at once.
@@ -114,5 +137,159 @@ pub fn dead_lettered(
         properties_raw,
         message.body.clone(),
     );
-    Some((copy, headers))
+    (copy, headers)
+}
+
+/// Would delivering a copy that died for `reason` (its new `headers` from `dead_lettered`)
+/// to `target` close a fully automatic cycle? True when `target` is in its `x-death` and no
+/// death from the most recent back to `target`'s is a rejection.
+pub fn is_death_cycle(target: &str, reason: DeathReason, headers: &FieldTable) -> bool {
+    if reason == DeathReason::Rejected {
+        return false;
+    }
+    let Some(FieldValue::Array(deaths)) = headers.get("x-death") else {
+        return false;
+    };
+    for d in deaths {
+        if field(d, "reason") == Some(DeathReason::Rejected.as_str()) {
+            return false;
+        }
+        if field(d, "queue") == Some(target) {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(headers: Option<FieldTable>) -> Message {
+        let props = BasicProperties {
+            headers,
+            expiration: Some(ShortStr::from("60000")),
+            ..Default::default()
+        };
+        let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
+        Message::new(
+            ShortStr::from("ex"),
+            ShortStr::from("rk"),
+            &props,
+            raw,
+            Bytes::from_static(b"body"),
+        )
+    }
+
+    fn die(m: &Message, queue: &str, reason: DeathReason) -> (Message, FieldTable) {
+        dead_lettered(m, queue, reason, &ShortStr::from("dlx"), None)
+    }
+
+    fn history(h: &FieldTable) -> Vec<(String, String, i64)> {
+        let Some(FieldValue::Array(a)) = h.get("x-death") else {
+            return Vec::new();
+        };
+        a.iter()
+            .map(|d| {
+                let FieldValue::Table(t) = d else { panic!() };
+                (
+                    field(d, "queue").unwrap().to_owned(),
+                    field(d, "reason").unwrap().to_owned(),
+                    t.get("count").unwrap().as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn repeated_deaths_count_up_and_move_to_the_front() {
+        let (m1, h1) = die(&message(None), "work", DeathReason::Rejected);
+        assert_eq!(
+            h1.get("x-first-death-queue").unwrap().as_str(),
+            Some("work")
+        );
+        assert_eq!(
+            h1.get("x-first-death-exchange").unwrap().as_str(),
+            Some("ex")
+        );
+        assert!(m1.expiration_ms.is_none());
+        let (m2, h2) = die(&m1, "retry", DeathReason::Expired);
+        let (m3, h3) = die(&m2, "work", DeathReason::Rejected);
+        assert_eq!(
+            history(&h3),
+            [
+                ("work".into(), "rejected".into(), 2),
+                ("retry".into(), "expired".into(), 1)
+            ]
+        );
+        assert_eq!(history(&h2)[0], ("retry".into(), "expired".into(), 1));
+        // First death kept, last death follows.
+        assert_eq!(
+            h3.get("x-first-death-queue").unwrap().as_str(),
+            Some("work")
+        );
+        assert_eq!(
+            h3.get("x-first-death-reason").unwrap().as_str(),
+            Some("rejected")
+        );
+        assert_eq!(h3.get("x-last-death-queue").unwrap().as_str(), Some("work"));
+        assert_eq!(
+            h2.get("x-last-death-queue").unwrap().as_str(),
+            Some("retry")
+        );
+        assert_eq!(
+            h2.get("x-last-death-exchange").unwrap().as_str(),
+            Some("dlx")
+        );
+        // The entry keeps its first death's fields.
+        let FieldValue::Array(a) = h3.get("x-death").unwrap() else {
+            panic!()
+        };
+        let FieldValue::Table(first) = &a[0] else {
+            panic!()
+        };
+        assert_eq!(first.get("exchange").unwrap().as_str(), Some("ex"));
+        assert_eq!(
+            first.get("original-expiration").unwrap().as_str(),
+            Some("60000")
+        );
+        assert_eq!(m3.exchange.as_str(), "dlx");
+    }
+
+    #[test]
+    fn cycles_are_automatic_stretches_back_to_the_target() {
+        // Expired in q and routed back to q: a cycle at once.
+        let (_, h) = die(&message(None), "q", DeathReason::Expired);
+        assert!(is_death_cycle("q", DeathReason::Expired, &h));
+        assert!(!is_death_cycle("other", DeathReason::Expired, &h));
+        // src (rejected) -> a (expired) -> b (expired) -> a: the a..b stretch is automatic.
+        let (m, _) = die(&message(None), "src", DeathReason::Rejected);
+        let (m, h) = die(&m, "a", DeathReason::Expired);
+        assert!(!is_death_cycle("b", DeathReason::Expired, &h));
+        assert!(!is_death_cycle("src", DeathReason::Expired, &h));
+        let (_, h) = die(&m, "b", DeathReason::Expired);
+        assert!(is_death_cycle("a", DeathReason::Expired, &h));
+        // Back to src crosses the rejection: delivered.
+        assert!(!is_death_cycle("src", DeathReason::Expired, &h));
+        // A rejection is never a cycle.
+        assert!(!is_death_cycle("a", DeathReason::Rejected, &h));
+    }
+
+    #[test]
+    fn cc_keys_are_recorded() {
+        let mut headers = FieldTable::new();
+        headers.insert("CC", FieldValue::Array(vec![text("k2"), text("k3")]));
+        let (_, h) = die(&message(Some(headers)), "q", DeathReason::MaxLen);
+        let FieldValue::Array(a) = h.get("x-death").unwrap() else {
+            panic!()
+        };
+        let FieldValue::Table(t) = &a[0] else {
+            panic!()
+        };
+        let FieldValue::Array(keys) = t.get("routing-keys").unwrap() else {
+            panic!()
+        };
+        let keys: Vec<_> = keys.iter().map(|k| k.as_str().unwrap()).collect();
+        assert_eq!(keys, ["rk", "k2", "k3"]);
+    }
 }

@@ -5,6 +5,7 @@
 //! [...]}`), written with our own codec: arguments keep every field type exactly, and no
 //! second serialization format is needed. docs/STORAGE.md describes the layout.
 
+use crate::policy::{Policy, PolicyKind};
 use bytes::{Bytes, BytesMut};
 use warren_codec::{FieldTable, FieldValue, Reader, ShortStr, Writer};
 
@@ -39,13 +40,15 @@ pub struct Definitions {
     pub exchanges: Vec<ExchangeDefinition>,
     pub queues: Vec<QueueDefinition>,
     pub bindings: Vec<BindingDefinition>,
+    /// Policies and operator policies (`Policy::kind` tells which).
+    pub policies: Vec<Policy>,
 }
 
-fn text(s: &str) -> FieldValue {
+pub(crate) fn text(s: &str) -> FieldValue {
     FieldValue::string(s)
 }
 
-fn get_str(t: &FieldTable, key: &str) -> Option<ShortStr> {
+pub(crate) fn get_str(t: &FieldTable, key: &str) -> Option<ShortStr> {
     t.get(key)?.as_str().map(ShortStr::from)
 }
 
@@ -53,14 +56,14 @@ fn get_bool(t: &FieldTable, key: &str) -> bool {
     t.get(key).and_then(FieldValue::as_bool).unwrap_or(false)
 }
 
-fn get_table(t: &FieldTable, key: &str) -> FieldTable {
+pub(crate) fn get_table(t: &FieldTable, key: &str) -> FieldTable {
     match t.get(key) {
         Some(FieldValue::Table(inner)) => inner.clone(),
         _ => FieldTable::new(),
     }
 }
 
-fn tables(t: &FieldTable, key: &str) -> Vec<FieldTable> {
+pub(crate) fn tables(t: &FieldTable, key: &str) -> Vec<FieldTable> {
     match t.get(key) {
         Some(FieldValue::Array(items)) => items
             .iter()
@@ -75,6 +78,21 @@ fn tables(t: &FieldTable, key: &str) -> Vec<FieldTable> {
 
 impl Definitions {
     pub fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        Writer::new(&mut out).table(&self.to_table());
+        out.freeze()
+    }
+
+    /// Decodes a blob written by `encode`; entries missing a name are skipped.
+    pub fn decode(bytes: &[u8]) -> Result<Definitions, String> {
+        let top = Reader::new(Bytes::copy_from_slice(bytes))
+            .table()
+            .map_err(|e| format!("definitions blob: {e}"))?;
+        Ok(Definitions::from_table(&top))
+    }
+
+    /// The field table `encode` writes (also one vhost's part of the broker snapshot).
+    pub fn to_table(&self) -> FieldTable {
         let exchanges = self
             .exchanges
             .iter()
@@ -117,17 +135,13 @@ impl Definitions {
         top.insert("exchanges", FieldValue::Array(exchanges));
         top.insert("queues", FieldValue::Array(queues));
         top.insert("bindings", FieldValue::Array(bindings));
-        let mut out = BytesMut::new();
-        Writer::new(&mut out).table(&top);
-        out.freeze()
+        top.insert("policies", encode_policies(&self.policies));
+        top
     }
 
-    /// Decodes a blob written by `encode`; entries missing a name are skipped.
-    pub fn decode(bytes: &[u8]) -> Result<Definitions, String> {
-        let top = Reader::new(Bytes::copy_from_slice(bytes))
-            .table()
-            .map_err(|e| format!("definitions blob: {e}"))?;
-        let exchanges = tables(&top, "exchanges")
+    /// The definitions in a table written by `to_table`.
+    pub fn from_table(top: &FieldTable) -> Definitions {
+        let exchanges = tables(top, "exchanges")
             .iter()
             .filter_map(|t| {
                 Some(ExchangeDefinition {
@@ -139,7 +153,7 @@ impl Definitions {
                 })
             })
             .collect();
-        let queues = tables(&top, "queues")
+        let queues = tables(top, "queues")
             .iter()
             .filter_map(|t| {
                 Some(QueueDefinition {
@@ -149,7 +163,7 @@ impl Definitions {
                 })
             })
             .collect();
-        let bindings = tables(&top, "bindings")
+        let bindings = tables(top, "bindings")
             .iter()
             .filter_map(|t| {
                 Some(BindingDefinition {
@@ -161,12 +175,73 @@ impl Definitions {
                 })
             })
             .collect();
-        Ok(Definitions {
+        Definitions {
             exchanges,
             queues,
             bindings,
-        })
+            policies: decode_policies(top),
+        }
     }
+}
+
+/// RabbitMQ's runtime-parameter component names for the two kinds.
+fn policy_component(kind: PolicyKind) -> &'static str {
+    match kind {
+        PolicyKind::Policy => "policy",
+        PolicyKind::Operator => "operator_policy",
+    }
+}
+
+/// Policies as an array of tables; the definition is kept as its JSON text, so every
+/// value comes back with the JSON type it was set with.
+fn encode_policies(policies: &[Policy]) -> FieldValue {
+    let items = policies
+        .iter()
+        .map(|p| {
+            let mut t = FieldTable::new();
+            t.insert("component", text(policy_component(p.kind)));
+            t.insert("vhost", text(&p.vhost));
+            t.insert("name", text(&p.name));
+            t.insert("pattern", text(&p.pattern));
+            t.insert("apply-to", text(p.apply_to.as_str()));
+            t.insert("priority", FieldValue::I64(p.priority));
+            let definition = serde_json::Value::Object(p.definition.clone()).to_string();
+            t.insert("definition", text(&definition));
+            FieldValue::Table(t)
+        })
+        .collect();
+    FieldValue::Array(items)
+}
+
+/// Policies back from `encode_policies`; one that no longer passes the checks (a newer
+/// version stored a key this one does not know) is dropped with an error in the log.
+fn decode_policies(top: &FieldTable) -> Vec<Policy> {
+    tables(top, "policies")
+        .iter()
+        .filter_map(|t| {
+            let field = |key: &str| t.get(key).and_then(FieldValue::as_str);
+            let kind = match field("component")? {
+                "operator_policy" => PolicyKind::Operator,
+                _ => PolicyKind::Policy,
+            };
+            let name = field("name")?;
+            let definition: serde_json::Value = serde_json::from_str(field("definition")?).ok()?;
+            let body = serde_json::json!({
+                "pattern": field("pattern")?,
+                "apply-to": field("apply-to")?,
+                "priority": t.get("priority").and_then(FieldValue::as_integer).unwrap_or(0),
+                "definition": definition,
+            });
+            let vhost = field("vhost").unwrap_or("/");
+            match Policy::from_json(kind, vhost, name, &body) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::error!(policy = %name, error = %e, "stored policy refused; dropped");
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -198,6 +273,28 @@ mod tests {
                 routing_key: "a.#".into(),
                 arguments: args,
             }],
+            policies: vec![
+                Policy::new(
+                    PolicyKind::Policy,
+                    "/",
+                    "p",
+                    "^q",
+                    "queues",
+                    3,
+                    serde_json::json!({"max-length": 5, "dead-letter-exchange": "dlx", "delivery-limit": -1}),
+                )
+                .unwrap(),
+                Policy::new(
+                    PolicyKind::Operator,
+                    "/",
+                    "o",
+                    ".*",
+                    "all",
+                    -2,
+                    serde_json::json!({"message-ttl": 100}),
+                )
+                .unwrap(),
+            ],
         };
         assert_eq!(Definitions::decode(&d.encode()).unwrap(), d);
         assert!(Definitions::decode(b"junk").is_err());

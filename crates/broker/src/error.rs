@@ -38,9 +38,20 @@ impl AmqpError {
         self.code.is_hard_error()
     }
 
-    /// The reply text as RabbitMQ formats it: `NOT_FOUND - no queue 'q' in vhost '/'`.
+    /// The reply text as RabbitMQ formats it: `NOT_FOUND - no queue 'q' in vhost '/'`. It
+    /// goes out as a shortstr: over 255 bytes it is cut to 252 (on a character boundary) and
+    /// ends in "...", as RabbitMQ cuts it.
     pub fn reply_text(&self) -> String {
-        format!("{} - {}", self.code.name(), self.text)
+        let mut text = format!("{} - {}", self.code.name(), self.text);
+        if text.len() > 255 {
+            let mut cut = 252;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push_str("...");
+        }
+        text
     }
 }
 
@@ -53,3 +64,16 @@ impl std::fmt::Display for AmqpError {
 impl std::error::Error for AmqpError {}
 
 pub type AmqpResult<T> = Result<T, AmqpError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_reply_texts_are_cut_as_rabbitmq_cuts_them() {
+        let e = AmqpError::resource_locked("é".repeat(200));
+        let text = e.reply_text();
+        assert!(text.len() <= 255 && text.ends_with("..."), "{}", text.len());
+        assert_eq!(AmqpError::not_found("q").reply_text(), "NOT_FOUND - q");
+    }
+}

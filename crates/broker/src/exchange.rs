@@ -2,7 +2,8 @@
 //! listing and persistence) and a per-type index used to route: a hash map for direct, a list
 //! for fanout, a trie for topic, argument tables for headers.
 
-use crate::headers_match::{headers_match, XMatch};
+use crate::headers_match::{headers_match, RoutingHeaders, XMatch};
+use crate::policy::{effective_alternate_exchange, AppliedPolicies};
 use crate::queue::Queue;
 use crate::topic::TopicTrie;
 use parking_lot::RwLock;
@@ -93,9 +94,19 @@ pub struct Exchange {
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
+    /// The arguments it was declared with (policies do not change them).
     pub arguments: FieldTable,
-    pub alternate_exchange: Option<ShortStr>,
+    policy: RwLock<PolicyState>,
     bindings: RwLock<Bindings>,
+    /// publish_in / publish_out (the API's message_stats).
+    pub stats: crate::stats::MessageStats,
+}
+
+/// The policies that apply to an exchange and the alternate exchange they leave it with.
+#[derive(Debug, Default)]
+struct PolicyState {
+    applied: AppliedPolicies,
+    alternate_exchange: Option<ShortStr>,
 }
 
 impl Exchange {
@@ -107,10 +118,8 @@ impl Exchange {
         internal: bool,
         arguments: FieldTable,
     ) -> Exchange {
-        let alternate_exchange = arguments
-            .get("alternate-exchange")
-            .and_then(|v| v.as_str())
-            .map(ShortStr::from);
+        let alternate_exchange =
+            effective_alternate_exchange(&arguments, &AppliedPolicies::default());
         Exchange {
             name,
             kind,
@@ -118,9 +127,34 @@ impl Exchange {
             auto_delete,
             internal,
             arguments,
-            alternate_exchange,
+            policy: RwLock::new(PolicyState {
+                applied: AppliedPolicies::default(),
+                alternate_exchange,
+            }),
             bindings: RwLock::new(Bindings::default()),
+            stats: crate::stats::MessageStats::default(),
         }
+    }
+
+    /// Where unroutable messages go: the `alternate-exchange` argument, else the policy's.
+    pub fn alternate_exchange(&self) -> Option<ShortStr> {
+        self.policy.read().alternate_exchange.clone()
+    }
+
+    /// The policies that apply to the exchange (the management API's `policy`).
+    pub fn policies(&self) -> AppliedPolicies {
+        self.policy.read().applied.clone()
+    }
+
+    /// Applies a (new) set of policies; returns true when they changed.
+    pub fn apply_policies(&self, applied: AppliedPolicies) -> bool {
+        let mut state = self.policy.write();
+        if state.applied == applied {
+            return false;
+        }
+        state.alternate_exchange = effective_alternate_exchange(&self.arguments, &applied);
+        state.applied = applied;
+        true
     }
 
     /// Adds a binding; false if an identical one exists. Headers bindings must carry a valid
@@ -210,6 +244,11 @@ impl Exchange {
         removed
     }
 
+    /// True when this exact binding exists.
+    pub fn has_binding(&self, binding: &Binding) -> bool {
+        self.bindings.read().all.contains(binding)
+    }
+
     pub fn has_bindings(&self) -> bool {
         !self.bindings.read().all.is_empty()
     }
@@ -218,29 +257,38 @@ impl Exchange {
         self.bindings.read().all.clone()
     }
 
-    /// Calls `found` with each destination this exchange's own bindings select.
+    /// Calls `found` with each destination this exchange's own bindings select for any of
+    /// `routing_keys` (a destination two keys select is reported twice).
     pub fn route(
         &self,
-        routing_key: &str,
+        routing_keys: &[&str],
         headers: Option<&FieldTable>,
         mut found: impl FnMut(&Destination),
     ) {
         let b = self.bindings.read();
         match self.kind {
             ExchangeKind::Direct => {
-                if let Some(list) = b.direct.get(routing_key) {
-                    list.iter().for_each(found);
+                for key in routing_keys {
+                    if let Some(list) = b.direct.get(*key) {
+                        list.iter().for_each(&mut found);
+                    }
                 }
             }
             ExchangeKind::Fanout => b.all.iter().for_each(|x| found(&x.destination)),
-            ExchangeKind::Topic => b.topic.matches(routing_key, found),
-            ExchangeKind::Headers => {
+            ExchangeKind::Topic => {
+                for key in routing_keys {
+                    b.topic.matches(key, &mut found);
+                }
+            }
+            ExchangeKind::Headers if !b.headers.is_empty() => {
+                let headers = RoutingHeaders::new(headers);
                 for (rule, args, dest) in &b.headers {
-                    if headers_match(*rule, args, headers) {
+                    if headers_match(*rule, args, &headers) {
                         found(dest);
                     }
                 }
             }
+            ExchangeKind::Headers => {}
         }
     }
 }

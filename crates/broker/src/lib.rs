@@ -2,28 +2,47 @@
 //! messages. It knows AMQP's semantics and reply codes but nothing of sockets or frames; the
 //! server crate drives it from connections.
 
+pub mod access;
+pub mod alarm;
 pub mod broker;
+pub mod churn;
 pub mod consumer;
+pub mod consumer_set;
 pub mod dead_letter;
 pub mod definitions;
+pub mod disk;
+mod equivalence;
 pub mod error;
 pub mod exchange;
 pub mod headers_match;
 pub mod memory;
 pub mod message;
 pub mod names;
+pub mod parameters;
+pub mod policy;
+pub mod publish_counters;
 pub mod queue;
 pub mod queue_args;
 pub mod ready;
+pub mod registry;
+pub mod routing_keys;
+pub mod snapshot;
+pub mod stats;
 pub mod tail;
 pub mod topic;
 pub mod vhost;
 
+pub use alarm::{Alarm, AlarmSet, Alarms};
 pub use broker::Broker;
+pub use churn::{ConnectionChurn, NodeCounters, QueueChurn};
 pub use consumer::{ChannelFlow, ConnectionEvent, ConnectionId, Consumer, Delivery};
+pub use disk::DiskMonitor;
 pub use error::{AmqpError, AmqpResult};
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
 pub use memory::MemoryMonitor;
 pub use message::Message;
+pub use policy::{AppliedPolicies, Policy, PolicyKind};
 pub use queue::{Enqueued, Queue, QueuedMessage};
-pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost};
+pub use registry::{ChannelInfo, ConnectionInfo, ConsumerInfo, Registry};
+pub use stats::{MessageCounts, MessageStats};
+pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost, VHostLimits, VHostMetadata};

@@ -1,38 +1,59 @@
-//! `MemoryMonitor`: bytes held in queues across the broker, and the high watermark above
-//! which publishing connections stop reading their sockets (RabbitMQ's memory alarm). This is
-//! the back-pressure that keeps memory bounded when producers outrun consumers.
+//! `MemoryMonitor`: RabbitMQ's memory alarm. It raises `Alarm::Memory` when the broker's
+//! memory use goes above the high watermark and clears it below 90 % of it, so the alarm
+//! does not flap on every message.
+//!
+//! Two measures, because each alone misses something:
+//! - *accounted bytes*: what queues hold, counted per message as it is enqueued (body,
+//!   properties and a fixed per-message overhead). It moves with every message, so a burst of
+//!   large bodies trips the alarm at once, between samples;
+//! - *resident bytes*: the process's RSS, sampled every `SAMPLE_INTERVAL`. It sees everything
+//!   the accounting does not: read buffers, per-connection state, a peer's garbage, the
+//!   allocator's own overhead. While it grows, the sampler counts the growth of the last
+//!   interval once more (where RSS will be at the next sample), so publishers are stopped
+//!   before RSS crosses the watermark rather than one interval after.
+//!
+//! The alarm is on while either is above the watermark. The allocator keeps freed memory
+//! mapped, so once queues have given back a tenth of the watermark or more while RSS is
+//! high, the sampler asks it to return free pages to the OS (`malloc_trim`, at most once a
+//! second); otherwise RSS would never fall and publishers would stay blocked for good. Only
+//! after queues shrank: trimming while nothing was consumed would let RSS dip under the low
+//! watermark, unblock publishers, and ratchet real memory up past the watermark.
 
+use crate::alarm::{Alarm, Alarms};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use tokio::sync::watch;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(20);
+const TRIM_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub struct MemoryMonitor {
     queued_bytes: AtomicUsize,
+    /// Last sampled resident set size plus its growth since the sample before (0 before the
+    /// first sample, or where not available).
+    resident_bytes: AtomicUsize,
     high_watermark_bytes: usize,
-    /// Publishers resume below this, so the alarm does not flap on every message.
+    /// Publishers resume below this.
     low_watermark_bytes: usize,
-    blocked: watch::Sender<bool>,
+    alarms: Arc<Alarms>,
 }
 
 impl MemoryMonitor {
-    pub fn new(high_watermark_bytes: usize) -> MemoryMonitor {
+    pub fn new(high_watermark_bytes: usize, alarms: Arc<Alarms>) -> MemoryMonitor {
         MemoryMonitor {
             queued_bytes: AtomicUsize::new(0),
+            resident_bytes: AtomicUsize::new(0),
             high_watermark_bytes,
             low_watermark_bytes: high_watermark_bytes / 10 * 9,
-            blocked: watch::channel(false).0,
+            alarms,
         }
     }
 
     pub fn add(&self, bytes: usize) {
         let now = self.queued_bytes.fetch_add(bytes, Relaxed) + bytes;
-        if now > self.high_watermark_bytes && !*self.blocked.borrow() {
-            tracing::warn!(
-                queued_bytes = now,
-                high_watermark_bytes = self.high_watermark_bytes,
-                "memory alarm: blocking publishers"
-            );
-            self.blocked.send_replace(true);
+        if now > self.high_watermark_bytes && !self.alarm_on() {
+            self.evaluate();
         }
     }
 
@@ -41,9 +62,8 @@ impl MemoryMonitor {
             .queued_bytes
             .fetch_sub(bytes, Relaxed)
             .wrapping_sub(bytes);
-        if now < self.low_watermark_bytes && *self.blocked.borrow() {
-            tracing::info!(queued_bytes = now, "memory alarm cleared");
-            self.blocked.send_replace(false);
+        if now < self.low_watermark_bytes && self.alarm_on() {
+            self.evaluate();
         }
     }
 
@@ -51,8 +71,136 @@ impl MemoryMonitor {
         self.queued_bytes.load(Relaxed)
     }
 
-    /// A receiver that is true while publishers must wait.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.blocked.subscribe()
+    pub fn resident_bytes(&self) -> usize {
+        self.resident_bytes.load(Relaxed)
+    }
+
+    pub fn high_watermark_bytes(&self) -> usize {
+        self.high_watermark_bytes
+    }
+
+    fn alarm_on(&self) -> bool {
+        self.alarms.active().contains(Alarm::Memory)
+    }
+
+    /// Sets or clears the alarm from both measures, with hysteresis.
+    fn evaluate(&self) {
+        let used = self.queued_bytes().max(self.resident_bytes());
+        if used > self.high_watermark_bytes {
+            if !self.alarm_on() {
+                tracing::warn!(
+                    queued_bytes = self.queued_bytes(),
+                    resident_bytes = self.resident_bytes(),
+                    high_watermark_bytes = self.high_watermark_bytes,
+                    "memory alarm"
+                );
+            }
+            self.alarms.set(Alarm::Memory, true);
+        } else if used < self.low_watermark_bytes {
+            self.alarms.set(Alarm::Memory, false);
+        }
+    }
+
+    /// Samples RSS until the monitor is the last holder of itself (the broker is gone).
+    pub fn spawn_sampler(self: &Arc<Self>) {
+        let monitor = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_trim = Instant::now();
+            let mut last_rss = 0;
+            // The most queued since the last trim: a trim is worth it once queues gave
+            // back a tenth of the watermark from there.
+            let mut queued_peak = 0;
+            loop {
+                tick.tick().await;
+                let Some(monitor) = monitor.upgrade() else {
+                    return;
+                };
+                let Some(rss) = resident_set_bytes() else {
+                    return;
+                };
+                let growth = rss.saturating_sub(last_rss);
+                last_rss = rss;
+                monitor.resident_bytes.store(rss + growth, Relaxed);
+                let queued = monitor.queued_bytes();
+                queued_peak = queued_peak.max(queued);
+                if rss >= monitor.low_watermark_bytes
+                    && queued_peak - queued >= monitor.high_watermark_bytes / 10
+                    && last_trim.elapsed() >= TRIM_INTERVAL
+                {
+                    last_trim = Instant::now();
+                    queued_peak = queued;
+                    release_free_memory();
+                    if let Some(rss) = resident_set_bytes() {
+                        last_rss = rss;
+                        monitor.resident_bytes.store(rss, Relaxed);
+                    }
+                }
+                monitor.evaluate();
+            }
+        });
+    }
+}
+
+/// The process's resident set size, from /proc (None where there is no /proc).
+pub fn resident_set_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+/// Asks the allocator to return free pages to the OS.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounted_bytes_raise_and_clear_with_hysteresis() {
+        let alarms = Arc::new(Alarms::default());
+        let m = MemoryMonitor::new(1000, alarms.clone());
+        m.add(900);
+        assert!(alarms.active().is_empty());
+        m.add(200);
+        assert!(alarms.active().contains(Alarm::Memory));
+        m.sub(150); // 950: above the low watermark (900)
+        assert!(alarms.active().contains(Alarm::Memory));
+        m.sub(100); // 850
+        assert!(alarms.active().is_empty());
+    }
+
+    #[test]
+    fn resident_memory_alone_raises_the_alarm() {
+        let alarms = Arc::new(Alarms::default());
+        let m = MemoryMonitor::new(1000, alarms.clone());
+        m.resident_bytes.store(5000, Relaxed);
+        m.evaluate();
+        assert!(alarms.active().contains(Alarm::Memory));
+        m.resident_bytes.store(100, Relaxed);
+        m.evaluate();
+        assert!(alarms.active().is_empty());
+    }
+
+    #[test]
+    fn rss_is_readable_here() {
+        assert!(resident_set_bytes().unwrap() > 0);
     }
 }

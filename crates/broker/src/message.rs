@@ -1,8 +1,14 @@
 //! `Message`: one published message, shared by every queue it was routed to (`Arc`), with
 //! its body as a `Bytes` slice of the publisher's read buffer — never copied per queue.
 
+use crate::queue_args::MAX_EXPIRY_MS;
 use bytes::Bytes;
 use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
+
+/// What a queued message costs beyond its bytes: the `Message` and its `Arc`, the
+/// `QueuedMessage` in a ready list, and the method/header/body frame overhead (~50 bytes)
+/// left in the read buffer its body slices.
+pub const MESSAGE_OVERHEAD_BYTES: usize = 256;
 
 #[derive(Debug)]
 pub struct Message {
@@ -37,7 +43,7 @@ impl Message {
             expiration_ms: properties
                 .expiration
                 .as_ref()
-                .and_then(|e| e.as_str().parse().ok()),
+                .and_then(|e| parse_expiration(e).ok()),
         }
     }
 
@@ -81,8 +87,85 @@ impl Message {
         self.body.len()
     }
 
-    /// Bytes this message holds in memory (what the memory alarm counts).
+    /// Bytes this message holds in memory (what the memory alarm and the paging budget
+    /// count): body, properties, names and a fixed overhead for the message itself, its
+    /// queue entry and the frame headers it pins in the publisher's read buffer. Without the
+    /// overhead a million one-byte messages would count as 1 MB while holding hundreds.
     pub fn memory_bytes(&self) -> usize {
-        self.body.len() + self.properties_raw.len()
+        MESSAGE_OVERHEAD_BYTES
+            + self.body.len()
+            + self.properties_raw.len()
+            + self.exchange.len()
+            + self.routing_key.len()
+    }
+}
+
+/// Reads the `expiration` property as RabbitMQ does (`rabbit_basic:parse_expiration`): an
+/// optionally signed decimal integer and nothing else, from 0 to ten years of milliseconds.
+/// The error is the Erlang term RabbitMQ prints in its 406 ("no_integer",
+/// "{value_negative,-10}", "{leftover_string,\"abc\"}", "{value_too_large,N}").
+pub fn parse_expiration(text: &str) -> Result<u64, String> {
+    let (negative, unsigned) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let digits_end = unsigned
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(unsigned.len());
+    if digits_end == 0 {
+        return Err("no_integer".to_owned());
+    }
+    let (digits, rest) = unsigned.split_at(digits_end);
+    if !rest.is_empty() {
+        let escaped = rest.replace('\\', "\\\\").replace('"', "\\\"");
+        return Err(format!("{{leftover_string,\"{escaped}\"}}"));
+    }
+    let digits = match digits.trim_start_matches('0') {
+        "" => "0",
+        d => d,
+    };
+    let sign = if negative { "-" } else { "" };
+    if negative && digits != "0" {
+        return Err(format!("{{value_negative,{sign}{digits}}}"));
+    }
+    match digits.parse::<u64>() {
+        Ok(ms) if ms <= MAX_EXPIRY_MS => Ok(ms),
+        _ => Err(format!("{{value_too_large,{digits}}}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_expiration;
+
+    #[test]
+    fn expiration_as_rabbitmq_reads_it() {
+        assert_eq!(parse_expiration("0"), Ok(0));
+        assert_eq!(parse_expiration("+10"), Ok(10));
+        assert_eq!(parse_expiration("-0"), Ok(0));
+        assert_eq!(parse_expiration("0060000"), Ok(60000));
+        assert_eq!(parse_expiration("foobar").unwrap_err(), "no_integer");
+        assert_eq!(parse_expiration("").unwrap_err(), "no_integer");
+        assert_eq!(parse_expiration(" 10").unwrap_err(), "no_integer");
+        assert_eq!(parse_expiration("-").unwrap_err(), "no_integer");
+        assert_eq!(parse_expiration("-10").unwrap_err(), "{value_negative,-10}");
+        assert_eq!(
+            parse_expiration("10abc").unwrap_err(),
+            "{leftover_string,\"abc\"}"
+        );
+        assert_eq!(
+            parse_expiration("1.5").unwrap_err(),
+            "{leftover_string,\".5\"}"
+        );
+        assert_eq!(
+            parse_expiration("400000000000").unwrap_err(),
+            "{value_too_large,400000000000}"
+        );
+        assert_eq!(
+            parse_expiration("99999999999999999999999").unwrap_err(),
+            "{value_too_large,99999999999999999999999}"
+        );
     }
 }

@@ -16,20 +16,26 @@
 //! behind the same methods: publish, consume, get, settle, purge, delete.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
-use crate::dead_letter::{dead_lettered, DeathReason};
+use crate::consumer_set::ConsumerSet;
+use crate::dead_letter::{dead_lettered, is_death_cycle, DeathReason};
 use crate::error::{AmqpError, AmqpResult};
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
+use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
 use crate::ready::ReadyList;
+use crate::stats::MessageStats;
 use crate::tail::PagedTail;
 use crate::vhost::VHost;
 use parking_lot::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Location, MessageId, QueueId, Store};
 
+mod depth;
 mod paging;
+pub use depth::QueueDepth;
 use paging::{Placed, SpillPlace};
 
 /// Ready bytes a durable queue keeps in memory; messages behind them live on disk only
@@ -74,6 +80,8 @@ pub struct QueueLimits {
     pub single_active_consumer: bool,
     pub dead_letter_exchange: Option<ShortStr>,
     pub dead_letter_routing_key: Option<ShortStr>,
+    /// `x-queue-mode=lazy`: no ready messages kept in memory (when the queue can page).
+    pub lazy: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,13 +101,17 @@ struct QueueState {
     /// The ready messages behind them, on disk only (always empty without a store).
     tail: PagedTail,
     unacked: usize,
-    consumers: Vec<Arc<Consumer>>,
-    next_consumer: usize,
+    consumers: ConsumerSet,
     next_message_id: u64,
     had_consumer: bool,
     deleted: bool,
     /// A task is watching this queue's message expiry.
     expiry_timer: bool,
+    /// What the queue acts on: its arguments combined with its policies. Here, under the
+    /// lock publish takes anyway, so a policy change needs nothing on the hot path.
+    limits: QueueLimits,
+    /// The policy and operator policy that apply to the queue.
+    policies: AppliedPolicies,
 }
 
 /// A durable queue's place in the message store.
@@ -115,8 +127,8 @@ pub struct Queue {
     pub durable: bool,
     pub exclusive_owner: Option<ConnectionId>,
     pub auto_delete: bool,
+    /// The arguments it was declared with (policies do not change them).
     pub arguments: FieldTable,
-    pub limits: QueueLimits,
     memory: Arc<MemoryMonitor>,
     /// For dead-lettering: where to route. Weak so queues do not keep their vhost alive.
     vhost: Weak<VHost>,
@@ -124,11 +136,15 @@ pub struct Queue {
     pub stored: Option<StoredQueue>,
     /// For other queues, when the broker has a store: where they page out to.
     spill: Option<SpillPlace>,
-    /// In-memory bytes of ready messages beyond which messages go to the paged tail. None
-    /// for queues without a store, and for priority queues (their order is not one log's).
-    memory_budget_bytes: Option<usize>,
+    /// Whether ready messages may go to the paged tail: not without a store, and not for
+    /// priority queues (their order is not one log's). See `memory_budget_bytes`.
+    pageable: bool,
+    /// A task is watching for this queue's `expires` (see `VHost::watch_expiry`).
+    pub(crate) expiry_watched: AtomicBool,
     last_used: Mutex<Instant>,
     state: Mutex<QueueState>,
+    /// Messages routed here, delivered, got and acked (the API's message_stats).
+    pub stats: MessageStats,
 }
 
 impl Queue {
@@ -150,41 +166,41 @@ impl Queue {
             registered: OnceLock::new(),
         });
         let ready = ReadyList::new(limits.max_priority.unwrap_or(0));
-        let lazy = arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
-        let can_page = (stored.is_some() || spill.is_some()) && limits.max_priority.is_none();
-        let memory_budget_bytes =
-            can_page.then_some(if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES });
+        let consumers = ConsumerSet::new(limits.single_active_consumer);
+        let pageable = (stored.is_some() || spill.is_some()) && limits.max_priority.is_none();
         Queue {
             name,
             durable,
             exclusive_owner,
             auto_delete,
             arguments,
-            limits,
             memory,
             vhost,
             stored,
             spill,
-            memory_budget_bytes,
+            pageable,
+            expiry_watched: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
             state: Mutex::new(QueueState {
                 ready,
                 tail: PagedTail::default(),
                 unacked: 0,
-                consumers: Vec::new(),
-                next_consumer: 0,
+                consumers,
                 next_message_id: 0,
                 had_consumer: false,
                 deleted: false,
                 expiry_timer: false,
+                limits,
+                policies: AppliedPolicies::default(),
             }),
+            stats: MessageStats::default(),
         }
     }
 
     /// The clock is read only for messages that can expire: most never do, and publish is
     /// the hot path.
-    fn expiry_for(&self, message: &Message) -> Option<Instant> {
-        let ttl_ms = match (self.limits.message_ttl_ms, message.expiration_ms) {
+    fn expiry_for(st: &QueueState, message: &Message) -> Option<Instant> {
+        let ttl_ms = match (st.limits.message_ttl_ms, message.expiration_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -192,8 +208,13 @@ impl Queue {
     }
 
     /// Expiry of a message read back from disk: TTLs count from when it was published.
-    fn expiry_since(&self, message: &Message, published_at_ms: u64) -> Option<Instant> {
-        let ttl_ms = match (self.limits.message_ttl_ms, message.expiration_ms) {
+    /// (A paged message gets the queue's TTL of now: the store keeps no per-queue expiry.)
+    fn expiry_since(
+        queue_ttl_ms: Option<u64>,
+        message: &Message,
+        published_at_ms: u64,
+    ) -> Option<Instant> {
+        let ttl_ms = match (queue_ttl_ms, message.expiration_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }?;
@@ -220,11 +241,12 @@ impl Queue {
             if st.deleted {
                 return Enqueued::Accepted;
             }
+            MessageStats::add(&self.stats.publish, 1);
             let id = st.next_message_id;
             st.next_message_id += 1;
             let queued = QueuedMessage {
                 id,
-                expires_at: self.expiry_for(&message),
+                expires_at: Self::expiry_for(&st, &message),
                 message,
                 redelivered: false,
                 store_ref,
@@ -248,8 +270,8 @@ impl Queue {
     fn over_limit(&self, st: &QueueState, extra_messages: usize, extra_bytes: usize) -> bool {
         let len = st.ready.len() as u64 + st.tail.len() + extra_messages as u64;
         let bytes = st.ready.bytes() as u64 + st.tail.bytes() + extra_bytes as u64;
-        self.limits.max_length.is_some_and(|m| len > m)
-            || self.limits.max_length_bytes.is_some_and(|m| bytes > m)
+        st.limits.max_length.is_some_and(|m| len > m)
+            || st.limits.max_length_bytes.is_some_and(|m| bytes > m)
     }
 
     fn push_ready(
@@ -259,7 +281,7 @@ impl Queue {
         dead: &mut DeadLetters,
     ) -> Enqueued {
         let size = queued.message.size_bytes();
-        let overflow = self.limits.overflow.unwrap_or(Overflow::DropHead);
+        let overflow = st.limits.overflow.unwrap_or(Overflow::DropHead);
         if overflow != Overflow::DropHead && self.over_limit(st, 1, size) {
             if overflow == Overflow::RejectPublishDlx {
                 dead.push((queued, DeathReason::MaxLen));
@@ -274,9 +296,29 @@ impl Queue {
             return Enqueued::Accepted;
         }
         let expiring = queued.expires_at.is_some();
-        if let Placed::InMemory(queued) = self.page_out(st, queued) {
-            self.memory.add(queued.message.memory_bytes());
-            st.ready.push_back(queued);
+        match self.page_out(st, queued) {
+            Placed::InMemory(queued) => {
+                self.memory.add(queued.message.memory_bytes());
+                st.ready.push_back(queued);
+            }
+            Placed::OnDisk => {}
+            Placed::Refused => return Enqueued::Rejected,
+        }
+        self.drop_head_over_limit(st, dead);
+        if expiring && !st.expiry_timer {
+            st.expiry_timer = true;
+            self.watch_message_expiry();
+        }
+        Enqueued::Accepted
+    }
+
+    /// `x-overflow=drop-head` (the default): while the queue is over `x-max-length(-bytes)`,
+    /// drops (to be dead-lettered, reason maxlen) from the head. RabbitMQ does this after a
+    /// publish and after messages come back (requeue, recover, channel close); the
+    /// reject-publish modes only refuse publishes and keep requeued messages past the limit.
+    fn drop_head_over_limit(&self, st: &mut QueueState, dead: &mut DeadLetters) {
+        if st.limits.overflow.unwrap_or(Overflow::DropHead) != Overflow::DropHead {
+            return;
         }
         while self.over_limit(st, 0, 0) {
             self.ensure_ready(st, dead);
@@ -288,11 +330,6 @@ impl Queue {
                 None => break,
             }
         }
-        if expiring && !st.expiry_timer {
-            st.expiry_timer = true;
-            self.watch_message_expiry();
-        }
-        Enqueued::Accepted
     }
 
     /// Drops expired messages from the head, to be dead-lettered.
@@ -359,10 +396,22 @@ impl Queue {
         for (m, _) in &dead {
             self.forget(m);
         }
-        let Some(dlx) = &self.limits.dead_letter_exchange else {
-            return;
+        // Read now, not at collection: a policy may have changed it in between, and the
+        // message goes where the queue's settings say when it leaves.
+        let (dlx, dlx_routing_key) = {
+            let st = self.state.lock();
+            (
+                st.limits.dead_letter_exchange.clone(),
+                st.limits.dead_letter_routing_key.clone(),
+            )
         };
         let Some(vhost) = self.vhost.upgrade() else {
+            return;
+        };
+        for (_, reason) in &dead {
+            vhost.counters.dead_lettered.add(*reason, dlx.is_some(), 1);
+        }
+        let Some(dlx) = &dlx else {
             return;
         };
         let Some(exchange) = vhost.exchange(dlx) else {
@@ -370,17 +419,16 @@ impl Queue {
         };
         let mut queues = Vec::new();
         for (m, reason) in dead {
-            let Some(copy) = dead_lettered(
+            let (copy, headers) = dead_lettered(
                 &m.message,
                 &self.name,
                 reason,
                 dlx,
-                self.limits.dead_letter_routing_key.as_ref(),
-            ) else {
-                continue;
-            };
-            let (copy, headers) = copy;
+                dlx_routing_key.as_ref(),
+            );
             vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
+            // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
+            queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
             // A persistent copy reaching durable queues is stored like a fresh publish.
             let store_ref = match &vhost.store {
                 Some(store) if copy.persistent => {
@@ -409,30 +457,20 @@ impl Queue {
         }
     }
 
-    /// Offers one message to the consumers round-robin; gives it back if none has credit.
+    /// Offers one message to the consumers (by priority, then round-robin: `ConsumerSet`);
+    /// gives it back if none has credit.
     fn hand_to_consumer(
         self: &Arc<Self>,
         st: &mut QueueState,
         mut queued: QueuedMessage,
     ) -> Option<QueuedMessage> {
         loop {
-            // With x-single-active-consumer only the oldest consumer receives; the next one
-            // takes over when it goes.
-            let n = if self.limits.single_active_consumer {
-                st.consumers.len().min(1)
-            } else {
-                st.consumers.len()
-            };
-            let start = if n == 0 { 0 } else { st.next_consumer % n };
-            let Some(pick) = (0..n)
-                .map(|i| (start + i) % n)
-                .find(|&i| st.consumers[i].has_credit())
-            else {
+            let Some(consumer) = st.consumers.pick() else {
                 return Some(queued);
             };
-            st.next_consumer = pick + 1;
-            let consumer = st.consumers[pick].clone();
-            consumer.take_credit();
+            let consumer = consumer.clone();
+            let cost = crate::consumer::pipeline_cost(&queued.message);
+            consumer.take_credit(cost);
             if !consumer.no_ack {
                 st.unacked += 1;
             } else {
@@ -450,11 +488,11 @@ impl Queue {
                 Ok(()) => return None,
                 Err(ConnectionEvent::Deliver(d)) => {
                     // The connection is gone: drop its consumer, try the next one.
-                    consumer.return_credit();
+                    consumer.return_credit(cost);
                     if !consumer.no_ack {
                         st.unacked -= 1;
                     }
-                    st.consumers.retain(|c| !Arc::ptr_eq(c, &consumer));
+                    st.consumers.remove_where(|c| std::ptr::eq(c, &*consumer));
                     queued = d.message;
                 }
                 Err(_) => unreachable!("send returns the event it was given"),
@@ -510,7 +548,8 @@ impl Queue {
     }
 
     /// Settles deliveries: `acked` are done, `requeued` go back to their old places (marked
-    /// redelivered), `rejected` are dead-lettered. Then dispatches.
+    /// redelivered; then `x-max-length` applies, as after a publish), `rejected` are
+    /// dead-lettered. Then dispatches.
     pub fn settle(
         self: &Arc<Self>,
         acked: Vec<QueuedMessage>,
@@ -527,9 +566,13 @@ impl Queue {
             if st.deleted {
                 return;
             }
+            let any_requeued = !requeued.is_empty();
             for mut m in requeued {
                 m.redelivered = true;
                 self.insert_ready(st, m);
+            }
+            if any_requeued {
+                self.drop_head_over_limit(st, dead);
             }
             dead.extend(rejected.into_iter().map(|m| (m, DeathReason::Rejected)));
             self.dispatch(st, dead);
@@ -550,24 +593,34 @@ impl Queue {
             for m in messages {
                 self.insert_ready(st, m);
             }
+            self.drop_head_over_limit(st, dead);
             self.dispatch(st, dead);
         })
+    }
+
+    /// The name of the vhost this queue is in, for error texts.
+    fn vhost_name(&self) -> String {
+        self.vhost
+            .upgrade()
+            .map_or_else(|| "/".to_owned(), |v| v.name.clone())
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {
         self.with_state(|st, dead| {
             if st.deleted {
                 return Err(AmqpError::not_found(format!(
-                    "no queue '{}' in vhost '/'",
-                    self.name
+                    "no queue '{}' in vhost '{}'",
+                    self.name,
+                    self.vhost_name()
                 )));
             }
             if st.consumers.iter().any(|c| c.exclusive)
                 || (consumer.exclusive && !st.consumers.is_empty())
             {
                 return Err(AmqpError::access_refused(format!(
-                    "queue '{}' in vhost '/' in exclusive use",
-                    self.name
+                    "queue '{}' in vhost '{}' in exclusive use",
+                    self.name,
+                    self.vhost_name()
                 )));
             }
             st.consumers.push(consumer);
@@ -586,10 +639,9 @@ impl Queue {
         tag: &str,
     ) -> Option<(Arc<Consumer>, bool)> {
         let mut st = self.state.lock();
-        let at = st.consumers.iter().position(|c| {
+        let consumer = st.consumers.remove_where(|c| {
             c.connection == connection && c.channel == channel && c.tag.as_str() == tag
         })?;
-        let consumer = st.consumers.remove(at);
         let now_unused = self.auto_delete && st.had_consumer && st.consumers.is_empty();
         drop(st);
         self.touch();
@@ -647,7 +699,7 @@ impl Queue {
                 tracing::warn!(queue = %self.name, error = %e, "store: deleting queue failed");
             }
         }
-        (std::mem::take(&mut st.consumers), n)
+        (st.consumers.take_all(), n)
     }
 
     /// Ready messages (expired ones leave first, as a client polling the count expects).
@@ -677,10 +729,68 @@ impl Queue {
 
     /// True when the queue has had no consumers and no use for its whole `x-expires`.
     pub fn expired(&self) -> bool {
-        let Some(expires_ms) = self.limits.expires_ms else {
+        let Some(expires_ms) = self.expires_ms() else {
             return false;
         };
         let idle = self.last_used.lock().elapsed().as_millis() as u64;
         idle >= expires_ms && self.state.lock().consumers.is_empty()
+    }
+
+    /// How long the queue may stay unused before it is deleted (`x-expires` / policy).
+    pub fn expires_ms(&self) -> Option<u64> {
+        self.state.lock().limits.expires_ms
+    }
+
+    /// In-memory bytes of ready messages beyond which messages go to the paged tail; None
+    /// when the queue does not page.
+    fn memory_budget_bytes(&self, st: &QueueState) -> Option<usize> {
+        let lazy = st.limits.lazy;
+        self.pageable
+            .then_some(if lazy { 0 } else { DEFAULT_MEMORY_BUDGET_BYTES })
+    }
+
+    /// The limits the queue acts on now (arguments and policies combined).
+    pub fn limits(&self) -> QueueLimits {
+        self.state.lock().limits.clone()
+    }
+
+    /// The policies that apply to the queue (for the management API's `policy`,
+    /// `operator_policy` and `effective_policy_definition`).
+    pub fn policies(&self) -> AppliedPolicies {
+        self.state.lock().policies.clone()
+    }
+
+    pub fn effective_policy_definition(&self) -> Definition {
+        self.state.lock().policies.effective_definition()
+    }
+
+    /// Applies a (new) set of policies at once, as RabbitMQ does on a policy change: a
+    /// lower length limit drops (dead-letters) the excess from the head under drop-head;
+    /// a new `expires` counts from now; a new TTL, dead-letter target or overflow mode
+    /// holds for what happens next (messages already queued keep the expiry they got when
+    /// they arrived, as in RabbitMQ). Returns true when the policies changed.
+    pub fn apply_policies(self: &Arc<Self>, policies: AppliedPolicies) -> bool {
+        let limits = effective_queue_limits(&self.arguments, &policies);
+        let changed = self.with_state(|st, dead| {
+            if st.policies == policies {
+                return false;
+            }
+            let expires_changed = st.limits.expires_ms != limits.expires_ms;
+            // Priority and single-active-consumer are arguments only.
+            st.limits = QueueLimits {
+                max_priority: st.limits.max_priority,
+                single_active_consumer: st.limits.single_active_consumer,
+                ..limits
+            };
+            st.policies = policies;
+            if !st.deleted {
+                self.drop_head_over_limit(st, dead);
+            }
+            if expires_changed {
+                *self.last_used.lock() = Instant::now();
+            }
+            true
+        });
+        changed
     }
 }

@@ -112,10 +112,13 @@ impl PagedTail {
                 });
             }
             if out.is_empty() && scan.end_of_log {
-                tracing::error!(
+                // Ids whose PUBLISH failed end up here if the store's report of them has not
+                // been applied yet (Queue::forget_failed); anything else is a bug or
+                // records lost to corruption.
+                tracing::warn!(
                     ?queue,
                     lost = self.ids.len(),
-                    "the store's log ended before the queue's paged messages did; dropping them"
+                    "the store's log ended before the queue's paged messages did (a failed store write?); dropping them"
                 );
                 self.clear();
             }
@@ -124,6 +127,23 @@ impl PagedTail {
             self.bytes = 0;
         }
         out
+    }
+
+    /// Drops the messages of `failed` (id, body bytes) that are in the tail: their PUBLISH
+    /// records never reached the disk. Returns how many were here. The cursor stays: it is
+    /// still at or before every id left.
+    pub fn forget(&mut self, failed: &[(MessageId, u32)]) -> u64 {
+        let mut dropped = 0;
+        for &(id, body_bytes) in failed {
+            if self.ids.remove(id.0) {
+                self.bytes = self.bytes.saturating_sub(u64::from(body_bytes));
+                dropped += 1;
+            }
+        }
+        if self.ids.is_empty() {
+            self.bytes = 0;
+        }
+        dropped
     }
 
     /// Empties the tail, returning the ids it held (a purge acks them in the store).

@@ -1,19 +1,28 @@
 //! `VHost`: the namespace of exchanges and queues, and the operations clients run on them —
 //! declare, delete, bind, unbind, route — with RabbitMQ's checks and reply codes.
 
+mod cascade;
 mod durability;
+mod lifecycle;
+mod policies;
 
+pub use lifecycle::{VHostLimits, VHostMetadata};
+
+use crate::churn::{self, NodeCounters};
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
+use crate::equivalence::{check_args, check_flags, inequivalent};
 use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
 use crate::names;
-use crate::queue::{Queue, QueueLimits, StoredQueue};
-use crate::queue_args::queue_limits;
+use crate::policy::{EntityKind, Policies};
+use crate::queue::{Queue, StoredQueue};
+use crate::queue_args::{check_declare_arguments, queue_limits, CLASSIC_QUEUE_ARGS};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use warren_codec::{FieldTable, FieldValue, ReplyCode, ShortStr};
 use warren_store::Store;
@@ -48,13 +57,22 @@ pub struct VHost {
     pub name: String,
     exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
     queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
+    /// Policies and operator policies (`vhost/policies.rs`); taken before `queues` and
+    /// `exchanges` when both are.
+    policies: RwLock<Policies>,
     /// Direct reply-to consumers by the address suffix handed out in `reply_to`.
     reply_consumers: Mutex<HashMap<String, Weak<Consumer>>>,
     pub memory: Arc<MemoryMonitor>,
     /// The message store, when the broker runs with a data directory.
     pub store: Option<Store>,
-    /// Serializes definition snapshots so an older one never overwrites a newer one.
-    definitions_lock: Mutex<()>,
+    /// How durable changes reach the store: the owning broker's snapshot writer.
+    on_durable_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    connections: Mutex<HashMap<ConnectionId, lifecycle::OpenConnection>>,
+    limits: RwLock<VHostLimits>,
+    metadata: RwLock<VHostMetadata>,
+    deleted: AtomicBool,
+    /// The broker's monitoring counters: queue churn and publish sizes are counted here.
+    pub counters: Arc<NodeCounters>,
 }
 
 impl std::fmt::Debug for VHost {
@@ -63,82 +81,41 @@ impl std::fmt::Debug for VHost {
     }
 }
 
-fn not_found_queue(name: &str) -> AmqpError {
-    AmqpError::not_found(format!("no queue '{name}' in vhost '/'"))
+fn not_found_queue(vhost: &str, name: &str) -> AmqpError {
+    AmqpError::not_found(format!("no queue '{name}' in vhost '{vhost}'"))
 }
 
-fn not_found_exchange(name: &str) -> AmqpError {
-    AmqpError::not_found(format!("no exchange '{name}' in vhost '/'"))
+fn not_found_exchange(vhost: &str, name: &str) -> AmqpError {
+    AmqpError::not_found(format!("no exchange '{name}' in vhost '{vhost}'"))
 }
 
-fn inequivalent(
-    what: &str,
-    arg: &str,
-    name: &str,
-    received: impl std::fmt::Display,
-    current: impl std::fmt::Display,
-) -> AmqpError {
-    AmqpError::precondition(format!(
-        "inequivalent arg '{arg}' for {what} '{name}' in vhost '/': received '{received}' but current is '{current}'"
+fn locked(vhost: &str, queue: &str) -> AmqpError {
+    AmqpError::resource_locked(format!(
+        "cannot obtain exclusive access to locked queue '{queue}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
     ))
 }
 
-/// The first flag that differs between a redeclaration and what exists, as RabbitMQ's 406.
-fn check_flags(what: &str, name: &str, flags: &[(&str, bool, bool)]) -> AmqpResult<()> {
-    match flags
-        .iter()
-        .find(|(_, received, current)| received != current)
-    {
-        Some(&(arg, received, current)) => Err(inequivalent(what, arg, name, received, current)),
-        None => Ok(()),
-    }
-}
-
-/// Queue arguments whose values must match on redeclare (RabbitMQ's equivalence list).
-const QUEUE_EQUIVALENCE_ARGS: &[&str] = &[
-    "x-expires",
-    "x-message-ttl",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-priority",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-];
-
-pub(crate) fn describe(v: Option<&FieldValue>) -> String {
-    match v {
-        None => "none".to_owned(),
-        Some(v) => match (v.as_i64(), v.as_str(), v.as_bool()) {
-            (Some(i), _, _) => i.to_string(),
-            (_, Some(s), _) => s.to_owned(),
-            (_, _, Some(b)) => b.to_string(),
-            _ => format!("{v:?}"),
-        },
-    }
-}
-
-fn same_arg(a: Option<&FieldValue>, b: Option<&FieldValue>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => describe(Some(a)) == describe(Some(b)),
-        _ => false,
-    }
-}
-
 impl VHost {
-    pub fn new(name: &str, memory: Arc<MemoryMonitor>, store: Option<Store>) -> Arc<VHost> {
+    pub fn new(
+        name: &str,
+        memory: Arc<MemoryMonitor>,
+        store: Option<Store>,
+        counters: Arc<NodeCounters>,
+    ) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_owned(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
+            policies: RwLock::new(Policies::default()),
             reply_consumers: Mutex::new(HashMap::new()),
             memory,
             store,
-            definitions_lock: Mutex::new(()),
+            on_durable_change: OnceLock::new(),
+            connections: Mutex::new(HashMap::new()),
+            limits: RwLock::new(VHostLimits::default()),
+            metadata: RwLock::new(VHostMetadata::default()),
+            deleted: AtomicBool::new(false),
+            counters,
         };
         {
             let mut ex = vhost.exchanges.write();
@@ -191,58 +168,62 @@ impl VHost {
                 "operation not permitted on the default exchange",
             ));
         }
-        if let Some(existing) = self.exchange(&d.name) {
-            if d.passive {
-                return Ok(());
-            }
+        let existing = self.exchange(&d.name);
+        if d.passive {
+            return existing
+                .map(|_| ())
+                .ok_or_else(|| not_found_exchange(&self.name, &d.name));
+        }
+        // The type is checked before anything else, for an existing exchange too. An
+        // unknown one closes the connection (503) as RabbitMQ 3.x did up to 3.12; 3.13 made
+        // it a 406 channel error.
+        let Some(kind) = ExchangeKind::parse(&d.kind) else {
+            return Err(AmqpError::new(
+                ReplyCode::CommandInvalid,
+                format!("unknown exchange type '{}'", d.kind),
+            ));
+        };
+        if let Some(existing) = existing {
             let name = &d.name;
-            if existing.kind.as_str() != d.kind {
+            if existing.kind != kind {
                 return Err(inequivalent(
-                    "exchange",
+                    ("exchange", name, &self.name),
                     "type",
-                    name,
-                    &d.kind,
+                    kind.as_str(),
                     existing.kind.as_str(),
                 ));
             }
             check_flags(
-                "exchange",
-                name,
+                ("exchange", name, &self.name),
                 &[
                     ("durable", d.durable, existing.durable),
                     ("auto_delete", d.auto_delete, existing.auto_delete),
                     ("internal", d.internal, existing.internal),
                 ],
             )?;
-            let (a, b) = (
-                d.arguments.get("alternate-exchange"),
-                existing.arguments.get("alternate-exchange"),
+            return check_args(
+                ("exchange", name, &self.name),
+                &["alternate-exchange"],
+                &d.arguments,
+                &existing.arguments,
             );
-            if !same_arg(a, b) {
-                return Err(inequivalent(
-                    "exchange",
-                    "alternate-exchange",
-                    name,
-                    describe(a),
-                    describe(b),
-                ));
-            }
-            return Ok(());
         }
-        if d.passive {
-            return Err(not_found_exchange(&d.name));
-        }
-        let Some(kind) = ExchangeKind::parse(&d.kind) else {
-            return Err(AmqpError::new(
-                ReplyCode::CommandInvalid,
-                format!("invalid exchange type '{}'", d.kind),
-            ));
-        };
         if names::has_reserved_prefix(&d.name) {
             return Err(AmqpError::access_refused(format!(
                 "exchange name '{}' contains reserved prefix 'amq.*'",
                 d.name
             )));
+        }
+        match d.arguments.get("alternate-exchange") {
+            None | Some(FieldValue::LongStr(_)) => {}
+            Some(other) => {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'alternate-exchange' in exchange '{}' in vhost '{}'",
+                    other.type_name(),
+                    d.name,
+                    self.name
+                )))
+            }
         }
         let exchange = Exchange::new(
             d.name.clone(),
@@ -253,47 +234,49 @@ impl VHost {
             d.arguments,
         );
         let durable = exchange.durable;
-        self.exchanges
-            .write()
-            .entry(d.name)
-            .or_insert_with(|| Arc::new(exchange));
+        {
+            let policies = self.policies.read();
+            exchange.apply_policies(policies.applied(EntityKind::Exchange, &d.name));
+            self.exchanges
+                .write()
+                .entry(d.name)
+                .or_insert_with(|| Arc::new(exchange));
+        }
         if durable {
             self.persist_definitions();
         }
         Ok(())
     }
 
+    /// exchange.delete: the exchange goes with its bindings, those that lead to it too, and
+    /// auto-delete exchanges this leaves without bindings (see `remove_exchanges`).
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
-        if name.is_empty() || names::has_reserved_prefix(name) {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        if names::has_reserved_prefix(name) {
             return Err(AmqpError::access_refused(format!(
-                "operation not permitted on exchange '{name}'"
+                "deletion of system exchange '{name}' in vhost '{}' not allowed",
+                self.name
             )));
         }
         let Some(exchange) = self.exchange(name) else {
             // RabbitMQ treats deleting a missing exchange as success.
             return Ok(());
         };
+        // In use means: the source of a binding. Being a destination does not count.
         if if_unused && exchange.has_bindings() {
             return Err(AmqpError::precondition(format!(
-                "exchange '{name}' in vhost '/' in use"
+                "exchange '{name}' in vhost '{}' in use",
+                self.name
             )));
         }
-        self.exchanges.write().remove(name);
-        let dest = Destination::Exchange(exchange.name.clone());
-        for other in self.exchanges() {
-            other.unbind_destination(&dest);
-        }
-        if exchange.durable {
+        if self.remove_exchanges(vec![exchange]) {
             self.persist_definitions();
         }
         Ok(())
-    }
-
-    /// Deletes an auto-delete exchange once its last binding is gone.
-    fn auto_delete_exchange(&self, exchange: &Exchange) {
-        if exchange.auto_delete && !exchange.has_bindings() {
-            let _ = self.delete_exchange(&exchange.name, true);
-        }
     }
 
     // ---- queues ----------------------------------------------------------------------
@@ -301,73 +284,52 @@ impl VHost {
     /// Checks an exclusive queue is used only by the connection that owns it.
     pub fn check_exclusive(&self, queue: &Queue, connection: ConnectionId) -> AmqpResult<()> {
         match queue.exclusive_owner {
-            Some(owner) if owner != connection => Err(AmqpError::resource_locked(format!(
-                "cannot obtain exclusive access to locked queue '{}' in vhost '/'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.",
-                queue.name
-            ))),
+            Some(owner) if owner != connection => Err(locked(&self.name, &queue.name)),
             _ => Ok(()),
         }
     }
 
     /// A queue the connection may use, or 404/405.
     pub fn queue_for(&self, name: &str, connection: ConnectionId) -> AmqpResult<Arc<Queue>> {
-        let queue = self.queue(name).ok_or_else(|| not_found_queue(name))?;
+        let queue = self
+            .queue(name)
+            .ok_or_else(|| not_found_queue(&self.name, name))?;
         self.check_exclusive(&queue, connection)?;
         Ok(queue)
     }
 
-    /// queue.declare; returns the queue with its message and consumer counts.
+    /// queue.declare; returns the queue's name with its message and consumer counts. The
+    /// checks run in RabbitMQ's order: the reserved prefix, then (for an existing queue)
+    /// exclusivity before flags and arguments, or (for a new one) the arguments.
     pub fn declare_queue(
         self: &Arc<Self>,
         d: QueueDeclaration,
         connection: ConnectionId,
-    ) -> AmqpResult<(Arc<Queue>, u32, u32)> {
-        if d.name.as_str() == names::DIRECT_REPLY_TO && d.passive {
-            // Clients check the pseudo-queue exists before consuming from it.
-            let q = Arc::new(Queue::new(
-                d.name,
-                false,
-                None,
-                false,
-                FieldTable::new(),
-                QueueLimits::default(),
-                self.memory.clone(),
-                Weak::new(),
-                None,
-                None,
-            ));
-            return Ok((q, 0, 0));
-        }
-        if let Some(existing) = self.queue(&d.name) {
-            self.check_exclusive(&existing, connection)?;
-            if !d.passive {
-                let name = &d.name;
-                check_flags(
-                    "queue",
-                    name,
-                    &[
-                        ("durable", d.durable, existing.durable),
-                        ("auto_delete", d.auto_delete, existing.auto_delete),
-                        ("exclusive", d.exclusive, existing.exclusive_owner.is_some()),
-                    ],
-                )?;
-                for arg in QUEUE_EQUIVALENCE_ARGS {
-                    let (a, b) = (d.arguments.get(arg), existing.arguments.get(arg));
-                    if !same_arg(a, b) {
-                        return Err(inequivalent("queue", arg, name, describe(a), describe(b)));
-                    }
-                }
-            }
-            existing.touch();
-            let (m, c) = (existing.message_count(), existing.consumer_count());
-            return Ok((existing, m, c));
+    ) -> AmqpResult<(ShortStr, u32, u32)> {
+        if d.name.starts_with(names::DIRECT_REPLY_TO) {
+            // Passive or not, a declare of a direct reply-to name only asks whether it is
+            // there: the pseudo-queue is, and so is the address of a live reply consumer,
+            // each with its one consumer.
+            let live =
+                d.name.as_str() == names::DIRECT_REPLY_TO || self.reply_consumer(&d.name).is_some();
+            return match live {
+                true => Ok((d.name, 0, 1)),
+                false => Err(not_found_queue(&self.name, &d.name)),
+            };
         }
         if d.passive {
-            return Err(not_found_queue(&d.name));
+            let existing = self
+                .queue(&d.name)
+                .ok_or_else(|| not_found_queue(&self.name, &d.name))?;
+            self.check_exclusive(&existing, connection)?;
+            existing.touch();
+            let (m, c) = (existing.message_count(), existing.consumer_count());
+            return Ok((d.name, m, c));
         }
         let name = if d.name.is_empty() {
             ShortStr::from(names::generated_queue_name())
         } else if names::has_reserved_prefix(&d.name) {
+            // Even for a queue that exists (a server-named one): only passive may name it.
             return Err(AmqpError::access_refused(format!(
                 "queue name '{}' contains reserved prefix 'amq.*'",
                 d.name
@@ -375,12 +337,48 @@ impl VHost {
         } else {
             d.name
         };
+        churn::bump(&self.counters.queues.declared);
         let owner = d.exclusive.then_some(connection);
-        let queue = self.create_queue(name, d.durable, owner, d.auto_delete, d.arguments)?;
+        // An exclusive queue never outlives its connection, so it is never durable.
+        let durable = d.durable && !d.exclusive;
+        if let Some(existing) = self.queue(&name) {
+            // Exclusive to another connection, or exclusive on one side only: 405, before
+            // any other difference is looked at.
+            if existing.exclusive_owner != owner {
+                return Err(locked(&self.name, &existing.name));
+            }
+            check_flags(
+                ("queue", &name, &self.name),
+                &[
+                    ("durable", durable, existing.durable),
+                    ("auto_delete", d.auto_delete, existing.auto_delete),
+                ],
+            )?;
+            check_args(
+                ("queue", &name, &self.name),
+                CLASSIC_QUEUE_ARGS,
+                &d.arguments,
+                &existing.arguments,
+            )?;
+            existing.touch();
+            let (m, c) = (existing.message_count(), existing.consumer_count());
+            return Ok((name, m, c));
+        }
+        check_declare_arguments(&name, &self.name, &d.arguments)?;
+        if let Some(limit) = self.limits().max_queues {
+            if self.queues.read().len() >= limit as usize {
+                return Err(AmqpError::precondition(format!(
+                    "cannot declare queue '{name}': queue limit in vhost '{}' ({limit}) is reached",
+                    self.name
+                )));
+            }
+        }
+        let queue = self.create_queue(name, durable, owner, d.auto_delete, d.arguments)?;
+        churn::bump(&self.counters.queues.created);
         if queue.stored.is_some() {
             self.persist_definitions();
         }
-        Ok((queue, 0, 0))
+        Ok((queue.name.clone(), 0, 0))
     }
 
     /// Creates and registers a queue (durable, non-exclusive ones in the store too). The
@@ -393,13 +391,14 @@ impl VHost {
         auto_delete: bool,
         arguments: FieldTable,
     ) -> AmqpResult<Arc<Queue>> {
-        let limits = queue_limits(&name, &arguments)?;
-        let expires_ms = limits.expires_ms;
+        let limits = queue_limits(&arguments);
         let stored = match (&self.store, durable && owner.is_none()) {
             (Some(store), true) => {
-                let id = store.register_queue(&name).map_err(|e| {
-                    AmqpError::new(ReplyCode::InternalError, format!("message store: {e}"))
-                })?;
+                let id = store
+                    .register_queue(&self.store_queue_name(&name))
+                    .map_err(|e| {
+                        AmqpError::new(ReplyCode::InternalError, format!("message store: {e}"))
+                    })?;
                 Some(StoredQueue {
                     store: store.clone(),
                     id,
@@ -419,24 +418,47 @@ impl VHost {
             stored,
             self.store.clone(),
         ));
-        let queue = self.queues.write().entry(name).or_insert(queue).clone();
-        if let Some(expires_ms) = expires_ms {
-            self.watch_expiry(&queue, expires_ms);
+        let queue = {
+            let policies = self.policies.read();
+            queue.apply_policies(policies.applied(EntityKind::Queue, &name));
+            self.queues.write().entry(name).or_insert(queue).clone()
+        };
+        if queue.expires_ms().is_some() {
+            self.watch_expiry(&queue);
         }
         Ok(queue)
     }
 
-    /// Deletes the queue once it has been unused for its `x-expires`.
-    fn watch_expiry(self: &Arc<Self>, queue: &Arc<Queue>, expires_ms: u64) {
+    /// Deletes the queue once it has been unused for its `expires` (argument or policy).
+    /// One task per queue at most; it ends when the queue goes or no longer expires.
+    fn watch_expiry(self: &Arc<Self>, queue: &Arc<Queue>) {
+        if queue.expiry_watched.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            queue.expiry_watched.store(false, Ordering::Release);
             return;
         };
         let vhost = Arc::downgrade(self);
         let weak_queue = Arc::downgrade(queue);
         runtime.spawn(async move {
-            // Check a few times per period so expiry lands close to the deadline.
-            let step = Duration::from_millis((expires_ms / 4).clamp(10, 1000));
             loop {
+                let Some(expires_ms) = weak_queue.upgrade().and_then(|q| q.expires_ms()) else {
+                    let Some(queue) = weak_queue.upgrade() else {
+                        return;
+                    };
+                    // A policy may set expires again between the read and the store: look
+                    // once more after giving up the watch.
+                    queue.expiry_watched.store(false, Ordering::Release);
+                    if queue.expires_ms().is_none()
+                        || queue.expiry_watched.swap(true, Ordering::AcqRel)
+                    {
+                        return;
+                    }
+                    continue;
+                };
+                // Check a few times per period so expiry lands close to the deadline.
+                let step = Duration::from_millis((expires_ms / 4).clamp(10, 1000));
                 tokio::time::sleep(step).await;
                 let (Some(vhost), Some(queue)) = (vhost.upgrade(), weak_queue.upgrade()) else {
                     return;
@@ -468,12 +490,14 @@ impl VHost {
         self.check_exclusive(&queue, connection)?;
         if if_unused && queue.consumer_count() > 0 {
             return Err(AmqpError::precondition(format!(
-                "queue '{name}' in vhost '/' in use"
+                "queue '{name}' in vhost '{}' in use",
+                self.name
             )));
         }
         if if_empty && queue.message_count() > 0 {
             return Err(AmqpError::precondition(format!(
-                "queue '{name}' in vhost '/' is not empty"
+                "queue '{name}' in vhost '{}' is not empty",
+                self.name
             )));
         }
         Ok(self.remove_queue(&queue))
@@ -490,6 +514,7 @@ impl VHost {
                 _ => return 0,
             }
         }
+        churn::bump(&self.counters.queues.deleted);
         let (consumers, count) = queue.mark_deleted();
         for c in consumers {
             let _ = c.send(ConnectionEvent::ConsumerCancelled {
@@ -498,12 +523,13 @@ impl VHost {
             });
         }
         let dest = Destination::Queue(queue.clone());
+        let mut durable_changed = queue.stored.is_some();
         for exchange in self.exchanges() {
-            if exchange.unbind_destination(&dest) > 0 && !exchange.name.is_empty() {
-                self.auto_delete_exchange(&exchange);
+            if exchange.unbind_destination(&dest) > 0 {
+                durable_changed |= self.source_lost_bindings(&exchange);
             }
         }
-        if queue.stored.is_some() {
+        if durable_changed {
             self.persist_definitions();
         }
         count
@@ -525,18 +551,14 @@ impl VHost {
 
     // ---- bindings --------------------------------------------------------------------
 
-    fn destination_exchange(&self, name: &str) -> AmqpResult<Arc<Exchange>> {
-        self.exchange(name).ok_or_else(|| not_found_exchange(name))
-    }
-
-    /// An exchange a binding may name: any but the default exchange.
-    fn bindable_exchange(&self, name: &str) -> AmqpResult<Arc<Exchange>> {
-        if name.is_empty() {
+    /// Refuses the default exchange in a binding, on either side (403).
+    fn check_not_default(names: &[&str]) -> AmqpResult<()> {
+        if names.iter().any(|n| n.is_empty()) {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
-        self.destination_exchange(name)
+        Ok(())
     }
 
     fn check_headers_args(exchange: &Exchange, args: &FieldTable) -> AmqpResult<()> {
@@ -550,6 +572,8 @@ impl VHost {
         Ok(())
     }
 
+    /// queue.bind: the exchange must exist (checked first, as RabbitMQ does), then the queue,
+    /// which this connection must be allowed to use.
     pub fn bind_queue(
         &self,
         queue: &str,
@@ -558,11 +582,17 @@ impl VHost {
         arguments: FieldTable,
         connection: ConnectionId,
     ) -> AmqpResult<()> {
+        Self::check_not_default(&[exchange])?;
+        let source = self
+            .exchange(exchange)
+            .ok_or_else(|| not_found_exchange(&self.name, exchange))?;
         let q = self.queue_for(queue, connection)?;
-        let ex = self.bindable_exchange(exchange)?;
-        self.add_binding(&ex, Destination::Queue(q), routing_key, arguments)
+        self.add_binding(&source, Destination::Queue(q), routing_key, arguments)
     }
 
+    /// queue.unbind: unbind-ok when the queue, the exchange or the binding does not exist
+    /// (RabbitMQ 3.x); 405 only for a binding that exists on another connection's exclusive
+    /// queue.
     pub fn unbind_queue(
         &self,
         queue: &str,
@@ -571,12 +601,23 @@ impl VHost {
         arguments: FieldTable,
         connection: ConnectionId,
     ) -> AmqpResult<()> {
-        let q = self.queue_for(queue, connection)?;
-        let ex = self.bindable_exchange(exchange)?;
-        self.remove_binding(&ex, Destination::Queue(q), routing_key, arguments);
+        Self::check_not_default(&[exchange])?;
+        let (Some(source), Some(q)) = (self.exchange(exchange), self.queue(queue)) else {
+            return Ok(());
+        };
+        let binding = Binding {
+            destination: Destination::Queue(q.clone()),
+            routing_key,
+            arguments,
+        };
+        if self.check_exclusive(&q, connection).is_err() && source.has_binding(&binding) {
+            return self.check_exclusive(&q, connection);
+        }
+        self.remove_binding(&source, binding);
         Ok(())
     }
 
+    /// exchange.bind: source checked before destination, as RabbitMQ does.
     pub fn bind_exchange(
         &self,
         destination: &str,
@@ -584,8 +625,13 @@ impl VHost {
         routing_key: ShortStr,
         arguments: FieldTable,
     ) -> AmqpResult<()> {
-        let dest = self.bindable_exchange(destination)?;
-        let src = self.bindable_exchange(source)?;
+        Self::check_not_default(&[destination, source])?;
+        let src = self
+            .exchange(source)
+            .ok_or_else(|| not_found_exchange(&self.name, source))?;
+        let dest = self
+            .exchange(destination)
+            .ok_or_else(|| not_found_exchange(&self.name, destination))?;
         self.add_binding(
             &src,
             Destination::Exchange(dest.name.clone()),
@@ -594,6 +640,7 @@ impl VHost {
         )
     }
 
+    /// exchange.unbind: unbind-ok when either exchange or the binding does not exist.
     pub fn unbind_exchange(
         &self,
         destination: &str,
@@ -601,10 +648,16 @@ impl VHost {
         routing_key: ShortStr,
         arguments: FieldTable,
     ) -> AmqpResult<()> {
-        let dest = self.bindable_exchange(destination)?;
-        let src = self.bindable_exchange(source)?;
-        let destination = Destination::Exchange(dest.name.clone());
-        self.remove_binding(&src, destination, routing_key, arguments);
+        Self::check_not_default(&[destination, source])?;
+        let (Some(src), Some(dest)) = (self.exchange(source), self.exchange(destination)) else {
+            return Ok(());
+        };
+        let binding = Binding {
+            destination: Destination::Exchange(dest.name.clone()),
+            routing_key,
+            arguments,
+        };
+        self.remove_binding(&src, binding);
         Ok(())
     }
 
@@ -629,31 +682,22 @@ impl VHost {
         Ok(())
     }
 
-    /// Unbinds (a missing binding is fine, as in RabbitMQ), persists if it was durable, and
-    /// deletes an auto-delete source left without bindings.
-    fn remove_binding(
-        &self,
-        source: &Exchange,
-        destination: Destination,
-        routing_key: ShortStr,
-        arguments: FieldTable,
-    ) {
-        let durable = self.is_durable_binding(source, &destination);
-        let removed = source.unbind(&Binding {
-            destination,
-            routing_key,
-            arguments,
-        });
-        if removed && durable {
+    /// Unbinds (a missing binding is fine, as in RabbitMQ), deletes an auto-delete source it
+    /// leaves without bindings (cascading), and persists what durable changed.
+    fn remove_binding(&self, source: &Arc<Exchange>, binding: Binding) {
+        let durable = self.is_durable_binding(source, &binding.destination);
+        if !source.unbind(&binding) {
+            return;
+        }
+        let cascaded = self.source_lost_bindings(source);
+        if durable || cascaded {
             self.persist_definitions();
         }
-        self.auto_delete_exchange(source);
     }
 
     // ---- routing ---------------------------------------------------------------------
 
-    /// Collects the queues a message published to `exchange` reaches, following
-    /// exchange-to-exchange bindings and alternate exchanges. Each queue appears once.
+    /// Collects the queues a message published to `exchange` with one routing key reaches.
     pub fn route(
         &self,
         exchange: &Arc<Exchange>,
@@ -661,10 +705,27 @@ impl VHost {
         headers: Option<&FieldTable>,
         out: &mut Vec<Arc<Queue>>,
     ) {
+        self.route_keys(exchange, &[routing_key], headers, out)
+    }
+
+    /// Collects the queues a message published to `exchange` reaches with any of
+    /// `routing_keys` (the publish key, then those of its CC and BCC headers), following
+    /// exchange-to-exchange bindings and alternate exchanges. Each queue appears once.
+    pub fn route_keys(
+        &self,
+        exchange: &Arc<Exchange>,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
         if exchange.name.is_empty() {
             // The default exchange: a direct lookup, no binding table walk.
-            if let Some(q) = self.queue(routing_key) {
-                out.push(q);
+            for key in routing_keys {
+                if let Some(q) = self.queue(key) {
+                    if !out.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                        out.push(q);
+                    }
+                }
             }
             return;
         }
@@ -677,7 +738,7 @@ impl VHost {
             visited.push(ex.name.clone());
             let before = out.len();
             let mut hops: Vec<ShortStr> = Vec::new();
-            ex.route(routing_key, headers, |dest| match dest {
+            ex.route(routing_keys, headers, |dest| match dest {
                 Destination::Queue(q) => {
                     if !out.iter().any(|x| Arc::ptr_eq(x, q)) {
                         out.push(q.clone());
@@ -693,11 +754,7 @@ impl VHost {
                 }
             }
             if !routed {
-                if let Some(ae) = ex
-                    .alternate_exchange
-                    .as_ref()
-                    .and_then(|n| self.exchange(n))
-                {
+                if let Some(ae) = ex.alternate_exchange().and_then(|n| self.exchange(&n)) {
                     pending.push(ae);
                 }
             }

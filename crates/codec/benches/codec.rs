@@ -1,5 +1,7 @@
-//! Criterion benchmarks for the codec hot path: splitting publish frames off a read buffer
-//! and encoding deliveries. Run with `cargo bench -p warren-codec`.
+//! Criterion benchmarks for the codec hot path: splitting publish frames off a read buffer,
+//! encoding deliveries, and decoding field tables (a client's few arguments, and the widest
+//! table a 128 KiB frame holds, which must decode in linear time). Run with
+//! `cargo bench -p warren-codec`.
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -80,5 +82,35 @@ fn encode_deliveries(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_publishes, encode_deliveries);
+/// An encoded table of `keys` four-letter keys with void values (6 bytes an entry).
+fn encoded_table(keys: usize) -> Bytes {
+    let table: FieldTable = (0..keys)
+        .map(|i| {
+            let key: String = (0..4)
+                .map(|d| (b'a' + (i / 26usize.pow(d) % 26) as u8) as char)
+                .collect();
+            (ShortStr::from(key), FieldValue::Void)
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    Writer::new(&mut out).table(&table);
+    out.freeze()
+}
+
+fn decode_tables(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decode table");
+    for keys in [5, 1_000, 20_000] {
+        let encoded = encoded_table(keys);
+        group.throughput(Throughput::Elements(keys as u64));
+        group.bench_function(format!("{keys} keys"), |b| {
+            b.iter(|| {
+                let table = Reader::new(encoded.clone()).table().unwrap();
+                assert_eq!(table.len(), keys);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, parse_publishes, encode_deliveries, decode_tables);
 criterion_main!(benches);

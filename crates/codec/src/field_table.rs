@@ -61,9 +61,49 @@ impl FieldValue {
     pub fn string(s: impl Into<String>) -> FieldValue {
         FieldValue::LongStr(Bytes::from(s.into()))
     }
+
+    /// The value's type as RabbitMQ names it in error texts ("signedint", "longstr", …).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FieldValue::Bool(_) => "bool",
+            FieldValue::I8(_) => "byte",
+            FieldValue::U8(_) => "unsignedbyte",
+            FieldValue::I16(_) => "short",
+            FieldValue::U16(_) => "unsignedshort",
+            FieldValue::I32(_) => "signedint",
+            FieldValue::U32(_) => "unsignedint",
+            FieldValue::I64(_) => "long",
+            FieldValue::F32(_) => "float",
+            FieldValue::F64(_) => "double",
+            FieldValue::Decimal { .. } => "decimal",
+            FieldValue::LongStr(_) => "longstr",
+            FieldValue::Bytes(_) => "binary",
+            FieldValue::Array(_) => "array",
+            FieldValue::Timestamp(_) => "timestamp",
+            FieldValue::Table(_) => "table",
+            FieldValue::Void => "void",
+        }
+    }
+
+    /// The value when it is one of the integer types (not a timestamp), as RabbitMQ's
+    /// argument checks accept them.
+    pub fn as_integer(&self) -> Option<i64> {
+        match self {
+            FieldValue::Timestamp(_) => None,
+            v => v.as_i64(),
+        }
+    }
 }
 
-/// An ordered list of (key, value); keys are unique (a later insert replaces).
+/// An ordered list of (key, value), kept as received.
+///
+/// A table from the wire may repeat a key: RabbitMQ keeps a received table as a list and so
+/// do we, and re-encoding it gives back every entry in order. `get`, `insert` and `remove`
+/// address the *first* entry with a key, as RabbitMQ's `table_lookup` and `keystore` do; later
+/// duplicates are only seen by `iter`. Decoding appends with `push`, so a table of n entries
+/// decodes in O(n); a lookup scans, which is cheapest for the few-key tables clients send, and
+/// code that looks up many keys in one peer-sized table builds an index of its own (see the
+/// headers exchange).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FieldTable(Vec<(ShortStr, FieldValue)>);
 
@@ -72,6 +112,7 @@ impl FieldTable {
         FieldTable::default()
     }
 
+    /// The value of the first entry with `key`.
     pub fn get(&self, key: &str) -> Option<&FieldValue> {
         self.0
             .iter()
@@ -79,6 +120,8 @@ impl FieldTable {
             .map(|(_, v)| v)
     }
 
+    /// Replaces the value of the first entry with `key`, or appends one (O(len): for tables
+    /// the broker builds, not for decoding).
     pub fn insert(&mut self, key: impl Into<ShortStr>, value: FieldValue) {
         let key = key.into();
         match self.0.iter_mut().find(|(k, _)| *k == key) {
@@ -87,12 +130,18 @@ impl FieldTable {
         }
     }
 
+    /// Appends an entry without looking for its key, as decoding does: O(1).
+    pub fn push(&mut self, key: ShortStr, value: FieldValue) {
+        self.0.push((key, value));
+    }
+
+    /// Takes out the first entry with `key`.
     pub fn remove(&mut self, key: &str) -> Option<FieldValue> {
         let at = self.0.iter().position(|(k, _)| k.as_str() == key)?;
         Some(self.0.remove(at).1)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&ShortStr, &FieldValue)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&ShortStr, &FieldValue)> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
@@ -105,12 +154,9 @@ impl FieldTable {
     }
 }
 
+/// Collects entries as given, duplicates included (like a decoded table).
 impl FromIterator<(ShortStr, FieldValue)> for FieldTable {
     fn from_iter<I: IntoIterator<Item = (ShortStr, FieldValue)>>(iter: I) -> FieldTable {
-        let mut table = FieldTable::new();
-        for (k, v) in iter {
-            table.insert(k, v);
-        }
-        table
+        FieldTable(iter.into_iter().collect())
     }
 }

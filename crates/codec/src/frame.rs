@@ -16,6 +16,9 @@ pub const FRAME_OVERHEAD: usize = 8;
 pub const FRAME_MIN_SIZE: u32 = 4096;
 
 const FRAME_HEADER_SIZE: usize = 7;
+/// The most `parse_frame` reserves ahead for a frame it has not got whole when there is no
+/// frame_max (a client reading from a server it trusts no more than that).
+const UNLIMITED_RESERVE_MAX: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameKind {
@@ -71,7 +74,14 @@ pub fn parse_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<RawFrame
         });
     }
     if buf.len() < frame_len {
-        buf.reserve(frame_len - buf.len());
+        // Room for the rest of the frame, so it arrives in few reads; without a limit only
+        // up to a bound, or a 7-byte header claiming 4 GiB would allocate them.
+        let missing = frame_len - buf.len();
+        buf.reserve(if frame_max == 0 {
+            missing.min(UNLIMITED_RESERVE_MAX)
+        } else {
+            missing
+        });
         return Ok(None);
     }
     if buf[frame_len - 1] != FRAME_END {

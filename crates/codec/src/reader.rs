@@ -1,5 +1,11 @@
 //! `Reader`: a cursor over one frame payload that hands out zero-copy slices. Every read is
 //! bounds-checked and fails with a syntax error rather than panicking on short input.
+//!
+//! Decoding is linear in the payload: each byte is read once, at its own nesting level, and
+//! entries are appended without looking for their key. No count limit is needed beyond the
+//! frame's: an entry takes at least two bytes (an array element one), so a payload of
+//! frame_max bytes holds at most frame_max of them, and decodes to a few tens of bytes of
+//! memory per payload byte.
 
 use crate::{CodecError, FieldTable, FieldValue, LongStr, ShortStr};
 use bytes::Bytes;
@@ -89,7 +95,7 @@ impl Reader {
         while inner.remaining() > 0 {
             let key = inner.shortstr()?;
             let value = inner.field_value(depth)?;
-            table.insert(key, value);
+            table.push(key, value);
         }
         Ok(table)
     }
@@ -108,7 +114,8 @@ impl Reader {
     }
 
     /// One tagged value, with the type octets RabbitMQ accepts (its errata to the 0-9-1 spec:
-    /// `s` is a signed 16-bit integer, `l` signed 64-bit, `x` a byte array).
+    /// `s` is a signed 16-bit integer, `l` signed 64-bit, `x` a byte array; like RabbitMQ's
+    /// parser we also take `L` as a signed 64-bit integer, and write it back as `l`).
     fn field_value(&mut self, depth: u32) -> Result<FieldValue, CodecError> {
         let tag = self.octet()?;
         Ok(match tag {
@@ -119,7 +126,7 @@ impl Reader {
             b'u' => FieldValue::U16(self.short()?),
             b'I' => FieldValue::I32(self.long()? as i32),
             b'i' => FieldValue::U32(self.long()?),
-            b'l' => FieldValue::I64(self.longlong()? as i64),
+            b'l' | b'L' => FieldValue::I64(self.longlong()? as i64),
             b'f' => FieldValue::F32(f32::from_bits(self.long()?)),
             b'd' => FieldValue::F64(f64::from_bits(self.longlong()?)),
             b'D' => {

@@ -7,12 +7,16 @@
 
 use crate::context::Ctx;
 use crate::deliver::Unacked;
+use crate::permissions::{self, PublishGrants, Resource};
 use crate::publish::{ConfirmState, PendingPublish, TxOp};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
+use warren_broker::access::AccessKind;
+use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::{
-    AmqpError, AmqpResult, ChannelFlow, Consumer, ExchangeDeclaration, Queue, QueueDeclaration,
+    AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, ExchangeDeclaration, Queue,
+    QueueDeclaration,
 };
 use warren_codec::*;
 
@@ -52,14 +56,20 @@ pub struct Channel {
     pub route_buf: Vec<Arc<Queue>>,
     /// Reused for the store ids of a persistent publish's durable queues.
     pub store_ids_buf: Vec<warren_store::QueueId>,
+    /// What the HTTP API shows of this channel: its counters and gauges, kept current here.
+    pub info: Arc<ChannelInfo>,
+    /// Exchanges and topic routing keys this channel may publish to (cached checks).
+    pub publish_grants: PublishGrants,
 }
 
 impl Channel {
     pub fn new(id: u16) -> Channel {
+        let flow = Arc::new(ChannelFlow::default());
         Channel {
             id,
             state: ChannelState::Open,
-            flow: Arc::new(ChannelFlow::default()),
+            info: ChannelInfo::new(id, flow.clone()),
+            flow,
             consumer_prefetch: 0,
             consumers: HashMap::new(),
             reply_to_key: None,
@@ -72,10 +82,32 @@ impl Channel {
             commit_waits_for: None,
             route_buf: Vec::new(),
             store_ids_buf: Vec::new(),
+            publish_grants: PublishGrants::default(),
         }
     }
 
-    /// Resolves an empty queue name to the channel's last declared queue.
+    /// Closes the channel with `error` (channel.close naming the method that failed, given
+    /// as class and method ids): consumers cancelled, unacked deliveries requeued. Nothing
+    /// more is processed until close-ok. A channel closing already is left alone.
+    pub fn close_with_error(&mut self, error: &AmqpError, method: (u16, u16), ctx: &mut Ctx) {
+        if self.state == ChannelState::Closing {
+            return;
+        }
+        self.release_all(ctx);
+        self.state = ChannelState::Closing;
+        ctx.send(
+            self.id,
+            ChannelClose {
+                reply_code: error.code as u16,
+                reply_text: ShortStr::from(error.reply_text()),
+                class_id: method.0,
+                method_id: method.1,
+            },
+        );
+    }
+
+    /// Resolves an empty queue name to the channel's last declared queue (RabbitMQ's
+    /// shortcut, taken before anything else is checked).
     pub fn queue_name(&self, name: ShortStr) -> AmqpResult<ShortStr> {
         if !name.is_empty() {
             return Ok(name);
@@ -83,6 +115,15 @@ impl Channel {
         self.last_queue
             .clone()
             .ok_or_else(|| AmqpError::not_found("no previously declared queue"))
+    }
+
+    /// queue.bind and queue.unbind with an empty queue name and an empty routing key bind
+    /// with the last declared queue's name as the key.
+    fn binding_key(&self, queue: &ShortStr, routing_key: ShortStr) -> AmqpResult<ShortStr> {
+        match queue.is_empty() && routing_key.is_empty() {
+            true => self.queue_name(routing_key),
+            false => Ok(routing_key),
+        }
     }
 
     /// Dispatches one channel method (not content frames, not channel.open/close).
@@ -110,14 +151,19 @@ impl Channel {
                         .store(m.prefetch_count.into(), SeqCst);
                 } else {
                     self.consumer_prefetch = m.prefetch_count.into();
+                    self.info
+                        .prefetch_count
+                        .store(self.consumer_prefetch, Relaxed);
                 }
                 ctx.send(ch, BasicQosOk);
                 self.wake_consumers();
             }
             Method::ExchangeDeclare(m) => {
                 let no_wait = m.no_wait;
+                let name = strip_cr_lf(m.exchange);
+                check_exchange_declare(ctx, &name, m.passive, &m.exchange_type, &m.arguments)?;
                 ctx.vhost.declare_exchange(ExchangeDeclaration {
-                    name: m.exchange,
+                    name,
                     kind: m.exchange_type.to_string(),
                     passive: m.passive,
                     durable: m.durable,
@@ -130,30 +176,43 @@ impl Channel {
                 }
             }
             Method::ExchangeDelete(m) => {
-                ctx.vhost.delete_exchange(&m.exchange, m.if_unused)?;
+                let name = strip_cr_lf(m.exchange);
+                // The default and amq.* exchanges are refused first, by the vhost.
+                if !name.is_empty() && !names::has_reserved_prefix(&name) {
+                    permissions::check(ctx, AccessKind::Configure, Resource::Exchange, &name)?;
+                }
+                ctx.vhost.delete_exchange(&name, m.if_unused)?;
                 if !m.no_wait {
                     ctx.send(ch, ExchangeDeleteOk);
                 }
             }
             Method::ExchangeBind(m) => {
+                let (destination, source) = (strip_cr_lf(m.destination), strip_cr_lf(m.source));
+                let dest = (Resource::Exchange, destination.as_str());
+                check_binding(ctx, dest, &source, &m.routing_key)?;
                 ctx.vhost
-                    .bind_exchange(&m.destination, &m.source, m.routing_key, m.arguments)?;
+                    .bind_exchange(&destination, &source, m.routing_key, m.arguments)?;
                 if !m.no_wait {
                     ctx.send(ch, ExchangeBindOk);
                 }
             }
             Method::ExchangeUnbind(m) => {
+                let (destination, source) = (strip_cr_lf(m.destination), strip_cr_lf(m.source));
+                let dest = (Resource::Exchange, destination.as_str());
+                check_binding(ctx, dest, &source, &m.routing_key)?;
                 ctx.vhost
-                    .unbind_exchange(&m.destination, &m.source, m.routing_key, m.arguments)?;
+                    .unbind_exchange(&destination, &source, m.routing_key, m.arguments)?;
                 if !m.no_wait {
                     ctx.send(ch, ExchangeUnbindOk);
                 }
             }
             Method::QueueDeclare(m) => {
                 let no_wait = m.no_wait;
+                let name = strip_cr_lf(m.queue);
+                check_queue_declare(ctx, &name, m.passive, &m.arguments)?;
                 let (queue, message_count, consumer_count) = ctx.vhost.declare_queue(
                     QueueDeclaration {
-                        name: m.queue,
+                        name,
                         passive: m.passive,
                         durable: m.durable,
                         exclusive: m.exclusive,
@@ -162,12 +221,12 @@ impl Channel {
                     },
                     ctx.connection,
                 )?;
-                self.last_queue = Some(queue.name.clone());
+                self.last_queue = Some(queue.clone());
                 if !no_wait {
                     ctx.send(
                         ch,
                         QueueDeclareOk {
-                            queue: queue.name.clone(),
+                            queue,
                             message_count,
                             consumer_count,
                         },
@@ -175,11 +234,14 @@ impl Channel {
                 }
             }
             Method::QueueBind(m) => {
-                let queue = self.queue_name(m.queue)?;
+                let routing_key = self.binding_key(&m.queue, m.routing_key)?;
+                let queue = strip_cr_lf(self.queue_name(m.queue)?);
+                let exchange = strip_cr_lf(m.exchange);
+                check_binding(ctx, (Resource::Queue, &queue), &exchange, &routing_key)?;
                 ctx.vhost.bind_queue(
                     &queue,
-                    &m.exchange,
-                    m.routing_key,
+                    &exchange,
+                    routing_key,
                     m.arguments,
                     ctx.connection,
                 )?;
@@ -188,11 +250,14 @@ impl Channel {
                 }
             }
             Method::QueueUnbind(m) => {
-                let queue = self.queue_name(m.queue)?;
+                let routing_key = self.binding_key(&m.queue, m.routing_key)?;
+                let queue = strip_cr_lf(self.queue_name(m.queue)?);
+                let exchange = strip_cr_lf(m.exchange);
+                check_binding(ctx, (Resource::Queue, &queue), &exchange, &routing_key)?;
                 ctx.vhost.unbind_queue(
                     &queue,
-                    &m.exchange,
-                    m.routing_key,
+                    &exchange,
+                    routing_key,
                     m.arguments,
                     ctx.connection,
                 )?;
@@ -200,6 +265,7 @@ impl Channel {
             }
             Method::QueuePurge(m) => {
                 let name = self.queue_name(m.queue)?;
+                permissions::check_read_queue(ctx, &name)?;
                 let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
                 let message_count = queue.purge();
                 if !m.no_wait {
@@ -207,7 +273,8 @@ impl Channel {
                 }
             }
             Method::QueueDelete(m) => {
-                let name = self.queue_name(m.queue)?;
+                let name = strip_cr_lf(self.queue_name(m.queue)?);
+                permissions::check(ctx, AccessKind::Configure, Resource::Queue, &name)?;
                 let message_count =
                     ctx.vhost
                         .delete_queue(&name, m.if_unused, m.if_empty, ctx.connection)?;
@@ -235,6 +302,7 @@ impl Channel {
                 }
                 if self.confirm.is_none() {
                     self.confirm = Some(ConfirmState::default());
+                    self.info.confirm.store(true, Relaxed);
                 }
                 if !m.nowait {
                     ctx.send(ch, ConfirmSelectOk);
@@ -247,14 +315,12 @@ impl Channel {
                     ));
                 }
                 self.tx.get_or_insert_with(Vec::new);
+                self.info.transactional.store(true, Relaxed);
                 ctx.send(ch, TxSelectOk);
             }
             Method::TxCommit(_) => self.commit(ctx)?,
             Method::TxRollback(_) => {
-                let Some(ops) = self.tx.as_mut() else {
-                    return Err(AmqpError::precondition("channel is not transactional"));
-                };
-                ops.clear();
+                self.rollback()?;
                 ctx.send(ch, TxRollbackOk);
             }
             other => {
@@ -267,10 +333,101 @@ impl Channel {
         Ok(())
     }
 
-    /// After qos or acks: lets queues that skipped our consumers try again.
+    /// After qos or acks: lets queues that skipped our consumers try again, in turn.
     pub fn wake_consumers(&self) {
-        for entry in self.consumers.values() {
-            entry.consumer.wake_if_starved();
+        self.flow
+            .wake_in_turn(self.consumers.values().map(|e| &e.consumer));
+    }
+}
+
+/// exchange.declare's permissions (rabbit_channel): configure on the exchange, and for a new
+/// one with an alternate exchange, read on it and write on the alternate; a passive declare
+/// needs any permission. What the vhost refuses first (the default exchange, an unknown
+/// type, an amq.* name) is left to it.
+fn check_exchange_declare(
+    ctx: &Ctx,
+    name: &str,
+    passive: bool,
+    kind: &str,
+    arguments: &FieldTable,
+) -> AmqpResult<()> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    if passive {
+        return permissions::check_any(ctx, Resource::Exchange, name);
+    }
+    if warren_broker::ExchangeKind::parse(kind).is_none() {
+        return Ok(());
+    }
+    permissions::check(ctx, AccessKind::Configure, Resource::Exchange, name)?;
+    if ctx.vhost.exchange(name).is_none() && !names::has_reserved_prefix(name) {
+        if let Some(alternate) = arguments
+            .get("alternate-exchange")
+            .and_then(FieldValue::as_str)
+        {
+            permissions::check(ctx, AccessKind::Read, Resource::Exchange, name)?;
+            permissions::check(ctx, AccessKind::Write, Resource::Exchange, alternate)?;
         }
     }
+    Ok(())
+}
+
+/// queue.declare's permissions: configure on the queue (a server-named one is checked under
+/// a fresh amq.gen- name, as RabbitMQ checks the name it is about to use), and for a new one
+/// with a dead-letter exchange, read on the queue and write on that exchange; a passive
+/// declare needs any permission. Direct reply-to names and amq.* names are the vhost's.
+fn check_queue_declare(
+    ctx: &Ctx,
+    name: &str,
+    passive: bool,
+    arguments: &FieldTable,
+) -> AmqpResult<()> {
+    if name.starts_with(names::DIRECT_REPLY_TO) {
+        return Ok(());
+    }
+    if passive {
+        return permissions::check_any(ctx, Resource::Queue, name);
+    }
+    if names::has_reserved_prefix(name) {
+        return Ok(());
+    }
+    let generated;
+    let name = if name.is_empty() {
+        generated = names::generated_queue_name();
+        generated.as_str()
+    } else {
+        name
+    };
+    permissions::check(ctx, AccessKind::Configure, Resource::Queue, name)?;
+    if ctx.vhost.queue(name).is_none() {
+        if let Some(dlx) = arguments
+            .get("x-dead-letter-exchange")
+            .and_then(FieldValue::as_str)
+        {
+            permissions::check(ctx, AccessKind::Read, Resource::Queue, name)?;
+            permissions::check(ctx, AccessKind::Write, Resource::Exchange, dlx)?;
+        }
+    }
+    Ok(())
+}
+
+/// Binding permissions (queue.bind/unbind, exchange.bind/unbind): write on the destination,
+/// read on the source exchange, and topic read on the routing key when the source is a topic
+/// exchange. A binding that names the default exchange is refused by the vhost first.
+fn check_binding(
+    ctx: &Ctx,
+    (kind, destination): (Resource, &str),
+    source: &str,
+    routing_key: &str,
+) -> AmqpResult<()> {
+    permissions::check(ctx, AccessKind::Write, kind, destination)?;
+    if source.is_empty() || (kind == Resource::Exchange && destination.is_empty()) {
+        return Ok(());
+    }
+    permissions::check(ctx, AccessKind::Read, Resource::Exchange, source)?;
+    if let Some(exchange) = ctx.vhost.exchange(source) {
+        permissions::check_topic(ctx, &exchange, AccessKind::Read, routing_key)?;
+    }
+    Ok(())
 }

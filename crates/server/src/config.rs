@@ -1,6 +1,7 @@
-//! `ServerConfig`: the limits and defaults a connection negotiates with, and the users it
-//! accepts. Defaults are RabbitMQ's.
+//! `ServerConfig`: the limits and defaults a connection negotiates with. Defaults are
+//! RabbitMQ's. Users live in the broker's `AccessControl`.
 
+use crate::cert_name::CertLoginFrom;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -15,10 +16,13 @@ pub struct ServerConfig {
     pub max_message_size_bytes: u64,
     /// Time a client has to finish the handshake.
     pub handshake_timeout: Duration,
-    /// (user, password) pairs.
-    pub users: Vec<(String, String)>,
     /// Users allowed only from loopback peers (RabbitMQ's loopback_users: guest).
     pub loopback_users: Vec<String>,
+    /// Server properties sent in connection.start in place of (or beside) Warren's own
+    /// product, version, platform…, as RabbitMQ's `server_properties` setting.
+    pub server_properties: Vec<(String, String)>,
+    /// Where a TLS client certificate's user name comes from for SASL EXTERNAL.
+    pub cert_login_from: CertLoginFrom,
 }
 
 impl Default for ServerConfig {
@@ -29,8 +33,9 @@ impl Default for ServerConfig {
             heartbeat_s: 60,
             max_message_size_bytes: 128 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
-            users: vec![("guest".to_owned(), "guest".to_owned())],
             loopback_users: vec!["guest".to_owned()],
+            server_properties: Vec::new(),
+            cert_login_from: CertLoginFrom::default(),
         }
     }
 }

@@ -7,29 +7,42 @@
 //! kernel allows, so many frames share one read and one write.
 //!
 //! Back-pressure: when output piles up past `WRITE_HIGH_WATER_BYTES` the loop stops reading
-//! the socket and stops taking deliveries until the client drains it; during a memory alarm
-//! it stops reading from connections that publish.
+//! the socket and stops taking deliveries until the client drains it; during a resource
+//! alarm it stops reading from a connection once it publishes (`throttle.rs`).
 //!
 //! Errors: every handler returns `AmqpResult`; `fail` turns an error into channel.close or
 //! connection.close by the reply code's class — the only place that happens.
+//!
+//! Ending: after close-ok the connection reads the client's remaining bytes until EOF
+//! (`linger`), so no client sees a reset. When the client asked to close, the socket is the
+//! client's to close (close-ok "tells the recipient that it is safe to ... close the socket")
+//! and we send our FIN only after its EOF, as RabbitMQ does; when we asked, we shut down our
+//! write half at once.
+//!
+//! The connection runs over any pair of byte-stream halves (TCP, TLS, or an in-memory pipe
+//! in tests and fuzzing).
 
 use crate::auth;
 use crate::channel::{Channel, ChannelState};
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
+use crate::throttle::{Throttle, ThrottleState};
+use crate::tls::TlsPeer;
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
-use warren_broker::{AmqpError, Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_broker::registry::{ConnectionFacts, ConnectionState};
+use warren_broker::{
+    churn, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo, VHost,
+};
 use warren_codec::*;
 use warren_store::DurableState;
 
@@ -41,6 +54,11 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 const EVENT_BATCH: usize = 512;
 /// How long we wait for close-ok after sending connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a closed connection keeps reading the client's last bytes before it lets go.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// A failed login from a client that cannot be told (no authentication_failure_close) is
+/// dropped after this pause, which also slows down password guessing (RabbitMQ waits 3 s).
+const SILENT_CLOSE_DELAY: Duration = Duration::from_secs(1);
 
 /// An error tied to the method that caused it, for the close frame's class and method ids.
 struct Failure {
@@ -56,15 +74,19 @@ enum Next {
     Done,
 }
 
-pub struct Connection {
+pub struct Connection<R, W> {
     id: ConnectionId,
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ServerConfig>,
-    reader: OwnedReadHalf,
-    writer: OwnedWriteHalf,
+    reader: R,
+    writer: W,
     rbuf: BytesMut,
     wbuf: BytesMut,
+    /// Bytes were written since the last flush. A plain socket's flush does nothing, but a
+    /// TLS writer may keep encrypted records it could not hand to a full socket, and only
+    /// a flush sends them once `wbuf` is empty (no further write would).
+    unflushed: bool,
     frame_max: u32,
     channel_max: u16,
     heartbeat: Option<Duration>,
@@ -76,22 +98,39 @@ pub struct Connection {
     events_rx: UnboundedReceiver<ConnectionEvent>,
     last_read: Instant,
     last_write: Instant,
-    /// Set once the client publishes: only publishers are held back by a memory alarm.
-    has_published: bool,
+    /// Blocking and blocked under resource alarms.
+    throttle: Throttle,
     /// The store's durable sequence, watched while confirms wait for an fsync.
     durable: Option<watch::Receiver<DurableState>>,
+    /// The client sent connection.close and we answered close-ok: it closes the socket first.
+    client_closes: bool,
+    /// Set on AMQPS connections: what the TLS handshake learnt about the client.
+    tls: Option<TlsPeer>,
+    /// The broker asked this connection to close (vhost or user deleted, an operator).
+    forced_close: Option<AmqpError>,
+    /// Our own address, for the connection's name.
+    local: SocketAddr,
+    /// From connection.start-ok, for the registry.
+    mechanism: String,
+    client_properties: FieldTable,
+    /// What the HTTP API shows of this connection; set once it is open.
+    info: Option<Arc<ConnectionInfo>>,
 }
 
-impl Connection {
+impl<R, W> Connection<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     pub fn new(
-        stream: TcpStream,
+        reader: R,
+        writer: W,
         peer: SocketAddr,
         broker: Arc<Broker>,
         config: Arc<ServerConfig>,
-    ) -> Connection {
-        let _ = stream.set_nodelay(true);
-        let (reader, writer) = stream.into_split();
+    ) -> Connection<R, W> {
         let (events_tx, events_rx) = unbounded_channel();
+        let throttle = Throttle::new(broker.alarms.subscribe(), false, peer);
         Connection {
             id: broker.next_connection_id(),
             peer,
@@ -100,7 +139,10 @@ impl Connection {
             writer,
             rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
             wbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            frame_max: FRAME_MIN_SIZE.max(config.frame_max),
+            unflushed: false,
+            // Until tune-ok, and so before authentication, frames are limited to the
+            // protocol's minimum: an unauthenticated peer cannot make us buffer more.
+            frame_max: FRAME_MIN_SIZE,
             channel_max: config.channel_max,
             heartbeat: None,
             user: String::new(),
@@ -111,9 +153,71 @@ impl Connection {
             events_rx,
             last_read: Instant::now(),
             last_write: Instant::now(),
-            has_published: false,
+            throttle,
             durable: None,
+            client_closes: false,
+            tls: None,
+            forced_close: None,
+            local: SocketAddr::from(([0, 0, 0, 0], 0)),
+            mechanism: String::new(),
+            client_properties: FieldTable::default(),
+            info: None,
             config,
+        }
+    }
+
+    /// Our end's address, which names the connection as RabbitMQ does ("peer -> local").
+    pub fn with_local_addr(mut self, local: SocketAddr) -> Self {
+        self.local = local;
+        self
+    }
+
+    /// Puts the open connection in the broker's registry, for the HTTP API.
+    fn register(&mut self) {
+        let info = ConnectionInfo::new(ConnectionFacts {
+            id: self.id,
+            peer: self.peer,
+            local: self.local,
+            user: self.user.clone(),
+            vhost: self
+                .vhost
+                .as_ref()
+                .map_or_else(String::new, |v| v.name.clone()),
+            auth_mechanism: std::mem::take(&mut self.mechanism),
+            client_properties: std::mem::take(&mut self.client_properties),
+            frame_max: self.frame_max,
+            channel_max: self.channel_max,
+            heartbeat_s: self.heartbeat.map_or(0, |h| h.as_secs() as u16),
+            tls: self.tls.is_some(),
+            events: self.events_tx.clone(),
+        });
+        self.broker.registry.register(info.clone());
+        self.info = Some(info);
+    }
+
+    /// Mirrors the throttle's state into the registry (called where it can change).
+    fn note_state(&self) {
+        if let Some(info) = &self.info {
+            info.set_state(match self.throttle.state() {
+                ThrottleState::Running => ConnectionState::Running,
+                ThrottleState::Blocking => ConnectionState::Blocking,
+                ThrottleState::Blocked => ConnectionState::Blocked,
+            });
+        }
+    }
+
+    /// Marks the connection as running over TLS, with what the handshake learnt.
+    pub fn with_tls(mut self, peer: TlsPeer) -> Self {
+        self.tls = Some(peer);
+        self
+    }
+
+    /// The SASL mechanisms this connection offers: EXTERNAL only with a verified client
+    /// certificate.
+    fn mechanisms(&self) -> &'static str {
+        match &self.tls {
+            Some(peer) if peer.has_verified_cert => auth::MECHANISMS_WITH_EXTERNAL,
+            _ => auth::MECHANISMS,
         }
     }
 
@@ -130,6 +234,7 @@ impl Connection {
         match result {
             Ok(true) => {
                 tracing::debug!(peer = %self.peer, user = %self.user, "connection open");
+                self.register();
                 if let Err(e) = self.run().await {
                     tracing::debug!(peer = %self.peer, error = %e, "connection ended");
                 }
@@ -138,6 +243,32 @@ impl Connection {
             Err(e) => tracing::debug!(peer = %self.peer, error = %e, "handshake failed"),
         }
         self.release();
+        self.linger().await;
+    }
+
+    /// The end of every connection: sends what is still buffered, shuts down our write half
+    /// (FIN) and discards what the client still sends until it closes too or a short timeout
+    /// passes. Dropping a socket with unread input makes the kernel send a reset, and a
+    /// client that just got close-ok would see ECONNRESET instead of a clean close.
+    ///
+    /// After a close the client asked for, our FIN waits for the client's EOF (or the
+    /// timeout): a client may take an EOF that arrives before it has handled close-ok as the
+    /// connection being aborted (lapin does, about one close in three), and RabbitMQ never
+    /// closes first there either.
+    async fn linger(&mut self) {
+        let rest = async {
+            let _ = self.flush().await;
+            if !self.client_closes {
+                let _ = self.writer.shutdown().await;
+            }
+            let mut scratch = [0u8; 4096];
+            while let Ok(n) = self.reader.read(&mut scratch).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIMEOUT, rest).await;
     }
 
     // ---- socket helpers ----------------------------------------------------------------
@@ -145,7 +276,10 @@ impl Connection {
     async fn flush(&mut self) -> io::Result<()> {
         if !self.wbuf.is_empty() {
             self.writer.write_all(&self.wbuf).await?;
+            // A TLS writer sends what it still holds only on flush (free on plain TCP).
+            self.writer.flush().await?;
             self.wbuf.clear();
+            self.unflushed = false;
             self.last_write = Instant::now();
         }
         Ok(())
@@ -199,7 +333,9 @@ impl Connection {
         self.flush().await?;
         let wait_close_ok = async {
             loop {
-                match parse_frame(&mut self.rbuf, 0) {
+                // Frame by frame under the negotiated limit: what the client sends meanwhile
+                // is dropped as it comes, never buffered whole.
+                match parse_frame(&mut self.rbuf, self.frame_max) {
                     Ok(Some(f)) if f.kind == FrameKind::Method && f.channel == 0 => {
                         if let Ok(Method::ConnectionCloseOk(_)) =
                             Method::decode(&mut Reader::new(f.payload))
@@ -231,7 +367,8 @@ impl Connection {
             return Ok(false);
         }
         self.rbuf.advance(8);
-        write_method(&mut self.wbuf, 0, &handshake::connection_start().into());
+        let start = handshake::connection_start(&self.config, self.mechanisms());
+        write_method(&mut self.wbuf, 0, &start.into());
         self.flush().await?;
 
         let start_ok = match self.read_handshake_method().await? {
@@ -239,7 +376,10 @@ impl Connection {
             other => return self.handshake_error(other, "connection.start-ok").await,
         };
         self.caps = ClientCapabilities::from_client_properties(&start_ok.client_properties);
-        if !auth::mechanism_supported(&start_ok.mechanism) {
+        self.mechanism = start_ok.mechanism.to_string();
+        self.client_properties = start_ok.client_properties.clone();
+        self.throttle.set_can_notify(self.caps.connection_blocked);
+        if !auth::mechanism_offered(self.mechanisms(), &start_ok.mechanism) {
             let e = AmqpError::access_refused(format!(
                 "unsupported authentication mechanism '{}'",
                 start_ok.mechanism
@@ -247,19 +387,30 @@ impl Connection {
             self.close_connection(&e, 10, 11).await?;
             return Ok(false);
         }
-        let credentials = auth::parse_credentials(&start_ok.mechanism, &start_ok.response);
-        let login = credentials
-            .ok_or_else(|| "malformed credentials".to_owned())
-            .and_then(|(u, p)| auth::check_user(&self.config, &u, &p, self.peer.ip()).map(|_| u));
+        let login = if start_ok.mechanism == "EXTERNAL" {
+            let cert_user = self.tls.as_ref().and_then(|t| t.cert_user.as_deref());
+            auth::check_external_user(&self.config, &self.broker.access, cert_user, self.peer.ip())
+        } else {
+            auth::parse_credentials(&start_ok.mechanism, &start_ok.response).and_then(|(u, p)| {
+                auth::check_user(&self.config, &self.broker.access, &u, &p, self.peer.ip())
+                    .map(|_| u)
+            })
+        };
         match login {
             Ok(user) => self.user = user,
             Err(why) => {
                 tracing::warn!(peer = %self.peer, "login refused: {why}");
-                let e = AmqpError::access_refused(format!(
-                    "Login was refused using authentication mechanism {}. For details see the broker logfile.",
-                    start_ok.mechanism
-                ));
-                self.close_connection(&e, 10, 11).await?;
+                if self.caps.authentication_failure_close {
+                    let e = AmqpError::access_refused(format!(
+                        "Login was refused using authentication mechanism {}. For details see the broker logfile.",
+                        start_ok.mechanism
+                    ));
+                    self.close_connection(&e, 10, 11).await?;
+                } else {
+                    // The client cannot take a close before tune (the spec says to drop the
+                    // socket); RabbitMQ does so after a pause.
+                    tokio::time::sleep(SILENT_CLOSE_DELAY).await;
+                }
                 return Ok(false);
             }
         }
@@ -291,19 +442,39 @@ impl Connection {
             Ok(Method::ConnectionOpen(m)) => m,
             other => return self.handshake_error(other, "connection.open").await,
         };
-        let Some(vhost) = self.broker.vhost(&open.virtual_host) else {
-            let e = AmqpError::new(
-                ReplyCode::NotAllowed,
-                format!("vhost {} not found", open.virtual_host),
-            );
-            self.close_connection(&e, 10, 40).await?;
-            return Ok(false);
+        let vhost = match self.open_vhost(&open.virtual_host) {
+            Ok(vhost) => vhost,
+            Err(e) => {
+                self.close_connection(&e, 10, 40).await?;
+                return Ok(false);
+            }
         };
         self.durable = vhost.store.as_ref().map(|s| s.durable_watch());
         self.vhost = Some(vhost);
+        churn::bump(&self.broker.counters.connections.connections_opened);
         write_method(&mut self.wbuf, 0, &ConnectionOpenOk.into());
         self.flush().await?;
         Ok(true)
+    }
+
+    /// connection.open's checks in RabbitMQ's order: the vhost exists and its connection
+    /// limit is not reached, then the user has access to it; 530 with RabbitMQ's texts.
+    fn open_vhost(&self, name: &str) -> Result<Arc<VHost>, AmqpError> {
+        let Some(vhost) = self.broker.vhost(name) else {
+            return Err(AmqpError::new(
+                ReplyCode::NotAllowed,
+                format!("vhost {name} not found"),
+            ));
+        };
+        vhost.open_connection(self.id, &self.user, self.events_tx.clone())?;
+        if !self.broker.access.check_vhost(&self.user, name) {
+            vhost.close_connection(self.id);
+            return Err(AmqpError::new(
+                ReplyCode::NotAllowed,
+                format!("access to vhost '{name}' refused for user '{}'", self.user),
+            ));
+        }
+        Ok(vhost)
     }
 
     async fn handshake_error(
@@ -329,50 +500,81 @@ impl Connection {
     // ---- the open connection ---------------------------------------------------------------
 
     async fn run(&mut self) -> io::Result<()> {
-        let mut blocked = self.broker.memory.subscribe();
+        // Frames that came in the same read as connection.open are handled now, not after
+        // the client's next write (which may never come: it waits for our answers).
+        if !self.rbuf.is_empty() {
+            if let Next::Done = self.on_input().await? {
+                return Ok(());
+            }
+        }
         let tick = self
             .heartbeat
             .map(|h| h / 2)
             .unwrap_or(Duration::from_secs(3600));
         let mut heartbeat = tokio::time::interval(tick);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut alarm_notified = false;
+        let info = self.info.clone().expect("registered before run");
         loop {
             let room = self.wbuf.len() < WRITE_HIGH_WATER_BYTES;
             let confirms_waiting = self.channels.values().any(|c| c.awaits_durability());
-            let held_back = self.has_published && *blocked.borrow();
+            let held_back = self.throttle.is_blocked();
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK_BYTES / 4 {
                 self.rbuf.reserve(READ_CHUNK_BYTES);
             }
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf), if room && !held_back => {
-                    if read? == 0 {
+                    let n = read?;
+                    if n == 0 {
                         return Ok(());
                     }
+                    info.recv_oct.fetch_add(n as u64, Relaxed);
+                    info.recv_cnt.fetch_add(1, Relaxed);
                     self.last_read = Instant::now();
-                    if let Next::Done = self.on_input().await? {
+                    let next = self.on_input().await?;
+                    if self.throttle.is_blocked() {
+                        self.note_state();
+                    }
+                    if let Next::Done = next {
                         return Ok(());
                     }
                 }
-                written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
-                    let n = written?;
-                    self.wbuf.advance(n);
-                    self.last_write = Instant::now();
+                written = write_or_flush(&mut self.writer, &self.wbuf),
+                    if !self.wbuf.is_empty() || self.unflushed => {
+                    match written? {
+                        Some(n) => {
+                            info.send_oct.fetch_add(n as u64, Relaxed);
+                            info.send_cnt.fetch_add(1, Relaxed);
+                            self.wbuf.advance(n);
+                            self.last_write = Instant::now();
+                            self.unflushed = true;
+                        }
+                        None => self.unflushed = false,
+                    }
                 }
                 event = self.events_rx.recv(), if room => {
                     if let Some(event) = event {
                         self.on_event(event);
+                        // Up to a batch of deliveries, but never past the high water
+                        // mark: large messages would otherwise pile up in the buffer.
                         for _ in 0..EVENT_BATCH {
+                            if self.wbuf.len() >= WRITE_HIGH_WATER_BYTES {
+                                break;
+                            }
                             match self.events_rx.try_recv() {
                                 Ok(event) => self.on_event(event),
                                 Err(_) => break,
                             }
                         }
+                        if let Some(error) = self.forced_close.take() {
+                            self.close_connection(&error, 0, 0).await?;
+                            return Ok(());
+                        }
                     }
                 }
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     let interval = self.heartbeat.expect("guarded");
-                    if self.last_read.elapsed() > interval * 2 {
+                    // A blocked client may be silent because we stopped reading it.
+                    if self.last_read.elapsed() > interval * 2 && !self.throttle.is_blocked() {
                         tracing::warn!(peer = %self.peer, "missed heartbeats from client, timeout: {}s", interval.as_secs());
                         return Ok(());
                     }
@@ -383,28 +585,26 @@ impl Connection {
                 _ = durable_advanced(&mut self.durable), if confirms_waiting => {
                     self.flush_confirms();
                 }
-                changed = blocked.changed() => {
-                    if changed.is_err() {
-                        continue;
-                    }
-                    let now_blocked = *blocked.borrow();
-                    if self.caps.connection_blocked && now_blocked != alarm_notified {
-                        alarm_notified = now_blocked;
-                        let method: Method = if now_blocked {
-                            ConnectionBlocked { reason: ShortStr::from_static("low on memory") }.into()
-                        } else {
-                            ConnectionUnblocked.into()
-                        };
-                        write_method(&mut self.wbuf, 0, &method);
+                _ = self.throttle.alarms_changed() => {
+                    let unblocked = self.throttle.on_alarms_changed(&mut self.wbuf);
+                    self.note_state();
+                    if unblocked {
+                        // Heartbeat monitoring starts afresh, and what the client sent
+                        // before we stopped reading is handled first, in order.
+                        self.last_read = Instant::now();
+                        if let Next::Done = self.on_input().await? {
+                            return Ok(());
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Handles every whole frame in the read buffer.
+    /// Handles every whole frame in the read buffer, up to the publish that blocks the
+    /// connection under an alarm (the rest waits in the buffer until it is unblocked).
     async fn on_input(&mut self) -> io::Result<Next> {
-        loop {
+        while !self.throttle.is_blocked() {
             let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -414,8 +614,21 @@ impl Connection {
                     return Ok(Next::Done);
                 }
             };
+            let content = matches!(frame.kind, FrameKind::Header | FrameKind::Body);
+            let ch = frame.channel;
             match self.on_frame(frame) {
-                Ok(Next::Continue) => {}
+                Ok(Next::Continue) => {
+                    // A publish blocks the connection once its message is whole, so no
+                    // half-assembled message waits out the alarm.
+                    let published = content
+                        && self
+                            .channels
+                            .get(&ch)
+                            .is_none_or(|c| !c.expecting_content());
+                    if published {
+                        self.throttle.publish_received(&mut self.wbuf);
+                    }
+                }
                 Ok(Next::Done) => {
                     self.flush().await?;
                     return Ok(Next::Done);
@@ -445,15 +658,7 @@ impl Connection {
             return Ok(None);
         };
         channel.flush_confirms(&mut ctx);
-        channel.release_all(&mut ctx);
-        channel.state = ChannelState::Closing;
-        let close = ChannelClose {
-            reply_code: f.error.code as u16,
-            reply_text: ShortStr::from(f.error.reply_text()),
-            class_id: f.class_id,
-            method_id: f.method_id,
-        };
-        ctx.send(f.channel, close);
+        channel.close_with_error(&f.error, (f.class_id, f.method_id), &mut ctx);
         Ok(None)
     }
 
@@ -468,6 +673,7 @@ impl Connection {
             frame_max: self.frame_max,
             config: &self.config,
             user: &self.user,
+            access: &self.broker.access,
             cancel_notify: self.caps.consumer_cancel_notify,
         };
         (&mut self.channels, ctx)
@@ -499,6 +705,12 @@ impl Connection {
         };
         match frame.kind {
             FrameKind::Heartbeat => {
+                if !frame.payload.is_empty() {
+                    return Err(hard(
+                        ReplyCode::FrameError,
+                        "heartbeat frame with a payload",
+                    ));
+                }
                 if ch != 0 {
                     return Err(hard(
                         ReplyCode::UnexpectedFrame,
@@ -529,7 +741,6 @@ impl Connection {
                         "content frame on channel 0",
                     ));
                 }
-                self.has_published = true;
                 let Some((channel, mut ctx)) = self.channel_and_ctx(ch) else {
                     return Err(hard(
                         ReplyCode::ChannelError,
@@ -559,6 +770,7 @@ impl Connection {
             Method::ConnectionClose(m) => {
                 tracing::debug!(peer = %self.peer, code = m.reply_code, text = %m.reply_text, "client closed connection");
                 write_method(&mut self.wbuf, 0, &ConnectionCloseOk.into());
+                self.client_closes = true;
                 Ok(Next::Done)
             }
             Method::ConnectionCloseOk(_) => Ok(Next::Done),
@@ -607,12 +819,20 @@ impl Connection {
                         "second 'channel.open' seen".into(),
                     ));
                 }
-                self.channels.insert(ch, Channel::new(ch));
+                let channel = Channel::new(ch);
+                if let Some(info) = &self.info {
+                    info.add_channel(channel.info.clone());
+                }
+                self.channels.insert(ch, channel);
+                churn::bump(&self.broker.counters.connections.channels_opened);
                 write_method(&mut self.wbuf, ch, &ChannelOpenOk.into());
                 Ok(())
             }
             Method::ChannelClose(_) => {
+                self.forget_channel(ch);
                 if let Some(mut channel) = self.channels.remove(&ch) {
+                    churn::bump(&self.broker.counters.connections.channels_closed);
+                    channel.state = ChannelState::Closing;
                     channel.flush_confirms(&mut self.ctx());
                     channel.release_all(&mut self.ctx());
                 }
@@ -625,7 +845,9 @@ impl Connection {
                     .get(&ch)
                     .is_some_and(|c| c.state == ChannelState::Closing)
                 {
+                    self.forget_channel(ch);
                     self.channels.remove(&ch);
+                    churn::bump(&self.broker.counters.connections.channels_closed);
                 }
                 Ok(())
             }
@@ -673,15 +895,31 @@ impl Connection {
                     channel.consumer_cancelled_by_broker(consumer_tag, &mut ctx);
                 }
             }
+            ConnectionEvent::Close { code, text } => {
+                self.forced_close.get_or_insert(AmqpError::new(code, text));
+            }
+        }
+    }
+
+    /// A channel left the connection: the API stops listing it.
+    fn forget_channel(&self, ch: u16) {
+        if let Some(info) = &self.info {
+            info.remove_channel(ch);
         }
     }
 
     /// Connection teardown: channels released (unacked requeued), deliveries still in the
     /// event channel handed back, exclusive queues deleted.
     fn release(&mut self) {
+        if let Some(info) = self.info.take() {
+            self.broker.registry.unregister(info.id);
+        }
         if self.vhost.is_none() {
             return;
         }
+        let churn = &self.broker.counters.connections;
+        churn::bump(&churn.connections_closed);
+        churn::add(&churn.channels_closed, self.channels.len() as u64);
         let (channels, mut ctx) = self.split();
         for channel in channels.values_mut() {
             channel.release_all(&mut ctx);
@@ -694,7 +932,7 @@ impl Connection {
             }
         }
         if let Some(vhost) = &self.vhost {
-            vhost.connection_closed(self.id);
+            vhost.close_connection(self.id);
         }
     }
 }
@@ -721,4 +959,17 @@ fn peek_ids(payload: &[u8]) -> (u16, u16) {
         u16::from_be_bytes([payload[0], payload[1]]),
         u16::from_be_bytes([payload[2], payload[3]]),
     )
+}
+
+/// Writes what `wbuf` holds (`Some(bytes written)`), or, once it is empty, flushes the
+/// writer (`None`): see `Connection::unflushed`.
+async fn write_or_flush<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    wbuf: &[u8],
+) -> io::Result<Option<usize>> {
+    if wbuf.is_empty() {
+        writer.flush().await.map(|()| None)
+    } else {
+        writer.write(wbuf).await.map(Some)
+    }
 }

@@ -6,6 +6,7 @@ use crate::config::ServerConfig;
 use bytes::BytesMut;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
+use warren_broker::access::AccessControl;
 use warren_broker::{ConnectionEvent, ConnectionId, VHost};
 use warren_codec::{write_body_frames, write_content_header, write_method, Method, BASIC_CLASS_ID};
 
@@ -17,6 +18,8 @@ pub struct Ctx<'a> {
     pub frame_max: u32,
     pub config: &'a ServerConfig,
     pub user: &'a str,
+    /// The broker's users and permissions, for the channel's permission checks.
+    pub access: &'a AccessControl,
     /// The client asked for basic.cancel notifications (consumer_cancel_notify).
     pub cancel_notify: bool,
 }

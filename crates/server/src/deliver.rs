@@ -4,10 +4,13 @@
 use crate::channel::{Channel, ChannelState, ConsumerEntry};
 use crate::context::Ctx;
 use crate::publish::TxOp;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use warren_broker::consumer::pipeline_cost;
 use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
 use warren_broker::queue::QueuedMessage;
-use warren_broker::{AmqpError, AmqpResult, Consumer, Delivery, Queue};
+use warren_broker::queue_args::check_consume_arguments;
+use warren_broker::{AmqpError, AmqpResult, Consumer, ConsumerInfo, Delivery, MessageStats, Queue};
 use warren_codec::*;
 
 /// What happens to settled deliveries.
@@ -73,18 +76,28 @@ impl Channel {
             return Ok(());
         }
         let name = self.queue_name(m.queue)?;
+        crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
-        let consumer = Arc::new(Consumer::new(
-            tag.clone(),
-            self.id,
-            ctx.connection,
-            m.no_ack,
-            m.exclusive,
-            self.consumer_prefetch,
-            self.flow.clone(),
-            Arc::downgrade(&queue),
-            ctx.events.clone(),
-        ));
+        check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
+        let priority = m
+            .arguments
+            .get("x-priority")
+            .and_then(|p| p.as_i64())
+            .unwrap_or(0);
+        let consumer = Arc::new(
+            Consumer::new(
+                tag.clone(),
+                self.id,
+                ctx.connection,
+                m.no_ack,
+                m.exclusive,
+                self.consumer_prefetch,
+                self.flow.clone(),
+                Arc::downgrade(&queue),
+                ctx.events.clone(),
+            )
+            .with_priority(priority),
+        );
         queue.touch();
         queue.add_consumer(consumer.clone())?;
         // Deliveries the queue made just now wait in the connection's event channel, which it
@@ -97,6 +110,14 @@ impl Channel {
                 },
             );
         }
+        self.info.add_consumer(ConsumerInfo {
+            tag: tag.to_string(),
+            queue: queue.name.to_string(),
+            ack_required: !m.no_ack,
+            exclusive: m.exclusive,
+            prefetch_count: self.consumer_prefetch,
+            arguments: m.arguments,
+        });
         self.consumers.insert(
             tag,
             ConsumerEntry {
@@ -124,6 +145,7 @@ impl Channel {
         let Some(entry) = self.consumers.remove(tag) else {
             return;
         };
+        self.info.remove_consumer(tag);
         match entry.queue {
             Some(queue) => {
                 let removed = queue.remove_consumer(ctx.connection, self.id, tag);
@@ -141,6 +163,7 @@ impl Channel {
 
     /// The queue deleted a consumer under us: forget it and tell the client.
     pub fn consumer_cancelled_by_broker(&mut self, tag: ShortStr, ctx: &mut Ctx) {
+        self.info.remove_consumer(&tag);
         if self.consumers.remove(&tag).is_some()
             && ctx.cancel_notify
             && self.state == ChannelState::Open
@@ -157,11 +180,23 @@ impl Channel {
 
     pub fn get(&mut self, m: BasicGet, ctx: &mut Ctx) -> AmqpResult<()> {
         let name = self.queue_name(m.queue)?;
+        crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
         let Some((message, message_count)) = queue.get(m.no_ack) else {
+            MessageStats::add(&self.info.stats.get_empty, 1);
             ctx.send(self.id, BasicGetEmpty);
             return Ok(());
         };
+        let counter = |s: &MessageStats| match m.no_ack {
+            true => MessageStats::add(&s.get_no_ack, 1),
+            false => MessageStats::add(&s.get, 1),
+        };
+        counter(&self.info.stats);
+        counter(&queue.stats);
+        if message.redelivered {
+            MessageStats::add(&self.info.stats.redeliver, 1);
+            MessageStats::add(&queue.stats.redeliver, 1);
+        }
         self.next_delivery_tag += 1;
         let tag = self.next_delivery_tag;
         let msg = &message.message;
@@ -184,6 +219,7 @@ impl Channel {
                 message,
                 consumer: None,
             });
+            self.note_unacked();
         }
         Ok(())
     }
@@ -202,6 +238,10 @@ impl Channel {
                 queue: d.queue,
                 message: d.message,
             });
+            // Its credit came back: with a global limit, that is room for the others.
+            if self.flow.has_global_limit() {
+                self.wake_consumers();
+            }
             return;
         }
         self.next_delivery_tag += 1;
@@ -219,7 +259,21 @@ impl Channel {
             &msg.properties_raw,
             &msg.body,
         );
-        consumer.delivered(1);
+        consumer.delivered(pipeline_cost(msg));
+        let counter = |s: &MessageStats| match consumer.no_ack {
+            true => MessageStats::add(&s.deliver_no_ack, 1),
+            false => MessageStats::add(&s.deliver, 1),
+        };
+        counter(&self.info.stats);
+        if let Some(queue) = &d.queue {
+            counter(&queue.stats);
+            if d.message.redelivered {
+                MessageStats::add(&queue.stats.redeliver, 1);
+            }
+        }
+        if d.message.redelivered {
+            MessageStats::add(&self.info.stats.redeliver, 1);
+        }
         if !consumer.no_ack {
             if let Some(queue) = d.queue {
                 self.unacked.push_back(Unacked {
@@ -228,15 +282,19 @@ impl Channel {
                     message: d.message,
                     consumer: Some(consumer),
                 });
+                self.note_unacked();
             }
         }
     }
 
+    /// Keeps the API's unacked gauge current (a relaxed store, nothing more).
+    pub fn note_unacked(&self) {
+        self.info
+            .messages_unacknowledged
+            .store(self.unacked.len() as u32, Relaxed);
+    }
+
     pub fn ack(&mut self, tag: u64, multiple: bool, ctx: &mut Ctx) -> AmqpResult<()> {
-        if let Some(ops) = self.tx.as_mut() {
-            ops.push(TxOp::Ack { tag, multiple });
-            return Ok(());
-        }
         self.settle(tag, multiple, None, ctx)
     }
 
@@ -247,14 +305,6 @@ impl Channel {
         requeue: bool,
         ctx: &mut Ctx,
     ) -> AmqpResult<()> {
-        if let Some(ops) = self.tx.as_mut() {
-            ops.push(TxOp::Nack {
-                tag,
-                multiple,
-                requeue,
-            });
-            return Ok(());
-        }
         self.settle(tag, multiple, Some(requeue), ctx)
     }
 
@@ -277,7 +327,9 @@ impl Channel {
         Ok(vec![self.unacked.remove(at).expect("index from search")])
     }
 
-    /// Acks (`requeue` None) or rejects (`Some(requeue)`) deliveries, grouped per queue.
+    /// Acks (`requeue` None) or rejects (`Some(requeue)`) deliveries, grouped per queue. The
+    /// tags leave the unacked list at once, in a transaction too (an unknown or already
+    /// settled tag is 406 now, not at commit); a transaction applies them at commit.
     pub fn settle(
         &mut self,
         tag: u64,
@@ -285,28 +337,83 @@ impl Channel {
         requeue: Option<bool>,
         _ctx: &mut Ctx,
     ) -> AmqpResult<()> {
-        let settled = self.take_unacked(tag, multiple)?;
+        let deliveries = self.take_unacked(tag, multiple)?;
+        self.note_unacked();
+        match self.tx.as_mut() {
+            Some(ops) => ops.push(TxOp::Settle {
+                deliveries,
+                requeue,
+            }),
+            None => self.settle_taken(deliveries, requeue),
+        }
+        Ok(())
+    }
+
+    /// Settles deliveries already taken off the unacked list.
+    pub fn settle_taken(&mut self, deliveries: Vec<Unacked>, requeue: Option<bool>) {
+        if requeue.is_none() {
+            MessageStats::add(&self.info.stats.ack, deliveries.len() as u64);
+        }
         let outcome = match requeue {
             None => Settlement::Ack,
             Some(true) => Settlement::Requeue,
             Some(false) => Settlement::Reject,
         };
-        self.release(settled, outcome);
+        self.release(deliveries, outcome);
+    }
+
+    /// Puts deliveries taken off the unacked list back, in tag order (tx.rollback gives back
+    /// its uncommitted acks so they can be acked again, as RabbitMQ does).
+    pub fn restore_unacked(&mut self, deliveries: Vec<Unacked>) {
+        if deliveries.is_empty() {
+            return;
+        }
+        let mut all: Vec<Unacked> = self.unacked.drain(..).chain(deliveries).collect();
+        all.sort_by_key(|u| u.tag);
+        self.unacked = all.into();
+        self.note_unacked();
+    }
+
+    /// tx.rollback: drops the uncommitted publishes and restores the uncommitted acks.
+    pub fn rollback(&mut self) -> AmqpResult<()> {
+        let Some(ops) = self.tx.replace(Vec::new()) else {
+            return Err(AmqpError::precondition("channel is not transactional"));
+        };
+        for op in ops {
+            if let TxOp::Settle { deliveries, .. } = op {
+                self.restore_unacked(deliveries);
+            }
+        }
         Ok(())
     }
 
     /// Returns settled deliveries' credit to their consumers and tells their queues, one
     /// call per run of the same queue.
+    ///
+    /// With a global prefetch and several consumers, the channel's room is given back only
+    /// after the queues were told: otherwise the queue of the acked message, dispatching at
+    /// once, would take that room every time and starve the channel's other queues. The
+    /// consumers are then woken in turn (`ChannelFlow::wake_in_turn`).
     fn release(&mut self, settled: Vec<Unacked>, outcome: Settlement) {
+        let defer_room = self.flow.has_global_limit() && self.consumers.len() > 1;
+        let mut room_freed = 0;
         let mut run: Option<(Arc<Queue>, Vec<QueuedMessage>)> = None;
         let flush = |queue: Arc<Queue>, messages: Vec<QueuedMessage>| match outcome {
-            Settlement::Ack => queue.settle(messages, Vec::new(), Vec::new()),
+            Settlement::Ack => {
+                MessageStats::add(&queue.stats.ack, messages.len() as u64);
+                queue.settle(messages, Vec::new(), Vec::new())
+            }
             Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
             Settlement::Reject => queue.settle(Vec::new(), Vec::new(), messages),
         };
         for u in settled {
             if let Some(c) = &u.consumer {
-                c.settled(1);
+                if defer_room {
+                    c.settled_own(1);
+                    room_freed += 1;
+                } else {
+                    c.settled(1);
+                }
             }
             match &mut run {
                 Some((q, messages)) if Arc::ptr_eq(q, &u.queue) => messages.push(u.message),
@@ -321,9 +428,15 @@ impl Channel {
         if let Some((q, messages)) = run {
             flush(q, messages);
         }
+        self.note_unacked();
+        if room_freed > 0 {
+            self.flow.settled(room_freed);
+        }
         self.wake_consumers();
     }
 
+    /// basic.recover: requeues every unacked delivery. Deliveries an uncommitted ack took are
+    /// not among them (RabbitMQ): the commit acks them, a rollback makes them unacked again.
     pub fn recover(&mut self, requeue: bool) -> AmqpResult<()> {
         if !requeue {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "requeue=false"));
@@ -333,11 +446,15 @@ impl Channel {
         Ok(())
     }
 
-    /// Channel teardown: cancel consumers, requeue unacked deliveries, drop a half publish.
+    /// Channel teardown: cancel consumers, requeue unacked deliveries (those of uncommitted
+    /// acks too), drop a half publish and the transaction.
     pub fn release_all(&mut self, ctx: &mut Ctx) {
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {
             self.remove_consumer(&tag, ctx);
+        }
+        if self.tx.is_some() {
+            let _ = self.rollback();
         }
         let all: Vec<Unacked> = self.unacked.drain(..).collect();
         self.release(all, Settlement::Requeue);
@@ -349,11 +466,12 @@ impl Channel {
 /// Hands a delivery that never reached its client back to its queue, with its credit.
 pub fn return_delivery(d: Delivery) {
     let consumer = d.consumer;
+    let cost = pipeline_cost(&d.message.message);
     if let Some(queue) = d.queue {
         if !consumer.no_ack {
             consumer.settled(1);
         }
         queue.return_undelivered(vec![d.message], !consumer.no_ack);
     }
-    consumer.delivered(1);
+    consumer.delivered(cost);
 }

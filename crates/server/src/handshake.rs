@@ -18,27 +18,43 @@ const CAPABILITIES: &[&str] = &[
     "direct_reply_to",
 ];
 
-pub fn connection_start() -> ConnectionStart {
+/// Warren's own server properties; `ServerConfig::server_properties` may replace any of
+/// them or add others (RabbitMQ's `server_properties` setting), but not the capabilities.
+const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
+    ("product", "Warren"),
+    ("version", env!("CARGO_PKG_VERSION")),
+    ("platform", "Rust"),
+    ("cluster_name", "warren"),
+    ("copyright", "Warren contributors"),
+    (
+        "information",
+        "An AMQP 0-9-1 broker compatible with RabbitMQ clients",
+    ),
+];
+
+/// connection.start offering `mechanisms` (space-separated, as the field carries them).
+pub fn connection_start(config: &ServerConfig, mechanisms: &'static str) -> ConnectionStart {
     let mut capabilities = FieldTable::new();
     for c in CAPABILITIES {
         capabilities.insert(*c, FieldValue::Bool(true));
     }
     let mut props = FieldTable::new();
     props.insert("capabilities", FieldValue::Table(capabilities));
-    props.insert("product", FieldValue::string("Warren"));
-    props.insert("version", FieldValue::string(env!("CARGO_PKG_VERSION")));
-    props.insert("platform", FieldValue::string("Rust"));
-    props.insert("cluster_name", FieldValue::string("warren"));
-    props.insert("copyright", FieldValue::string("Warren contributors"));
-    props.insert(
-        "information",
-        FieldValue::string("An AMQP 0-9-1 broker compatible with RabbitMQ clients"),
-    );
+    for (key, value) in DEFAULT_PROPERTIES {
+        if !config.server_properties.iter().any(|(k, _)| k == key) {
+            props.insert(*key, FieldValue::string(*value));
+        }
+    }
+    for (key, value) in &config.server_properties {
+        if key != "capabilities" {
+            props.insert(key.as_str(), FieldValue::string(value.as_str()));
+        }
+    }
     ConnectionStart {
         version_major: 0,
         version_minor: 9,
         server_properties: props,
-        mechanisms: Bytes::from_static(crate::auth::MECHANISMS.as_bytes()),
+        mechanisms: Bytes::from_static(mechanisms.as_bytes()),
         locales: Bytes::from_static(b"en_US"),
     }
 }
@@ -56,6 +72,8 @@ pub fn connection_tune(config: &ServerConfig) -> ConnectionTune {
 pub struct ClientCapabilities {
     pub consumer_cancel_notify: bool,
     pub connection_blocked: bool,
+    /// A refused login is told with connection.close 403 instead of a dropped socket.
+    pub authentication_failure_close: bool,
 }
 
 impl ClientCapabilities {
@@ -68,6 +86,7 @@ impl ClientCapabilities {
         ClientCapabilities {
             consumer_cancel_notify: on("consumer_cancel_notify"),
             connection_blocked: on("connection.blocked"),
+            authentication_failure_close: on("authentication_failure_close"),
         }
     }
 }

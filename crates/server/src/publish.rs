@@ -3,16 +3,28 @@
 //!
 //! A body that arrives in one frame (every body up to frame_max) is kept as the `Bytes` slice
 //! of the read buffer it came in; only multi-frame bodies are joined, once.
+//!
+//! When the store cannot write (a full disk, an I/O error: docs/STORAGE.md §11), a
+//! persistent message for durable queues is not enqueued in them and its publisher gets a
+//! nack at once; a confirm waiting for a batch that failed becomes a nack; a transaction
+//! with such a publish fails its commit as RabbitMQ does (406 "partial tx completion").
 
-use crate::channel::Channel;
+use crate::channel::{Channel, ChannelState};
 use crate::context::Ctx;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use warren_broker::consumer::pipeline_cost;
+use warren_broker::message::parse_expiration;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
 use warren_broker::queue::{QueuedMessage, StoreRef};
-use warren_broker::{AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message};
+use warren_broker::routing_keys::{header_routes, strip_bcc};
+use warren_broker::{
+    AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message, MessageStats,
+};
 use warren_codec::*;
+use warren_store::{Appended, Outcome, StoreError};
 
 /// A basic.publish whose content is still arriving.
 pub struct PendingPublish {
@@ -71,15 +83,35 @@ pub struct Published {
     pub body: Bytes,
 }
 
+/// What became of a routed publish.
+pub struct Routed {
+    /// The store sequence that must be durable before the publish counts as safe (0:
+    /// nothing stored).
+    pub store_seq: u64,
+    /// Some queue did not take it (`x-overflow=reject-publish`, or a store that cannot
+    /// write): a confirming publisher gets a nack, a transaction fails its commit.
+    pub refused: bool,
+}
+
+/// What the store made of a persistent publish.
+enum Persisted {
+    /// Nothing needed storing (transient, or no durable queue reached).
+    NotNeeded,
+    Appended(Appended),
+    /// The store cannot write now: the durable queues do not take the message.
+    Refused,
+}
+
 /// Publisher confirms: sequence numbers given to publishes and those not yet confirmed.
 ///
 /// A persistent message routed to a durable queue is confirmed only once the store has
-/// fsync'd it (its store sequence is durable); others need nothing (store sequence 0).
-/// Confirms go out in publish order, so a run of ready acks is one basic.ack(multiple).
+/// fsync'd it (its store sequence is settled durable); others need nothing (store sequence
+/// 0). If its store batch failed, the confirm is a nack. Confirms go out in publish order,
+/// so a run of ready acks is one basic.ack(multiple).
 #[derive(Debug, Default)]
 pub struct ConfirmState {
     pub next_seq: u64,
-    /// (publish seq, store seq that must be durable first, ack (true) or nack).
+    /// (publish seq, store seq that must be settled first, ack (true) or nack).
     pending: VecDeque<(u64, u64, bool)>,
 }
 
@@ -92,20 +124,27 @@ impl ConfirmState {
 /// Work a transaction holds until commit.
 pub enum TxOp {
     Publish(Published),
-    Ack {
-        tag: u64,
-        multiple: bool,
-    },
-    Nack {
-        tag: u64,
-        multiple: bool,
-        requeue: bool,
+    /// Deliveries an ack (`requeue` None) or nack/reject named: already off the unacked list
+    /// (as in RabbitMQ, so naming them again is an unknown tag at once), still holding their
+    /// consumers' credit until the commit.
+    Settle {
+        deliveries: Vec<crate::deliver::Unacked>,
+        requeue: Option<bool>,
     },
 }
 
 fn unexpected(what: &str) -> AmqpError {
     AmqpError::new(ReplyCode::UnexpectedFrame, what.to_owned())
 }
+
+/// RabbitMQ's error for a transaction some of whose work failed (rabbit_channel
+/// `complete_tx`).
+fn partial_tx_completion() -> AmqpError {
+    AmqpError::precondition("partial tx completion")
+}
+
+/// Class and method ids of tx.commit, for the channel.close of a failed commit.
+const TX_COMMIT: (u16, u16) = (TxCommit::CLASS_ID, TxCommit::METHOD_ID);
 
 impl Channel {
     pub fn start_publish(&mut self, method: BasicPublish, _ctx: &mut Ctx) -> AmqpResult<()> {
@@ -171,6 +210,10 @@ impl Channel {
 
     fn finish_publish(&mut self, ctx: &mut Ctx) -> AmqpResult<()> {
         let pending = self.pending_publish.take().expect("publish in progress");
+        // Checked as RabbitMQ does, when the message is whole and before a transaction
+        // takes it: write on the exchange (cached per channel).
+        self.publish_grants
+            .check_write(ctx, &pending.method.exchange)?;
         let published = Published {
             method: pending.method,
             header: pending.header.expect("header before body"),
@@ -185,34 +228,32 @@ impl Channel {
         }
     }
 
-    /// Routes one message and confirms it (or returns it, or nacks it). Returns the store
-    /// sequence that must be durable before the publish counts as safe (0: nothing stored).
-    pub fn route_and_enqueue(&mut self, p: Published, ctx: &mut Ctx) -> AmqpResult<u64> {
+    /// Routes one message and confirms it (or returns it, or nacks it).
+    pub fn route_and_enqueue(&mut self, p: Published, ctx: &mut Ctx) -> AmqpResult<Routed> {
         if p.method.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true"));
         }
         let exchange = ctx.vhost.exchange(&p.method.exchange).ok_or_else(|| {
-            AmqpError::not_found(format!("no exchange '{}' in vhost '/'", p.method.exchange))
+            AmqpError::not_found(format!(
+                "no exchange '{}' in vhost '{}'",
+                p.method.exchange,
+                ctx.vhost.name()
+            ))
         })?;
         if exchange.internal {
             return Err(AmqpError::access_refused(format!(
-                "cannot publish to internal exchange '{}' in vhost '/'",
-                exchange.name
+                "cannot publish to internal exchange '{}' in vhost '{}'",
+                exchange.name,
+                ctx.vhost.name()
             )));
         }
         let mut props = p
             .header
             .properties()
             .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
-        if let Some(user_id) = &props.user_id {
-            if user_id.as_str() != ctx.user {
-                return Err(AmqpError::precondition(format!(
-                    "user_id property set to '{user_id}' but authenticated user was '{}'",
-                    ctx.user
-                )));
-            }
-        }
+        // RabbitMQ's order: the reply-to rewrite, user-id, expiration, then the CC/BCC headers.
         let mut properties_raw = p.header.properties.clone();
+        let mut reencode = false;
         if props
             .reply_to
             .as_ref()
@@ -224,6 +265,29 @@ impl Channel {
                 ));
             };
             props.reply_to = Some(ShortStr::from(format!("{DIRECT_REPLY_TO_PREFIX}{key}")));
+            reencode = true;
+        }
+        if let Some(user_id) = &props.user_id {
+            if user_id.as_str() != ctx.user {
+                return Err(AmqpError::precondition(format!(
+                    "user_id property set to '{user_id}' but authenticated user was '{}'",
+                    ctx.user
+                )));
+            }
+        }
+        if let Some(expiration) = &props.expiration {
+            if let Err(why) = parse_expiration(expiration) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid expiration '{expiration}': {why}"
+                )));
+            }
+        }
+        // Sender-selected distribution: empty (no allocation) unless CC or BCC is present.
+        let cc_routes = header_routes(props.headers.as_ref())?;
+        reencode |= strip_bcc(&mut props);
+        if reencode {
+            // Only a rewritten reply-to or a removed BCC costs a re-encode; every other
+            // message keeps the properties exactly as published.
             properties_raw = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
         }
         let message = Arc::new(Message::new(
@@ -233,6 +297,13 @@ impl Channel {
             properties_raw,
             p.body,
         ));
+        MessageStats::add(&self.info.stats.publish, 1);
+        MessageStats::add(&exchange.stats.publish_in, 1);
+        ctx.vhost.counters.published.observe(
+            ctx.connection,
+            message.body.len(),
+            self.confirm.is_some(),
+        );
         let seq = self.confirm.as_mut().map(|c| {
             c.next_seq += 1;
             c.next_seq
@@ -244,7 +315,7 @@ impl Channel {
         if exchange.name.is_empty() && p.method.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
             if let Some(consumer) = ctx.vhost.reply_consumer(&p.method.routing_key) {
                 // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
-                consumer.take_credit();
+                consumer.take_credit(pipeline_cost(&message));
                 let delivery = Delivery {
                     consumer: consumer.clone(),
                     queue: None,
@@ -260,17 +331,39 @@ impl Channel {
             }
         } else {
             let mut queues = std::mem::take(&mut self.route_buf);
-            ctx.vhost.route(
-                &exchange,
-                &p.method.routing_key,
-                props.headers.as_ref(),
-                &mut queues,
-            );
-            routed = !queues.is_empty();
-            let stored = self.persist(&message, &queues, ctx)?;
-            if let Some(appended) = stored {
-                store_seq = appended.seq;
+            let publish_key: &str = &p.method.routing_key;
+            let all_keys: Vec<&str>;
+            let routing_keys: &[&str] = if cc_routes.is_empty() {
+                std::slice::from_ref(&publish_key)
+            } else {
+                all_keys = std::iter::once(publish_key)
+                    .chain(cc_routes.iter().filter_map(|r| std::str::from_utf8(r).ok()))
+                    .collect();
+                &all_keys
+            };
+            if let Err(refused) =
+                self.publish_grants
+                    .check_topic_write(ctx, &exchange, routing_keys)
+            {
+                self.route_buf = queues;
+                return Err(refused);
             }
+            ctx.vhost
+                .route_keys(&exchange, routing_keys, props.headers.as_ref(), &mut queues);
+            routed = !queues.is_empty();
+            let stored = match self.persist(&message, &queues, ctx)? {
+                Persisted::NotNeeded => None,
+                Persisted::Appended(appended) => {
+                    store_seq = appended.seq;
+                    Some(appended)
+                }
+                Persisted::Refused => {
+                    // Only the durable queues need the store; the others take it.
+                    rejected = true;
+                    queues.retain(|q| q.stored.is_none());
+                    None
+                }
+            };
             for queue in queues.drain(..) {
                 let store_ref = stored.filter(|_| queue.stored.is_some()).map(|a| StoreRef {
                     id: a.id,
@@ -283,6 +376,13 @@ impl Channel {
             self.route_buf = queues;
         }
 
+        if routed {
+            MessageStats::add(&exchange.stats.publish_out, 1);
+        } else if p.method.mandatory {
+            MessageStats::add(&self.info.stats.return_unroutable, 1);
+        } else {
+            MessageStats::add(&self.info.stats.drop_unroutable, 1);
+        }
         if !routed && p.method.mandatory {
             ctx.send_content(
                 self.id,
@@ -298,20 +398,25 @@ impl Channel {
         }
         if let (Some(seq), Some(c)) = (seq, self.confirm.as_mut()) {
             c.pending.push_back((seq, store_seq, !rejected));
+            self.info
+                .messages_unconfirmed
+                .store(c.pending.len() as u32, Relaxed);
         }
-        Ok(store_seq)
+        Ok(Routed {
+            store_seq,
+            refused: rejected,
+        })
     }
 
-    /// Writes a persistent message once to the store for all the durable queues it reached;
-    /// returns where, or None when nothing needed storing.
+    /// Writes a persistent message once to the store for all the durable queues it reached.
     fn persist(
         &mut self,
         message: &Message,
         queues: &[Arc<warren_broker::Queue>],
         ctx: &mut Ctx,
-    ) -> AmqpResult<Option<warren_store::Appended>> {
+    ) -> AmqpResult<Persisted> {
         let Some(store) = ctx.vhost.store.as_ref().filter(|_| message.persistent) else {
-            return Ok(None);
+            return Ok(Persisted::NotNeeded);
         };
         self.store_ids_buf.clear();
         self.store_ids_buf.extend(
@@ -320,39 +425,61 @@ impl Channel {
                 .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
         );
         if self.store_ids_buf.is_empty() {
-            return Ok(None);
+            return Ok(Persisted::NotNeeded);
         }
-        store
-            .append(&self.store_ids_buf, &message.to_stored())
-            .map(Some)
-            .map_err(|e| AmqpError::new(ReplyCode::InternalError, format!("message store: {e}")))
+        match store.append(&self.store_ids_buf, &message.to_stored()) {
+            Ok(appended) => Ok(Persisted::Appended(appended)),
+            // A write failed and the store retries (the store logs it, once).
+            Err(StoreError::Unavailable(_)) => Ok(Persisted::Refused),
+            Err(e) => Err(AmqpError::new(
+                ReplyCode::InternalError,
+                format!("message store: {e}"),
+            )),
+        }
     }
 
     /// Writes the confirms that are ready: everything in order up to the first publish whose
-    /// store write is not durable yet. A run of acks becomes one basic.ack(multiple).
+    /// store write is not settled yet (a failed one is a nack). A run of acks becomes one
+    /// basic.ack(multiple). Also answers a tx.commit waiting for the store.
     pub fn flush_confirms(&mut self, ctx: &mut Ctx) {
-        let durable_seq = ctx
-            .vhost
-            .store
-            .as_ref()
-            .map_or(u64::MAX, |s| s.durable_seq());
-        if self.commit_waits_for.is_some_and(|seq| seq <= durable_seq) {
-            self.commit_waits_for = None;
-            ctx.send(self.id, TxCommitOk);
+        if !self.awaits_durability() {
+            return;
+        }
+        let durable = ctx.vhost.store.as_ref().map(|s| s.durable_state());
+        let outcome = |store_seq: u64| {
+            durable
+                .as_ref()
+                .map_or(Outcome::Durable, |d| d.outcome(store_seq))
+        };
+        if let Some(seq) = self.commit_waits_for {
+            match outcome(seq) {
+                Outcome::Pending => {}
+                Outcome::Durable => {
+                    self.commit_waits_for = None;
+                    ctx.send(self.id, TxCommitOk);
+                }
+                Outcome::Failed => {
+                    self.commit_waits_for = None;
+                    if self.state == ChannelState::Open {
+                        self.close_with_error(&partial_tx_completion(), TX_COMMIT, ctx);
+                    }
+                }
+            }
         }
         let Some(c) = self.confirm.as_mut() else {
             return;
         };
-        if c.pending.is_empty() {
-            return;
-        }
         let mut run: Option<(u64, u64)> = None; // (first, last) acked publish seq
+        let pending_before = c.pending.len();
         while let Some(&(seq, store_seq, ok)) = c.pending.front() {
-            if store_seq > durable_seq {
-                break;
-            }
+            let ok = match outcome(store_seq) {
+                Outcome::Pending => break,
+                Outcome::Durable => ok,
+                Outcome::Failed => false,
+            };
             c.pending.pop_front();
             if ok {
+                MessageStats::add(&self.info.stats.confirm, 1);
                 run = Some((run.map_or(seq, |r| r.0), seq));
                 continue;
             }
@@ -383,25 +510,62 @@ impl Channel {
                 },
             );
         }
+        if c.pending.len() != pending_before {
+            self.info
+                .messages_unconfirmed
+                .store(c.pending.len() as u32, Relaxed);
+        }
     }
 
-    /// tx.commit: applies the buffered publishes and acks in order. commit-ok is sent once
-    /// every persistent message of the transaction is durable (`flush_confirms` sends it).
+    /// tx.commit: applies the buffered publishes, then the acks, each in order (RabbitMQ's
+    /// order). commit-ok is sent once every persistent message of the transaction is durable
+    /// (`flush_confirms` sends it). A publish some queue refused fails the commit, as in
+    /// RabbitMQ (whose channel fails a transaction that saw a nack): 406 "partial tx
+    /// completion", channel closed, the acks not applied; so does a store batch of the
+    /// transaction that fails.
     pub fn commit(&mut self, ctx: &mut Ctx) -> AmqpResult<()> {
         let Some(ops) = self.tx.replace(Vec::new()) else {
             return Err(AmqpError::precondition("channel is not transactional"));
         };
         let mut store_seq = 0;
-        for op in ops {
+        let mut refused = false;
+        let mut settles = Vec::new();
+        let mut ops = ops.into_iter();
+        while let Some(op) = ops.next() {
             match op {
-                TxOp::Publish(p) => store_seq = store_seq.max(self.route_and_enqueue(p, ctx)?),
-                TxOp::Ack { tag, multiple } => self.settle(tag, multiple, None, ctx)?,
-                TxOp::Nack {
-                    tag,
-                    multiple,
+                TxOp::Publish(p) => match self.route_and_enqueue(p, ctx) {
+                    Ok(routed) => {
+                        store_seq = store_seq.max(routed.store_seq);
+                        refused |= routed.refused;
+                    }
+                    Err(e) => {
+                        // The channel closes: deliveries the commit would have settled go
+                        // back to the unacked list, which the close requeues.
+                        for op in ops {
+                            if let TxOp::Settle { deliveries, .. } = op {
+                                settles.push((deliveries, None));
+                            }
+                        }
+                        for (deliveries, _) in settles {
+                            self.restore_unacked(deliveries);
+                        }
+                        return Err(e);
+                    }
+                },
+                TxOp::Settle {
+                    deliveries,
                     requeue,
-                } => self.settle(tag, multiple, Some(requeue), ctx)?,
+                } => settles.push((deliveries, requeue)),
             }
+        }
+        if refused {
+            for (deliveries, _) in settles {
+                self.restore_unacked(deliveries);
+            }
+            return Err(partial_tx_completion());
+        }
+        for (deliveries, requeue) in settles {
+            self.settle_taken(deliveries, requeue);
         }
         self.commit_waits_for = Some(store_seq);
         self.flush_confirms(ctx);

@@ -1,12 +1,15 @@
 //! Durability through the whole server, on the store's fault-injecting disk: a publisher
 //! confirm for a persistent message is withheld until its fsync completes, and every confirmed
-//! message is back, redelivered, after a crash that drops all unsynced writes.
+//! message is back, redelivered, after a crash that drops all unsynced writes; on a full
+//! disk, unconfirmed publishes are nacked, consumers carry on and publishing resumes.
 
 mod client;
 
 use bytes::Bytes;
 use client::{Client, Incoming};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use warren_broker::Broker;
 use warren_codec::*;
@@ -428,4 +431,217 @@ async fn get_reads_past_paged_batches_that_expired_whole() {
         .map(|(b, _)| b)
         .collect();
     assert_eq!(got, vec![Bytes::from_static(b"keep")]);
+}
+
+/// Publisher confirms for tags `first..=last`, read until all are settled: (acked, nacked).
+/// Panics if that takes longer than `within`.
+async fn settle_confirms(
+    c: &mut Client,
+    first: u64,
+    last: u64,
+    within: Duration,
+) -> (Vec<u64>, Vec<u64>) {
+    let mut unsettled: BTreeSet<u64> = (first..=last).collect();
+    let (mut acked, mut nacked) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + within;
+    while !unsettled.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let incoming = tokio::time::timeout(left, c.next())
+            .await
+            .unwrap_or_else(|_| panic!("tags {unsettled:?} unconfirmed after {within:?}"));
+        let (tag, multiple, into) = match incoming {
+            Incoming::Method(_, Method::BasicAck(a)) => (a.delivery_tag, a.multiple, &mut acked),
+            Incoming::Method(_, Method::BasicNack(n)) => (n.delivery_tag, n.multiple, &mut nacked),
+            other => panic!("expected confirms, got {other:?}"),
+        };
+        let settled: Vec<u64> = if multiple {
+            unsettled.range(..=tag).copied().collect()
+        } else {
+            vec![tag]
+        };
+        for t in settled {
+            assert!(unsettled.remove(&t), "tag {t} confirmed twice");
+            into.push(t);
+        }
+    }
+    (acked, nacked)
+}
+
+/// Publishes persistent `body` once a second until one is confirmed with an ack (the store
+/// retries its writes every 100–500 ms), within 3 s; returns that tag.
+async fn publish_until_acked(c: &mut Client, queue: &str, next_tag: &mut u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        *next_tag += 1;
+        c.publish_persistent(1, "", queue, b"again").await;
+        let (acked, _) = settle_confirms(c, *next_tag, *next_tag, Duration::from_secs(1)).await;
+        if !acked.is_empty() {
+            return *next_tag;
+        }
+        assert!(Instant::now() < deadline, "publishing did not work again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn confirm_select(c: &mut Client) {
+    c.send(1, ConfirmSelect { nowait: false }).await;
+    assert!(matches!(c.method().await.1, Method::ConfirmSelectOk(_)));
+}
+
+/// A full disk (docs/STORAGE.md §11): every unconfirmed persistent publish is settled within
+/// a second (an ack for what reached the disk, a nack for the rest), a publish during the
+/// outage is nacked at once, a consumer on another connection keeps receiving and acking,
+/// and publishing with confirms works again, without a restart, once space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_nacks_at_once_consumers_keep_working_and_publishing_resumes() {
+    let disk = Arc::new(FaultyBackend::new(11));
+    let port = start_on(disk.clone()).await;
+    let mut publisher = Client::connect(port).await;
+    publisher.open_channel(1).await;
+    declare_durable(&mut publisher, "work").await;
+    confirm_select(&mut publisher).await;
+    let mut consumer = Client::connect(port).await;
+    consumer.open_channel(1).await;
+    consumer
+        .send(
+            1,
+            BasicConsume {
+                queue: "work".into(),
+                consumer_tag: "c".into(),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(
+        consumer.method().await.1,
+        Method::BasicConsumeOk(_)
+    ));
+
+    let body = |i: u64| format!("{i:04}{}", "x".repeat(996)).into_bytes();
+    for i in 1..=10 {
+        publisher.publish_persistent(1, "", "work", &body(i)).await;
+    }
+    let (acked, _) = settle_confirms(&mut publisher, 1, 10, Duration::from_secs(2)).await;
+    assert_eq!(acked.len(), 10);
+
+    disk.set_capacity_bytes(Some(disk.used_bytes() + 20_000));
+    for i in 11..=70 {
+        publisher.publish_persistent(1, "", "work", &body(i)).await;
+    }
+    let (acked, nacked) = settle_confirms(&mut publisher, 11, 70, Duration::from_secs(1)).await;
+    assert!(
+        !nacked.is_empty(),
+        "the disk filled up: some publishes fail"
+    );
+    // While the store cannot write, a persistent publish is nacked at once.
+    publisher.publish_persistent(1, "", "work", &body(71)).await;
+    let (_, nacked_now) = settle_confirms(&mut publisher, 71, 71, Duration::from_secs(1)).await;
+    assert_eq!(nacked_now, vec![71]);
+
+    // The consumer gets every confirmed message (nacked ones may come too: at least
+    // once) and acks them: no error, no stop.
+    let mut confirmed: BTreeSet<u64> = (1..=10).chain(acked.iter().copied()).collect();
+    while !confirmed.is_empty() {
+        let Incoming::Content(_, Method::BasicDeliver(d), _, got) = consumer.next().await else {
+            panic!("expected a delivery")
+        };
+        let i: u64 = std::str::from_utf8(&got[..4]).unwrap().parse().unwrap();
+        assert!((1..=70).contains(&i), "unknown message {i}");
+        confirmed.remove(&i);
+        consumer
+            .send(
+                1,
+                BasicAck {
+                    delivery_tag: d.delivery_tag,
+                    multiple: false,
+                },
+            )
+            .await;
+    }
+
+    disk.set_capacity_bytes(None);
+    let mut tag = 71;
+    publish_until_acked(&mut publisher, "work", &mut tag).await;
+}
+
+/// A transaction whose persistent publish the store could not take fails its commit as
+/// RabbitMQ fails a transaction that saw a nack: channel.close 406 "partial tx completion".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_store_cannot_write_fails_with_partial_tx_completion() {
+    let disk = Arc::new(FaultyBackend::new(12));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_durable(&mut c, "txq").await;
+    c.send(1, TxSelect).await;
+    assert!(matches!(c.method().await.1, Method::TxSelectOk(_)));
+    c.publish_persistent(1, "", "txq", b"fits").await;
+    c.send(1, TxCommit).await;
+    assert!(matches!(c.method().await.1, Method::TxCommitOk(_)));
+
+    disk.set_capacity_bytes(Some(disk.used_bytes()));
+    for _ in 0..2 {
+        // The first commit's batch fails on the full disk; by the second the store
+        // refuses at once. Either way: 406, and the channel is closed.
+        c.publish_persistent(1, "", "txq", b"no room").await;
+        c.send(1, TxCommit).await;
+        let (ch, Method::ChannelClose(close)) = c.method().await else {
+            panic!("expected channel.close")
+        };
+        assert_eq!(ch, 1);
+        assert_eq!(close.reply_code, 406);
+        assert_eq!(
+            close.reply_text.as_str(),
+            "PRECONDITION_FAILED - partial tx completion"
+        );
+        assert_eq!((close.class_id, close.method_id), (90, 20));
+        c.send(1, ChannelCloseOk).await;
+        c.open_channel(1).await;
+        c.send(1, TxSelect).await;
+        assert!(matches!(c.method().await.1, Method::TxSelectOk(_)));
+    }
+}
+
+/// A queue that keeps its messages on disk only (lazy) holds, for a message whose store
+/// write failed, only an id: it forgets it at once, so counts stay true and a consumer gets
+/// exactly the confirmed messages, in order: no phantom, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_queue_forgets_messages_whose_store_write_failed() {
+    let disk = Arc::new(FaultyBackend::new(13));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_lazy(&mut c, "deep", &[]).await;
+    confirm_select(&mut c).await;
+    for i in 1..=10u64 {
+        c.publish_persistent(1, "", "deep", format!("m{i}").as_bytes())
+            .await;
+    }
+    settle_confirms(&mut c, 1, 10, Duration::from_secs(2)).await;
+    disk.set_capacity_bytes(Some(disk.used_bytes() + 3000));
+    let big = |i: u64| format!("m{i}:{}", "y".repeat(400)).into_bytes();
+    for i in 11..=40u64 {
+        c.publish_persistent(1, "", "deep", &big(i)).await;
+    }
+    let (acked, nacked) = settle_confirms(&mut c, 11, 40, Duration::from_secs(1)).await;
+    assert!(!nacked.is_empty());
+    let expect = 10 + acked.len() as u32;
+    let mut count = 0;
+    for _ in 0..100 {
+        count = declare_lazy(&mut c, "deep", &[]).await;
+        if count == expect {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(count, expect, "message count after the failure");
+    disk.set_capacity_bytes(None);
+    let got: Vec<Bytes> = get_all(&mut c, "deep")
+        .await
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    let mut want: Vec<Bytes> = (1..=10u64).map(|i| Bytes::from(format!("m{i}"))).collect();
+    want.extend(acked.iter().map(|i| Bytes::from(big(*i))));
+    assert_eq!(got, want);
 }

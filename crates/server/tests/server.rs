@@ -94,7 +94,19 @@ async fn publish_then_consume_in_order_with_tags() {
         },
     )
     .await;
-    let ok = c.declare_queue(1, &q.queue, FieldTable::new()).await;
+    // Passive: RabbitMQ refuses a non-passive declare of an amq.* (server-named) queue.
+    c.send(
+        1,
+        QueueDeclare {
+            queue: q.queue.clone(),
+            passive: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("expected declare-ok")
+    };
     assert_eq!((ok.message_count, ok.consumer_count), (0, 1));
 }
 

@@ -2,8 +2,8 @@
 //!
 //! Every fallible public operation returns [`StoreError`]. Corrupt disk data is
 //! always reported as [`StoreError::Corrupt`] (never a panic); an I/O failure in
-//! the group-commit writer poisons the store and is reported to every later
-//! caller as [`StoreError::Failed`].
+//! the group-commit writer fails the records not yet durable and refuses
+//! appends until a retry succeeds ([`StoreError::Unavailable`]).
 
 use std::io;
 
@@ -18,11 +18,14 @@ pub enum StoreError {
     /// Data read from disk failed its CRC or did not decode.
     #[error("corrupt data: {0}")]
     Corrupt(String),
-    /// The writer thread hit an I/O error (or the store was closed); the
-    /// store accepts no more writes and nothing after the last durable
-    /// sequence will become durable.
+    /// The store was closed: it accepts nothing more.
     #[error("store failed: {0}")]
     Failed(String),
+    /// A write or fsync failed (a full disk, an I/O error): the record waited
+    /// for never became durable, or an append is refused while the writer
+    /// retries. Appends work again once a write succeeds.
+    #[error("message store unavailable: {0}")]
+    Unavailable(String),
     /// The queue id is not registered (never was, or was deleted).
     #[error("unknown queue {0:?}")]
     UnknownQueue(QueueId),

@@ -22,7 +22,9 @@
 pub use roaring::RoaringTreemap;
 
 pub mod backend;
+mod durable;
 mod error;
+mod failure;
 mod index;
 mod lock;
 mod meta;
@@ -35,8 +37,9 @@ mod types;
 mod writer;
 
 pub use backend::{Backend, BackendFile, CrashMode, FaultyBackend, FsBackend};
+pub use durable::{DurableState, FailedPublishes, FailedSeqs, Outcome};
 pub use error::{Result, StoreError};
-pub use store::{DurableState, Store};
+pub use store::Store;
 pub use types::{
     Appended, Location, LogPosition, MessageId, QueueId, Recovered, RecoveredQueue, RecoveryReport,
     Scan, ScannedMessage, StoreOptions, StoreStats, StoredMessage, SyncPolicy,

@@ -22,10 +22,7 @@ use crate::index::{add_base, forget_base, refs_per_segment, segment_of, Bases};
 use crate::meta::{read_envelope, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC, QUEUES_FILE};
 use crate::reader::{read_header, scan_segment, RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded};
-use crate::segment::{
-    encode_header, parse_segment_name, segment_path, SegmentHeader, SEGMENT_DIR,
-    SEGMENT_HEADER_BYTES,
-};
+use crate::segment::{parse_segment_name, segment_path, SEGMENT_DIR, SEGMENT_HEADER_BYTES};
 use crate::types::{LogPosition, QueueId, Recovered, RecoveredQueue, RecoveryReport};
 
 /// Per-segment bookkeeping for reclamation (docs/STORAGE.md §5).
@@ -93,7 +90,7 @@ pub struct RecoveredState {
     /// Queue table as loaded.
     pub table: QueueTable,
     /// Segments on disk that the store manages (skipped corrupt-header files
-    /// are not included), the new active one included.
+    /// are not included). All are sealed: the first append starts a new one.
     pub segments: BTreeMap<u32, SegmentInfo>,
     /// Open handles of those segments.
     pub files: HashMap<u32, Arc<dyn BackendFile>>,
@@ -101,8 +98,13 @@ pub struct RecoveredState {
     pub queues: HashMap<QueueId, RoaringTreemap>,
     /// Base message id → segment, for every segment in `segments`.
     pub bases: Bases,
-    /// The new, empty (header only) active segment.
-    pub active_segment: u32,
+    /// The highest-numbered managed segment (0 if there is none) and the end
+    /// of its valid records: where the log ends.
+    pub last_written: u32,
+    pub last_written_end: u64,
+    /// The highest segment number on disk, valid or not (new segments are
+    /// numbered above it).
+    pub last_segment: u32,
     /// Next message id to assign.
     pub next_message_id: u64,
 }
@@ -354,30 +356,17 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     }
     drop(scanned);
 
-    let active_segment = highest_on_disk
-        .checked_add(1)
-        .ok_or_else(|| io::Error::other("segment numbers exhausted"))?;
-    let path = segment_path(active_segment);
-    let file = backend.open(&path, true)?;
-    let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES);
-    encode_header(
-        &mut header,
-        SegmentHeader {
-            segment: active_segment,
-            base_message_id: next_message_id,
-        },
-    );
-    file.append(&header)?;
-    file.sync()?;
-    backend.sync_dir(SEGMENT_DIR)?;
-    let info = SegmentInfo {
-        base_message_id: next_message_id,
-        end_bytes: SEGMENT_HEADER_BYTES as u64,
-        ..SegmentInfo::default()
-    };
-    add_base(&mut bases, active_segment, &info);
-    segments.insert(active_segment, info);
-    files.insert(active_segment, file);
+    // No new segment here: the first append starts one (numbered above every
+    // file on disk), so opening needs no free space.
+    if highest_on_disk == u32::MAX {
+        return Err(io::Error::other("segment numbers exhausted").into());
+    }
+    let (last_written, last_written_end) = segments
+        .iter()
+        .next_back()
+        .map_or((0, SEGMENT_HEADER_BYTES as u64), |(n, info)| {
+            (*n, info.end_bytes)
+        });
 
     let live_references: u64 = live.values().map(RoaringTreemap::len).sum();
     info!(
@@ -395,7 +384,9 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             files,
             queues: live,
             bases,
-            active_segment,
+            last_written,
+            last_written_end,
+            last_segment: highest_on_disk,
             next_message_id,
         },
         Recovered {

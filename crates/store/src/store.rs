@@ -22,6 +22,10 @@
 //!   `SegmentInfo::acks_into`, the older segment holding the acked PUBLISH;
 //!   ACKs carried forward by the writer (writer.rs) do too, but leave the
 //!   index alone (their references are already dead).
+//! - Records are settled in sequence order, each durable or failed
+//!   (durable.rs); a failed batch takes everything pending with it
+//!   (failure.rs), so `LogState::durable_seq` is a plain watermark and the
+//!   failed ones are a few ranges.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -32,10 +36,12 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use roaring::RoaringTreemap;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{watch, Notify};
 use tracing::error;
 
 use crate::backend::{Backend, BackendFile, FsBackend};
+use crate::durable::{DurableState, FailedPublishes, Outcome};
 use crate::error::{Result, StoreError};
 use crate::index::{add_base, refs_per_segment, segment_of, Bases};
 use crate::lock::DirLock;
@@ -77,6 +83,14 @@ pub(crate) struct LogState {
     pub active_segment: u32,
     /// Reserved end of the active segment (including pending bytes).
     pub active_offset_bytes: u64,
+    /// No segment takes appends: the store was just opened, or a failed batch
+    /// sealed the one that did (failure.rs). The next record starts segment
+    /// `last_segment + 1`; until then `active_segment` is the sealed segment
+    /// written last (0 if none), and `active_offset_bytes` its end.
+    pub needs_segment: bool,
+    /// Highest segment number ever used, on disk or given up when creating it
+    /// failed: numbers are never reused.
+    pub last_segment: u32,
     pub segments: BTreeMap<u32, SegmentInfo>,
     /// Live references: queue → ids of its live messages.
     pub queues: HashMap<QueueId, RoaringTreemap>,
@@ -84,20 +98,18 @@ pub(crate) struct LogState {
     pub bases: Bases,
     /// Some segment may have become reclaimable; the writer re-checks.
     pub reclaim_dirty: bool,
+    /// Every record with a sequence number ≤ this is settled: durable, or
+    /// failed (`Shared::durable_tx` names the failed ones).
     pub durable_seq: u64,
+    /// `next_message_id` as of the last durable batch: the PUBLISH records of
+    /// smaller ids are durable (or failed earlier and left the index then).
+    pub durable_next_message_id: u64,
     /// Everything before (segment, offset) has been written by the writer.
     pub written_to: (u32, u64),
-    pub failed: Option<String>,
+    /// Set while a write or fsync failure keeps the store from writing: why.
+    /// Appends are refused meanwhile; acks are taken (failure.rs).
+    pub outage: Option<Arc<str>>,
     pub shutdown: bool,
-}
-
-/// Durability as published to async waiters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DurableState {
-    /// Every record with a sequence number ≤ this is durable.
-    pub seq: u64,
-    /// Set once the store failed; nothing after `seq` will become durable.
-    pub failed: Option<String>,
 }
 
 #[derive(Default)]
@@ -125,35 +137,28 @@ pub(crate) struct Shared {
     pub space_notify: Notify,
     /// Wakes blocking durability waiters and readers.
     pub durable_cv: Condvar,
+    /// Settled records, for async waiters. Updated under the log lock, so a
+    /// waiter woken by `durable_cv` finds it current.
     pub durable_tx: watch::Sender<DurableState>,
+    /// Where the messages of failed PUBLISH records are reported, if anyone
+    /// asked (`Store::failed_publishes`).
+    pub failed_publishes_tx: Mutex<Option<UnboundedSender<FailedPublishes>>>,
     pub files: Mutex<HashMap<u32, Arc<dyn BackendFile>>>,
     pub stats: Counters,
     pub meta: Mutex<QueueTable>,
 }
 
-impl Shared {
-    /// Poisons the store and wakes every waiter.
-    pub fn fail(&self, why: String) {
-        {
-            let mut st = self.log.lock();
-            if st.failed.is_none() {
-                st.failed = Some(why.clone());
-            }
-        }
-        self.durable_tx.send_modify(|d| {
-            d.failed.get_or_insert(why);
-        });
-        self.work_cv.notify_all();
-        self.space_cv.notify_all();
-        self.durable_cv.notify_all();
-        self.space_notify.notify_waiters();
+/// Appends need a store that is open and can write now.
+fn check_writable(st: &LogState) -> Result<()> {
+    check_open(st)?;
+    match &st.outage {
+        Some(why) => Err(StoreError::Unavailable(why.to_string())),
+        None => Ok(()),
     }
 }
 
-fn check_usable(st: &LogState) -> Result<()> {
-    if let Some(why) = &st.failed {
-        return Err(StoreError::Failed(why.clone()));
-    }
+/// Acks and reads need an open store (acks are taken during an outage).
+fn check_open(st: &LogState) -> Result<()> {
     if st.shutdown {
         return Err(StoreError::Failed("store closed".into()));
     }
@@ -161,45 +166,16 @@ fn check_usable(st: &LogState) -> Result<()> {
 }
 
 /// Makes room for a `framed`-byte record in the active segment, rolling over
-/// to a new segment if it would end past the segment size, and makes sure the
-/// pending buffer has a chunk for the active segment.
+/// to a new segment if it would end past the segment size (or if no segment
+/// takes appends), and makes sure the pending buffer has a chunk for the
+/// active segment.
 fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
     let header = SEGMENT_HEADER_BYTES as u64;
-    if st.active_offset_bytes > header
-        && st.active_offset_bytes + framed as u64 > segment_size_bytes
+    if st.needs_segment
+        || (st.active_offset_bytes > header
+            && st.active_offset_bytes + framed as u64 > segment_size_bytes)
     {
-        let sealed = st.active_segment;
-        let sealed_end = st.active_offset_bytes;
-        let base_message_id = st.next_message_id;
-        if let Some(info) = st.segments.get_mut(&sealed) {
-            info.end_bytes = sealed_end;
-            info.end_message_id = base_message_id;
-        }
-        let segment = st.active_segment + 1;
-        let start = st.buf.len();
-        st.chunks.push(Chunk {
-            segment,
-            start,
-            new_segment: true,
-        });
-        encode_header(
-            &mut st.buf,
-            SegmentHeader {
-                segment,
-                base_message_id,
-            },
-        );
-        st.active_segment = segment;
-        st.active_offset_bytes = header;
-        let info = SegmentInfo {
-            base_message_id,
-            end_bytes: header,
-            ..SegmentInfo::default()
-        };
-        add_base(&mut st.bases, segment, &info);
-        st.segments.insert(segment, info);
-        // The sealed segment may already be fully acked.
-        st.reclaim_dirty = true;
+        roll_over(st);
     } else if st.chunks.is_empty() {
         st.chunks.push(Chunk {
             segment: st.active_segment,
@@ -209,9 +185,76 @@ fn place(st: &mut LogState, framed: usize, segment_size_bytes: u64) {
     }
 }
 
+/// Seals the active segment at its reserved end (unless it is sealed already)
+/// and starts segment `last_segment + 1`: its header goes into the pending
+/// buffer (the writer creates the file), based at the next message id. The
+/// caller holds the log lock.
+pub(crate) fn roll_over(st: &mut LogState) {
+    if !st.needs_segment {
+        let base_message_id = st.next_message_id;
+        let sealed_end = st.active_offset_bytes;
+        if let Some(info) = st.segments.get_mut(&st.active_segment) {
+            info.end_bytes = sealed_end;
+            info.end_message_id = base_message_id;
+        }
+        // The sealed segment may already be fully acked.
+        st.reclaim_dirty = true;
+    }
+    start_segment(st);
+}
+
+fn start_segment(st: &mut LogState) {
+    let header = SEGMENT_HEADER_BYTES as u64;
+    let segment = st.last_segment.saturating_add(1);
+    let base_message_id = st.next_message_id;
+    st.chunks.push(Chunk {
+        segment,
+        start: st.buf.len(),
+        new_segment: true,
+    });
+    encode_header(
+        &mut st.buf,
+        SegmentHeader {
+            segment,
+            base_message_id,
+        },
+    );
+    st.active_segment = segment;
+    st.last_segment = segment;
+    st.active_offset_bytes = header;
+    st.needs_segment = false;
+    let info = SegmentInfo {
+        base_message_id,
+        end_bytes: header,
+        ..SegmentInfo::default()
+    };
+    add_base(&mut st.bases, segment, &info);
+    st.segments.insert(segment, info);
+}
+
+/// Segments below this number are sealed and completely written (reclamation
+/// looks only at those): every one below the segment last written, and that
+/// one too once it is sealed and written to its end (after a failure, or
+/// right after open).
+pub(crate) fn complete_below(st: &LogState) -> u32 {
+    let (segment, written_end) = st.written_to;
+    let sealed = segment < st.active_segment || st.needs_segment;
+    let complete = sealed
+        && st
+            .segments
+            .get(&segment)
+            .map_or(true, |info| written_end >= info.end_bytes);
+    if complete {
+        segment.saturating_add(1)
+    } else {
+        segment
+    }
+}
+
 /// Re-appends the ACK of `queue`'s reference to `id` (whose PUBLISH is in
 /// segment `target`), carried forward from a dead segment about to be
-/// removed (docs/STORAGE.md §5). Like [`Store::ack`] minus the index update
+/// removed (docs/STORAGE.md §5), or written again after its batch failed
+/// (failure.rs). Like [`Store::ack`] minus the index update
 /// (the reference is already dead, `live_refs` already counts it out) and
 /// minus back-pressure; records the dependency of the segment it lands in on
 /// `target`. Returns its sequence number. The caller holds the log lock.
@@ -230,7 +273,7 @@ pub(crate) fn append_carried_ack(
 /// Encodes an ACK record into the pending buffer and records that the segment it lands
 /// in now holds an ACK into `target` (the segment of the acked PUBLISH), unless that is
 /// the same segment. Returns its sequence number. The caller holds the log lock.
-fn append_ack_record(
+pub(crate) fn append_ack_record(
     st: &mut LogState,
     segment_size_bytes: u64,
     queue: QueueId,
@@ -376,15 +419,18 @@ impl Store {
             return Err(StoreError::Invalid("max_pending_bytes must be > 0".into()));
         }
         let (state, recovered) = recover(backend.as_ref())?;
-        let header = SEGMENT_HEADER_BYTES as u64;
         let log = LogState {
             buf: Vec::with_capacity(opts.max_pending_bytes.min(1 << 20)),
             chunks: Vec::new(),
             records_pending: 0,
             next_seq: 1,
             next_message_id: state.next_message_id,
-            active_segment: state.active_segment,
-            active_offset_bytes: header,
+            // Open writes nothing: the first record starts a segment, so a
+            // store opens on a full disk (§6).
+            active_segment: state.last_written,
+            active_offset_bytes: state.last_written_end,
+            needs_segment: true,
+            last_segment: state.last_segment,
             segments: state.segments,
             queues: state.queues,
             bases: state.bases,
@@ -392,8 +438,9 @@ impl Store {
             // carry their ACKs forward (§5).
             reclaim_dirty: true,
             durable_seq: 0,
-            written_to: (state.active_segment, header),
-            failed: None,
+            durable_next_message_id: state.next_message_id,
+            written_to: (state.last_written, state.last_written_end),
+            outage: None,
             shutdown: false,
         };
         let stats = Counters::default();
@@ -410,6 +457,7 @@ impl Store {
             space_notify: Notify::new(),
             durable_cv: Condvar::new(),
             durable_tx,
+            failed_publishes_tx: Mutex::new(None),
             files: Mutex::new(state.files),
             stats,
             meta: Mutex::new(state.table),
@@ -547,7 +595,7 @@ impl Store {
         let shared = self.shared();
         let mut st = shared.log.lock();
         loop {
-            check_usable(&st)?;
+            check_writable(&st)?;
             if st.buf.is_empty() || st.buf.len() + framed <= shared.opts.max_pending_bytes {
                 break;
             }
@@ -595,10 +643,14 @@ impl Store {
     /// reference is acked at most once, so ack bytes are bounded by publish
     /// bytes) and never block. Waiting for an ack's durability is optional:
     /// an un-synced ack lost in a crash only makes the message come back.
+    /// Acks are taken during an outage too (they wait for the writer's retry,
+    /// and free segments at once): consumers keep working on a full disk.
+    /// The reference of a message whose PUBLISH failed is gone already:
+    /// `UnknownMessage`, and nothing is written.
     pub fn ack(&self, queue: QueueId, id: MessageId) -> Result<u64> {
         let shared = self.shared();
         let mut st = shared.log.lock();
-        check_usable(&st)?;
+        check_open(&st)?;
         let removed = st
             .queues
             .get_mut(&queue)
@@ -636,20 +688,16 @@ impl Store {
         Ok(seq)
     }
 
-    /// Resolves once every record with sequence ≤ `seq` is durable (per the
-    /// sync policy). Errors if the store failed first. `seq` must have been
-    /// returned by this store.
+    /// Resolves once the record with sequence `seq` is settled: `Ok` if it is
+    /// durable (per the sync policy), `Unavailable` if its batch failed (it
+    /// never will be). `seq` must have been returned by this store.
     pub async fn wait_durable(&self, seq: u64) -> Result<()> {
         let mut rx = self.shared().durable_tx.subscribe();
         let state = rx
-            .wait_for(|d| d.seq >= seq || d.failed.is_some())
+            .wait_for(|d| d.seq >= seq)
             .await
             .map_err(|_| StoreError::Failed("store dropped".into()))?;
-        if state.seq >= seq {
-            Ok(())
-        } else {
-            Err(StoreError::Failed(state.failed.clone().unwrap_or_default()))
-        }
+        outcome_result(state.outcome(seq))
     }
 
     /// Blocking version of [`Store::wait_durable`].
@@ -657,47 +705,85 @@ impl Store {
         let shared = self.shared();
         let mut st = shared.log.lock();
         while st.durable_seq < seq {
-            if let Some(why) = &st.failed {
-                return Err(StoreError::Failed(why.clone()));
-            }
             if st.shutdown && st.buf.is_empty() && st.durable_seq + 1 >= st.next_seq {
                 return Err(StoreError::Failed("store closed".into()));
             }
             shared.durable_cv.wait(&mut st);
         }
-        Ok(())
+        // Records fail under this lock, so the watch already names `seq` if
+        // it failed (its `seq` may lag behind a success, which is harmless).
+        let failed = shared.durable_tx.borrow().failed.contains(seq);
+        drop(st);
+        outcome_result(if failed {
+            Outcome::Failed
+        } else {
+            Outcome::Durable
+        })
     }
 
-    /// Blocks until everything appended so far is durable.
+    /// Blocks until everything appended so far is settled; `Ok` if the last
+    /// record is durable (and with it every earlier one that did not fail).
     pub fn flush(&self) -> Result<()> {
         let seq = self.shared().log.lock().next_seq - 1;
         self.wait_durable_blocking(seq)
     }
 
-    /// A receiver of the durable sequence, for a task that confirms many
-    /// messages at once (confirm every seq ≤ `borrow().seq`).
+    /// A receiver of the settled records, for a task that confirms many
+    /// messages at once (`borrow().outcome(seq)` per message).
     pub fn durable_watch(&self) -> watch::Receiver<DurableState> {
         self.shared().durable_tx.subscribe()
     }
 
-    /// Highest durable sequence number.
+    /// The settled records now (a clone: two `Arc`s).
+    pub fn durable_state(&self) -> DurableState {
+        self.shared().durable_tx.borrow().clone()
+    }
+
+    /// Highest settled sequence number (durable unless it failed).
     pub fn durable_seq(&self) -> u64 {
         self.shared().durable_tx.borrow().seq
     }
 
+    /// Subscribes to the messages whose PUBLISH records failed (one
+    /// [`FailedPublishes`] per failure), for a broker that must forget the
+    /// store ids it keeps of messages on disk only. One subscriber: a new call
+    /// replaces the previous one.
+    pub fn failed_publishes(&self) -> UnboundedReceiver<FailedPublishes> {
+        let (tx, rx) = unbounded_channel();
+        *self.shared().failed_publishes_tx.lock() = Some(tx);
+        rx
+    }
+
     /// Reads a message back from its location. Blocking: waits until the
     /// record has been written (after its batch's fsync) and reads the file.
+    /// A record whose batch failed is `Invalid` (it was never written, or was
+    /// cut off), even if its bytes are still in the file.
     pub fn read(&self, location: &Location) -> Result<StoredMessage> {
         let shared = self.shared();
         {
             let mut st = shared.log.lock();
             let end = u64::from(location.offset) + u64::from(location.len);
+            let sealed = location.segment < st.active_segment || st.needs_segment;
+            match st.segments.get(&location.segment) {
+                Some(info) if sealed && end > info.end_bytes => {
+                    return Err(StoreError::Corrupt(format!(
+                        "{location:?} lies past the valid records of its segment (a corrupt or failed tail)"
+                    )));
+                }
+                None if location.segment <= st.last_segment => {
+                    return Err(StoreError::Invalid(format!(
+                        "segment {} does not exist",
+                        location.segment
+                    )));
+                }
+                _ => {}
+            }
             loop {
                 let (w_segment, w_end) = st.written_to;
                 if location.segment < w_segment || (location.segment == w_segment && end <= w_end) {
                     break;
                 }
-                check_usable(&st)?;
+                check_writable(&st)?;
                 let reserved = location.segment < st.active_segment
                     || (location.segment == st.active_segment && end <= st.active_offset_bytes);
                 if !reserved {
@@ -767,7 +853,12 @@ impl Store {
                         Located::WrittenEnd(at) => {
                             pos = at;
                             let reserved_end = (st.active_segment, st.active_offset_bytes);
-                            if (at.segment, u64::from(at.offset)) >= reserved_end {
+                            // Nothing pending can hold a PUBLISH when no
+                            // segment takes appends or appends are refused.
+                            if (at.segment, u64::from(at.offset)) >= reserved_end
+                                || st.needs_segment
+                                || st.outage.is_some()
+                            {
                                 return Ok(Scan {
                                     messages,
                                     next: at,
@@ -782,7 +873,7 @@ impl Store {
                                 });
                             }
                             // Records are pending with the writer: wait for its batch.
-                            check_usable(&st)?;
+                            check_open(&st)?;
                             shared.durable_cv.wait(&mut st);
                         }
                     }
@@ -907,14 +998,25 @@ impl Store {
     }
 
     /// Flushes everything pending, stops the writer and reports whether the
-    /// store ended healthy. Other clones of this handle fail from now on.
+    /// store ended healthy (`Unavailable` if it was in an outage: what was
+    /// pending then is lost). Other clones of this handle fail from now on.
     pub fn close(self) -> Result<()> {
         self.inner.shutdown();
         let st = self.shared().log.lock();
-        match &st.failed {
-            Some(why) => Err(StoreError::Failed(why.clone())),
+        match &st.outage {
+            Some(why) => Err(StoreError::Unavailable(why.to_string())),
             None => Ok(()),
         }
+    }
+}
+
+fn outcome_result(outcome: Outcome) -> Result<()> {
+    match outcome {
+        Outcome::Durable => Ok(()),
+        Outcome::Failed => Err(StoreError::Unavailable(
+            "the record's batch failed to reach the disk".into(),
+        )),
+        Outcome::Pending => unreachable!("settled records only"),
     }
 }
 

@@ -15,74 +15,170 @@
 //! records read back and re-appended ("carried forward"), and is removed in a
 //! later pass once those carried ACKs are durable. A pass reads at most one
 //! segment, then returns to writing batches.
+//!
+//! A batch that cannot be written or synced fails with everything pending
+//! behind it (failure.rs) and starts an outage: the writer then retries every
+//! `RETRY_FIRST`..`RETRY_MAX` (with the pending ACKs, or a new segment's
+//! header as a probe), runs reclamation passes meanwhile (acks free segments
+//! even on a full disk), and ends the outage with the first batch that
+//! succeeds.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::backend::BackendFile;
+use crate::failure::{clean_up, fail_unwritten};
 use crate::index::forget_base;
 use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded, ACK_RECORD_BYTES};
 use crate::recovery::Carry;
 use crate::segment::{segment_path, SEGMENT_DIR, SEGMENT_HEADER_BYTES};
-use crate::store::{append_carried_ack, Chunk, LogState, Shared};
+use crate::store::{append_carried_ack, complete_below, roll_over, Chunk, LogState, Shared};
 use crate::types::{MessageId, QueueId, SyncPolicy};
 
 /// Carried ACKs appended per acquisition of the log lock, so producers are
 /// never held up for long by a large carry.
 const CARRY_APPEND_SLICE: usize = 4096;
 
-/// Body of the writer thread; returns when the store shuts down (after
-/// flushing everything pending) or after a fatal I/O error.
+/// First retry after a failed batch; the wait doubles up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// What the writer does next, decided under the log lock.
+enum Next {
+    /// Write the pending buffer (swapped out), then maybe reclaim.
+    Write {
+        records: u64,
+        last_seq: u64,
+        written_to: (u32, u64),
+        next_message_id: u64,
+        reclaim: bool,
+    },
+    /// Only a reclamation pass (during an outage, between retries).
+    Reclaim,
+    /// Shutting down with records that could not be written: fail them.
+    GiveUp,
+    Stop,
+}
+
+/// Body of the writer thread; returns when the store shuts down, after
+/// flushing everything pending (or failing it, if the store is in an outage
+/// and one more attempt fails).
 pub fn run(shared: Arc<Shared>) {
     let mut spare_buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut spare_chunks: Vec<Chunk> = Vec::new();
+    let mut retry_delay = RETRY_FIRST;
+    let mut retry_at = Instant::now();
+    // A write failed after shutdown was asked for: no more attempts.
+    let mut gave_up = false;
     loop {
-        // Take a batch.
-        let (records, last_seq, written_to, reclaim) = {
+        let next = {
             let mut st = shared.log.lock();
-            while st.buf.is_empty() && !st.reclaim_dirty && !st.shutdown && st.failed.is_none() {
-                shared.work_cv.wait(&mut st);
+            loop {
+                let outage = st.outage.is_some();
+                if st.shutdown && (st.buf.is_empty() || gave_up) {
+                    break if st.buf.is_empty() {
+                        Next::Stop
+                    } else {
+                        Next::GiveUp
+                    };
+                }
+                let due = !outage || st.shutdown || Instant::now() >= retry_at;
+                if outage && due && st.buf.is_empty() {
+                    // Nothing waits to be written: a new segment's header
+                    // proves that the disk takes writes again.
+                    roll_over(&mut st);
+                }
+                if due && !st.buf.is_empty() {
+                    std::mem::swap(&mut st.buf, &mut spare_buf);
+                    std::mem::swap(&mut st.chunks, &mut spare_chunks);
+                    break Next::Write {
+                        records: std::mem::take(&mut st.records_pending),
+                        last_seq: st.next_seq - 1,
+                        written_to: (st.active_segment, st.active_offset_bytes),
+                        next_message_id: st.next_message_id,
+                        reclaim: std::mem::take(&mut st.reclaim_dirty),
+                    };
+                }
+                if st.reclaim_dirty {
+                    st.reclaim_dirty = false;
+                    break Next::Reclaim;
+                }
+                if outage {
+                    shared.work_cv.wait_until(&mut st, retry_at);
+                } else {
+                    shared.work_cv.wait(&mut st);
+                }
             }
-            if st.failed.is_some() || (st.shutdown && st.buf.is_empty()) {
-                return;
-            }
-            std::mem::swap(&mut st.buf, &mut spare_buf);
-            std::mem::swap(&mut st.chunks, &mut spare_chunks);
-            let records = std::mem::take(&mut st.records_pending);
-            let last_seq = st.next_seq - 1;
-            let written_to = (st.active_segment, st.active_offset_bytes);
-            let reclaim = std::mem::take(&mut st.reclaim_dirty);
-            (records, last_seq, written_to, reclaim)
         };
-        shared.space_cv.notify_all();
-        shared.space_notify.notify_waiters();
-
-        if !spare_buf.is_empty() {
-            if let Err(e) = write_batch(&shared, &spare_buf, &spare_chunks) {
-                error!("store writer failed, no further writes will be made durable: {e}");
-                shared.fail(format!("writer I/O error: {e}"));
+        let reclaim = match next {
+            Next::Stop => return,
+            Next::GiveUp => {
+                fail_unwritten(&shared, &[], &[], "store closed during an outage", false);
                 return;
             }
-            let stats = &shared.stats;
-            stats.records_written.fetch_add(records, Ordering::Relaxed);
-            stats
-                .bytes_written
-                .fetch_add(spare_buf.len() as u64, Ordering::Relaxed);
-            stats.batches.fetch_add(1, Ordering::Relaxed);
-            {
-                let mut st = shared.log.lock();
-                st.durable_seq = last_seq;
-                st.written_to = written_to;
+            Next::Reclaim => true,
+            Next::Write {
+                records,
+                last_seq,
+                written_to,
+                next_message_id,
+                reclaim,
+            } => {
+                shared.space_cv.notify_all();
+                shared.space_notify.notify_waiters();
+                match write_batch(&shared, &spare_buf, &spare_chunks) {
+                    Ok(()) => {
+                        let stats = &shared.stats;
+                        stats.records_written.fetch_add(records, Ordering::Relaxed);
+                        stats
+                            .bytes_written
+                            .fetch_add(spare_buf.len() as u64, Ordering::Relaxed);
+                        stats.batches.fetch_add(1, Ordering::Relaxed);
+                        let ended_outage = {
+                            let mut st = shared.log.lock();
+                            st.durable_seq = last_seq;
+                            st.durable_next_message_id = next_message_id;
+                            st.written_to = written_to;
+                            st.outage.take()
+                        };
+                        shared.durable_cv.notify_all();
+                        shared.durable_tx.send_modify(|d| {
+                            d.seq = last_seq;
+                            d.outage = None;
+                        });
+                        if let Some(why) = ended_outage {
+                            info!("the message store writes again (after: {why})");
+                            retry_delay = RETRY_FIRST;
+                        }
+                    }
+                    Err(e) => {
+                        let why = format!("writing the message store failed: {e}");
+                        let (first, shutdown) = {
+                            let st = shared.log.lock();
+                            (st.outage.is_none(), st.shutdown)
+                        };
+                        if first {
+                            error!("{why}; persistent publishes are refused until a write succeeds, retrying");
+                        } else {
+                            debug!("{why}; retrying");
+                        }
+                        let abandoned =
+                            fail_unwritten(&shared, &spare_buf, &spare_chunks, &why, !shutdown);
+                        clean_up(&shared, abandoned);
+                        retry_at = Instant::now() + retry_delay;
+                        retry_delay = (retry_delay * 2).min(RETRY_MAX);
+                        gave_up = shutdown;
+                    }
+                }
+                spare_buf.clear();
+                spare_chunks.clear();
+                reclaim
             }
-            shared.durable_cv.notify_all();
-            shared.durable_tx.send_modify(|d| d.seq = last_seq);
-        }
-        spare_buf.clear();
-        spare_chunks.clear();
-
+        };
         if reclaim {
             reclaim_pass(&shared);
         }
@@ -100,7 +196,7 @@ enum Step {
 /// The next step of a pass, looking at segments numbered `from` or more that
 /// are sealed and completely written (below the segment the writer is on).
 fn next_step(st: &LogState, from: u32) -> Step {
-    let below = st.written_to.0;
+    let below = complete_below(st);
     if from >= below {
         return Step::Done;
     }
@@ -155,6 +251,11 @@ fn reclaim_pass(shared: &Shared) {
                     warn!(segment, "could not remove reclaimable segment: {e}");
                     return;
                 }
+                from = segment + 1;
+            }
+            Step::Carry(segment) if shared.log.lock().outage.is_some() => {
+                // Carried ACKs could not be written now; removals go on
+                // (they are what frees space on a full disk).
                 from = segment + 1;
             }
             Step::Carry(segment) => {
@@ -343,9 +444,11 @@ fn write_batch(shared: &Shared, buf: &[u8], chunks: &[Chunk]) -> std::io::Result
             file.sync()?;
             shared.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        if created {
-            shared.backend.sync_dir(SEGMENT_DIR)?;
-        }
+    }
+    // Even without fsyncs: a segment's name must outlive the process (once
+    // per segment, so it costs nothing measurable).
+    if created {
+        shared.backend.sync_dir(SEGMENT_DIR)?;
     }
     Ok(())
 }
@@ -397,13 +500,16 @@ mod tests {
             next_message_id: 1,
             active_segment: active,
             active_offset_bytes: SEGMENT_HEADER_BYTES as u64,
+            needs_segment: false,
+            last_segment: active,
             segments,
             queues: HashMap::new(),
             bases: Bases::new(),
             reclaim_dirty: false,
             durable_seq,
+            durable_next_message_id: 1,
             written_to: (active, SEGMENT_HEADER_BYTES as u64),
-            failed: None,
+            outage: None,
             shutdown: false,
         }
     }

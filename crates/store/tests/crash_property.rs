@@ -24,6 +24,16 @@
 //! (possibly never): long-lived messages pin their segments while later
 //! segments die, so the writer carries ACKs forward (docs/STORAGE.md §5) and
 //! crashes hit every stage of it. The run checks that carrying did happen.
+//!
+//! `DiskFull`, `FailSync` and `FreeSpace` ops make writes fail (`ENOSPC`, cut
+//! short) and fsyncs fail (`EIO`, losing the data, later fsyncs succeeding
+//! without it), so batches fail at every stage too (docs/STORAGE.md §11). A
+//! record whose batch failed is settled as failed and must never be reported
+//! durable; a failed PUBLISH leaves the store's index (an ack of it is
+//! `UnknownMessage`) and may come back after a crash only if the crash beat
+//! the writer's cleanup (its publisher was nacked: at least once), intact; a
+//! failed ACK counts as not durable. Opening must work on a full disk. The run
+//! checks that failures did happen.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +42,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::{TestError, TestRunner};
 use warren_store::{
-    CrashMode, FaultyBackend, LogPosition, MessageId, QueueId, Recovered, ScannedMessage, Store,
-    StoreOptions, StoredMessage,
+    CrashMode, DurableState, FaultyBackend, LogPosition, MessageId, Outcome, QueueId, Recovered,
+    ScannedMessage, Store, StoreError, StoreOptions, StoredMessage,
 };
 
 const QUEUES: usize = 3;
@@ -69,6 +79,12 @@ enum Op {
     Crash(CrashMode),
     /// Close cleanly and reopen.
     Restart,
+    /// Let the disk take only this many more bytes (`ENOSPC` after that).
+    DiskFull(u64),
+    /// Make the next file fsync fail with `EIO`.
+    FailSync,
+    /// Lift the disk's size limit.
+    FreeSpace,
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -92,6 +108,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0u64..4).prop_map(Op::StallSyncs),
         2 => mode.prop_map(Op::Crash),
         1 => Just(Op::Restart),
+        1 => (0u64..6000).prop_map(Op::DiskFull),
+        1 => Just(Op::FailSync),
+        2 => Just(Op::FreeSpace),
     ]
 }
 
@@ -101,6 +120,8 @@ enum RefState {
     Delivered,
     /// Acked in the current epoch with this sequence number.
     Acked(u64),
+    /// The PUBLISH failed: not in the store; back after a crash at most.
+    Failed,
 }
 
 #[derive(Debug)]
@@ -132,6 +153,9 @@ const STALLED_BYTES_LIMIT: usize = 56 * 1024;
 /// Carrying done over the whole run (checked to be non-zero).
 static SEGMENTS_CARRIED: AtomicU64 = AtomicU64::new(0);
 static ACKS_CARRIED: AtomicU64 = AtomicU64::new(0);
+/// Publishes that failed, and failed ones that came back after a crash.
+static PUBLISHES_FAILED: AtomicU64 = AtomicU64::new(0);
+static FAILED_CAME_BACK: AtomicU64 = AtomicU64::new(0);
 
 fn opts() -> StoreOptions {
     StoreOptions {
@@ -183,8 +207,17 @@ impl Harness {
                     .collect();
                 if !pending.is_empty() {
                     let seq = pending[n % pending.len()];
-                    self.store().wait_durable_blocking(seq).unwrap();
-                    self.mark_durable(seq);
+                    match self.store().wait_durable_blocking(seq) {
+                        Ok(()) => self.mark_durable(seq),
+                        Err(StoreError::Unavailable(_)) => {}
+                        Err(e) => return Err(TestCaseError::fail(format!("confirm: {e}"))),
+                    }
+                    let state = self.store().durable_state();
+                    self.settle(&state);
+                    prop_assert!(
+                        self.messages.values().all(|m| m.pending_seq != Some(seq)),
+                        "a waited-for record is settled"
+                    );
                 }
             }
             Op::Consume(q) => {
@@ -205,7 +238,7 @@ impl Harness {
                     .map(|(id, _)| *id)
                     .collect();
                 if !delivered.is_empty() {
-                    self.ack(q, delivered[n % delivered.len()]);
+                    self.ack(q, delivered[n % delivered.len()])?;
                 }
             }
             Op::Traffic {
@@ -225,7 +258,7 @@ impl Harness {
                         current.push(id);
                     }
                     for id in previous.drain(..) {
-                        self.ack(queue, id);
+                        self.ack(queue, id)?;
                     }
                     previous = current;
                 }
@@ -234,6 +267,12 @@ impl Harness {
                 if self.stalled {
                     return Ok(()); // pending records would never be written
                 }
+                // Settle every publish first, so the model knows which failed.
+                if let Some(seq) = self.messages.values().filter_map(|m| m.pending_seq).max() {
+                    let _ = self.store().wait_durable_blocking(seq);
+                }
+                let state = self.store().durable_state();
+                self.settle(&state);
                 let expect: Vec<MessageId> = self
                     .messages
                     .iter()
@@ -261,11 +300,11 @@ impl Harness {
                 }
             }
             Op::Crash(mode) => {
-                // Everything ≤ the durable sequence observed now is durable.
-                let durable = self.store().durable_seq();
+                // What is settled now is final: durable or failed.
+                let state = self.store().durable_state();
                 self.count_carried();
-                self.mark_durable(durable);
-                let acked_durable = |seq: u64| seq <= durable;
+                self.settle(&state);
+                let acked_durable = |seq: u64| state.outcome(seq) == Outcome::Durable;
                 let after = self.backend.crash(mode);
                 drop(self.store.take()); // the dead process
                 self.backend = after;
@@ -277,12 +316,53 @@ impl Harness {
                 self.stalled = false;
                 self.count_carried();
                 let store = self.store.take().unwrap();
-                store.close().unwrap();
-                self.mark_durable(u64::MAX);
-                self.reopen_and_check(&|_| true)?;
+                let view = store.clone();
+                // During an outage, closing gives up what it cannot write.
+                match store.close() {
+                    Ok(()) | Err(StoreError::Unavailable(_)) => {}
+                    Err(e) => return Err(TestCaseError::fail(format!("close: {e}"))),
+                }
+                let state = view.durable_state();
+                drop(view);
+                prop_assert!(
+                    self.messages
+                        .values()
+                        .all(|m| m.pending_seq.map_or(true, |s| s <= state.seq)),
+                    "close settles everything"
+                );
+                self.settle(&state);
+                let acked_durable = |seq: u64| state.outcome(seq) == Outcome::Durable;
+                self.reopen_and_check(&acked_durable)?;
             }
+            Op::DiskFull(extra) => {
+                let used = self.backend.used_bytes();
+                self.backend.set_capacity_bytes(Some(used + extra));
+            }
+            Op::FailSync => self.backend.fail_syncs(1),
+            Op::FreeSpace => self.backend.set_capacity_bytes(None),
         }
         Ok(())
+    }
+
+    /// Records what the store settled: durable publishes are confirmed, failed
+    /// ones leave the model's queues (they may only come back after a crash).
+    fn settle(&mut self, state: &DurableState) {
+        for m in self.messages.values_mut() {
+            let Some(seq) = m.pending_seq else {
+                continue;
+            };
+            match state.outcome(seq) {
+                Outcome::Pending => {}
+                Outcome::Durable => m.pending_seq = None,
+                Outcome::Failed => {
+                    m.pending_seq = None;
+                    PUBLISHES_FAILED.fetch_add(1, Ordering::Relaxed);
+                    for s in m.refs.values_mut() {
+                        *s = RefState::Failed;
+                    }
+                }
+            }
+        }
     }
 
     /// Publishes a persistent or transient message to `queues`; `None` if
@@ -299,7 +379,6 @@ impl Harness {
             if self.stalled_bytes + bytes > STALLED_BYTES_LIMIT {
                 return Ok(None);
             }
-            self.stalled_bytes += bytes;
         }
         let ids: Vec<QueueId> = queues.iter().map(|q| self.queue_ids[*q]).collect();
         self.next_body += 1;
@@ -315,7 +394,15 @@ impl Harness {
                 body,
             )
         };
-        let appended = self.store().append(&ids, &msg).unwrap();
+        let appended = match self.store().append(&ids, &msg) {
+            Ok(appended) => appended,
+            // A write failed: the store refuses appends until a retry succeeds.
+            Err(StoreError::Unavailable(_)) => return Ok(None),
+            Err(e) => return Err(TestCaseError::fail(format!("append: {e}"))),
+        };
+        if self.stalled {
+            self.stalled_bytes += body_len + 100;
+        }
         if let Some(max) = self.max_id_seen {
             prop_assert!(appended.id > max, "message ids must increase");
         }
@@ -332,16 +419,27 @@ impl Harness {
     }
 
     /// Acks queue `q`'s reference to `id` (delivered).
-    fn ack(&mut self, q: usize, id: MessageId) {
+    fn ack(&mut self, q: usize, id: MessageId) -> Result<(), TestCaseError> {
         if self.stalled {
             self.stalled_bytes += 21; // acks never block, but fill the buffer
         }
-        let seq = self.store().ack(self.queue_ids[q], id).unwrap();
-        self.messages
-            .get_mut(&id)
-            .unwrap()
-            .refs
-            .insert(q, RefState::Acked(seq));
+        let state = match self.store().ack(self.queue_ids[q], id) {
+            Ok(seq) => RefState::Acked(seq),
+            // Its PUBLISH failed (the model may not know yet): nothing to ack.
+            Err(StoreError::UnknownMessage(..)) => {
+                let seq = self.messages[&id].pending_seq;
+                let outcome = seq.map(|s| self.store().durable_state().outcome(s));
+                prop_assert_eq!(
+                    outcome,
+                    Some(Outcome::Failed),
+                    "ack of a live reference refused"
+                );
+                RefState::Failed
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("ack: {e}"))),
+        };
+        self.messages.get_mut(&id).unwrap().refs.insert(q, state);
+        Ok(())
     }
 
     fn count_carried(&self) {
@@ -424,6 +522,9 @@ impl Harness {
                     &model.msg,
                     "altered (read)"
                 );
+                if model.refs[&q] == RefState::Failed {
+                    FAILED_CAME_BACK.fetch_add(1, Ordering::Relaxed);
+                }
                 if let RefState::Acked(seq) = model.refs[&q] {
                     prop_assert!(
                         !ack_durable(seq),
@@ -438,7 +539,7 @@ impl Harness {
             for (q, state) in &model.refs {
                 let must_survive = model.pending_seq.is_none()
                     && !model.msg.transient
-                    && !matches!(state, RefState::Acked(_));
+                    && !matches!(state, RefState::Acked(_) | RefState::Failed);
                 if must_survive {
                     prop_assert!(
                         present.contains_key(&(*q, *id)),
@@ -524,4 +625,8 @@ fn confirmed_unacked_messages_survive_crashes() {
     println!("carried forward: {segments} segments, {acks} ACK records");
     assert!(segments >= 100, "too little carrying: {segments} segments");
     assert!(acks >= 100, "too little carrying: {acks} ACKs");
+    let failed = PUBLISHES_FAILED.load(Ordering::Relaxed);
+    let came_back = FAILED_CAME_BACK.load(Ordering::Relaxed);
+    println!("failed publishes: {failed} ({came_back} came back after a crash)");
+    assert!(failed >= 100, "too few failed publishes: {failed}");
 }

@@ -944,7 +944,7 @@ async fn sync_never_signals_durable_without_fsync() {
 }
 
 #[tokio::test]
-async fn writer_io_error_fails_waiters_and_later_appends() {
+async fn writer_io_error_fails_waiters_refuses_appends_and_recovers() {
     let disk = FaultyBackend::new(1);
     let (store, _) = open(&disk, StoreOptions::default());
     let q = store.register_queue("q").unwrap();
@@ -954,13 +954,32 @@ async fn writer_io_error_fails_waiters_and_later_appends() {
     let doomed = store.append(&[q], &msg(1)).unwrap();
     assert!(matches!(
         store.wait_durable(doomed.seq).await,
-        Err(StoreError::Failed(_))
+        Err(StoreError::Unavailable(_))
     ));
     assert!(matches!(
         store.append(&[q], &msg(2)),
-        Err(StoreError::Failed(_))
+        Err(StoreError::Unavailable(_))
     ));
-    assert!(store.close().is_err());
+    // The disk works again: the writer's retry ends the outage by itself.
+    disk.set_fail_io(false);
+    let mut again = None;
+    for _ in 0..200 {
+        match store.append(&[q], &msg(3)) {
+            Ok(a) => {
+                again = Some(a);
+                break;
+            }
+            Err(StoreError::Unavailable(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let again = again.expect("appends work again within 2 s");
+    store.wait_durable(again.seq).await.unwrap();
+    store.close().unwrap();
+    let (_store, recovered) = open(&disk, StoreOptions::default());
+    assert_eq!(ids(&recovered, q), vec![ok.id.0, again.id.0]);
 }
 
 #[tokio::test]

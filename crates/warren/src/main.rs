@@ -1,9 +1,12 @@
 //! The `warren` binary: parses the command line and hands off to the crates that do the work
-//! (`warren server` → warren-server, `warren perf` → warren-perf).
+//! (`warren server` → warren-server, `warren perf` → warren-perf, `warren ctl` → warren-ctl).
+
+mod config_file;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use warren_server::ServerConfig;
 
@@ -20,8 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the broker.
-    Server(ServerArgs),
+    /// Run the broker. (Boxed: its flags make this variant far larger than the others.)
+    Server(Box<ServerArgs>),
     /// Load-test any AMQP broker with PerfTest's flags, or run a seed scenario
     /// (`warren perf scenario --help`).
     #[command(disable_help_flag = true)]
@@ -29,16 +32,34 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Administer a running broker over its HTTP API with rabbitmqctl's commands
+    /// (`warren ctl --help`).
+    #[command(disable_help_flag = true)]
+    Ctl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args)]
 struct ServerArgs {
-    /// Address to listen on for AMQP.
-    #[arg(long, env = "WARREN_BIND", default_value = "0.0.0.0")]
+    /// A TOML file setting any of these flags by their long names (`amqp-port = 5672`);
+    /// environment variables and flags override it. See docs/CONFIGURATION.md.
+    #[arg(long, env = config_file::CONFIG_ENV)]
+    config: Option<PathBuf>,
+    /// Address to listen on for AMQP and AMQPS (`::` is dual-stack: IPv6 and IPv4).
+    #[arg(long, env = "WARREN_BIND", default_value = "::")]
     bind: String,
     /// AMQP port.
     #[arg(long, env = "WARREN_AMQP_PORT", default_value_t = 5672)]
     amqp_port: u16,
+    /// HTTP API port (RabbitMQ's management API), on the same address; 0 disables it.
+    #[arg(long, env = "WARREN_MANAGEMENT_PORT", default_value_t = 15672)]
+    management_port: u16,
+    /// Prometheus metrics port (/metrics, /metrics/per-object), as RabbitMQ's
+    /// rabbitmq_prometheus plugin, on the same address; 0 disables it.
+    #[arg(long, env = "WARREN_PROMETHEUS_PORT", default_value_t = 15692)]
+    prometheus_port: u16,
     /// Where the broker keeps its data.
     #[arg(long, env = "WARREN_DATA_DIR", default_value = "./warren-data")]
     data_dir: PathBuf,
@@ -62,9 +83,102 @@ struct ServerArgs {
     /// loss or kernel crash; speed over safety, for those who choose it.
     #[arg(long, env = "WARREN_SYNC", value_enum, default_value_t = SyncMode::Always)]
     sync: SyncMode,
-    /// Extra users as NAME:PASSWORD (guest:guest, loopback only, always exists).
+    /// Free disk space below which publishers are blocked (RabbitMQ's disk_free_limit).
+    #[arg(long, env = "WARREN_DISK_FREE_LIMIT_BYTES", default_value_t = warren_broker::disk::DEFAULT_DISK_FREE_LIMIT_BYTES)]
+    disk_free_limit_bytes: u64,
+    /// A server property sent to clients in connection.start, as KEY=VALUE (repeatable;
+    /// replaces Warren's own product, version, platform…, as RabbitMQ's server_properties).
+    #[arg(
+        long = "server-property",
+        env = "WARREN_SERVER_PROPERTIES",
+        value_delimiter = ','
+    )]
+    server_properties: Vec<String>,
+    /// Extra users as NAME:PASSWORD, (re)created at every boot with the administrator tag
+    /// and full permissions on the default vhost (a shortcut; users and permissions are
+    /// otherwise managed at run time and kept in the data directory).
     #[arg(long = "user", env = "WARREN_USERS", value_delimiter = ',')]
     users: Vec<String>,
+    /// A RabbitMQ definitions file (JSON, as `GET /api/definitions` exports it) to import at
+    /// boot, after recovery and before clients are accepted (RabbitMQ's load_definitions).
+    #[arg(long, env = "WARREN_LOAD_DEFINITIONS")]
+    load_definitions: Option<PathBuf>,
+    /// The user a first boot creates (tag administrator, full permissions on the default
+    /// vhost), as RabbitMQ's default_user. Only `guest` is limited to loopback connections.
+    #[arg(long, env = "WARREN_DEFAULT_USER", default_value = "guest")]
+    default_user: String,
+    /// That user's password, as RabbitMQ's default_pass.
+    #[arg(long, env = "WARREN_DEFAULT_PASS", default_value = "guest")]
+    default_pass: String,
+    /// The vhost a first boot creates, as RabbitMQ's default_vhost.
+    #[arg(long, env = "WARREN_DEFAULT_VHOST", default_value = "/")]
+    default_vhost: String,
+    /// AMQPS (AMQP over TLS) port, listening only when --tls-cert-file is set (0 disables).
+    #[arg(long, env = "WARREN_AMQPS_PORT", default_value_t = 5671)]
+    amqps_port: u16,
+    /// PEM certificate chain of the server, its own certificate first (ssl_options.certfile).
+    #[arg(long, env = "WARREN_TLS_CERT_FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the certificate (ssl_options.keyfile).
+    #[arg(long, env = "WARREN_TLS_KEY_FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates client certificates are verified against (ssl_options.cacertfile).
+    #[arg(long, env = "WARREN_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
+    /// Ask TLS clients for a certificate and verify it (ssl_options.verify = verify_peer);
+    /// a verified certificate can log in with SASL EXTERNAL.
+    #[arg(long, env = "WARREN_TLS_VERIFY_PEER")]
+    tls_verify_peer: bool,
+    /// With --tls-verify-peer: refuse TLS clients without a certificate
+    /// (ssl_options.fail_if_no_peer_cert).
+    #[arg(long, env = "WARREN_TLS_FAIL_IF_NO_PEER_CERT")]
+    tls_fail_if_no_peer_cert: bool,
+    /// The part of a client certificate that names the user for EXTERNAL
+    /// (RabbitMQ's ssl_cert_login_from).
+    #[arg(
+        long,
+        env = "WARREN_TLS_CERT_LOGIN_FROM",
+        value_enum,
+        default_value_t = CertLoginFrom::DistinguishedName
+    )]
+    tls_cert_login_from: CertLoginFrom,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CertLoginFrom {
+    #[value(name = "distinguished_name")]
+    DistinguishedName,
+    #[value(name = "common_name")]
+    CommonName,
+}
+
+impl ServerArgs {
+    /// The TLS options, None when no certificate is configured; Err on a half-configured TLS.
+    fn tls_options(&self) -> anyhow::Result<Option<warren_server::tls::TlsOptions>> {
+        let Some(cert_file) = self.tls_cert_file.clone() else {
+            let stray = [
+                ("--tls-key-file", self.tls_key_file.is_some()),
+                ("--tls-ca-file", self.tls_ca_file.is_some()),
+                ("--tls-verify-peer", self.tls_verify_peer),
+                ("--tls-fail-if-no-peer-cert", self.tls_fail_if_no_peer_cert),
+            ];
+            if let Some((flag, _)) = stray.iter().find(|(_, set)| *set) {
+                anyhow::bail!("{flag} needs --tls-cert-file");
+            }
+            return Ok(None);
+        };
+        let key_file = self
+            .tls_key_file
+            .clone()
+            .context("--tls-cert-file needs --tls-key-file")?;
+        Ok(Some(warren_server::tls::TlsOptions {
+            cert_file,
+            key_file,
+            ca_file: self.tls_ca_file.clone(),
+            verify_peer: self.tls_verify_peer,
+            fail_if_no_peer_cert: self.tls_fail_if_no_peer_cert,
+        }))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -109,13 +223,35 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         heartbeat_s: args.heartbeat_s,
         max_message_size_bytes: args.max_message_size_bytes,
         handshake_timeout: Duration::from_secs(10),
+        cert_login_from: match args.tls_cert_login_from {
+            CertLoginFrom::DistinguishedName => {
+                warren_server::cert_name::CertLoginFrom::DistinguishedName
+            }
+            CertLoginFrom::CommonName => warren_server::cert_name::CertLoginFrom::CommonName,
+        },
         ..ServerConfig::default()
     };
+    // Certificate problems stop the broker before it touches the store.
+    let tls_config = args
+        .tls_options()?
+        .filter(|_| args.amqps_port != 0)
+        .map(|options| warren_server::tls::server_config(&options))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let mut extra_users = Vec::new();
     for user in &args.users {
         let (name, pass) = user
             .split_once(':')
             .with_context(|| format!("--user {user}: expected NAME:PASSWORD"))?;
-        config.users.push((name.to_owned(), pass.to_owned()));
+        extra_users.push((name.to_owned(), pass.to_owned()));
+    }
+    for property in &args.server_properties {
+        let (key, value) = property
+            .split_once('=')
+            .with_context(|| format!("--server-property {property}: expected KEY=VALUE"))?;
+        config
+            .server_properties
+            .push((key.to_owned(), value.to_owned()));
     }
     let watermark = args
         .memory_high_watermark_bytes
@@ -132,23 +268,114 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let (store, recovered) = warren_store::Store::open(&args.data_dir.join("store"), store_options)
         .with_context(|| format!("opening the message store in {}", args.data_dir.display()))?;
     let broker = warren_broker::Broker::new(watermark, Some(store.clone()));
-    broker.recover(recovered);
+    if broker.recover(recovered) {
+        broker
+            .seed_defaults(&args.default_user, &args.default_pass, &args.default_vhost)
+            .map_err(anyhow::Error::msg)
+            .context("creating the default user and vhost")?;
+        tracing::info!(user = %args.default_user, vhost = %args.default_vhost, "first boot: created the default user and vhost");
+    }
+    for (name, pass) in &extra_users {
+        let tags = vec!["administrator".to_owned()];
+        broker
+            .access
+            .put_user(name, Some(pass), tags)
+            .map_err(anyhow::Error::msg)?;
+        if broker.vhost(&args.default_vhost).is_some() {
+            broker
+                .access
+                .set_permission(
+                    &args.default_vhost,
+                    name,
+                    warren_broker::access::Permission::full(),
+                )
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
+    if let Some(path) = &args.load_definitions {
+        let summary = warren_definitions::load_file(&broker, path).map_err(anyhow::Error::msg)?;
+        for skipped in &summary.skipped {
+            tracing::info!(%skipped, "definitions entry not imported");
+        }
+        tracing::info!(
+            file = %path.display(),
+            users = summary.users,
+            vhosts = summary.vhosts,
+            policies = summary.policies,
+            exchanges = summary.exchanges,
+            queues = summary.queues,
+            bindings = summary.bindings,
+            "definitions loaded"
+        );
+    }
+    broker.memory.spawn_sampler();
+    let disk = warren_broker::DiskMonitor::new(
+        &args.data_dir,
+        args.disk_free_limit_bytes,
+        broker.alarms.clone(),
+    );
+    disk.spawn();
+    broker.set_disk_monitor(disk);
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "store opened"
     );
-    let addr = format!("{}:{}", args.bind, args.amqp_port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("binding AMQP listener on {addr}"))?;
+    let listener = warren_server::bind_listener(&args.bind, args.amqp_port)
+        .with_context(|| format!("binding AMQP listener on {}:{}", args.bind, args.amqp_port))?;
+    let addr = listener.local_addr()?;
     tracing::info!(
         %addr,
         data_dir = %args.data_dir.display(),
         memory_high_watermark_bytes = watermark,
+        disk_free_limit_bytes = args.disk_free_limit_bytes,
         "Warren {} listening for AMQP",
         env!("CARGO_PKG_VERSION")
     );
-    warren_server::run(listener, broker, config, shutdown_signal()).await;
+    let config = Arc::new(config);
+    // One shutdown signal for every listener.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let amqps = match tls_config {
+        Some(tls_config) => {
+            let listener =
+                warren_server::bind_listener(&args.bind, args.amqps_port).with_context(|| {
+                    format!(
+                        "binding AMQPS listener on {}:{}",
+                        args.bind, args.amqps_port
+                    )
+                })?;
+            tracing::info!(addr = %listener.local_addr()?, "listening for AMQPS (AMQP over TLS)");
+            Some(tokio::spawn(warren_server::run_tls(
+                listener,
+                tls_config,
+                broker.clone(),
+                config.clone(),
+                stopped(stop_rx.clone()),
+            )))
+        }
+        None => None,
+    };
+    let management = start_management(&args, &config, &broker, addr).await?;
+    let cluster_name = config
+        .server_properties
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "cluster_name")
+        .map_or("warren", |(_, value)| value.as_str());
+    let prometheus = start_prometheus(&args, &broker, cluster_name).await?;
+    warren_server::run_shared(listener, broker, config, stopped(stop_rx)).await;
+    if let Some(amqps) = amqps {
+        let _ = amqps.await;
+    }
+    for http in [prometheus, management].into_iter().flatten() {
+        http.stop().await;
+    }
     let stats = store.stats();
     if let Err(e) = store.close() {
         tracing::warn!(error = %e, "closing the message store");
@@ -161,13 +388,146 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An HTTP endpoint (the API, Prometheus) served on its own task until `stop`.
+struct HttpTask {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpTask {
+    /// Stops accepting and lets requests in flight finish, for at most a second: a client
+    /// holding a keep-alive connection open (a Prometheus server does) must not hold up
+    /// the broker's shutdown.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(1), self.task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+}
+
+/// Completes when an `HttpTask` is stopped.
+type Stopped = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Binds `port` on the AMQP listener's address, unless it is 0, and runs `serve` with the
+/// listener and a future that completes when the task is stopped.
+async fn start_http<Serve, Served>(
+    args: &ServerArgs,
+    port: u16,
+    what: &'static str,
+    serve: Serve,
+) -> anyhow::Result<Option<HttpTask>>
+where
+    Serve: FnOnce(tokio::net::TcpListener, Stopped) -> Served,
+    Served: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    if port == 0 {
+        return Ok(None);
+    }
+    let listener = warren_server::bind_listener(&args.bind, port)
+        .with_context(|| format!("binding the {what} listener on {}:{port}", args.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, "{what} listening");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = serve(
+        listener,
+        Box::pin(async move {
+            let _ = stopped.await;
+        }),
+    );
+    let task = tokio::spawn(async move {
+        if let Err(e) = served.await {
+            tracing::error!(error = %e, "{what} stopped");
+        }
+    });
+    Ok(Some(HttpTask { stop, task }))
+}
+
+/// Starts the HTTP API beside the AMQP listener, unless its port is 0.
+async fn start_management(
+    args: &ServerArgs,
+    config: &ServerConfig,
+    broker: &Arc<warren_broker::Broker>,
+    amqp_address: std::net::SocketAddr,
+) -> anyhow::Result<Option<HttpTask>> {
+    let management = warren_management::ManagementConfig {
+        node_name: warren_management::default_node_name(),
+        loopback_users: config.loopback_users.clone(),
+        amqp_address,
+        data_dir: Some(args.data_dir.clone()),
+        disk_free_limit_bytes: args.disk_free_limit_bytes,
+    };
+    let broker = broker.clone();
+    start_http(
+        args,
+        args.management_port,
+        "HTTP API",
+        |listener, stopped| warren_management::run(listener, broker, management, stopped),
+    )
+    .await
+}
+
+/// Starts the Prometheus endpoint (/metrics), unless its port is 0.
+async fn start_prometheus(
+    args: &ServerArgs,
+    broker: &std::sync::Arc<warren_broker::Broker>,
+    cluster_name: &str,
+) -> anyhow::Result<Option<HttpTask>> {
+    let identity = warren_prometheus::Identity {
+        node: warren_management::default_node_name(),
+        cluster: cluster_name.to_owned(),
+    };
+    let broker = broker.clone();
+    start_http(
+        args,
+        args.prometheus_port,
+        "Prometheus",
+        |listener, stopped| warren_prometheus::run(listener, broker, identity, stopped),
+    )
+    .await
+}
+
+/// The command line, with a config file's values underneath it (config_file.rs). Errors
+/// end the process as clap's own do: a message on stderr and exit status 2.
+fn parse_command_line() -> Cli {
+    let fail = |message: String| -> ! {
+        eprintln!("error: {message}");
+        std::process::exit(2)
+    };
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let applied = config_file::path_from(&args).map(|path| {
+        let command = Cli::command();
+        let server = command
+            .find_subcommand("server")
+            .expect("warren has a server subcommand");
+        config_file::apply(&path, server).unwrap_or_else(|e| fail(e))
+    });
+    // A command built anew: clap reads each flag's environment variable when the flag is
+    // defined, so only now does it see what the file set.
+    Cli::try_parse_from(&args).unwrap_or_else(|e| {
+        match applied.as_ref().and_then(|a| config_file::explain(&e, a)) {
+            Some(explained) => fail(explained),
+            None => e.exit(),
+        }
+    })
+}
+
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     if let Command::Perf { args } = cli.command {
         // The load tool prints its own report; it keeps stderr for warnings only.
         return warren_perf::main_with_args(args);
     }
+    if let Command::Ctl { args } = cli.command {
+        // rabbitmqctl's exit codes (64 usage, 69 unavailable…) are part of its interface.
+        std::process::exit(warren_ctl::main_with_args(args));
+    }
+    // Colours only on a terminal: log files and CI logs stay plain text.
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -176,7 +536,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Server(args) => runtime.block_on(server(args)),
-        Command::Perf { .. } => unreachable!("handled above"),
+        Command::Server(args) => runtime.block_on(server(*args)),
+        Command::Perf { .. } | Command::Ctl { .. } => unreachable!("handled above"),
     }
 }

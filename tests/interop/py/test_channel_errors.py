@@ -199,6 +199,7 @@ def test_503_unknown_exchange_type_closes_connection(names):
         c.process_data_events(time_limit=1)
     e = ei.value
     assert getattr(e, "reply_code", None) == 503, repr(e)
+    assert e.reply_text == "COMMAND_INVALID - unknown exchange type 'no-such-type'", e.reply_text
     assert isinstance(e, pika.exceptions.ConnectionClosedByBroker), repr(e)
     assert c.is_closed
 

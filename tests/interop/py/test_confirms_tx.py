@@ -130,6 +130,22 @@ def test_tx_commit_delivers(conn, names):
     assert drain(other, q, 3) == [b"tx0", b"tx1", b"tx2"]
 
 
+def test_tx_commit_with_a_refused_publish_fails_partial_tx_completion(conn, names):
+    """A publish some queue refuses (here x-overflow=reject-publish; also a store that
+    cannot write) fails the whole commit, as RabbitMQ's channel fails a transaction that saw
+    a nack: 406 "partial tx completion"; what the queues took stays."""
+    ch = conn.channel()
+    q = names.queue()
+    ch.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.tx_select()
+    ch.basic_publish("", q, b"taken")
+    ch.basic_publish("", q, b"refused")
+    e = channel_error(ch, ch.tx_commit)
+    assert e.reply_code == 406
+    assert e.reply_text == "PRECONDITION_FAILED - partial tx completion"
+    assert _ready(conn.channel(), q) == 1
+
+
 def test_tx_ack_takes_effect_on_commit(conn, names):
     ch = conn.channel()
     q = names.queue()

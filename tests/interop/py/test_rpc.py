@@ -131,3 +131,35 @@ def test_private_reply_queue_with_x_expires(names):
     finally:
         server_conn.close()
         client_conn.close()
+
+
+def test_passive_declare_of_a_live_reply_address(names):
+    """A server may check a request's reply_to exists: the address of a live direct reply-to
+    consumer answers a passive declare (one consumer, no messages); once the consumer is
+    gone it is 404."""
+    client_conn = connect()
+    server_conn = connect()
+    try:
+        cch = client_conn.channel()
+        tag = cch.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
+        q = names.queue()
+        cch.queue_declare(q)
+        cch.basic_publish("", q, b"req", pika.BasicProperties(reply_to=REPLY_TO))
+        _, props, _ = get_one(cch, q)
+        address = props.reply_to
+        assert address.startswith(REPLY_TO + "."), address
+
+        sch = server_conn.channel()
+        ok = sch.queue_declare(address, passive=True).method
+        assert (ok.queue, ok.message_count, ok.consumer_count) == (address, 0, 1)
+        e = channel_error(sch, lambda: sch.queue_declare(address + "x", passive=True))
+        assert e.reply_code == 404
+        assert e.reply_text == "NOT_FOUND - no queue '%sx' in vhost '/'" % address
+
+        cch.basic_cancel(tag)
+        sch = server_conn.channel()
+        e = channel_error(sch, lambda: sch.queue_declare(address, passive=True))
+        assert e.reply_code == 404
+    finally:
+        client_conn.close()
+        server_conn.close()

@@ -7,7 +7,7 @@ use super::{DeadLetters, Queue, QueueState, QueuedMessage, StoreRef, StoredQueue
 use crate::message::Message;
 use crate::tail::PagedTail;
 use std::sync::{Arc, OnceLock};
-use warren_store::{LogPosition, MessageId, RoaringTreemap, Store};
+use warren_store::{FailedPublishes, LogPosition, MessageId, RoaringTreemap, Store};
 
 /// Where a queue that is not durable pages messages out to: the broker's store, under a
 /// queue id registered the first time the queue needs one (most transient queues never do;
@@ -24,6 +24,10 @@ pub(super) enum Placed {
     InMemory(QueuedMessage),
     /// In the paged tail; nothing of it stays in memory.
     OnDisk,
+    /// It had to join the paged tail (which is not empty) but the store cannot write now:
+    /// refused, since putting it in memory ahead of older paged messages would break the
+    /// queue's order (a confirming publisher gets a nack).
+    Refused,
 }
 
 impl Queue {
@@ -42,8 +46,9 @@ impl Queue {
         }
         let spill = self.spill.as_ref()?;
         // Padded past 255 bytes, the longest name (a shortstr) a client can declare, so it
-        // can never be a durable queue's name in the store's table.
-        let spill_name = format!("{:\0<256}{}", "\0transient:", self.name);
+        // can never be a durable queue's name in the store's table (see names.rs).
+        let vhost = self.vhost.upgrade()?;
+        let spill_name = crate::names::spill_queue_name(vhost.name(), &self.name);
         match spill.store.register_queue(&spill_name) {
             Ok(id) => {
                 let _ = spill.registered.set(StoredQueue {
@@ -70,9 +75,11 @@ impl Queue {
     /// Sends a new ready message to the paged tail when it must go there: the tail is
     /// non-empty (order) or memory is over the queue's budget. A message not yet in the
     /// store is written to it for that (flagged transient unless it is a durable queue's
-    /// persistent message). Gives the message back when it stays in memory.
+    /// persistent message). Gives the message back when it stays in memory: over budget
+    /// with an empty tail and a store that cannot write it, it stays there (order holds);
+    /// behind a non-empty tail it is refused.
     pub(super) fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Placed {
-        let Some(budget) = self.memory_budget_bytes else {
+        let Some(budget) = self.memory_budget_bytes(st) else {
             return Placed::InMemory(m);
         };
         if st.tail.is_empty() && st.ready.memory_bytes() + m.message.memory_bytes() <= budget {
@@ -95,9 +102,13 @@ impl Queue {
                     m.store_ref = Some(r);
                     r
                 }
-                Err(e) => {
-                    tracing::warn!(queue = %self.name, error = %e, "store: paging a transient message out failed; keeping it in memory");
+                Err(e) if st.tail.is_empty() => {
+                    tracing::debug!(queue = %self.name, error = %e, "store: paging a message out failed; keeping it in memory");
                     return Placed::InMemory(m);
+                }
+                Err(e) => {
+                    tracing::debug!(queue = %self.name, error = %e, "store: paging a message out failed; refusing it");
+                    return Placed::Refused;
                 }
             },
         };
@@ -129,6 +140,7 @@ impl Queue {
         if st.tail.is_empty() {
             return false;
         }
+        let queue_ttl_ms = st.limits.message_ttl_ms;
         for paged in st.tail.page_in(&stored.store, stored.id) {
             let scanned = paged.scanned;
             let store_ref = StoreRef {
@@ -145,7 +157,7 @@ impl Queue {
             st.next_message_id += 1;
             let queued = QueuedMessage {
                 id,
-                expires_at: self.expiry_since(&message, published_at_ms),
+                expires_at: Self::expiry_since(queue_ttl_ms, &message, published_at_ms),
                 message: Arc::new(message),
                 redelivered: paged.redelivered,
                 store_ref: Some(store_ref),
@@ -155,6 +167,24 @@ impl Queue {
         }
         self.expire(st, dead);
         true
+    }
+
+    /// Drops from the paged tail the messages whose PUBLISH records failed (docs/STORAGE.md
+    /// §11): they are not on disk and never will be, so reading them back would only find
+    /// nothing. Messages of the report held in memory (ready or delivered) go on as they
+    /// are: deliverable, just not durable (acking them leaves the store alone, which no
+    /// longer knows them).
+    pub fn forget_failed(&self, failed: &FailedPublishes) {
+        let Some(stored) = self.disk() else {
+            return;
+        };
+        let Some(messages) = failed.queues.get(&stored.id) else {
+            return;
+        };
+        let dropped = self.state.lock().tail.forget(messages);
+        if dropped > 0 {
+            tracing::warn!(queue = %self.name, dropped, "paged-out messages whose store write failed are gone (their publishers were nacked)");
+        }
     }
 
     /// Removes a message that leaves the queue for good from the store.
@@ -181,7 +211,7 @@ impl Queue {
         {
             let mut st = self.state.lock();
             st.tail = PagedTail::recovered(ids, body_bytes, first);
-            if self.memory_budget_bytes.is_none() {
+            if !self.pageable {
                 while self.refill(&mut st, &mut dead) {}
             }
         }

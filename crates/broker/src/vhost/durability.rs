@@ -45,6 +45,8 @@ impl VHost {
                 });
             }
         }
+        defs.policies = self.policies();
+        defs.policies.extend(self.operator_policies());
         for e in exchanges.iter().filter(|e| e.durable && !e.name.is_empty()) {
             for b in e.bindings() {
                 if self.is_durable_destination(&b.destination) {
@@ -61,28 +63,41 @@ impl VHost {
         defs
     }
 
-    /// Writes the durable definitions to the store (atomic replace, fsync'd).
+    /// Asks the broker to write its snapshot (every vhost and the user database) to the
+    /// store after a durable change here. A vhost outside a broker (tests) keeps nothing.
     pub(super) fn persist_definitions(&self) {
-        let Some(store) = &self.store else {
+        if self.store.is_none() {
             return;
-        };
-        let _serial = self.definitions_lock.lock();
-        let blob = self.durable_definitions().encode();
-        if let Err(e) = store.save_definitions(&blob) {
-            tracing::error!(error = %e, "saving definitions failed");
+        }
+        if let Some(persist) = self.on_durable_change.get() {
+            persist();
         }
     }
 
-    /// Recreates durable definitions and the messages the store kept for each queue.
-    pub fn recover(self: &Arc<Self>, recovered: warren_store::Recovered) {
-        let defs = match recovered.definitions.as_deref().map(Definitions::decode) {
-            None => Definitions::default(),
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                tracing::error!(error = %e, "stored definitions unreadable; starting without them");
-                Definitions::default()
+    /// Called once by the broker that owns this vhost: how durable changes are persisted.
+    pub(crate) fn set_durable_change_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_durable_change.set(Box::new(hook));
+    }
+
+    /// The name this vhost's queue `queue` has in the store's queue table.
+    pub fn store_queue_name(&self, queue: &str) -> String {
+        crate::names::store_queue_name(&self.name, queue)
+    }
+
+    /// Recreates durable exchanges, queues and bindings (the queues empty: the broker hands
+    /// each its stored messages afterwards).
+    pub fn restore_definitions(self: &Arc<Self>, defs: Definitions) {
+        // Policies first: the entities below take them as they are created.
+        {
+            let mut policies = self.policies.write();
+            for p in defs.policies {
+                policies.set(p);
             }
-        };
+        }
+        // The built-in exchanges exist already.
+        for exchange in self.exchanges() {
+            self.apply_exchange_policies(&exchange);
+        }
         for e in defs.exchanges {
             let Some(kind) = ExchangeKind::parse(&e.kind) else {
                 continue;
@@ -95,6 +110,7 @@ impl VHost {
                 e.internal,
                 e.arguments,
             );
+            self.apply_exchange_policies(&exchange);
             self.exchanges.write().insert(e.name, Arc::new(exchange));
         }
         for q in defs.queues {
@@ -122,24 +138,5 @@ impl VHost {
                 arguments: b.arguments,
             });
         }
-        let mut restored = 0u64;
-        for (_, rq) in recovered.queues {
-            let Some(queue) = self.queue(&rq.name) else {
-                // The store knew a queue the definitions do not: drop its messages.
-                if let Some(store) = &self.store {
-                    if let Some((id, _)) = store.queues().into_iter().find(|(_, n)| *n == rq.name) {
-                        let _ = store.delete_queue(id);
-                    }
-                }
-                continue;
-            };
-            restored += rq.live.len();
-            queue.restore(rq.live, rq.live_body_bytes, rq.first);
-        }
-        tracing::info!(
-            restored_messages = restored,
-            queues = self.queues.read().len(),
-            "recovered durable state"
-        );
     }
 }

@@ -14,6 +14,8 @@ pub struct Client {
     stream: TcpStream,
     rbuf: BytesMut,
     pub server_properties: FieldTable,
+    /// The server closed the socket (seen by `method_or_closed`).
+    closed: bool,
 }
 
 /// A frame group from the server; tests match on the parts they check.
@@ -31,13 +33,91 @@ impl Client {
             .expect("handshake")
     }
 
-    /// Handshakes; returns the close method if the server refused.
+    /// Handshakes with the capabilities RabbitMQ's clients advertise; returns the close
+    /// method if the server refused.
     pub async fn connect_as(port: u16, user: &str, pass: &str) -> Result<Client, Method> {
+        Self::connect_with(
+            port,
+            user,
+            pass,
+            &[
+                "consumer_cancel_notify",
+                "authentication_failure_close",
+                "connection.blocked",
+            ],
+        )
+        .await
+    }
+
+    /// Connects as guest to `host` (an IPv6 address, say).
+    pub async fn connect_at(host: &str, port: u16) -> Client {
+        let stream = TcpStream::connect((host, port)).await.unwrap();
+        Self::handshake(stream, "guest", "guest", &["consumer_cancel_notify"], 0)
+            .await
+            .expect("handshake")
+    }
+
+    /// Connects as guest asking for heartbeats every `heartbeat_s` seconds (the test then
+    /// decides whether to send any).
+    pub async fn connect_heartbeat(port: u16, heartbeat_s: u16) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        Self::handshake(
+            stream,
+            "guest",
+            "guest",
+            &["connection.blocked"],
+            heartbeat_s,
+        )
+        .await
+        .expect("handshake")
+    }
+
+    /// Handshakes advertising exactly `capabilities`.
+    pub async fn connect_with(
+        port: u16,
+        user: &str,
+        pass: &str,
+        capabilities: &[&str],
+    ) -> Result<Client, Method> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        Self::handshake(stream, user, pass, capabilities, 0).await
+    }
+
+    /// Connects as `user` to `vhost`; returns the close method if the server refused.
+    pub async fn connect_vhost(
+        port: u16,
+        user: &str,
+        pass: &str,
+        vhost: &str,
+    ) -> Result<Client, Method> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let caps = ["consumer_cancel_notify", "authentication_failure_close"];
+        Self::handshake_to(stream, user, pass, &caps, 0, vhost).await
+    }
+
+    async fn handshake(
+        stream: TcpStream,
+        user: &str,
+        pass: &str,
+        capabilities: &[&str],
+        heartbeat_s: u16,
+    ) -> Result<Client, Method> {
+        Self::handshake_to(stream, user, pass, capabilities, heartbeat_s, "/").await
+    }
+
+    async fn handshake_to(
+        stream: TcpStream,
+        user: &str,
+        pass: &str,
+        capabilities: &[&str],
+        heartbeat_s: u16,
+        vhost: &str,
+    ) -> Result<Client, Method> {
         let mut c = Client {
             stream,
             rbuf: BytesMut::new(),
             server_properties: FieldTable::new(),
+            closed: false,
         };
         c.stream.write_all(PROTOCOL_HEADER).await.unwrap();
         let Method::ConnectionStart(start) = c.method().await.1 else {
@@ -45,7 +125,9 @@ impl Client {
         };
         c.server_properties = start.server_properties;
         let mut caps = FieldTable::new();
-        caps.insert("consumer_cancel_notify", FieldValue::Bool(true));
+        for cap in capabilities {
+            caps.insert(*cap, FieldValue::Bool(true));
+        }
         let mut props = FieldTable::new();
         props.insert("capabilities", FieldValue::Table(caps));
         c.send(
@@ -67,14 +149,14 @@ impl Client {
             ConnectionTuneOk {
                 channel_max: tune.channel_max,
                 frame_max: tune.frame_max,
-                heartbeat: 0,
+                heartbeat: heartbeat_s,
             },
         )
         .await;
         c.send(
             0,
             ConnectionOpen {
-                virtual_host: "/".into(),
+                virtual_host: vhost.into(),
             },
         )
         .await;
@@ -168,6 +250,37 @@ impl Client {
         tokio::time::timeout(Duration::from_secs(5), read)
             .await
             .expect("frame within 5 s")
+    }
+
+    /// The next method within `wait` (None if none came, or the socket closed: see
+    /// `is_closed`). Heartbeats are skipped.
+    pub async fn method_or_closed(&mut self, wait: Duration) -> Option<(u16, Method)> {
+        if self.closed {
+            return None;
+        }
+        let read = async {
+            loop {
+                if let Some(f) = parse_frame(&mut self.rbuf, 0).unwrap() {
+                    if f.kind == FrameKind::Method {
+                        let m = Method::decode(&mut Reader::new(f.payload)).unwrap();
+                        return Some((f.channel, m));
+                    }
+                    continue;
+                }
+                match self.stream.read_buf(&mut self.rbuf).await {
+                    Ok(0) | Err(_) => {
+                        self.closed = true;
+                        return None;
+                    }
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(wait, read).await.ok().flatten()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 
     pub async fn method(&mut self) -> (u16, Method) {

@@ -11,6 +11,14 @@
 //! Invariant: a file's unsynced data is modelled as a tail appended after its
 //! synced bytes; a file that was shrunk (truncate) and not synced since simply
 //! reverts to its synced bytes on crash.
+//!
+//! I/O failures: [`FaultyBackend::set_capacity_bytes`] makes the disk full
+//! (an append past the capacity writes what fits, then fails with `ENOSPC`, as
+//! a real `write` does), and [`FaultyBackend::fail_syncs`] makes file syncs fail
+//! with `EIO` the way Linux does ("fsyncgate"): the dirty data of the failed
+//! sync is dropped from the disk's point of view (it reads back as zeros after a
+//! crash) while this process still reads it, and later syncs of that file
+//! succeed without ever writing it.
 
 use std::collections::HashMap;
 use std::io;
@@ -38,6 +46,23 @@ pub enum CrashMode {
 struct Inode {
     data: Vec<u8>,
     synced: Vec<u8>,
+    /// Bytes whose sync failed (`fail_syncs`): a later sync persists them as
+    /// zeros, the way a kernel that dropped the dirty pages does.
+    lost: Option<std::ops::Range<usize>>,
+}
+
+impl Inode {
+    /// What a sync makes durable: the data, minus what an earlier failed sync
+    /// lost.
+    fn persist(&mut self) {
+        self.synced = self.data.clone();
+        if let Some(lost) = &self.lost {
+            let end = lost.end.min(self.synced.len());
+            if lost.start < end {
+                self.synced[lost.start..end].fill(0);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -55,6 +80,10 @@ struct Disk {
     /// Set `stall_syncs` once this many more syncs have succeeded.
     stall_after: Option<u64>,
     syncs: u64,
+    /// Total bytes the files that have a name may hold (`None`: unlimited).
+    capacity_bytes: Option<u64>,
+    /// This many more file syncs fail with `EIO`.
+    failing_syncs: u64,
 }
 
 impl Disk {
@@ -65,6 +94,19 @@ impl Disk {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Bytes held by the files that have a name (an unlinked file frees its
+    /// space at once: the store drops its handles before removing a file).
+    fn used_bytes(&self) -> u64 {
+        let mut inodes: Vec<u64> = self.names.values().copied().collect();
+        inodes.sort_unstable();
+        inodes.dedup();
+        inodes
+            .iter()
+            .filter_map(|ino| self.inodes.get(ino))
+            .map(|inode| inode.data.len() as u64)
+            .sum()
     }
 
     fn check(&self, generation: u64) -> io::Result<()> {
@@ -128,6 +170,8 @@ impl FaultyBackend {
                     stall_syncs: false,
                     stall_after: None,
                     syncs: 0,
+                    capacity_bytes: None,
+                    failing_syncs: 0,
                 }),
                 unstall: Condvar::new(),
             }),
@@ -143,6 +187,7 @@ impl FaultyBackend {
         disk.fail_io = false;
         disk.stall_syncs = false;
         disk.stall_after = None;
+        disk.failing_syncs = 0;
         self.disk.unstall.notify_all();
         let names = disk.durable_names.clone();
         let mut survivors: Vec<u64> = names.values().copied().collect();
@@ -178,6 +223,7 @@ impl FaultyBackend {
             }
             inode.data.extend_from_slice(&kept_tail);
             inode.synced = inode.data.clone();
+            inode.lost = None;
             inodes.insert(ino, inode);
         }
         disk.inodes = inodes;
@@ -243,6 +289,24 @@ impl FaultyBackend {
     /// Number of successful file `sync` calls so far.
     pub fn sync_count(&self) -> u64 {
         self.disk.lock().syncs
+    }
+
+    /// Limits the bytes all named files may hold together (`None`: no limit).
+    /// An append that does not fit writes what fits and fails with `ENOSPC`;
+    /// removing or truncating files frees space. Survives crashes.
+    pub fn set_capacity_bytes(&self, capacity: Option<u64>) {
+        self.disk.lock().capacity_bytes = capacity;
+    }
+
+    /// Bytes the named files hold now.
+    pub fn used_bytes(&self) -> u64 {
+        self.disk.lock().used_bytes()
+    }
+
+    /// Makes the next `n` file syncs fail with `EIO`, losing the data they
+    /// should have made durable (see the module docs).
+    pub fn fail_syncs(&self, n: u64) {
+        self.disk.lock().failing_syncs = n;
     }
 }
 
@@ -338,12 +402,34 @@ impl Backend for FaultyBackend {
     }
 }
 
+/// `ENOSPC`, as the kernel reports a full disk.
+fn no_space() -> io::Error {
+    io::Error::from_raw_os_error(28)
+}
+
+/// `EIO`, as the kernel reports a failed writeback.
+fn io_error() -> io::Error {
+    io::Error::from_raw_os_error(5)
+}
+
 impl BackendFile for FaultyFile {
     fn append(&self, data: &[u8]) -> io::Result<()> {
-        self.with_inode(|inode| {
-            inode.data.extend_from_slice(data);
-            Ok(())
-        })
+        let mut disk = self.disk.lock();
+        disk.check(self.generation)?;
+        let room = match disk.capacity_bytes {
+            Some(capacity) => capacity.saturating_sub(disk.used_bytes()),
+            None => u64::MAX,
+        };
+        let fits = usize::try_from(room).unwrap_or(usize::MAX).min(data.len());
+        let inode = disk
+            .inodes
+            .get_mut(&self.inode)
+            .ok_or_else(|| io::Error::other("inode vanished"))?;
+        inode.data.extend_from_slice(&data[..fits]);
+        if fits < data.len() {
+            return Err(no_space());
+        }
+        Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -352,11 +438,28 @@ impl BackendFile for FaultyFile {
             self.disk.unstall.wait(&mut disk);
         }
         disk.check(self.generation)?;
+        let failing = disk.failing_syncs > 0;
+        if failing {
+            disk.failing_syncs -= 1;
+        }
         let inode = disk
             .inodes
             .get_mut(&self.inode)
             .ok_or_else(|| io::Error::other("inode vanished"))?;
-        inode.synced = inode.data.clone();
+        if failing {
+            // The kernel drops the dirty pages and reports the error once:
+            // the disk keeps zeros where they were, and the next sync will
+            // not write them either.
+            let start = inode.synced.len().min(inode.data.len());
+            let end = inode.data.len();
+            inode.lost = Some(match inode.lost.take() {
+                Some(lost) => lost.start.min(start)..end.max(lost.end),
+                None => start..end,
+            });
+            inode.persist();
+            return Err(io_error());
+        }
+        inode.persist();
         disk.syncs += 1;
         if let Some(n) = disk.stall_after {
             if n <= 1 {
@@ -389,6 +492,10 @@ impl BackendFile for FaultyFile {
         self.with_inode(|inode| {
             let len = usize::try_from(len_bytes).map_err(io::Error::other)?;
             inode.data.truncate(len);
+            if let Some(lost) = &inode.lost {
+                // Cutting the lost bytes off is how a store gets rid of them.
+                inode.lost = (lost.start < len).then(|| lost.start..lost.end.min(len));
+            }
             Ok(())
         })
     }
@@ -439,6 +546,52 @@ mod tests {
             assert!(file.append(b"x").is_err());
             assert!(disk.list("").is_err());
         }
+    }
+
+    #[test]
+    fn a_full_disk_writes_what_fits_then_fails_with_enospc() {
+        let disk = FaultyBackend::new(5);
+        disk.set_capacity_bytes(Some(10));
+        let file = write(&disk, "a", b"12345678");
+        let err = file.append(b"abcd").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28));
+        assert_eq!(disk.file_bytes("a").unwrap(), b"12345678ab");
+        // Freeing space (truncate, or removing a file) lets writes go on.
+        file.truncate(8).unwrap();
+        file.append(b"xy").unwrap();
+        disk.remove("a").unwrap();
+        assert_eq!(disk.used_bytes(), 0);
+    }
+
+    /// File "a" holding "durable" (synced) and "-lost", whose sync just failed.
+    fn after_a_failed_sync() -> (FaultyBackend, Arc<dyn BackendFile>) {
+        let disk = FaultyBackend::new(6);
+        let file = write(&disk, "a", b"durable");
+        file.sync().unwrap();
+        disk.sync_dir("").unwrap();
+        file.append(b"-lost").unwrap();
+        disk.fail_syncs(1);
+        assert_eq!(file.sync().unwrap_err().raw_os_error(), Some(5));
+        (disk, file)
+    }
+
+    #[test]
+    fn a_failed_sync_loses_its_data_and_later_syncs_do_not_bring_it_back() {
+        let (disk, file) = after_a_failed_sync();
+        // This process still reads it back, and the next sync "succeeds".
+        assert_eq!(disk.file_bytes("a").unwrap(), b"durable-lost");
+        file.append(b"+later").unwrap();
+        file.sync().unwrap();
+        let after = disk.crash(CrashMode::KeepUnsynced);
+        assert_eq!(after.file_bytes("a").unwrap(), b"durable\0\0\0\0\0+later");
+
+        // Truncating the lost bytes away (and syncing) leaves a clean file.
+        let (disk, file) = after_a_failed_sync();
+        file.truncate(7).unwrap();
+        file.append(b"+again").unwrap();
+        file.sync().unwrap();
+        let after = disk.crash(CrashMode::DropUnsynced);
+        assert_eq!(after.file_bytes("a").unwrap(), b"durable+again");
     }
 
     #[test]

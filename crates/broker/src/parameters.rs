@@ -1,0 +1,109 @@
+//! Runtime parameters, as RabbitMQ's `rabbit_runtime_parameters`: values kept per (vhost,
+//! component, name) and global ones per name, for components Warren does not run itself
+//! (federation upstreams, shovels, …) so that definitions carry them through an
+//! import/export unchanged. Values are JSON texts; this crate does not interpret them.
+//!
+//! Components Warren does act on are not kept here: policies and operator policies live with
+//! their vhost, and `vhost-limits` are the vhost's limits.
+
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+
+/// A vhost-scoped runtime parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    pub vhost: String,
+    pub component: String,
+    pub name: String,
+    /// The value as JSON text.
+    pub value_json: String,
+}
+
+#[derive(Debug, Default)]
+pub struct RuntimeParameters {
+    /// (vhost, component, name) → JSON text.
+    scoped: RwLock<BTreeMap<(String, String, String), String>>,
+    /// name → JSON text.
+    global: RwLock<BTreeMap<String, String>>,
+}
+
+impl RuntimeParameters {
+    pub fn set(&self, vhost: &str, component: &str, name: &str, value_json: String) {
+        self.scoped.write().insert(
+            (vhost.to_owned(), component.to_owned(), name.to_owned()),
+            value_json,
+        );
+    }
+
+    pub fn clear(&self, vhost: &str, component: &str, name: &str) -> bool {
+        self.scoped
+            .write()
+            .remove(&(vhost.to_owned(), component.to_owned(), name.to_owned()))
+            .is_some()
+    }
+
+    /// Every vhost-scoped parameter, ordered by vhost, component, name.
+    pub fn list(&self) -> Vec<Parameter> {
+        self.scoped
+            .read()
+            .iter()
+            .map(|((vhost, component, name), value)| Parameter {
+                vhost: vhost.clone(),
+                component: component.clone(),
+                name: name.clone(),
+                value_json: value.clone(),
+            })
+            .collect()
+    }
+
+    pub fn set_global(&self, name: &str, value_json: String) {
+        self.global.write().insert(name.to_owned(), value_json);
+    }
+
+    pub fn clear_global(&self, name: &str) -> bool {
+        self.global.write().remove(name).is_some()
+    }
+
+    /// Every global parameter as (name, JSON text), by name.
+    pub fn list_global(&self) -> Vec<(String, String)> {
+        self.global
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Drops the parameters of a deleted vhost.
+    pub fn forget_vhost(&self, vhost: &str) {
+        self.scoped.write().retain(|(v, _, _), _| v != vhost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_list_clear_and_forget() {
+        let p = RuntimeParameters::default();
+        p.set(
+            "v",
+            "federation-upstream",
+            "up",
+            r#"{"uri":"amqp://x"}"#.into(),
+        );
+        p.set("w", "shovel", "s", "{}".into());
+        p.set_global("cluster_tags", r#"{"env":"test"}"#.into());
+        assert_eq!(p.list().len(), 2);
+        assert_eq!(p.list()[0].component, "federation-upstream");
+        assert_eq!(
+            p.list_global(),
+            [("cluster_tags".to_string(), r#"{"env":"test"}"#.to_string())]
+        );
+        p.forget_vhost("v");
+        assert_eq!(p.list().len(), 1);
+        assert!(p.clear("w", "shovel", "s"));
+        assert!(!p.clear("w", "shovel", "s"));
+        assert!(p.clear_global("cluster_tags"));
+    }
+}

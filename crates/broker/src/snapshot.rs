@@ -1,0 +1,283 @@
+//! The broker's whole durable state as the store's one definitions blob: every vhost (its
+//! metadata, limits and durable topology) and the user database (users with their password
+//! hashes and tags, permissions, topic permissions). docs/STORAGE.md §2 describes the layout.
+//!
+//! Version 1 blobs (before vhosts) held one vhost's `Definitions`; they decode as vhost "/"
+//! with no user database, which the broker then treats as a first boot for users.
+
+use crate::access::{Permission, TopicPermission, User};
+use crate::definitions::{get_str, get_table, tables, text, Definitions};
+use crate::vhost::{VHostLimits, VHostMetadata};
+use bytes::{Bytes, BytesMut};
+use warren_codec::{FieldTable, FieldValue, Reader, Writer};
+
+const VERSION: i32 = 2;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VHostSnapshot {
+    pub name: String,
+    pub metadata: VHostMetadata,
+    pub limits: VHostLimits,
+    pub definitions: Definitions,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccessSnapshot {
+    pub users: Vec<User>,
+    /// (vhost, user, permission)
+    pub permissions: Vec<(String, String, Permission)>,
+    /// (vhost, user, topic permission)
+    pub topic_permissions: Vec<(String, String, TopicPermission)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub vhosts: Vec<VHostSnapshot>,
+    /// None in a version 1 blob.
+    pub access: Option<AccessSnapshot>,
+}
+
+fn string(t: &FieldTable, key: &str) -> String {
+    get_str(t, key).map(|s| s.to_string()).unwrap_or_default()
+}
+
+fn strings(t: &FieldTable, key: &str) -> Vec<String> {
+    match t.get(key) {
+        Some(FieldValue::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn string_array(items: &[String]) -> FieldValue {
+    FieldValue::Array(items.iter().map(|s| text(s)).collect())
+}
+
+fn limit(t: &FieldTable, key: &str) -> Option<u32> {
+    t.get(key)?.as_i64().and_then(|n| u32::try_from(n).ok())
+}
+
+fn table(entries: &[(&str, FieldValue)]) -> FieldValue {
+    let mut t = FieldTable::new();
+    for (k, v) in entries {
+        t.insert(*k, v.clone());
+    }
+    FieldValue::Table(t)
+}
+
+impl Snapshot {
+    pub fn encode(&self) -> Bytes {
+        let vhosts = self
+            .vhosts
+            .iter()
+            .map(|v| {
+                let mut t = FieldTable::new();
+                t.insert("name", text(&v.name));
+                t.insert("description", text(&v.metadata.description));
+                t.insert("tags", string_array(&v.metadata.tags));
+                if let Some(n) = v.limits.max_connections {
+                    t.insert("max_connections", FieldValue::I64(n.into()));
+                }
+                if let Some(n) = v.limits.max_queues {
+                    t.insert("max_queues", FieldValue::I64(n.into()));
+                }
+                t.insert("definitions", FieldValue::Table(v.definitions.to_table()));
+                FieldValue::Table(t)
+            })
+            .collect();
+        let mut top = FieldTable::new();
+        top.insert("version", FieldValue::I32(VERSION));
+        top.insert("vhosts", FieldValue::Array(vhosts));
+        if let Some(access) = &self.access {
+            let users = access
+                .users
+                .iter()
+                .map(|u| {
+                    table(&[
+                        ("name", text(&u.name)),
+                        ("password_hash", text(&u.password_hash)),
+                        ("hashing_algorithm", text(&u.hashing_algorithm)),
+                        ("tags", string_array(&u.tags)),
+                    ])
+                })
+                .collect();
+            let permissions = access
+                .permissions
+                .iter()
+                .map(|(vhost, user, p)| {
+                    table(&[
+                        ("vhost", text(vhost)),
+                        ("user", text(user)),
+                        ("configure", text(&p.configure)),
+                        ("write", text(&p.write)),
+                        ("read", text(&p.read)),
+                    ])
+                })
+                .collect();
+            let topic_permissions = access
+                .topic_permissions
+                .iter()
+                .map(|(vhost, user, p)| {
+                    table(&[
+                        ("vhost", text(vhost)),
+                        ("user", text(user)),
+                        ("exchange", text(&p.exchange)),
+                        ("write", text(&p.write)),
+                        ("read", text(&p.read)),
+                    ])
+                })
+                .collect();
+            top.insert("users", FieldValue::Array(users));
+            top.insert("permissions", FieldValue::Array(permissions));
+            top.insert("topic_permissions", FieldValue::Array(topic_permissions));
+        }
+        let mut out = BytesMut::new();
+        Writer::new(&mut out).table(&top);
+        out.freeze()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+        let top = Reader::new(Bytes::copy_from_slice(bytes))
+            .table()
+            .map_err(|e| format!("definitions blob: {e}"))?;
+        let version = top.get("version").and_then(FieldValue::as_i64).unwrap_or(1);
+        if version < 2 {
+            return Ok(Snapshot {
+                vhosts: vec![VHostSnapshot {
+                    name: "/".into(),
+                    metadata: VHostMetadata::default(),
+                    limits: VHostLimits::default(),
+                    definitions: Definitions::from_table(&top),
+                }],
+                access: None,
+            });
+        }
+        let vhosts = tables(&top, "vhosts")
+            .iter()
+            .filter_map(|t| {
+                Some(VHostSnapshot {
+                    name: get_str(t, "name")?.to_string(),
+                    metadata: VHostMetadata {
+                        description: string(t, "description"),
+                        tags: strings(t, "tags"),
+                    },
+                    limits: VHostLimits {
+                        max_connections: limit(t, "max_connections"),
+                        max_queues: limit(t, "max_queues"),
+                    },
+                    definitions: Definitions::from_table(&get_table(t, "definitions")),
+                })
+            })
+            .collect();
+        let users = tables(&top, "users")
+            .iter()
+            .filter_map(|t| {
+                Some(User {
+                    name: get_str(t, "name")?.to_string(),
+                    password_hash: string(t, "password_hash"),
+                    hashing_algorithm: string(t, "hashing_algorithm"),
+                    tags: strings(t, "tags"),
+                })
+            })
+            .collect();
+        let permissions = tables(&top, "permissions")
+            .iter()
+            .map(|t| {
+                let p = Permission {
+                    configure: string(t, "configure"),
+                    write: string(t, "write"),
+                    read: string(t, "read"),
+                };
+                (string(t, "vhost"), string(t, "user"), p)
+            })
+            .collect();
+        let topic_permissions = tables(&top, "topic_permissions")
+            .iter()
+            .map(|t| {
+                let p = TopicPermission {
+                    exchange: string(t, "exchange"),
+                    write: string(t, "write"),
+                    read: string(t, "read"),
+                };
+                (string(t, "vhost"), string(t, "user"), p)
+            })
+            .collect();
+        Ok(Snapshot {
+            vhosts,
+            access: Some(AccessSnapshot {
+                users,
+                permissions,
+                topic_permissions,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definitions::QueueDefinition;
+
+    #[test]
+    fn round_trip() {
+        let snapshot = Snapshot {
+            vhosts: vec![VHostSnapshot {
+                name: "prod".into(),
+                metadata: VHostMetadata {
+                    description: "d".into(),
+                    tags: vec!["t".into()],
+                },
+                limits: VHostLimits {
+                    max_connections: Some(3),
+                    max_queues: None,
+                },
+                definitions: Definitions {
+                    queues: vec![QueueDefinition {
+                        name: "q".into(),
+                        auto_delete: false,
+                        arguments: FieldTable::new(),
+                    }],
+                    ..Definitions::default()
+                },
+            }],
+            access: Some(AccessSnapshot {
+                users: vec![User {
+                    name: "u".into(),
+                    password_hash: "h".into(),
+                    hashing_algorithm: "rabbit_password_hashing_sha256".into(),
+                    tags: vec!["administrator".into()],
+                }],
+                permissions: vec![("prod".into(), "u".into(), Permission::full())],
+                topic_permissions: vec![(
+                    "prod".into(),
+                    "u".into(),
+                    TopicPermission {
+                        exchange: "amq.topic".into(),
+                        write: "^a".into(),
+                        read: "".into(),
+                    },
+                )],
+            }),
+        };
+        assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
+    }
+
+    #[test]
+    fn version_1_blob_is_the_default_vhost() {
+        let v1 = Definitions {
+            queues: vec![QueueDefinition {
+                name: "old".into(),
+                auto_delete: false,
+                arguments: FieldTable::new(),
+            }],
+            ..Definitions::default()
+        };
+        let snapshot = Snapshot::decode(&v1.encode()).unwrap();
+        assert_eq!(snapshot.vhosts.len(), 1);
+        assert_eq!(snapshot.vhosts[0].name, "/");
+        assert_eq!(snapshot.vhosts[0].definitions, v1);
+        assert!(snapshot.access.is_none());
+    }
+}

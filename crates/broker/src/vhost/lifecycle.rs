@@ -1,0 +1,138 @@
+//! A vhost's life beside its entities: the connections open on it (so they can be closed
+//! when the vhost or their user is deleted, and counted against `max-connections`), its
+//! limits and metadata, and its shutdown when deleted.
+
+use super::VHost;
+use crate::consumer::{ConnectionEvent, ConnectionId};
+use crate::error::AmqpError;
+use std::sync::atomic::Ordering;
+use tokio::sync::mpsc::UnboundedSender;
+use warren_codec::ReplyCode;
+
+/// RabbitMQ's vhost limits (`rabbitmqctl set_vhost_limits`); `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VHostLimits {
+    pub max_connections: Option<u32>,
+    pub max_queues: Option<u32>,
+}
+
+/// What RabbitMQ keeps beside a vhost's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VHostMetadata {
+    pub description: String,
+    pub tags: Vec<String>,
+}
+
+/// An open connection as its vhost knows it.
+#[derive(Debug)]
+pub(super) struct OpenConnection {
+    user: String,
+    events: UnboundedSender<ConnectionEvent>,
+}
+
+impl VHost {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn limits(&self) -> VHostLimits {
+        *self.limits.read()
+    }
+
+    /// Sets the limits (persisted with the broker's definitions).
+    pub fn set_limits(&self, limits: VHostLimits) {
+        *self.limits.write() = limits;
+        self.persist_definitions();
+    }
+
+    pub fn metadata(&self) -> VHostMetadata {
+        self.metadata.read().clone()
+    }
+
+    /// Sets the description and tags (persisted with the broker's definitions).
+    pub fn set_metadata(&self, metadata: VHostMetadata) {
+        *self.metadata.write() = metadata;
+        self.persist_definitions();
+    }
+
+    /// False once the vhost was deleted: nothing new may start on it.
+    pub fn is_live(&self) -> bool {
+        !self.deleted.load(Ordering::Acquire)
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connections.lock().len()
+    }
+
+    /// Registers a connection that opened this vhost, enforcing `max-connections` (530 with
+    /// RabbitMQ's text) and refusing a vhost deleted meanwhile.
+    pub fn open_connection(
+        &self,
+        connection: ConnectionId,
+        user: &str,
+        events: UnboundedSender<ConnectionEvent>,
+    ) -> Result<(), AmqpError> {
+        let mut connections = self.connections.lock();
+        if !self.is_live() {
+            return Err(AmqpError::new(
+                ReplyCode::NotAllowed,
+                format!("vhost {} not found", self.name),
+            ));
+        }
+        if let Some(limit) = self.limits().max_connections {
+            if connections.len() >= limit as usize {
+                return Err(AmqpError::new(
+                    ReplyCode::NotAllowed,
+                    format!(
+                        "access to vhost '{}' refused for user '{user}': connection limit ({limit}) is reached",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        connections.insert(
+            connection,
+            OpenConnection {
+                user: user.to_owned(),
+                events,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets a closed connection and drops the exclusive queues it owned.
+    pub fn close_connection(&self, connection: ConnectionId) {
+        self.connections.lock().remove(&connection);
+        self.connection_closed(connection);
+    }
+
+    /// Asks the connections of `user` (all of them when `None`) to close with 320
+    /// CONNECTION_FORCED and `reason`; returns how many were asked.
+    pub fn force_close_connections(&self, user: Option<&str>, reason: &str) -> usize {
+        let connections = self.connections.lock();
+        let mut asked = 0;
+        for open in connections.values() {
+            if user.is_none_or(|u| u == open.user) {
+                let _ = open.events.send(ConnectionEvent::Close {
+                    code: ReplyCode::ConnectionForced,
+                    text: reason.to_owned(),
+                });
+                asked += 1;
+            }
+        }
+        asked
+    }
+
+    /// Deletes everything in the vhost: its connections are told to close ("vhost 'v' is
+    /// deleted", as RabbitMQ), its queues go with their stored messages, then its exchanges.
+    pub(crate) fn shut_down(&self) {
+        self.deleted.store(true, Ordering::Release);
+        self.force_close_connections(None, &format!("vhost '{}' is deleted", self.name));
+        for queue in self.queues() {
+            self.remove_queue(&queue);
+        }
+        let exchanges: Vec<_> = self.exchanges.write().drain().map(|(_, e)| e).collect();
+        drop(exchanges);
+        self.reply_consumers.lock().clear();
+    }
+}

@@ -1,0 +1,120 @@
+//! Warren's HTTP API, shaped like RabbitMQ's management plugin so that rabbitmqadmin, curl
+//! scripts, client libraries' test helpers and provisioning tools work unchanged: the same
+//! paths, JSON fields, status codes, pagination and Basic authentication.
+//!
+//! One axum router over the broker core; nothing here is on the message path. Object
+//! listings read the broker's maps and the connection registry when asked; message rates
+//! come from a sampler task (`rates.rs`) that reads the counters every 5 s.
+
+mod accounts;
+mod auth;
+mod error;
+mod json;
+mod list;
+mod rates;
+mod routes;
+
+pub use accounts::Accounts;
+
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use parking_lot::RwLock;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use warren_broker::Broker;
+
+/// RabbitMQ's default `management.http_max_body_size` (bytes).
+pub const MAX_BODY_BYTES: usize = 20_000_000;
+
+/// What the API needs to know beyond the broker itself.
+pub struct ManagementConfig {
+    /// This node's name ("warren@host"), RabbitMQ's `node` field.
+    pub node_name: String,
+    /// Users who may log in only from loopback addresses (RabbitMQ's loopback_users).
+    pub loopback_users: Vec<String>,
+    /// The AMQP listener, for /api/overview's `listeners`.
+    pub amqp_address: SocketAddr,
+    /// The data directory, for the node's `disk_free` and `db_dir`.
+    pub data_dir: Option<PathBuf>,
+    pub disk_free_limit_bytes: u64,
+}
+
+impl ManagementConfig {
+    /// Defaults (guest loopback only), for tests.
+    pub fn new(amqp_address: SocketAddr) -> ManagementConfig {
+        ManagementConfig {
+            node_name: default_node_name(),
+            loopback_users: vec!["guest".into()],
+            amqp_address,
+            data_dir: None,
+            disk_free_limit_bytes: 0,
+        }
+    }
+}
+
+/// "warren@HOSTNAME", as RabbitMQ's "rabbit@HOSTNAME".
+pub fn default_node_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("warren@{host}")
+}
+
+/// Shared state of every request.
+pub struct Api {
+    pub broker: Arc<Broker>,
+    pub node: String,
+    pub accounts: Accounts,
+    pub amqp_address: SocketAddr,
+    pub data_dir: Option<PathBuf>,
+    pub disk_free_limit_bytes: u64,
+    pub cluster_name: RwLock<String>,
+    pub rates: rates::Rates,
+    /// The HTTP listener's port, for the node's `contexts`.
+    pub http_port: u16,
+}
+
+/// Serves the API on `listener` until `shutdown` completes. Tests bind port 0.
+pub async fn run(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: ManagementConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let http_port = listener.local_addr()?.port();
+    let api = Arc::new(Api {
+        accounts: Accounts::new(broker.access.clone(), config.loopback_users),
+        broker,
+        cluster_name: RwLock::new(config.node_name.clone()),
+        node: config.node_name,
+        amqp_address: config.amqp_address,
+        data_dir: config.data_dir,
+        disk_free_limit_bytes: config.disk_free_limit_bytes,
+        rates: rates::Rates::default(),
+        http_port,
+    });
+    let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));
+    let app = router(api);
+    let result = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+    sampler.abort();
+    result
+}
+
+fn router(api: Arc<Api>) -> Router {
+    routes::api_routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            auth::authenticate,
+        ))
+        .fallback(routes::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+}

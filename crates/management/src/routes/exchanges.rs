@@ -1,0 +1,328 @@
+//! /api/exchanges: list (all, per vhost), one, PUT (declare), DELETE (`if-unused`), and
+//! POST …/publish, which routes a message as a basic.publish would.
+
+use super::{body_bool, body_json, rate_key};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::json::{json_to_table, message_stats, table_to_json, EXCHANGE_STATS};
+use crate::list::{respond, respond_one, Query};
+use crate::Api;
+use axum::extract::{Path, Query as Q, State};
+use axum::response::IntoResponse;
+use axum::{Extension, Json};
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use warren_broker::policy::EntityKind;
+use warren_broker::queue::StoreRef;
+use warren_broker::{Exchange, ExchangeDeclaration, Message, MessageStats, VHost};
+use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
+
+/// The default exchange's name in paths ("" cannot be a path segment).
+pub const DEFAULT_EXCHANGE: &str = "amq.default";
+
+pub fn path_name(name: &str) -> &str {
+    if name == DEFAULT_EXCHANGE {
+        ""
+    } else {
+        name
+    }
+}
+
+fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
+    let applied = vhost.applied_policies(EntityKind::Exchange, &x.name);
+    let vhost = vhost.name.as_str();
+    let rates = api.rates.get(&rate_key("exchange", vhost, &x.name));
+    let mut body = json!({
+        "name": x.name.as_str(),
+        "vhost": vhost,
+        "type": x.kind.as_str(),
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": table_to_json(&x.arguments),
+        "user_who_performed_action": "rmq-internal",
+        "message_stats": message_stats(&x.stats.snapshot(), rates.as_deref(), EXCHANGE_STATS),
+    });
+    // RabbitMQ shows an exchange's policy only when one applies.
+    if let Some(policy) = applied.policy_name() {
+        body["policy"] = Value::String(policy.to_owned());
+    }
+    body
+}
+
+fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
+    vhost
+        .exchanges()
+        .iter()
+        .map(|x| exchange_json(api, vhost, x))
+        .collect()
+}
+
+pub async fn list(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let items = api
+        .visible_vhosts(&who)
+        .iter()
+        .flat_map(|v| all_in(&api, v))
+        .collect();
+    respond(items, &query)
+}
+
+pub async fn in_vhost(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(vhost): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    respond(all_in(&api, &vhost), &query)
+}
+
+pub async fn one(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let x = vhost
+        .exchange(path_name(&name))
+        .ok_or_else(ApiError::not_found)?;
+    Ok(respond_one(exchange_json(&api, &vhost, &x), &query))
+}
+
+/// PUT: declares the exchange (201 when new, 204 when it existed and is equivalent; 400
+/// for a different type or flags, as exchange.declare's 406).
+pub async fn declare(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let body = body_json(&body)?;
+    let kind = body
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("type is required"))?;
+    if warren_broker::ExchangeKind::parse(kind).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "unknown exchange type '{kind}'"
+        )));
+    }
+    let arguments = json_to_table(body.get("arguments"), "exchange arguments")
+        .map_err(ApiError::bad_request)?;
+    let name = path_name(&name);
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::bad_request(format!(
+            "invalid exchange name '{name}'"
+        )));
+    }
+    let existed = vhost.exchange(name).is_some();
+    vhost.declare_exchange(ExchangeDeclaration {
+        name: ShortStr::from(name),
+        kind: kind.to_owned(),
+        passive: false,
+        durable: body_bool(&body, "durable", false)?,
+        auto_delete: body_bool(&body, "auto_delete", false)?,
+        internal: body_bool(&body, "internal", false)?,
+        arguments,
+    })?;
+    Ok(super::created_or_updated(existed))
+}
+
+pub async fn delete(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let name = path_name(&name);
+    if vhost.exchange(name).is_none() {
+        return Err(ApiError::not_found());
+    }
+    let if_unused = query.get("if-unused").is_some_and(|v| v == "true");
+    vhost.delete_exchange(name, if_unused)?;
+    Ok(super::no_content())
+}
+
+/// Message properties from the API's JSON (the names of RabbitMQ's P_basic record).
+pub fn properties_from_json(v: &Value) -> ApiResult<BasicProperties> {
+    let mut p = BasicProperties::default();
+    let Some(map) = v.as_object() else {
+        return Ok(p);
+    };
+    let text = |key: &str| -> ApiResult<Option<ShortStr>> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.len() <= 255 => Ok(Some(ShortStr::from(s.as_str()))),
+            Some(Value::Number(n)) => Ok(Some(ShortStr::from(n.to_string()))),
+            Some(other) => Err(ApiError::bad_request(format!("invalid {key}: {other}"))),
+        }
+    };
+    let small = |key: &str| -> ApiResult<Option<u8>> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .and_then(|n| u8::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| ApiError::bad_request(format!("invalid {key}: {v}"))),
+        }
+    };
+    p.content_type = text("content_type")?;
+    p.content_encoding = text("content_encoding")?;
+    p.delivery_mode = small("delivery_mode")?;
+    p.priority = small("priority")?;
+    p.correlation_id = text("correlation_id")?;
+    p.reply_to = text("reply_to")?;
+    p.expiration = text("expiration")?;
+    p.message_id = text("message_id")?;
+    p.message_type = text("type")?;
+    p.user_id = text("user_id")?;
+    p.app_id = text("app_id")?;
+    p.timestamp = map.get("timestamp").and_then(Value::as_u64);
+    if let Some(headers) = map.get("headers").filter(|h| !h.is_null()) {
+        p.headers = Some(json_to_table(Some(headers), "headers").map_err(ApiError::bad_request)?);
+    }
+    Ok(p)
+}
+
+/// Message properties as the API shows them: only those present.
+pub fn properties_to_json(p: &BasicProperties) -> Value {
+    let mut m = serde_json::Map::new();
+    let mut text = |key: &str, v: &Option<ShortStr>| {
+        if let Some(v) = v {
+            m.insert(key.to_owned(), Value::String(v.to_string()));
+        }
+    };
+    text("content_type", &p.content_type);
+    text("content_encoding", &p.content_encoding);
+    text("correlation_id", &p.correlation_id);
+    text("reply_to", &p.reply_to);
+    text("expiration", &p.expiration);
+    text("message_id", &p.message_id);
+    text("type", &p.message_type);
+    text("user_id", &p.user_id);
+    text("app_id", &p.app_id);
+    if let Some(v) = p.delivery_mode {
+        m.insert("delivery_mode".into(), v.into());
+    }
+    if let Some(v) = p.priority {
+        m.insert("priority".into(), v.into());
+    }
+    if let Some(v) = p.timestamp {
+        m.insert("timestamp".into(), v.into());
+    }
+    if let Some(h) = &p.headers {
+        m.insert("headers".into(), table_to_json(h));
+    }
+    Value::Object(m)
+}
+
+/// Routes one message from the API into the vhost, as basic.publish without a channel:
+/// persistent messages reaching durable queues are written to the store first. True when
+/// some queue took it.
+pub async fn publish_message(
+    vhost: &Arc<VHost>,
+    exchange: &str,
+    routing_key: &str,
+    properties: &BasicProperties,
+    body: Bytes,
+) -> ApiResult<bool> {
+    let x = vhost.exchange(exchange).ok_or_else(ApiError::not_found)?;
+    let raw = ContentHeader::new(BASIC_CLASS_ID, 0, properties).properties;
+    let message = Arc::new(Message::new(
+        x.name.clone(),
+        ShortStr::from(routing_key),
+        properties,
+        raw,
+        body,
+    ));
+    let mut queues = Vec::new();
+    vhost.route_keys(&x, &[routing_key], properties.headers.as_ref(), &mut queues);
+    MessageStats::add(&x.stats.publish_in, 1);
+    if queues.is_empty() {
+        return Ok(false);
+    }
+    MessageStats::add(&x.stats.publish_out, 1);
+    let ids: Vec<_> = queues
+        .iter()
+        .filter_map(|q| q.stored.as_ref().map(|s| s.id))
+        .collect();
+    let stored = match vhost
+        .store
+        .as_ref()
+        .filter(|_| message.persistent && !ids.is_empty())
+    {
+        Some(store) => Some(
+            store
+                .append_async(&ids, &message.to_stored())
+                .await
+                .map_err(|e| ApiError::bad_request(format!("message store: {e}")))?,
+        ),
+        None => None,
+    };
+    for q in &queues {
+        let store_ref = stored
+            .as_ref()
+            .filter(|_| q.stored.is_some())
+            .map(|a| StoreRef {
+                id: a.id,
+                location: a.location,
+            });
+        q.publish(message.clone(), store_ref);
+    }
+    Ok(true)
+}
+
+/// POST …/publish: `{"properties", "routing_key", "payload", "payload_encoding"}` →
+/// `{"routed": bool}`.
+pub async fn publish(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let body = body_json(&body)?;
+    let routing_key = body
+        .get("routing_key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("routing_key is required"))?;
+    let payload = body
+        .get("payload")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("payload is required"))?;
+    let payload = match body.get("payload_encoding").and_then(Value::as_str) {
+        None | Some("string") => Bytes::copy_from_slice(payload.as_bytes()),
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .map(Bytes::from)
+            .map_err(|_| ApiError::bad_request("payload is not valid base64"))?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "payload_encoding must be string or base64, not {other}"
+            )))
+        }
+    };
+    let properties = properties_from_json(body.get("properties").unwrap_or(&Value::Null))?;
+    if let Some(user_id) = &properties.user_id {
+        if user_id.as_str() != who.name {
+            return Err(ApiError::bad_request(format!(
+                "user_id property set to '{user_id}' but authenticated user was '{}'",
+                who.name
+            )));
+        }
+    }
+    let routed =
+        publish_message(&vhost, path_name(&name), routing_key, &properties, payload).await?;
+    Ok(Json(json!({"routed": routed})).into_response())
+}

@@ -1,0 +1,355 @@
+//! The /api routes, one file per kind of object, and what they share: request bodies as
+//! JSON, vhost lookup and visibility, and the sampler that feeds message rates.
+
+mod bindings;
+mod connections;
+mod definitions;
+mod exchanges;
+mod node;
+mod policies;
+mod queues;
+mod users;
+mod vhosts;
+
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::Api;
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::{Arc, Weak};
+use warren_broker::VHost;
+
+pub fn api_routes() -> Router<Arc<Api>> {
+    Router::new()
+        .route("/api/overview", get(node::overview))
+        .route(
+            "/api/cluster-name",
+            get(node::cluster_name).put(node::set_cluster_name),
+        )
+        .route("/api/nodes", get(node::nodes))
+        .route("/api/nodes/{node}", get(node::one_node))
+        .route("/api/extensions", get(node::extensions))
+        .route("/api/whoami", get(node::whoami))
+        .route("/api/health/checks/alarms", get(node::alarms))
+        .route("/api/health/checks/local-alarms", get(node::alarms))
+        .route("/api/aliveness-test/{vhost}", get(node::aliveness))
+        .route("/api/connections", get(connections::list))
+        .route(
+            "/api/connections/{name}",
+            get(connections::one).delete(connections::close),
+        )
+        .route(
+            "/api/connections/{name}/channels",
+            get(connections::channels_of),
+        )
+        .route(
+            "/api/vhosts/{vhost}/connections",
+            get(connections::in_vhost),
+        )
+        .route(
+            "/api/vhosts/{vhost}/channels",
+            get(connections::channels_in_vhost),
+        )
+        .route("/api/channels", get(connections::channels))
+        .route("/api/channels/{name}", get(connections::one_channel))
+        .route("/api/consumers", get(connections::consumers))
+        .route(
+            "/api/consumers/{vhost}",
+            get(connections::consumers_in_vhost),
+        )
+        .route("/api/exchanges", get(exchanges::list))
+        .route("/api/exchanges/{vhost}", get(exchanges::in_vhost))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(exchanges::one)
+                .put(exchanges::declare)
+                .delete(exchanges::delete),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            axum::routing::post(exchanges::publish),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(bindings::by_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(bindings::by_exchange_destination),
+        )
+        .route("/api/queues", get(queues::list))
+        .route("/api/queues/{vhost}", get(queues::in_vhost))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(queues::one).put(queues::declare).delete(queues::delete),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            axum::routing::delete(queues::purge),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/get",
+            axum::routing::post(queues::get_messages),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::by_queue),
+        )
+        .route("/api/bindings", get(bindings::list))
+        .route("/api/bindings/{vhost}", get(bindings::in_vhost))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
+            get(bindings::between).post(bindings::create),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+            get(bindings::one).delete(bindings::delete),
+        )
+        .route(
+            "/api/definitions",
+            get(definitions::export).post(definitions::import),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::export_vhost).post(definitions::import_vhost),
+        )
+        .route("/api/vhosts", get(vhosts::list))
+        .route(
+            "/api/vhosts/{vhost}",
+            get(vhosts::one)
+                .put(users::put_vhost)
+                .delete(users::delete_vhost),
+        )
+        .route(
+            "/api/vhosts/{vhost}/permissions",
+            get(users::vhost_permissions),
+        )
+        .route(
+            "/api/vhosts/{vhost}/topic-permissions",
+            get(users::vhost_topic_permissions),
+        )
+        .route("/api/users", get(users::list))
+        .route(
+            "/api/users/{user}",
+            get(users::one).put(users::put).delete(users::delete),
+        )
+        .route(
+            "/api/users/{user}/permissions",
+            get(users::user_permissions),
+        )
+        .route(
+            "/api/users/{user}/topic-permissions",
+            get(users::user_topic_permissions),
+        )
+        .route("/api/permissions", get(users::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(users::permission)
+                .put(users::set_permission)
+                .delete(users::clear_permission),
+        )
+        .route("/api/policies", get(policies::policies))
+        .route("/api/policies/{vhost}", get(policies::policies_in))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(policies::policy)
+                .put(policies::put_policy)
+                .delete(policies::delete_policy),
+        )
+        .route("/api/operator-policies", get(policies::operator_policies))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(policies::operator_policies_in),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(policies::operator_policy)
+                .put(policies::put_operator_policy)
+                .delete(policies::delete_operator_policy),
+        )
+        .route("/api/parameters", get(policies::parameters))
+        .route("/api/parameters/{component}", get(policies::parameters_of))
+        .route(
+            "/api/parameters/{component}/{vhost}",
+            get(policies::parameters_in),
+        )
+        .route(
+            "/api/parameters/{component}/{vhost}/{name}",
+            get(policies::parameter)
+                .put(policies::put_parameter)
+                .delete(policies::delete_parameter),
+        )
+        .route("/api/global-parameters", get(policies::global_parameters))
+        .route(
+            "/api/global-parameters/{name}",
+            get(policies::global_parameter)
+                .put(policies::put_global_parameter)
+                .delete(policies::delete_global_parameter),
+        )
+        .route("/api/vhost-limits", get(policies::vhost_limits))
+        .route("/api/vhost-limits/{vhost}", get(policies::vhost_limits_of))
+        .route(
+            "/api/vhost-limits/{vhost}/{name}",
+            axum::routing::put(policies::put_vhost_limit).delete(policies::delete_vhost_limit),
+        )
+        .route("/api/topic-permissions", get(users::topic_permissions))
+        .route(
+            "/api/topic-permissions/{vhost}/{user}",
+            get(users::topic_permission)
+                .put(users::set_topic_permission)
+                .delete(users::clear_topic_permission),
+        )
+}
+
+/// Any other path: a file of the web console (warren-console) for a GET outside /api,
+/// otherwise RabbitMQ's 404.
+pub async fn not_found(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = uri.path();
+    if method == axum::http::Method::GET && !path.starts_with("/api/") {
+        if let Some((content_type, bytes)) = warren_console::asset(path) {
+            return ([(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response();
+        }
+    }
+    ApiError::not_found().into_response()
+}
+
+/// RabbitMQ's answer to a PUT: 201 when it created the object, 204 when it was there.
+pub fn created_or_updated(existed: bool) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match existed {
+        true => axum::http::StatusCode::NO_CONTENT,
+        false => axum::http::StatusCode::CREATED,
+    }
+    .into_response()
+}
+
+/// 204, the answer to a DELETE that did something.
+pub fn no_content() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    axum::http::StatusCode::NO_CONTENT.into_response()
+}
+
+/// A request body as JSON; an empty body is `{}`.
+pub fn body_json(body: &Bytes) -> ApiResult<Value> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Default::default()));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|_| ApiError::bad_request("not_json"))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("not_json"));
+    }
+    Ok(value)
+}
+
+/// A boolean field of a request body: JSON true/false, or "true"/"false" as rabbitmqadmin
+/// sends them.
+pub fn body_bool(body: &Value, key: &str, default: bool) -> ApiResult<bool> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s == "true" => Ok(true),
+        Some(Value::String(s)) if s == "false" => Ok(false),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "{key} must be a boolean, got {other}"
+        ))),
+    }
+}
+
+impl Api {
+    /// The vhost of a path, if it exists and the user may see it (404 otherwise, as
+    /// RabbitMQ, which does not tell others' vhosts from missing ones).
+    pub fn vhost_for(&self, who: &Identity, name: &str) -> ApiResult<Arc<VHost>> {
+        let vhost = self.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+        if !self.sees_vhost(who, name) {
+            return Err(ApiError::not_authorised("Access refused."));
+        }
+        Ok(vhost)
+    }
+
+    /// Monitoring users see every vhost; others those they have permissions in.
+    pub fn sees_vhost(&self, who: &Identity, vhost: &str) -> bool {
+        who.is_monitor() || self.accounts.can_access_vhost(&who.name, vhost)
+    }
+
+    /// The vhosts whose objects a user sees.
+    pub fn visible_vhosts(&self, who: &Identity) -> Vec<Arc<VHost>> {
+        self.broker
+            .vhosts()
+            .into_iter()
+            .filter(|v| self.sees_vhost(who, &v.name))
+            .collect()
+    }
+}
+
+/// Key of an object's rates: kind, vhost and name, NUL-separated.
+pub fn rate_key(kind: &str, vhost: &str, name: &str) -> String {
+    format!("{kind}\0{vhost}\0{name}")
+}
+
+/// Samples every counter the API shows rates for, every `rates::SAMPLE_INTERVAL`, until the
+/// API is gone.
+pub async fn sample_forever(api: Weak<Api>) {
+    let mut tick = tokio::time::interval(crate::rates::SAMPLE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(api) = api.upgrade() else {
+            return;
+        };
+        let mut samples = Vec::new();
+        let mut all_queues = [0u64; 3];
+        for vhost in api.broker.vhosts() {
+            let mut vhost_queues = [0u64; 3];
+            for q in vhost.queues() {
+                let totals = queues::message_totals(&q);
+                for i in 0..3 {
+                    vhost_queues[i] += totals[i];
+                }
+                let mut values = counts_vec(&q.stats.snapshot());
+                values.extend(totals);
+                samples.push((rate_key("queue", &vhost.name, &q.name), values));
+            }
+            for x in vhost.exchanges() {
+                samples.push((
+                    rate_key("exchange", &vhost.name, &x.name),
+                    counts_vec(&x.stats.snapshot()),
+                ));
+            }
+            let mut values = counts_vec(&api.broker.registry.message_totals(Some(&vhost.name)));
+            values.extend(vhost_queues);
+            samples.push((rate_key("vhost", &vhost.name, ""), values));
+            for i in 0..3 {
+                all_queues[i] += vhost_queues[i];
+            }
+        }
+        for c in api.broker.registry.connections() {
+            use std::sync::atomic::Ordering::Relaxed;
+            samples.push((
+                rate_key("connection", "", &c.name),
+                vec![c.recv_oct.load(Relaxed), c.send_oct.load(Relaxed)],
+            ));
+            for ch in c.channels() {
+                samples.push((
+                    rate_key("channel", &c.name, &ch.number.to_string()),
+                    counts_vec(&ch.stats.snapshot()),
+                ));
+            }
+        }
+        let mut values = counts_vec(&api.broker.registry.message_totals(None));
+        values.extend(all_queues);
+        samples.push((rate_key("overview", "", ""), values));
+        api.rates.sample(samples);
+    }
+}
+
+/// A snapshot's counters in `MessageCounts::fields` order.
+fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {
+    counts.fields().iter().map(|(_, v)| *v).collect()
+}

@@ -1,0 +1,274 @@
+//! The node and the whole broker: /api/overview, /api/nodes, /api/cluster-name,
+//! /api/whoami, /api/extensions and the health checks.
+
+use super::{body_json, queues, rate_key};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::json::{details, message_stats, CHANNEL_STATS};
+use crate::list::{respond_one, Query};
+use crate::Api;
+use axum::extract::{Path, Query as Q, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use warren_broker::alarm::Alarm;
+
+/// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
+/// features on `rabbitmq_version`/`management_version`, so they carry that, and
+/// `product_name`/`product_version` say what the broker really is.
+const API_VERSION: &str = "3.13.7";
+
+fn exchange_types() -> Value {
+    json!([
+        {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": true},
+        {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": true},
+        {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": true},
+        {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": true},
+    ])
+}
+
+/// messages, messages_ready, messages_unacknowledged with their rates (the last three
+/// sampled values after the message counters).
+pub fn queue_totals(totals: [u64; 3], rates: Option<&[f64]>) -> Value {
+    let rate = |i: usize| rates.and_then(|r| r.get(14 + i)).copied().unwrap_or(0.0);
+    json!({
+        "messages": totals[0], "messages_details": details(rate(0)),
+        "messages_ready": totals[1], "messages_ready_details": details(rate(1)),
+        "messages_unacknowledged": totals[2], "messages_unacknowledged_details": details(rate(2)),
+    })
+}
+
+pub async fn overview(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhosts = api.visible_vhosts(&who);
+    let mut totals = [0u64; 3];
+    let (mut queue_count, mut exchange_count) = (0, 0);
+    for vhost in &vhosts {
+        let (t, n) = queues::vhost_totals(vhost);
+        for (total, x) in totals.iter_mut().zip(t) {
+            *total += x;
+        }
+        queue_count += n;
+        exchange_count += vhost.exchanges().len();
+    }
+    let connections: Vec<_> = api
+        .broker
+        .registry
+        .connections()
+        .into_iter()
+        .filter(|c| who.is_monitor() || c.user == who.name)
+        .collect();
+    let channels: usize = connections.iter().map(|c| c.channels().len()).sum();
+    let consumers: usize = connections
+        .iter()
+        .flat_map(|c| c.channels())
+        .map(|ch| ch.consumer_count())
+        .sum();
+    let rates = api.rates.get(&rate_key("overview", "", ""));
+    let counts = api.broker.registry.message_totals(None);
+    let addr = api.amqp_address;
+    let body = json!({
+        "management_version": API_VERSION,
+        "rabbitmq_version": API_VERSION,
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "rates_mode": "basic",
+        "exchange_types": exchange_types(),
+        "cluster_name": *api.cluster_name.read(),
+        "node": api.node,
+        "disable_stats": false,
+        "enable_queue_totals": false,
+        "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
+        "queue_totals": queue_totals(totals, rates.as_deref()),
+        "object_totals": {
+            "channels": channels,
+            "connections": connections.len(),
+            "consumers": consumers,
+            "exchanges": exchange_count,
+            "queues": queue_count,
+        },
+        "statistics_db_event_queue": 0,
+        "listeners": [{
+            "node": api.node, "protocol": "amqp",
+            "ip_address": addr.ip().to_string(), "port": addr.port(),
+        }],
+        "contexts": contexts(&api),
+    });
+    Ok(respond_one(body, &query))
+}
+
+fn contexts(api: &Api) -> Value {
+    json!([{"node": api.node, "description": "RabbitMQ Management", "path": "/", "port": api.http_port.to_string()}])
+}
+
+pub async fn cluster_name(State(api): State<Arc<Api>>) -> Json<Value> {
+    Json(json!({"name": *api.cluster_name.read()}))
+}
+
+pub async fn set_cluster_name(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    let body = body_json(&body)?;
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::bad_request("name is required"))?;
+    *api.cluster_name.write() = name.to_owned();
+    Ok(super::no_content())
+}
+
+fn node_json(api: &Api) -> Value {
+    let memory = &api.broker.memory;
+    let alarms = api.broker.alarms.active();
+    let disk_free = api
+        .data_dir
+        .as_deref()
+        .and_then(warren_broker::disk::free_bytes)
+        .unwrap_or(0);
+    let fd_used = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    let fd_total = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => limit.rlim_cur,
+        _ => 0,
+    };
+    let processors = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sockets_used = api.broker.registry.len();
+    json!({
+        "name": api.node,
+        "type": "disc",
+        "running": true,
+        "being_drained": false,
+        "uptime": api.broker.started_at.elapsed().as_millis() as u64,
+        "os_pid": std::process::id().to_string(),
+        "processors": processors,
+        "mem_used": memory.resident_bytes(),
+        "mem_used_details": details(0.0),
+        "mem_limit": memory.high_watermark_bytes(),
+        "mem_alarm": alarms.contains(Alarm::Memory),
+        "mem_calculation_strategy": "rss",
+        "disk_free": disk_free,
+        "disk_free_details": details(0.0),
+        "disk_free_limit": api.disk_free_limit_bytes,
+        "disk_free_alarm": alarms.contains(Alarm::Disk),
+        "fd_used": fd_used,
+        "fd_total": fd_total,
+        "sockets_used": sockets_used,
+        "sockets_total": fd_total,
+        "proc_used": sockets_used,
+        "proc_total": 1_048_576,
+        "run_queue": 0,
+        "rates_mode": "basic",
+        "net_ticktime": 60,
+        "partitions": [],
+        "cluster_links": [],
+        "applications": [],
+        "enabled_plugins": ["rabbitmq_management"],
+        "auth_mechanisms": [
+            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
+            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
+        ],
+        "exchange_types": exchange_types(),
+        "contexts": contexts(api),
+        "config_files": [],
+        "log_files": [],
+        "db_dir": api.data_dir.as_ref().map(|d| d.display().to_string()),
+    })
+}
+
+pub async fn nodes(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_monitor()?;
+    crate::list::respond(vec![node_json(&api)], &query)
+}
+
+pub async fn one_node(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_monitor()?;
+    if node != api.node {
+        return Err(ApiError::not_found());
+    }
+    Ok(respond_one(node_json(&api), &query))
+}
+
+pub async fn extensions() -> Json<Value> {
+    Json(json!([]))
+}
+
+pub async fn whoami(Extension(who): Extension<Identity>) -> Json<Value> {
+    Json(json!({"name": who.name, "tags": who.tags}))
+}
+
+/// /api/health/checks/alarms and local-alarms (one node: the same): 200 without alarms,
+/// 503 with the list otherwise, as RabbitMQ.
+pub async fn alarms(State(api): State<Arc<Api>>) -> Response {
+    let active = api.broker.alarms.active();
+    if active.is_empty() {
+        return Json(json!({"status": "ok"})).into_response();
+    }
+    let alarms: Vec<Value> = active
+        .iter()
+        .map(|a| json!({"node": api.node, "resource": a.resource()}))
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({
+            "status": "failed",
+            "reason": "resource alarm(s) in effect in the cluster",
+            "alarms": alarms,
+        })),
+    )
+        .into_response()
+}
+
+/// Declares the queue `aliveness-test` in the vhost, publishes a message to it and gets it
+/// back (RabbitMQ's aliveness test).
+pub async fn aliveness(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(vhost): Path<String>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let name = "aliveness-test";
+    queues::declare_simple(&vhost, name)?;
+    let routed = super::exchanges::publish_message(
+        &vhost,
+        "",
+        name,
+        &Default::default(),
+        Bytes::from_static(b"test_message"),
+    )
+    .await?;
+    let got = vhost
+        .queue(name)
+        .and_then(|q| q.get(true).map(|(m, _)| m.message.body.clone()));
+    if routed && got.as_deref() == Some(b"test_message".as_slice()) {
+        Ok(Json(json!({"status": "ok"})).into_response())
+    } else {
+        Ok((
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed", "reason": "aliveness test message not received"})),
+        )
+            .into_response())
+    }
+}

@@ -1,0 +1,456 @@
+//! Policies and operator policies (/api/policies, /api/operator-policies), runtime
+//! parameters (/api/parameters, /api/global-parameters) and vhost limits
+//! (/api/vhost-limits), as RabbitMQ's management plugin serves them. Setting needs the
+//! policymaker tag (administrators for operator policies, global parameters and limits).
+
+use super::{body_json, created_or_updated, no_content};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::list::{respond_one, respond_sorted, Query};
+use crate::Api;
+use axum::extract::{Path, Query as Q, State};
+
+use axum::Extension;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use warren_broker::policy::PolicyKind;
+use warren_broker::{Policy, VHost, VHostLimits};
+
+fn listed(vhost: &VHost, kind: PolicyKind) -> Vec<Policy> {
+    match kind {
+        PolicyKind::Policy => vhost.policies(),
+        PolicyKind::Operator => vhost.operator_policies(),
+    }
+}
+
+/// Who may read policies: policymakers and monitors (administrators for operator ones).
+fn may_read(who: &Identity, kind: PolicyKind) -> ApiResult<()> {
+    match kind {
+        PolicyKind::Policy if who.is_policymaker() || who.is_monitor() => Ok(()),
+        PolicyKind::Policy => who.require_policymaker(),
+        PolicyKind::Operator => who.require_admin(),
+    }
+}
+
+fn may_write(who: &Identity, kind: PolicyKind) -> ApiResult<()> {
+    match kind {
+        PolicyKind::Policy => who.require_policymaker(),
+        PolicyKind::Operator => who.require_admin(),
+    }
+}
+
+fn list_of(
+    api: &Api,
+    who: &Identity,
+    kind: PolicyKind,
+    vhost: Option<&str>,
+    query: &Query,
+) -> ApiResult {
+    may_read(who, kind)?;
+    let vhosts = match vhost {
+        Some(name) => vec![api.vhost_for(who, name)?],
+        None => api.visible_vhosts(who),
+    };
+    let items = vhosts
+        .iter()
+        .flat_map(|v| listed(v, kind))
+        .map(|p| p.to_json())
+        .collect();
+    respond_sorted(items, query, &["vhost", "name"])
+}
+
+fn one_of(
+    api: &Api,
+    who: &Identity,
+    kind: PolicyKind,
+    vhost: &str,
+    name: &str,
+) -> ApiResult<Policy> {
+    may_read(who, kind)?;
+    let vhost = api.vhost_for(who, vhost)?;
+    listed(&vhost, kind)
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(ApiError::not_found)
+}
+
+fn put_of(
+    api: &Api,
+    who: &Identity,
+    kind: PolicyKind,
+    vhost: &str,
+    name: &str,
+    body: &Bytes,
+) -> ApiResult {
+    may_write(who, kind)?;
+    let vhost = api.vhost_for(who, vhost)?;
+    let body = body_json(body)?;
+    let policy =
+        Policy::from_json(kind, &vhost.name, name, &body).map_err(ApiError::bad_request)?;
+    let existed = listed(&vhost, kind).iter().any(|p| p.name == name);
+    match kind {
+        PolicyKind::Policy => vhost.set_policy(policy),
+        PolicyKind::Operator => vhost.set_operator_policy(policy),
+    }
+    .map_err(ApiError::bad_request)?;
+    Ok(created_or_updated(existed))
+}
+
+fn delete_of(api: &Api, who: &Identity, kind: PolicyKind, vhost: &str, name: &str) -> ApiResult {
+    may_write(who, kind)?;
+    let vhost = api.vhost_for(who, vhost)?;
+    let cleared = match kind {
+        PolicyKind::Policy => vhost.clear_policy(name),
+        PolicyKind::Operator => vhost.clear_operator_policy(name),
+    };
+    match cleared {
+        true => Ok(no_content()),
+        false => Err(ApiError::not_found()),
+    }
+}
+
+macro_rules! policy_routes {
+    ($kind:expr, $all:ident, $in_vhost:ident, $one:ident, $put:ident, $delete:ident) => {
+        pub async fn $all(
+            State(api): State<Arc<Api>>,
+            Extension(who): Extension<Identity>,
+            Q(query): Q<Query>,
+        ) -> ApiResult {
+            list_of(&api, &who, $kind, None, &query)
+        }
+
+        pub async fn $in_vhost(
+            State(api): State<Arc<Api>>,
+            Extension(who): Extension<Identity>,
+            Path(vhost): Path<String>,
+            Q(query): Q<Query>,
+        ) -> ApiResult {
+            list_of(&api, &who, $kind, Some(&vhost), &query)
+        }
+
+        pub async fn $one(
+            State(api): State<Arc<Api>>,
+            Extension(who): Extension<Identity>,
+            Path((vhost, name)): Path<(String, String)>,
+            Q(query): Q<Query>,
+        ) -> ApiResult {
+            let p = one_of(&api, &who, $kind, &vhost, &name)?;
+            Ok(respond_one(p.to_json(), &query))
+        }
+
+        pub async fn $put(
+            State(api): State<Arc<Api>>,
+            Extension(who): Extension<Identity>,
+            Path((vhost, name)): Path<(String, String)>,
+            body: Bytes,
+        ) -> ApiResult {
+            put_of(&api, &who, $kind, &vhost, &name, &body)
+        }
+
+        pub async fn $delete(
+            State(api): State<Arc<Api>>,
+            Extension(who): Extension<Identity>,
+            Path((vhost, name)): Path<(String, String)>,
+        ) -> ApiResult {
+            delete_of(&api, &who, $kind, &vhost, &name)
+        }
+    };
+}
+
+policy_routes!(
+    PolicyKind::Policy,
+    policies,
+    policies_in,
+    policy,
+    put_policy,
+    delete_policy
+);
+policy_routes!(
+    PolicyKind::Operator,
+    operator_policies,
+    operator_policies_in,
+    operator_policy,
+    put_operator_policy,
+    delete_operator_policy
+);
+
+// ---- runtime parameters ------------------------------------------------------------------
+
+/// Components whose parameters live elsewhere and are served by their own endpoints.
+fn served_elsewhere(component: &str) -> bool {
+    matches!(component, "policy" | "operator_policy" | "vhost-limits")
+}
+
+fn parameter_json(vhost: &str, component: &str, name: &str, value_json: &str) -> Value {
+    json!({
+        "vhost": vhost,
+        "component": component,
+        "name": name,
+        "value": serde_json::from_str::<Value>(value_json).unwrap_or(Value::Null),
+    })
+}
+
+fn parameters_where(api: &Api, who: &Identity, keep: impl Fn(&str, &str) -> bool) -> Vec<Value> {
+    api.broker
+        .parameters
+        .list()
+        .iter()
+        .filter(|p| api.sees_vhost(who, &p.vhost) && keep(&p.component, &p.vhost))
+        .map(|p| parameter_json(&p.vhost, &p.component, &p.name, &p.value_json))
+        .collect()
+}
+
+pub async fn parameters(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_policymaker()?;
+    respond_sorted(
+        parameters_where(&api, &who, |_, _| true),
+        &query,
+        &["vhost", "name"],
+    )
+}
+
+pub async fn parameters_of(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(component): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_policymaker()?;
+    let items = parameters_where(&api, &who, |c, _| c == component);
+    respond_sorted(items, &query, &["vhost", "name"])
+}
+
+pub async fn parameters_in(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((component, vhost)): Path<(String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_policymaker()?;
+    api.vhost_for(&who, &vhost)?;
+    let items = parameters_where(&api, &who, |c, v| c == component && v == vhost);
+    respond_sorted(items, &query, &["name"])
+}
+
+pub async fn parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_policymaker()?;
+    api.vhost_for(&who, &vhost)?;
+    let p = api
+        .broker
+        .parameters
+        .list()
+        .into_iter()
+        .find(|p| p.component == component && p.vhost == vhost && p.name == name)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(respond_one(
+        parameter_json(&p.vhost, &p.component, &p.name, &p.value_json),
+        &query,
+    ))
+}
+
+/// PUT: `{"value": …}` (RabbitMQ also accepts the vhost, component and name repeated).
+pub async fn put_parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_policymaker()?;
+    api.vhost_for(&who, &vhost)?;
+    if served_elsewhere(&component) {
+        return Err(ApiError::bad_request(format!(
+            "component {component} is set through its own endpoint"
+        )));
+    }
+    let body = body_json(&body)?;
+    let value = body
+        .get("value")
+        .ok_or_else(|| ApiError::bad_request("value not found"))?;
+    let existed = api
+        .broker
+        .parameters
+        .list()
+        .iter()
+        .any(|p| p.component == component && p.vhost == vhost && p.name == name);
+    api.broker
+        .parameters
+        .set(&vhost, &component, &name, value.to_string());
+    Ok(created_or_updated(existed))
+}
+
+pub async fn delete_parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((component, vhost, name)): Path<(String, String, String)>,
+) -> ApiResult {
+    who.require_policymaker()?;
+    api.vhost_for(&who, &vhost)?;
+    match api.broker.parameters.clear(&vhost, &component, &name) {
+        true => Ok(no_content()),
+        false => Err(ApiError::not_found()),
+    }
+}
+
+fn global_json(name: &str, value_json: &str) -> Value {
+    json!({"name": name, "value": serde_json::from_str::<Value>(value_json).unwrap_or(Value::Null)})
+}
+
+pub async fn global_parameters(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_admin()?;
+    let items = api
+        .broker
+        .parameters
+        .list_global()
+        .iter()
+        .map(|(n, v)| global_json(n, v))
+        .collect();
+    respond_sorted(items, &query, &["name"])
+}
+
+pub async fn global_parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    who.require_admin()?;
+    let (n, v) = api
+        .broker
+        .parameters
+        .list_global()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(respond_one(global_json(&n, &v), &query))
+}
+
+pub async fn put_global_parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    let body = body_json(&body)?;
+    let value = body
+        .get("value")
+        .ok_or_else(|| ApiError::bad_request("value not found"))?;
+    let existed = api
+        .broker
+        .parameters
+        .list_global()
+        .iter()
+        .any(|(n, _)| *n == name);
+    api.broker.parameters.set_global(&name, value.to_string());
+    Ok(created_or_updated(existed))
+}
+
+pub async fn delete_global_parameter(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    who.require_admin()?;
+    match api.broker.parameters.clear_global(&name) {
+        true => Ok(no_content()),
+        false => Err(ApiError::not_found()),
+    }
+}
+
+// ---- vhost limits ------------------------------------------------------------------------
+
+fn limits_json(vhost: &VHost) -> Option<Value> {
+    let limits = vhost.limits();
+    let mut value = Map::new();
+    if let Some(n) = limits.max_connections {
+        value.insert("max-connections".into(), n.into());
+    }
+    if let Some(n) = limits.max_queues {
+        value.insert("max-queues".into(), n.into());
+    }
+    (!value.is_empty()).then(|| json!({"vhost": vhost.name, "value": value}))
+}
+
+pub async fn vhost_limits(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let items = api
+        .visible_vhosts(&who)
+        .iter()
+        .filter_map(|v| limits_json(v))
+        .collect();
+    respond_sorted(items, &query, &["vhost"])
+}
+
+pub async fn vhost_limits_of(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(vhost): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    respond_sorted(
+        limits_json(&vhost).into_iter().collect(),
+        &query,
+        &["vhost"],
+    )
+}
+
+/// PUT /api/vhost-limits/VHOST/max-connections|max-queues `{"value": N}`; a negative
+/// value removes the limit, as RabbitMQ.
+pub async fn put_vhost_limit(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let body = body_json(&body)?;
+    let value = body
+        .get("value")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ApiError::bad_request("value must be an integer"))?;
+    let limit = u32::try_from(value).ok();
+    let mut limits = vhost.limits();
+    match name.as_str() {
+        "max-connections" => limits.max_connections = limit,
+        "max-queues" => limits.max_queues = limit,
+        _ => return Err(ApiError::bad_request(format!("unrecognised limit {name}"))),
+    }
+    vhost.set_limits(limits);
+    Ok(no_content())
+}
+
+pub async fn delete_vhost_limit(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult {
+    who.require_admin()?;
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let mut limits: VHostLimits = vhost.limits();
+    match name.as_str() {
+        "max-connections" => limits.max_connections = None,
+        "max-queues" => limits.max_queues = None,
+        _ => return Err(ApiError::bad_request(format!("unrecognised limit {name}"))),
+    }
+    vhost.set_limits(limits);
+    Ok(no_content())
+}

@@ -1,0 +1,312 @@
+//! /api/queues: list (all, per vhost) with message counts and rates, one (with its
+//! consumers), PUT (declare), DELETE (`if-empty`, `if-unused`), DELETE …/contents (purge)
+//! and POST …/get (fetch messages with an ack mode, as the console's "Get messages").
+
+use super::{body_bool, body_json, connections, rate_key};
+use crate::auth::Identity;
+use crate::error::{ApiError, ApiResult};
+use crate::json::{details, json_to_table, message_stats, table_to_json, QUEUE_STATS};
+use crate::list::{respond, respond_one, Query};
+use crate::Api;
+use axum::extract::{Path, Query as Q, State};
+use axum::response::IntoResponse;
+use axum::{Extension, Json};
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use warren_broker::policy::EntityKind;
+use warren_broker::{Queue, QueueDeclaration, VHost};
+use warren_codec::{BasicProperties, FieldTable, Reader, ShortStr};
+
+/// messages (ready + unacknowledged), messages_ready, messages_unacknowledged.
+pub fn message_totals(q: &Arc<Queue>) -> [u64; 3] {
+    let ready = u64::from(q.message_count());
+    let unacked = u64::from(q.unacked_count());
+    [ready + unacked, ready, unacked]
+}
+
+/// The sums of `message_totals` over a vhost's queues, and how many queues there are.
+pub fn vhost_totals(vhost: &VHost) -> ([u64; 3], usize) {
+    let queues = vhost.queues();
+    let mut totals = [0u64; 3];
+    for q in &queues {
+        for (total, n) in totals.iter_mut().zip(message_totals(q)) {
+            *total += n;
+        }
+    }
+    (totals, queues.len())
+}
+
+fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
+    let applied = vhost.applied_policies(EntityKind::Queue, &q.name);
+    let vhost = vhost.name.as_str();
+    let rates = api.rates.get(&rate_key("queue", vhost, &q.name));
+    let rate = |i: usize| {
+        rates
+            .as_ref()
+            .and_then(|r| r.get(14 + i))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let [messages, ready, unacked] = message_totals(q);
+    json!({
+        "name": q.name.as_str(),
+        "vhost": vhost,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner.is_some(),
+        "arguments": table_to_json(&q.arguments),
+        "node": api.node,
+        "type": "classic",
+        "state": "running",
+        "consumers": q.consumer_count(),
+        "messages": messages,
+        "messages_details": details(rate(0)),
+        "messages_ready": ready,
+        "messages_ready_details": details(rate(1)),
+        "messages_unacknowledged": unacked,
+        "messages_unacknowledged_details": details(rate(2)),
+        "policy": applied.policy_name(),
+        "operator_policy": applied.operator_policy_name(),
+        "effective_policy_definition": applied.effective_definition(),
+        "exclusive_consumer_tag": null,
+        "single_active_consumer_tag": null,
+        "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
+    })
+}
+
+fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
+    vhost
+        .queues()
+        .iter()
+        .map(|q| queue_json(api, vhost, q))
+        .collect()
+}
+
+pub async fn list(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let items = api
+        .visible_vhosts(&who)
+        .iter()
+        .flat_map(|v| all_in(&api, v))
+        .collect();
+    respond(items, &query)
+}
+
+pub async fn in_vhost(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(vhost): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    respond(all_in(&api, &vhost), &query)
+}
+
+fn find(api: &Api, who: &Identity, vhost: &str, name: &str) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
+    let vhost = api.vhost_for(who, vhost)?;
+    let q = vhost.queue(name).ok_or_else(ApiError::not_found)?;
+    Ok((vhost, q))
+}
+
+pub async fn one(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    let mut body = queue_json(&api, &vhost, &q);
+    body["consumer_details"] = Value::Array(connections::consumers_of(
+        &api,
+        &who,
+        Some(&vhost.name),
+        Some(&name),
+    ));
+    Ok(respond_one(body, &query))
+}
+
+/// Declares a plain queue (no arguments, not durable) if it does not exist.
+pub fn declare_simple(vhost: &Arc<VHost>, name: &str) -> ApiResult<()> {
+    vhost.declare_queue(
+        QueueDeclaration {
+            name: ShortStr::from(name),
+            passive: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        },
+        0,
+    )?;
+    Ok(())
+}
+
+/// PUT: declares the queue (201 when new, 204 when it existed and is equivalent; 400 for
+/// different flags or arguments, as queue.declare's 406).
+pub async fn declare(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    let body = body_json(&body)?;
+    let mut arguments =
+        json_to_table(body.get("arguments"), "queue arguments").map_err(ApiError::bad_request)?;
+    // 3.13's "type" field is x-queue-type; Warren's queues are all classic.
+    if let Some(kind) = body.get("type").and_then(Value::as_str) {
+        if arguments.get("x-queue-type").is_none() {
+            arguments.insert("x-queue-type", warren_codec::FieldValue::string(kind));
+        }
+    }
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::bad_request(format!(
+            "invalid queue name '{name}'"
+        )));
+    }
+    let existed = vhost.queue(&name).is_some();
+    vhost.declare_queue(
+        QueueDeclaration {
+            name: ShortStr::from(name.as_str()),
+            passive: false,
+            durable: body_bool(&body, "durable", false)?,
+            exclusive: false,
+            auto_delete: body_bool(&body, "auto_delete", false)?,
+            arguments,
+        },
+        0,
+    )?;
+    Ok(super::created_or_updated(existed))
+}
+
+pub async fn delete(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    if query.get("if-unused").is_some_and(|v| v == "true") && q.consumer_count() > 0 {
+        return Err(ApiError::bad_request(format!(
+            "queue '{name}' in vhost '{}' in use",
+            vhost.name
+        )));
+    }
+    if query.get("if-empty").is_some_and(|v| v == "true") && q.message_count() > 0 {
+        return Err(ApiError::bad_request(format!(
+            "queue '{name}' in vhost '{}' is not empty",
+            vhost.name
+        )));
+    }
+    vhost.remove_queue(&q);
+    Ok(super::no_content())
+}
+
+pub async fn purge(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult {
+    let (_, q) = find(&api, &who, &vhost, &name)?;
+    q.purge();
+    Ok(super::no_content())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AckMode {
+    Ack,
+    RejectRequeue,
+    Reject,
+}
+
+/// POST …/get: `{"count", "ackmode", "encoding", "truncate"}` → the messages, as RabbitMQ's.
+/// Requeued messages go back only after all are taken, so `count` distinct messages come
+/// back, each then marked redelivered.
+pub async fn get_messages(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let (_, q) = find(&api, &who, &vhost, &name)?;
+    let body = body_json(&body)?;
+    let count = body
+        .get("count")
+        .and_then(|c| {
+            c.as_u64()
+                .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+        })
+        .ok_or_else(|| ApiError::bad_request("count is required"))?;
+    let mode = match body.get("ackmode").and_then(Value::as_str) {
+        Some("ack_requeue_true") | Some("reject_requeue_true") => AckMode::RejectRequeue,
+        Some("ack_requeue_false") => AckMode::Ack,
+        Some("reject_requeue_false") => AckMode::Reject,
+        _ => {
+            return Err(ApiError::bad_request(
+                "ackmode must be ack_requeue_true, ack_requeue_false, reject_requeue_true or reject_requeue_false",
+            ))
+        }
+    };
+    let base64_only = match body.get("encoding").and_then(Value::as_str) {
+        Some("auto") | None => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "encoding must be auto or base64, not {other}"
+            )))
+        }
+    };
+    let truncate = body
+        .get("truncate")
+        .and_then(|t| {
+            t.as_u64()
+                .or_else(|| t.as_str().and_then(|s| s.parse().ok()))
+        })
+        .map(|t| t as usize);
+    let mut taken = Vec::new();
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let Some((m, remaining)) = q.get(false) else {
+            break;
+        };
+        warren_broker::MessageStats::add(&q.stats.get, 1);
+        let msg = &m.message;
+        let properties = BasicProperties::decode(&mut Reader::new(msg.properties_raw.clone()))
+            .map(|p| super::exchanges::properties_to_json(&p))
+            .unwrap_or_else(|_| json!({}));
+        let full = &msg.body[..];
+        let shown = &full[..truncate.map_or(full.len(), |t| t.min(full.len()))];
+        let (payload, encoding) = match std::str::from_utf8(shown) {
+            Ok(s) if !base64_only => (s.to_owned(), "string"),
+            _ => (
+                base64::engine::general_purpose::STANDARD.encode(shown),
+                "base64",
+            ),
+        };
+        out.push(json!({
+            "payload_bytes": full.len(),
+            "redelivered": m.redelivered,
+            "exchange": msg.exchange.as_str(),
+            "routing_key": msg.routing_key.as_str(),
+            "message_count": remaining,
+            "properties": properties,
+            "payload": payload,
+            "payload_encoding": encoding,
+        }));
+        taken.push(m);
+    }
+    match mode {
+        AckMode::Ack => {
+            warren_broker::MessageStats::add(&q.stats.ack, taken.len() as u64);
+            q.settle(taken, Vec::new(), Vec::new());
+        }
+        AckMode::RejectRequeue => q.settle(Vec::new(), taken, Vec::new()),
+        AckMode::Reject => q.settle(Vec::new(), Vec::new(), taken),
+    }
+    Ok(Json(Value::Array(out)).into_response())
+}

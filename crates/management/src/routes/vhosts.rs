@@ -1,0 +1,64 @@
+//! /api/vhosts: every vhost the user sees with its message totals and rates, and one.
+
+use super::node::queue_totals;
+use super::{queues, rate_key};
+use crate::auth::Identity;
+use crate::error::ApiResult;
+use crate::json::{message_stats, CHANNEL_STATS};
+use crate::list::{respond, respond_one, Query};
+use crate::Api;
+use axum::extract::{Path, Query as Q, State};
+use axum::Extension;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use warren_broker::VHost;
+
+fn vhost_json(api: &Api, vhost: &VHost) -> Value {
+    let rates = api.rates.get(&rate_key("vhost", &vhost.name, ""));
+    let (totals, _) = queues::vhost_totals(vhost);
+    let counts = api.broker.registry.message_totals(Some(&vhost.name));
+    let description = if vhost.name == "/" {
+        "Default virtual host"
+    } else {
+        ""
+    };
+    let mut body = json!({
+        "name": vhost.name,
+        "description": description,
+        "tags": [],
+        "metadata": {"description": description, "tags": []},
+        "default_queue_type": "classic",
+        "tracing": false,
+        "cluster_state": {api.node.clone(): "running"},
+        "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
+    });
+    if let (Value::Object(b), Value::Object(t)) =
+        (&mut body, queue_totals(totals, rates.as_deref()))
+    {
+        b.extend(t);
+    }
+    body
+}
+
+pub async fn list(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let items = api
+        .visible_vhosts(&who)
+        .iter()
+        .map(|v| vhost_json(&api, v))
+        .collect();
+    respond(items, &query)
+}
+
+pub async fn one(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(vhost): Path<String>,
+    Q(query): Q<Query>,
+) -> ApiResult {
+    let vhost = api.vhost_for(&who, &vhost)?;
+    Ok(respond_one(vhost_json(&api, &vhost), &query))
+}

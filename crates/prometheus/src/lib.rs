@@ -1,0 +1,229 @@
+//! Warren's Prometheus endpoint (15692 by default), speaking as RabbitMQ's
+//! `rabbitmq_prometheus` plugin so that its Grafana dashboards and alert rules work
+//! unchanged:
+//!
+//! - `/metrics`: aggregated (RabbitMQ's default, `return_per_object_metrics = false`):
+//!   object families summed into one unlabelled sample each;
+//! - `/metrics/per-object`: one sample per queue (`vhost`, `queue`) and per channel or
+//!   connection;
+//! - `/metrics/detailed`: only the identity families unless `family=` asks for more (as
+//!   RabbitMQ), prefixed `rabbitmq_detailed_`.
+//!
+//! A scrape reads what the broker already keeps: queue depths under each queue's lock, the
+//! registry's per-channel counters, the node's churn and publish counters (the only ones
+//! kept for Prometheus alone: `warren_broker::publish_counters`, two relaxed adds per
+//! publish).
+
+mod channels;
+mod exposition;
+mod global;
+mod node;
+mod process;
+mod queues;
+mod selection;
+
+pub use exposition::{Exposition, Kind, CONTENT_TYPE};
+pub use node::Endpoint;
+pub use selection::Selection;
+
+use axum::extract::{RawQuery, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use warren_broker::Broker;
+
+/// Who this node is, for `rabbitmq_identity_info`.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// `rabbitmq_node`, e.g. `warren@host`.
+    pub node: String,
+    /// `rabbitmq_cluster`: the `cluster_name` server property.
+    pub cluster: String,
+}
+
+struct Scraped {
+    broker: Arc<Broker>,
+    identity: Identity,
+}
+
+/// The text of one scrape of `endpoint`.
+pub fn render(broker: &Broker, identity: &Identity, endpoint: Endpoint) -> String {
+    if endpoint == Endpoint::Detailed {
+        return render_detailed(broker, identity, Selection::default());
+    }
+    let mut out = Exposition::new();
+    let per_object = endpoint == Endpoint::PerObject;
+    if !per_object {
+        // RabbitMQ's alarm collector serves /metrics only.
+        node::alarms(&mut out, broker);
+    }
+    node::churn(&mut out, broker);
+    node::resources(&mut out, broker);
+    let queues = queues::QueueReadings::take(broker);
+    queues::families(&mut out, &queues, per_object);
+    let channels = channels::ChannelReadings::take(broker);
+    channels::families(&mut out, &channels, per_object);
+    exchanges(&mut out, broker, per_object);
+    totals(&mut out, &queues, &channels);
+    global::families(
+        &mut out,
+        &global::GlobalReadings {
+            messages: broker.registry.message_totals(None),
+            published: broker.counters.published.counts(),
+            publishers: channels.publishers(),
+            consumers: channels.consumers(),
+        },
+    );
+    global::dead_lettered(&mut out, &broker.counters.dead_lettered);
+    if per_object {
+        queues::info(&mut out, &queues);
+    }
+    node::identity(&mut out, identity, endpoint);
+    node::store(&mut out, broker);
+    out.into_text()
+}
+
+/// `/metrics/detailed`: the groups `selection` names, per object, `rabbitmq_detailed_*`,
+/// then the identity families.
+pub fn render_detailed(broker: &Broker, identity: &Identity, selection: Selection) -> String {
+    let mut out = Exposition::detailed(selection);
+    node::churn(&mut out, broker);
+    node::resources(&mut out, broker);
+    if out.selected(QUEUE_GROUPS) {
+        let queues = queues::QueueReadings::take(broker);
+        queues::families(&mut out, &queues, true);
+        queues::info(&mut out, &queues);
+    }
+    if out.selected(CHANNEL_GROUPS) {
+        channels::families(&mut out, &channels::ChannelReadings::take(broker), true);
+    }
+    if out.selected(&["exchange_metrics"]) {
+        exchanges(&mut out, broker, true);
+    }
+    node::identity(&mut out, identity, Endpoint::Detailed);
+    out.into_text()
+}
+
+/// The groups whose families need every queue read, or every channel.
+const QUEUE_GROUPS: &[&str] = &[
+    "queue_coarse_metrics",
+    "queue_consumer_count",
+    "queue_metrics",
+    "queue_delivery_metrics",
+    "channel_queue_exchange_metrics",
+];
+const CHANNEL_GROUPS: &[&str] = &[
+    "channel_metrics",
+    "channel_exchange_metrics",
+    "channel_queue_metrics",
+    "connection_coarse_metrics",
+    "connection_metrics",
+];
+
+/// `rabbitmq_connections`, `_channels`, `_consumers`, `_queues`: what is open now.
+fn totals(
+    out: &mut Exposition,
+    queues: &queues::QueueReadings,
+    channels: &channels::ChannelReadings,
+) {
+    out.single(
+        "rabbitmq_connections",
+        Kind::Gauge,
+        "Connections currently open",
+        channels.connection_count(),
+    );
+    out.single(
+        "rabbitmq_channels",
+        Kind::Gauge,
+        "Channels currently open",
+        channels.channel_count(),
+    );
+    out.single(
+        "rabbitmq_consumers",
+        Kind::Gauge,
+        "Consumers currently connected",
+        queues.consumers(),
+    );
+    out.single(
+        "rabbitmq_queues",
+        Kind::Gauge,
+        "Queues available",
+        queues.count(),
+    );
+}
+
+/// RabbitMQ 4.x's `exchange_metrics`: messages published into each exchange.
+fn exchanges(out: &mut Exposition, broker: &Broker, per_object: bool) {
+    out.group(Some(&["exchange_metrics"]));
+    let name = "rabbitmq_exchange_messages_published_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Total number of messages published into an exchange",
+    );
+    let mut total = 0;
+    for vhost in broker.vhosts() {
+        let mut exchanges = vhost.exchanges();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        for exchange in exchanges {
+            let published = exchange.stats.snapshot().publish_in;
+            if per_object {
+                let labels = [
+                    ("vhost", vhost.name.as_str()),
+                    ("exchange", exchange.name.as_str()),
+                ];
+                out.sample(name, &labels, published);
+            }
+            total += published;
+        }
+    }
+    if !per_object {
+        out.sample(name, &[], total);
+    }
+}
+
+pub fn router(broker: Arc<Broker>, identity: Identity) -> Router {
+    let state = Arc::new(Scraped { broker, identity });
+    Router::new()
+        .route("/metrics", get(aggregated))
+        .route("/metrics/per-object", get(per_object))
+        .route("/metrics/detailed", get(detailed))
+        .with_state(state)
+}
+
+async fn aggregated(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
+    respond(&s, Endpoint::Aggregated)
+}
+
+async fn per_object(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
+    respond(&s, Endpoint::PerObject)
+}
+
+async fn detailed(State(s): State<Arc<Scraped>>, RawQuery(query): RawQuery) -> impl IntoResponse {
+    let selection = Selection::from_query(query.as_deref().unwrap_or(""));
+    text(render_detailed(&s.broker, &s.identity, selection))
+}
+
+fn respond(s: &Scraped, endpoint: Endpoint) -> impl IntoResponse {
+    text(render(&s.broker, &s.identity, endpoint))
+}
+
+fn text(body: String) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
+}
+
+/// Serves the endpoints on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    identity: Identity,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(broker, identity))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

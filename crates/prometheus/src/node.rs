@@ -1,0 +1,253 @@
+//! Node-wide families: identity and build info, churn totals, memory, disk, file
+//! descriptors, alarms, uptime, and the message store's own counters (`warren_store_*`).
+//! Names, types and HELP texts are rabbitmq_prometheus's (3.10 checked against a live node,
+//! 3.13/4.x from its sources).
+
+use crate::exposition::{Exposition, Kind};
+use crate::process;
+use crate::Identity;
+use warren_broker::churn::read;
+use warren_broker::{Alarm, Broker};
+
+/// Which endpoint is being scraped; RabbitMQ 3.13+ names it in `rabbitmq_identity_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Aggregated,
+    PerObject,
+    Detailed,
+}
+
+impl Endpoint {
+    fn label(self) -> &'static str {
+        match self {
+            Endpoint::Aggregated => "aggregated",
+            Endpoint::PerObject => "per-object",
+            Endpoint::Detailed => "detailed",
+        }
+    }
+}
+
+/// `rabbitmq_build_info` and `rabbitmq_identity_info`: the series dashboards join every
+/// other one with (`* on(instance, job) group_left(rabbitmq_cluster, rabbitmq_node)`).
+pub fn identity(out: &mut Exposition, identity: &Identity, endpoint: Endpoint) {
+    out.group(None);
+    let version = env!("CARGO_PKG_VERSION");
+    out.family(
+        "rabbitmq_build_info",
+        Kind::Untyped,
+        "RabbitMQ & Erlang/OTP version info",
+    );
+    out.sample(
+        "rabbitmq_build_info",
+        &[
+            ("product_name", "Warren"),
+            ("product_version", version),
+            ("rabbitmq_version", version),
+            ("prometheus_plugin_version", version),
+        ],
+        1u64,
+    );
+    out.family(
+        "rabbitmq_identity_info",
+        Kind::Untyped,
+        "RabbitMQ node & cluster identity info",
+    );
+    out.sample(
+        "rabbitmq_identity_info",
+        &[
+            ("rabbitmq_node", &identity.node),
+            ("rabbitmq_cluster", &identity.cluster),
+            ("rabbitmq_endpoint", endpoint.label()),
+        ],
+        1u64,
+    );
+}
+
+/// Connections, channels and queues opened and closed (RabbitMQ's
+/// `connection_churn_metrics`).
+pub fn churn(out: &mut Exposition, broker: &Broker) {
+    out.group(Some(&["connection_churn_metrics"]));
+    let c = &broker.counters.connections;
+    let q = &broker.counters.queues;
+    let counters = [
+        (
+            "rabbitmq_connections_opened_total",
+            "Total number of connections opened",
+            read(&c.connections_opened),
+        ),
+        (
+            "rabbitmq_connections_closed_total",
+            "Total number of connections closed or terminated",
+            read(&c.connections_closed),
+        ),
+        (
+            "rabbitmq_channels_opened_total",
+            "Total number of channels opened",
+            read(&c.channels_opened),
+        ),
+        (
+            "rabbitmq_channels_closed_total",
+            "Total number of channels closed",
+            read(&c.channels_closed),
+        ),
+        (
+            "rabbitmq_queues_declared_total",
+            "Total number of queues declared",
+            read(&q.declared),
+        ),
+        (
+            "rabbitmq_queues_created_total",
+            "Total number of queues created",
+            read(&q.created),
+        ),
+        (
+            "rabbitmq_queues_deleted_total",
+            "Total number of queues deleted",
+            read(&q.deleted),
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.single(name, Kind::Counter, help, value);
+    }
+}
+
+/// Memory, disk, file descriptors and uptime (RabbitMQ's `node_coarse_metrics` and
+/// `node_metrics`).
+pub fn resources(out: &mut Exposition, broker: &Broker) {
+    out.group(Some(&["node_coarse_metrics"]));
+    if let Some(open) = process::open_fds() {
+        out.single(
+            "rabbitmq_process_open_fds",
+            Kind::Gauge,
+            "Open file descriptors",
+            open,
+        );
+    }
+    if let Some(resident) = warren_broker::memory::resident_set_bytes() {
+        out.single(
+            "rabbitmq_process_resident_memory_bytes",
+            Kind::Gauge,
+            "Memory used in bytes",
+            resident as u64,
+        );
+    }
+    let disk = broker.disk_monitor();
+    if let Some(disk) = disk {
+        out.single(
+            "rabbitmq_disk_space_available_bytes",
+            Kind::Gauge,
+            "Disk space available in bytes",
+            disk.free_bytes(),
+        );
+    }
+    out.group(Some(&["node_metrics"]));
+    if let Some(max) = process::max_fds() {
+        out.single(
+            "rabbitmq_process_max_fds",
+            Kind::Gauge,
+            "Open file descriptors limit",
+            max,
+        );
+    }
+    out.single(
+        "rabbitmq_resident_memory_limit_bytes",
+        Kind::Gauge,
+        "Memory high watermark in bytes",
+        broker.memory.high_watermark_bytes() as u64,
+    );
+    if let Some(disk) = disk {
+        out.single(
+            "rabbitmq_disk_space_available_limit_bytes",
+            Kind::Gauge,
+            "Free disk space low watermark in bytes",
+            disk.limit_bytes(),
+        );
+    }
+    // RabbitMQ's name for node uptime; the Overview dashboard's node table reads it.
+    out.single(
+        "rabbitmq_erlang_uptime_seconds",
+        Kind::Gauge,
+        "Node uptime",
+        broker.started_at.elapsed().as_secs_f64(),
+    );
+}
+
+/// `rabbitmq_alarms_*`: 1 while the alarm is in effect. Warren raises no file descriptor
+/// alarm (it is never blocked on descriptors), so that one stays 0, as on a RabbitMQ node
+/// far from its limit.
+pub fn alarms(out: &mut Exposition, broker: &Broker) {
+    let active = broker.alarms.active();
+    out.single(
+        "rabbitmq_alarms_file_descriptor_limit",
+        Kind::Untyped,
+        "is 1 if file descriptor limit alarm is in effect",
+        0u64,
+    );
+    out.single(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        Kind::Untyped,
+        "is 1 if free disk space watermark alarm is in effect",
+        u64::from(active.contains(Alarm::Disk)),
+    );
+    out.single(
+        "rabbitmq_alarms_memory_used_watermark",
+        Kind::Untyped,
+        "is 1 if VM memory watermark alarm is in effect",
+        u64::from(active.contains(Alarm::Memory)),
+    );
+}
+
+/// Warren's message store (docs/STORAGE.md): what the writer did since the store opened.
+pub fn store(out: &mut Exposition, broker: &Broker) {
+    let Some(store) = broker.store() else {
+        return;
+    };
+    let s = store.stats();
+    let counters = [
+        (
+            "warren_store_records_written_total",
+            "Records (publishes and acks) written to the message store",
+            s.records_written,
+        ),
+        (
+            "warren_store_bytes_written_total",
+            "Bytes written to the message store's segment files",
+            s.bytes_written,
+        ),
+        (
+            "warren_store_batches_total",
+            "Group-commit batches written by the message store",
+            s.batches,
+        ),
+        (
+            "warren_store_fsyncs_total",
+            "fdatasync calls on the message store's segment files",
+            s.fsyncs,
+        ),
+        (
+            "warren_store_segments_created_total",
+            "Segment files created",
+            s.segments_created,
+        ),
+        (
+            "warren_store_segments_removed_total",
+            "Segment files removed once nothing in them was live",
+            s.segments_removed,
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.single(name, Kind::Counter, help, value);
+    }
+    out.single(
+        "warren_store_segments",
+        Kind::Gauge,
+        "Segment files on disk",
+        s.segments,
+    );
+    out.single(
+        "warren_store_live_references",
+        Kind::Gauge,
+        "Messages the store keeps for queues (one per queue holding a message)",
+        s.live_references,
+    );
+}

@@ -1,0 +1,177 @@
+//! The endpoint served on a port-0 listener, scraped over plain HTTP/1.1 as Prometheus
+//! does: queue depth per queue and summed, churn counters, identity, 404 elsewhere.
+
+use bytes::Bytes;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use warren_broker::{Broker, Message, QueueDeclaration};
+use warren_codec::{BasicProperties, FieldTable, ShortStr};
+use warren_prometheus::{Endpoint, Identity};
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+fn declare(vhost: &Arc<warren_broker::VHost>, name: &str) {
+    vhost
+        .declare_queue(
+            QueueDeclaration {
+                name: ShortStr::from(name),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: FieldTable::new(),
+            },
+            1,
+        )
+        .unwrap();
+}
+
+fn publish(queue: &Arc<warren_broker::Queue>, body: &'static [u8]) {
+    let message = Message::new(
+        ShortStr::from(""),
+        queue.name.clone(),
+        &BasicProperties::default(),
+        Bytes::new(),
+        Bytes::from_static(body),
+    );
+    queue.publish(Arc::new(message), None);
+}
+
+#[tokio::test]
+async fn scrapes_show_queue_depth_per_object_and_summed() {
+    let broker = Broker::new(1 << 30, None);
+    let vhost = broker.vhost("/").unwrap();
+    for name in ["orders", "audit"] {
+        declare(&vhost, name);
+    }
+    let orders = vhost.queue("orders").unwrap();
+    publish(&orders, b"hello");
+    publish(&orders, b"world!");
+    publish(&vhost.queue("audit").unwrap(), b"x");
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(warren_prometheus::run(
+        listener,
+        broker.clone(),
+        Identity {
+            node: "warren@test".into(),
+            cluster: "test-cluster".into(),
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let (head, body) = get(addr, "/metrics/per-object").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    for line in [
+        "rabbitmq_queue_messages_ready{vhost=\"/\",queue=\"orders\"} 2",
+        "rabbitmq_queue_messages_ready_bytes{vhost=\"/\",queue=\"orders\"} 11",
+        "rabbitmq_queue_messages{vhost=\"/\",queue=\"audit\"} 1",
+        "rabbitmq_queues 2",
+        "rabbitmq_queues_declared_total 2",
+        "rabbitmq_queues_created_total 2",
+        "rabbitmq_identity_info{rabbitmq_node=\"warren@test\",rabbitmq_cluster=\"test-cluster\",rabbitmq_endpoint=\"per-object\"} 1",
+        "# TYPE rabbitmq_queue_messages_ready gauge",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in\n{body}");
+    }
+
+    vhost.delete_queue("audit", false, false, 1).unwrap();
+    let (_, body) = get(addr, "/metrics").await;
+    for line in [
+        "rabbitmq_queue_messages_ready 2",
+        "rabbitmq_queues 1",
+        "rabbitmq_queues_deleted_total 1",
+        "rabbitmq_identity_info{rabbitmq_node=\"warren@test\",rabbitmq_cluster=\"test-cluster\",rabbitmq_endpoint=\"aggregated\"} 1",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in\n{body}");
+    }
+    assert!(
+        !body.contains("queue=\""),
+        "aggregated has no per-queue labels"
+    );
+
+    let (_, body) = get(
+        addr,
+        "/metrics/detailed?family=queue_coarse_metrics&family=connection_churn_metrics&vhost=%2F",
+    )
+    .await;
+    for line in [
+        "rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"orders\"} 2",
+        "rabbitmq_detailed_queues_deleted_total 1",
+        "rabbitmq_detailed_queue_info{vhost=\"/\",queue=\"orders\",queue_type=\"rabbit_classic_queue\",membership=\"leader\"} 1",
+        "rabbitmq_identity_info{rabbitmq_node=\"warren@test\",rabbitmq_cluster=\"test-cluster\",rabbitmq_endpoint=\"detailed\"} 1",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in\n{body}");
+    }
+    for absent in [
+        "rabbitmq_detailed_queue_consumers",
+        "rabbitmq_queues ",
+        "rabbitmq_queue_",
+    ] {
+        assert!(
+            !body.contains(absent),
+            "{absent:?} was not asked for:\n{body}"
+        );
+    }
+    let (_, body) = get(
+        addr,
+        "/metrics/detailed?family=queue_coarse_metrics&vhost=other",
+    )
+    .await;
+    assert!(!body.contains("queue=\"orders\""), "vhost filter:\n{body}");
+    let (_, body) = get(addr, "/metrics/detailed").await;
+    let samples: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(samples.len(), 2, "identity only:\n{body}");
+
+    let (head, _) = get(addr, "/api/overview").await;
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[test]
+fn node_totals_outlive_a_deleted_vhost() {
+    let broker = Broker::new(1 << 30, None);
+    let identity = Identity {
+        node: "warren@test".into(),
+        cluster: "c".into(),
+    };
+    let vhost = broker.add_vhost("staging").unwrap();
+    declare(&vhost, "jobs");
+    publish(&vhost.queue("jobs").unwrap(), b"job");
+    let before = warren_prometheus::render(&broker, &identity, Endpoint::Aggregated);
+    assert!(
+        before.contains("\nrabbitmq_queues_created_total 1\n"),
+        "{before}"
+    );
+    assert!(
+        before.contains("\nrabbitmq_queue_messages_ready 1\n"),
+        "{before}"
+    );
+
+    assert!(broker.delete_vhost("staging"));
+    let after = warren_prometheus::render(&broker, &identity, Endpoint::Aggregated);
+    for line in [
+        "rabbitmq_queues_created_total 1",
+        "rabbitmq_queues_deleted_total 1",
+        "rabbitmq_queues 0",
+        "rabbitmq_queue_messages_ready 0",
+    ] {
+        assert!(after.lines().any(|l| l == line), "no {line:?} in\n{after}");
+    }
+}

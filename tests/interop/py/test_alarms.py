@@ -1,0 +1,155 @@
+"""Resource alarms as RabbitMQ applies them ("Memory and Disk Alarms", "Blocked Connection
+Notifications"): only a connection that publishes is blocked and told; a consume-only
+connection is never notified and keeps consuming, acking, declaring and deleting, so the
+backlog drains, the alarm clears, the publisher gets connection.unblocked and everything it
+published arrives, in order. Heartbeat timeouts are suspended while a connection is blocked.
+
+These tests start brokers of their own (a small memory watermark, a data directory on a
+small tmpfs), so they need the broker binary: WARREN_BIN, which test.sh sets.
+"""
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+from conftest import connect, uname
+from own_broker import Broker, mount_tmpfs, needs_warren_bin
+
+pytestmark = needs_warren_bin
+
+
+class Notified:
+    """connection.blocked / unblocked as they arrive. Registered on pika's connection
+    object itself: BlockingConnection would only hand them over once a publish stuck on a
+    socket the broker no longer reads returns."""
+
+    def __init__(self, conn):
+        self.blocked = threading.Event()
+        self.unblocked = threading.Event()
+        self.reasons = []
+        conn._impl.add_on_connection_blocked_callback(self._on_blocked)
+        conn._impl.add_on_connection_unblocked_callback(self._on_unblocked)
+
+    def _on_blocked(self, _conn, frame):
+        self.reasons.append(frame.method.reason)
+        self.blocked.set()
+
+    def _on_unblocked(self, _conn, _frame):
+        self.unblocked.set()
+
+
+def publish_all(url, queue, count, body_size, done, errors, heartbeat=None):
+    try:
+        overrides = {"blocked_connection_timeout": None}
+        if heartbeat:
+            overrides["heartbeat"] = heartbeat
+        conn = connect(url, **overrides)
+        done["notified"] = Notified(conn)
+        ch = conn.channel()
+        pad = b"x" * body_size
+        for i in range(count):
+            ch.basic_publish("", queue, b"%08d" % i + pad)
+        conn.process_data_events(time_limit=0.5)
+        done["published"] = count
+        conn.close()
+    except Exception as e:  # reported by the test thread
+        errors.append(e)
+
+
+def consume_all(url, queue, count, during_alarm=None, after_first=None, timeout=60):
+    """Consumes `count` messages with manual acks; returns (bodies' sequence numbers,
+    whether this connection was ever notified). `after_first` runs once the first message
+    was received and acked."""
+    conn = connect(url)
+    notified = Notified(conn)
+    ch = conn.channel()
+    if during_alarm:
+        during_alarm(ch)
+    ch.basic_qos(prefetch_count=500)
+    seen = []
+    deadline = time.monotonic() + timeout
+    for method, _props, body in ch.consume(queue, inactivity_timeout=1):
+        if method is not None:
+            seen.append(int(body[:8]))
+            if len(seen) % 100 == 0 or len(seen) == count or len(seen) == 1:
+                ch.basic_ack(method.delivery_tag, multiple=True)
+            if len(seen) == 1 and after_first:
+                after_first()
+        if len(seen) >= count or time.monotonic() > deadline:
+            break
+    ch.cancel()
+    conn.close()
+    return seen, notified.blocked.is_set() or notified.unblocked.is_set()
+
+
+def declare_and_delete(ch):
+    other = uname("alarm.other")
+    ch.queue_declare(other)
+    ch.queue_delete(other)
+
+
+def run_blocked_publisher_and_consumer(url, queue, count, body_size, clear_alarm=None):
+    done, errors = {}, []
+    publisher = threading.Thread(
+        target=publish_all, args=(url, queue, count, body_size, done, errors),
+        kwargs={"heartbeat": 1}, daemon=True)
+    publisher.start()
+    deadline = time.monotonic() + 20
+    while "notified" not in done and not errors and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not errors, errors
+    notified = done["notified"]
+    assert notified.blocked.wait(20), "the publisher was never blocked"
+    # Blocked for over three heartbeat intervals: the broker must not time it out.
+    time.sleep(3.5)
+    assert not notified.unblocked.is_set()
+    # The consumer declares, deletes, consumes and acks during the alarm.
+    seen, consumer_notified = consume_all(
+        url, queue, count, during_alarm=declare_and_delete, after_first=clear_alarm)
+    publisher.join(30)
+    assert not errors, errors
+    assert done.get("published") == count, "the publisher did not finish"
+    assert notified.unblocked.is_set(), "no connection.unblocked"
+    assert not consumer_notified, "a consume-only connection was told it is blocked"
+    assert seen == list(range(count)), "lost, duplicated or reordered messages"
+    return notified
+
+
+def test_memory_alarm_blocks_only_the_publisher():
+    data = tempfile.mkdtemp(prefix="warren-memalarm-")
+    broker = Broker(data, "--memory-high-watermark-bytes", str(48 * 1024 * 1024))
+    try:
+        queue = uname("alarm.mem")
+        c = connect(broker.url)
+        c.channel().queue_declare(queue)
+        c.close()
+        notified = run_blocked_publisher_and_consumer(broker.url, queue, 20000, 4000)
+        # It may be blocked again while the consumer drains: the alarm clears below 90 % of
+        # the watermark and publishing resumes.
+        assert notified.reasons and set(notified.reasons) == {"low on memory"}, notified.reasons
+        assert broker.proc.poll() is None
+    finally:
+        broker.stop()
+
+
+def test_disk_alarm_blocks_only_the_publisher():
+    mount_point = mount_tmpfs("warren-diskalarm-", "64m")
+    broker = None
+    try:
+        broker = Broker(os.path.join(mount_point, "data"),
+                        "--disk-free-limit-bytes", str(40 * 1000 * 1000))
+        queue = uname("alarm.disk")
+        c = connect(broker.url)
+        c.channel().queue_declare(queue)
+        c.close()
+        filler = os.path.join(mount_point, "filler")
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (30 * 1024 * 1024))
+        notified = run_blocked_publisher_and_consumer(
+            broker.url, queue, 2000, 100, clear_alarm=lambda: os.remove(filler))
+        assert notified.reasons == ["low on disk"], notified.reasons
+    finally:
+        if broker:
+            broker.stop()
+        subprocess.run(["umount", mount_point])

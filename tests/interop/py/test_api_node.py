@@ -1,0 +1,112 @@
+"""HTTP API: the node and cross-cutting behaviour — /api/overview, /api/nodes, whoami,
+health checks, aliveness, extensions, cluster-name; authentication (401 with a challenge),
+unknown paths (404), bad JSON (400), pagination, sorting and columns=."""
+import uuid
+
+import pytest
+
+from api_helpers import MGMT_URL, VHOST, Api, needs_api, requests
+
+pytestmark = needs_api
+
+
+@pytest.fixture
+def api():
+    return Api()
+
+
+def test_overview_has_what_tools_read(api):
+    o = api.json("/api/overview")
+    for key in ("management_version", "rabbitmq_version", "cluster_name", "node",
+                "message_stats", "queue_totals", "object_totals", "listeners",
+                "exchange_types", "rates_mode"):
+        assert key in o, key
+    for key in ("connections", "channels", "consumers", "exchanges", "queues"):
+        assert isinstance(o["object_totals"][key], int), key
+    assert {"direct", "fanout", "topic", "headers"} <= {t["name"] for t in o["exchange_types"]}
+    assert any(l["protocol"] == "amqp" for l in o["listeners"])
+
+
+def test_nodes_list_and_one(api):
+    nodes = api.json("/api/nodes")
+    assert len(nodes) == 1
+    n = nodes[0]
+    for key in ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free",
+                "disk_free_limit", "disk_free_alarm", "fd_used", "fd_total", "uptime"):
+        assert key in n, key
+    assert n["running"] is True
+    assert api.json("/api/nodes/" + n["name"])["name"] == n["name"]
+    # RabbitMQ 3.10 crashes on an unknown node (500); Warren answers 404.
+    assert api.get("/api/nodes/nosuchnode@nowhere").status_code in (404, 500)
+
+
+def test_whoami_names_the_user_and_tags(api):
+    me = api.json("/api/whoami")
+    assert me["name"] == "guest"
+    tags = me["tags"] if isinstance(me["tags"], list) else me["tags"].split(",")
+    assert "administrator" in tags
+
+
+def test_health_checks_and_aliveness(api):
+    assert api.get("/api/health/checks/alarms").json() == {"status": "ok"}
+    assert api.get("/api/health/checks/local-alarms").json() == {"status": "ok"}
+    r = api.get("/api/aliveness-test/" + VHOST)
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert api.get("/api/aliveness-test/no-such-vhost").status_code == 404
+    api.delete("/api/queues/%2F/aliveness-test")
+
+
+def test_extensions_and_cluster_name(api):
+    assert api.json("/api/extensions") == [] or isinstance(api.json("/api/extensions"), list)
+    assert api.json("/api/cluster-name")["name"]
+
+
+def test_no_credentials_is_401_with_challenge():
+    r = requests.get(MGMT_URL + "/api/overview", timeout=10)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"].startswith("Basic")
+
+
+def test_wrong_password_is_401():
+    r = requests.get(MGMT_URL + "/api/overview", auth=("guest", "wrong"), timeout=10)
+    assert r.status_code == 401
+    assert r.json() == {"error": "not_authorized", "reason": "Login failed"}
+
+
+def test_unknown_path_is_404_with_rabbitmq_body(api):
+    r = api.get("/api/no-such-thing")
+    assert r.status_code == 404
+    assert r.json() == {"error": "Object Not Found", "reason": "Not Found"}
+
+
+def test_bad_json_is_400(api):
+    r = api.s.put(api.url("/api/queues/%2F/api.badjson"), data="{bad", timeout=10)
+    assert r.status_code == 400
+    assert r.json() == {"error": "bad_request", "reason": "not_json"}
+
+
+def test_pagination_sorting_and_columns(api):
+    prefix = "api.page.%s." % uuid.uuid4().hex[:8]
+    names = [prefix + c for c in "cab"]
+    try:
+        for n in names:
+            assert api.put("/api/queues/%2F/" + n, {"durable": False}).status_code == 201
+        page = api.json("/api/queues?page=1&page_size=2&name=%s&sort=name" % prefix)
+        assert page["filtered_count"] == 3
+        assert page["item_count"] == 2
+        assert page["page_count"] == 2
+        assert page["page"] == 1 and page["page_size"] == 2
+        assert page["total_count"] >= 3
+        assert [i["name"] for i in page["items"]] == [prefix + "a", prefix + "b"]
+        rev = api.json("/api/queues?page=1&page_size=2&name=%s&sort=name&sort_reverse=true" % prefix)
+        assert rev["items"][0]["name"] == prefix + "c"
+        regex = api.json("/api/queues?page=1&use_regex=true&name=%s" % (prefix.replace(".", "\\.") + "[ab]$"))
+        assert sorted(i["name"] for i in regex["items"]) == [prefix + "a", prefix + "b"]
+        cols = api.json("/api/queues/%2F?columns=name,messages")
+        mine = [c for c in cols if c["name"].startswith(prefix)]
+        # RabbitMQ adds "messages" only once its stats have come in.
+        assert len(mine) == 3 and all(set(c) <= {"name", "messages"} and "name" in c for c in mine)
+        assert api.get("/api/queues?page=99&page_size=2&name=%s" % prefix).status_code == 400
+    finally:
+        for n in names:
+            api.delete("/api/queues/%2F/" + n)

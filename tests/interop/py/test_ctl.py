@@ -1,0 +1,293 @@
+"""`warren ctl` (rabbitmqctl's commands over the HTTP management API), driven as a user
+would: the real binary ($WARREN_BIN ctl ...) against the API at $WARREN_MGMT_URL, with pika
+on $AMQP_URL (the same broker) to create and observe what the commands act on.
+
+Skipped unless both WARREN_BIN and WARREN_MGMT_URL are set. The same tests run against
+RabbitMQ 3.10's management plugin, whose API Warren's reproduces.
+"""
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+
+import pika
+import pika.exceptions
+import pytest
+
+from conftest import AMQP_URL, connect, uname
+
+WARREN_BIN = os.environ.get("WARREN_BIN")
+MGMT_URL = os.environ.get("WARREN_MGMT_URL")
+
+pytestmark = pytest.mark.skipif(
+    not (WARREN_BIN and MGMT_URL), reason="needs WARREN_BIN and WARREN_MGMT_URL (the HTTP API)"
+)
+
+# rabbitmqctl's exit codes.
+EX_USAGE, EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 64, 65, 67, 69, 70, 77
+
+
+def ctl(*args, stdin=None):
+    return subprocess.run(
+        [WARREN_BIN, "ctl", *args], input=stdin, capture_output=True, text=True, timeout=20
+    )
+
+
+def ok(*args, stdin=None):
+    r = ctl(*args, stdin=stdin)
+    assert r.returncode == 0, "warren ctl %s: exit %d, stderr %r" % (args, r.returncode, r.stderr)
+    return r.stdout
+
+
+def listing(*args):
+    """A list command's rows as dicts, through --json."""
+    return json.loads(ok(*args, "--json"))
+
+
+def eventually(check, timeout_s=15.0):
+    """RabbitMQ's management API shows counters every few seconds; wait for them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.3)
+
+
+def amqp_url(user, password, vhost):
+    parsed = urllib.parse.urlparse(AMQP_URL)
+    return "amqp://%s:%s@%s:%d/%s" % (
+        urllib.parse.quote(user, safe=""),
+        urllib.parse.quote(password, safe=""),
+        parsed.hostname,
+        parsed.port or 5672,
+        urllib.parse.quote(vhost, safe=""),
+    )
+
+
+@pytest.fixture
+def vhost():
+    name = uname("vh")
+    ok("add_vhost", name)
+    yield name
+    ctl("delete_vhost", name)
+
+
+@pytest.fixture
+def user():
+    name = uname("user")
+    ok("add_user", name, "pw-" + name)
+    yield name
+    ctl("delete_user", name)
+
+
+def test_vhost_user_tags_and_permissions_decide_who_may_connect(vhost, user):
+    assert vhost in [v["name"] for v in listing("list_vhosts")]
+    ok("set_user_tags", user, "monitoring", "policymaker")
+    [row] = [u for u in listing("list_users") if u["user"] == user]
+    assert sorted(row["tags"]) == ["monitoring", "policymaker"]
+
+    ok("set_permissions", "-p", vhost, user, "^cfg-.*", ".*", ".*")
+    # (RabbitMQ also grants the vhost's creator, guest here, full permissions on it.)
+    assert [p for p in listing("list_permissions", "-p", vhost) if p["user"] == user] == [
+        {"user": user, "configure": "^cfg-.*", "write": ".*", "read": ".*"}
+    ]
+    password = "pw-" + user
+    c = connect(amqp_url(user, password, vhost))
+    c.close()
+
+    # change_password keeps the tags; the old password stops working.
+    ok("change_password", user, "new-" + password)
+    [row] = [u for u in listing("list_users") if u["user"] == user]
+    assert sorted(row["tags"]) == ["monitoring", "policymaker"]
+    connect(amqp_url(user, "new-" + password, vhost)).close()
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        connect(amqp_url(user, password, vhost))
+
+    ok("clear_permissions", "-p", vhost, user)
+    assert user not in [p["user"] for p in listing("list_permissions", "-p", vhost)]
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        connect(amqp_url(user, "new-" + password, vhost))
+
+    ok("delete_user", user)
+    assert user not in [u["user"] for u in listing("list_users")]
+    ok("delete_vhost", vhost)
+    assert vhost not in [v["name"] for v in listing("list_vhosts")]
+
+
+def test_add_user_reads_the_password_from_stdin(vhost):
+    name = uname("user")
+    try:
+        ok("add_user", name, stdin="from-stdin\n")
+        ok("set_permissions", "-p", vhost, name, ".*", ".*", ".*")
+        connect(amqp_url(name, "from-stdin", vhost)).close()
+    finally:
+        ctl("delete_user", name)
+
+
+def test_set_policy_applies_to_matching_queues_and_clear_policy_removes_it(vhost):
+    name = uname("pol")
+    prefix = uname("pq")
+    ok("set_policy", "-p", vhost, "--priority", "7", "--apply-to", "queues",
+       name, "^" + prefix, '{"max-length": 2}')
+    assert listing("list_policies", "-p", vhost) == [{
+        "vhost": vhost, "name": name, "pattern": "^" + prefix, "apply-to": "queues",
+        "definition": {"max-length": 2}, "priority": 7,
+    }]
+    c = connect(amqp_url("guest", "guest", vhost))
+    try:
+        ch = c.channel()
+        ch.queue_declare(prefix + ".a")
+        for i in range(5):
+            ch.basic_publish("", prefix + ".a", b"m%d" % i)
+        # The policy's max-length holds the queue at 2 messages.
+        assert eventually(lambda: ch.queue_declare(prefix + ".a", passive=True)
+                          .method.message_count == 2)
+        assert eventually(lambda: [q for q in listing("list_queues", "-p", vhost, "name", "policy")
+                                   if q == {"name": prefix + ".a", "policy": name}])
+        ok("clear_policy", "-p", vhost, name)
+        assert listing("list_policies", "-p", vhost) == []
+        for i in range(3):
+            ch.basic_publish("", prefix + ".a", b"n%d" % i)
+        assert eventually(lambda: ch.queue_declare(prefix + ".a", passive=True)
+                          .method.message_count == 5)
+    finally:
+        c.close()
+
+
+def test_list_queues_with_columns_then_purge_queue(names):
+    q = names.queue()
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.queue_declare(q, durable=True, arguments={"x-max-priority": 3})
+        ch.confirm_delivery()
+        for i in range(3):
+            ch.basic_publish("", q, b"m%d" % i)
+
+        def row():
+            rows = [r for r in listing("list_queues", "name,messages", "durable", "arguments")
+                    if r["name"] == q]
+            return rows and rows[0]["messages"] == 3 and rows[0]
+        assert eventually(row) == {
+            "name": q, "messages": 3, "durable": True, "arguments": {"x-max-priority": 3},
+        }
+        # The default table: rabbitmqctl's banner, a tab-separated header, one row per queue.
+        lines = ok("list_queues", "name", "messages").splitlines()
+        assert lines[0] == "Listing queues for vhost / ..."
+        assert lines[1] == "name\tmessages"
+        assert "%s\t3" % q in lines[2:]
+        assert ok("list_queues", "-q", "--no-table-headers", "name").splitlines().count(q) == 1
+
+        ok("purge_queue", q)
+        assert ch.queue_declare(q, passive=True).method.message_count == 0
+    finally:
+        c.close()
+
+
+def test_list_exchanges_and_bindings(names):
+    x, q = names.exchange(), names.queue()
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.exchange_declare(x, "topic", durable=True)
+        ch.queue_declare(q)
+        ch.queue_bind(q, x, "a.#")
+        assert {"name": x, "type": "topic", "durable": True} in listing(
+            "list_exchanges", "name", "type", "durable")
+        assert {
+            "source_name": x, "source_kind": "exchange", "destination_name": q,
+            "destination_kind": "queue", "routing_key": "a.#", "arguments": {},
+        } in listing("list_bindings")
+    finally:
+        c.close()
+
+
+def test_connections_channels_consumers_are_listed_and_close_connection_closes(names):
+    q = names.queue()
+    tag = uname("ctag")
+    label = uname("conn")
+    c = connect(client_properties={"connection_name": label})
+    ch = c.channel()
+    ch.queue_declare(q)
+    ch.basic_qos(prefetch_count=7)
+    ch.basic_consume(q, lambda *a: None, consumer_tag=tag)
+
+    def mine():
+        rows = [r for r in listing("list_connections", "name", "user", "client_properties")
+                if r["client_properties"].get("connection_name") == label]
+        return rows and rows[0]
+    conn = eventually(mine)
+    assert conn and conn["user"] == "guest"
+    assert eventually(lambda: [r for r in listing("list_channels", "connection", "prefetch_count")
+                               if r == {"connection": conn["name"], "prefetch_count": 7}])
+    assert eventually(lambda: [r for r in listing("list_consumers")
+                               if r["consumer_tag"] == tag and r["queue_name"] == q
+                               and r["prefetch_count"] == 7 and r["ack_required"] is True])
+
+    ok("close_connection", conn["name"], "closed by warren ctl test")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            c.process_data_events(time_limit=0.2)
+    assert closed.value.reply_code == 320
+    assert "closed by warren ctl test" in closed.value.reply_text
+
+
+def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path):
+    q = uname("dq")
+    c = connect(amqp_url("guest", "guest", vhost))
+    try:
+        c.channel().queue_declare(q, durable=True)
+    finally:
+        c.close()
+    ok("set_policy", "-p", vhost, "keep", "^" + q, '{"message-ttl": 60000}')
+    path = tmp_path / "definitions.json"
+    ok("export_definitions", str(path))
+    exported = json.loads(path.read_text())
+    assert vhost in [v["name"] for v in exported["vhosts"]]
+    assert {"vhost": vhost, "name": q} in [
+        {"vhost": d["vhost"], "name": d["name"]} for d in exported["queues"]]
+    # "-" writes the same JSON to stdout.
+    assert json.loads(ok("export_definitions", "-"))["vhosts"] == exported["vhosts"]
+
+    ok("delete_vhost", vhost)
+    assert vhost not in [v["name"] for v in listing("list_vhosts")]
+    ok("import_definitions", str(path))
+    # RabbitMQ imports asynchronously.
+    assert eventually(lambda: q in [r["name"] for r in listing("list_queues", "-p", vhost)])
+    assert [p["name"] for p in listing("list_policies", "-p", vhost)] == ["keep"]
+
+
+def test_status_reports_the_node_and_totals(vhost):
+    text = ok("status")
+    assert text.startswith("Status of node ")
+    assert "Virtual host count: " in text
+    status = json.loads(ok("status", "--json"))
+    assert status["totals"]["virtual_host_count"] >= 2
+    assert any(l["protocol"] == "amqp" for l in status["listeners"])
+
+
+def test_errors_have_rabbitmqctl_exit_codes_and_one_line_reasons(vhost, user):
+    missing = uname("missing")
+    cases = [
+        (("delete_user", missing), EX_NOUSER, 'User "%s" does not exist' % missing),
+        (("set_permissions", missing, ".*", ".*", ".*"), EX_NOUSER, "does not exist"),
+        (("add_user", user, "x"), EX_SOFTWARE, 'User "%s" already exists' % user),
+        (("delete_vhost", missing), EX_DATAERR, "Virtual host '%s' does not exist" % missing),
+        (("list_queues", "-p", missing), EX_DATAERR, "Virtual host '%s' does not exist" % missing),
+        (("purge_queue", "-p", vhost, missing), EX_UNAVAILABLE, "does not exist"),
+        (("clear_policy", "-p", vhost, missing), EX_UNAVAILABLE, "does not exist"),
+        (("close_connection", missing, "bye"), EX_UNAVAILABLE, "does not exist"),
+        (("list_queues", "name", "no_such_column"), EX_USAGE, "no_such_column are not supported"),
+        (("set_policy", "p", "^a", "{not json"), EX_DATAERR, "not valid JSON"),
+        (("set_policy", "-p", vhost, "p", "^a", '{"max-length": "many"}'), EX_DATAERR, ""),
+        (("--password", "wrong", "list_users"), EX_NOPERM, 'refused user "guest"'),
+        (("--url", "http://127.0.0.1:1", "list_queues"), EX_UNAVAILABLE, "cannot reach"),
+    ]
+    for args, code, text in cases:
+        r = ctl(*args)
+        assert r.returncode == code, (args, r.returncode, r.stderr)
+        assert text in r.stderr, (args, r.stderr)
+        assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, (args, r.stderr)
