@@ -31,7 +31,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{Location, MessageId, QueueId, Store};
+use warren_store::{Appended, Location, MessageId, QueueId, Store};
 
 mod depth;
 mod paging;
@@ -229,12 +229,13 @@ impl Queue {
 
     /// Routes one message into the queue: straight to a consumer with credit if none are
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
-    /// `store_ref` is set when the caller persisted the message for this queue.
-    pub fn publish(
-        self: &Arc<Self>,
-        message: Arc<Message>,
-        store_ref: Option<StoreRef>,
-    ) -> Enqueued {
+    /// `stored` is set when the caller appended the message to the store for this queue.
+    pub fn publish(self: &Arc<Self>, message: Arc<Message>, stored: Option<Appended>) -> Enqueued {
+        let store_ref = stored.map(|a| StoreRef {
+            id: a.id,
+            location: a.location,
+        });
+        let append_seq = stored.map_or(0, |a| a.seq);
         let mut dead = DeadLetters::new();
         let outcome = {
             let mut st = self.state.lock();
@@ -255,10 +256,10 @@ impl Queue {
             if st.ready.is_empty() && st.tail.is_empty() {
                 match self.hand_to_consumer(&mut st, queued) {
                     None => Enqueued::Accepted,
-                    Some(back) => self.push_ready(&mut st, back, &mut dead),
+                    Some(back) => self.push_ready(&mut st, back, append_seq, &mut dead),
                 }
             } else {
-                let outcome = self.push_ready(&mut st, queued, &mut dead);
+                let outcome = self.push_ready(&mut st, queued, append_seq, &mut dead);
                 self.dispatch(&mut st, &mut dead);
                 outcome
             }
@@ -274,10 +275,13 @@ impl Queue {
             || st.limits.max_length_bytes.is_some_and(|m| bytes > m)
     }
 
+    /// `append_seq`: the sequence number of the store record the publisher appended for
+    /// this message (0 when none).
     fn push_ready(
         self: &Arc<Self>,
         st: &mut QueueState,
         queued: QueuedMessage,
+        append_seq: u64,
         dead: &mut DeadLetters,
     ) -> Enqueued {
         let size = queued.message.size_bytes();
@@ -296,7 +300,7 @@ impl Queue {
             return Enqueued::Accepted;
         }
         let expiring = queued.expires_at.is_some();
-        match self.page_out(st, queued) {
+        match self.page_out(st, queued, append_seq) {
             Placed::InMemory(queued) => {
                 self.memory.add(queued.message.memory_bytes());
                 st.ready.push_back(queued);
@@ -430,29 +434,21 @@ impl Queue {
             // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
             queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
             // A persistent copy reaching durable queues is stored like a fresh publish.
-            let store_ref = match &vhost.store {
+            let stored = match &vhost.store {
                 Some(store) if copy.persistent => {
                     let ids: Vec<QueueId> = queues
                         .iter()
                         .filter_map(|q| q.stored.as_ref().map(|s| s.id))
                         .collect();
                     (!ids.is_empty())
-                        .then(|| {
-                            store
-                                .append(&ids, &copy.to_stored())
-                                .ok()
-                                .map(|a| StoreRef {
-                                    id: a.id,
-                                    location: a.location,
-                                })
-                        })
+                        .then(|| store.append(&ids, &copy.to_stored()).ok())
                         .flatten()
                 }
                 _ => None,
             };
             let copy = Arc::new(copy);
             for q in queues.drain(..) {
-                q.publish(copy.clone(), store_ref.filter(|_| q.stored.is_some()));
+                q.publish(copy.clone(), stored.filter(|_| q.stored.is_some()));
             }
         }
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
 use warren_broker::message::parse_expiration;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::queue::{QueuedMessage, StoreRef};
+use warren_broker::queue::QueuedMessage;
 use warren_broker::routing_keys::{header_routes, strip_bcc};
 use warren_broker::{
     AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message, MessageStats,
@@ -365,11 +365,8 @@ impl Channel {
                 }
             };
             for queue in queues.drain(..) {
-                let store_ref = stored.filter(|_| queue.stored.is_some()).map(|a| StoreRef {
-                    id: a.id,
-                    location: a.location,
-                });
-                if queue.publish(message.clone(), store_ref) == Enqueued::Rejected {
+                let stored = stored.filter(|_| queue.stored.is_some());
+                if queue.publish(message.clone(), stored) == Enqueued::Rejected {
                     rejected = true;
                 }
             }

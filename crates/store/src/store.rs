@@ -739,6 +739,12 @@ impl Store {
         self.shared().durable_tx.borrow().clone()
     }
 
+    /// Whether the record with sequence number `seq` failed (never durable). A record is
+    /// marked failed before the [`Store::failed_publishes`] report that names it is sent.
+    pub fn failed(&self, seq: u64) -> bool {
+        self.shared().durable_tx.borrow().failed.contains(seq)
+    }
+
     /// Highest settled sequence number (durable unless it failed).
     pub fn durable_seq(&self) -> u64 {
         self.shared().durable_tx.borrow().seq

@@ -78,7 +78,18 @@ impl Queue {
     /// persistent message). Gives the message back when it stays in memory: over budget
     /// with an empty tail and a store that cannot write it, it stays there (order holds);
     /// behind a non-empty tail it is refused.
-    pub(super) fn page_out(&self, st: &mut QueueState, mut m: QueuedMessage) -> Placed {
+    ///
+    /// `append_seq` is the sequence number of the record the publisher appended (0: none).
+    /// Its write may have failed already, and the store's report of it (`forget_failed`)
+    /// been applied before this id reached the tail: then it is dropped here, or it would
+    /// stay counted as a phantom. The store marks a record failed before it reports it,
+    /// and the report is applied under this queue's lock, so one of the two sees it.
+    pub(super) fn page_out(
+        &self,
+        st: &mut QueueState,
+        mut m: QueuedMessage,
+        append_seq: u64,
+    ) -> Placed {
         let Some(budget) = self.memory_budget_bytes(st) else {
             return Placed::InMemory(m);
         };
@@ -112,6 +123,10 @@ impl Queue {
                 }
             },
         };
+        if append_seq != 0 && stored.store.failed(append_seq) {
+            // Not on disk and never will be; its publisher gets a nack.
+            return Placed::Refused;
+        }
         st.tail.push(
             store_ref.id,
             store_ref.location.position(),

@@ -15,7 +15,6 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::policy::EntityKind;
-use warren_broker::queue::StoreRef;
 use warren_broker::{Exchange, ExchangeDeclaration, Message, MessageStats, VHost};
 use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
@@ -271,14 +270,7 @@ pub async fn publish_message(
         None => None,
     };
     for q in &queues {
-        let store_ref = stored
-            .as_ref()
-            .filter(|_| q.stored.is_some())
-            .map(|a| StoreRef {
-                id: a.id,
-                location: a.location,
-            });
-        q.publish(message.clone(), store_ref);
+        q.publish(message.clone(), stored.filter(|_| q.stored.is_some()));
     }
     Ok(true)
 }
