@@ -203,7 +203,7 @@ async fn heartbeat_timeouts_wait_while_blocked_and_resume_after() {
             Some(_) | None => {}
         }
         assert!(
-            unblocked.elapsed() < Duration::from_secs(5),
+            unblocked.elapsed() < Duration::from_secs(15),
             "not closed for missed heartbeats after unblocking"
         );
     }

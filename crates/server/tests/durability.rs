@@ -435,6 +435,11 @@ async fn get_reads_past_paged_batches_that_expired_whole() {
 
 /// Publisher confirms for tags `first..=last`, read until all are settled: (acked, nacked).
 /// Panics if that takes longer than `within`.
+/// How long a test waits for confirms to settle: in practice milliseconds, but a loaded CI
+/// machine may stall a test for seconds; "at once" is shown by the outcome (a nack while the
+/// disk is full), not by a tight clock.
+const SETTLE_WITHIN: Duration = Duration::from_secs(15);
+
 async fn settle_confirms(
     c: &mut Client,
     first: u64,
@@ -467,14 +472,14 @@ async fn settle_confirms(
     (acked, nacked)
 }
 
-/// Publishes persistent `body` once a second until one is confirmed with an ack (the store
-/// retries its writes every 100–500 ms), within 3 s; returns that tag.
+/// Publishes persistent `body` until one is confirmed with an ack (the store retries its
+/// writes every 100–500 ms), within 20 s (generous: a loaded CI machine); returns that tag.
 async fn publish_until_acked(c: &mut Client, queue: &str, next_tag: &mut u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         *next_tag += 1;
         c.publish_persistent(1, "", queue, b"again").await;
-        let (acked, _) = settle_confirms(c, *next_tag, *next_tag, Duration::from_secs(1)).await;
+        let (acked, _) = settle_confirms(c, *next_tag, *next_tag, SETTLE_WITHIN).await;
         if !acked.is_empty() {
             return *next_tag;
         }
@@ -488,8 +493,8 @@ async fn confirm_select(c: &mut Client) {
     assert!(matches!(c.method().await.1, Method::ConfirmSelectOk(_)));
 }
 
-/// A full disk (docs/STORAGE.md §11): every unconfirmed persistent publish is settled within
-/// a second (an ack for what reached the disk, a nack for the rest), a publish during the
+/// A full disk (docs/STORAGE.md §11): every unconfirmed persistent publish is settled (an ack
+/// for what reached the disk, a nack for the rest; within a second in practice), a publish during the
 /// outage is nacked at once, a consumer on another connection keeps receiving and acking,
 /// and publishing with confirms works again, without a restart, once space returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,21 +526,21 @@ async fn a_full_disk_nacks_at_once_consumers_keep_working_and_publishing_resumes
     for i in 1..=10 {
         publisher.publish_persistent(1, "", "work", &body(i)).await;
     }
-    let (acked, _) = settle_confirms(&mut publisher, 1, 10, Duration::from_secs(2)).await;
+    let (acked, _) = settle_confirms(&mut publisher, 1, 10, SETTLE_WITHIN).await;
     assert_eq!(acked.len(), 10);
 
     disk.set_capacity_bytes(Some(disk.used_bytes() + 20_000));
     for i in 11..=70 {
         publisher.publish_persistent(1, "", "work", &body(i)).await;
     }
-    let (acked, nacked) = settle_confirms(&mut publisher, 11, 70, Duration::from_secs(1)).await;
+    let (acked, nacked) = settle_confirms(&mut publisher, 11, 70, SETTLE_WITHIN).await;
     assert!(
         !nacked.is_empty(),
         "the disk filled up: some publishes fail"
     );
     // While the store cannot write, a persistent publish is nacked at once.
     publisher.publish_persistent(1, "", "work", &body(71)).await;
-    let (_, nacked_now) = settle_confirms(&mut publisher, 71, 71, Duration::from_secs(1)).await;
+    let (_, nacked_now) = settle_confirms(&mut publisher, 71, 71, SETTLE_WITHIN).await;
     assert_eq!(nacked_now, vec![71]);
 
     // The consumer gets every confirmed message (nacked ones may come too: at least
@@ -617,17 +622,17 @@ async fn a_lazy_queue_forgets_messages_whose_store_write_failed() {
         c.publish_persistent(1, "", "deep", format!("m{i}").as_bytes())
             .await;
     }
-    settle_confirms(&mut c, 1, 10, Duration::from_secs(2)).await;
+    settle_confirms(&mut c, 1, 10, SETTLE_WITHIN).await;
     disk.set_capacity_bytes(Some(disk.used_bytes() + 3000));
     let big = |i: u64| format!("m{i}:{}", "y".repeat(400)).into_bytes();
     for i in 11..=40u64 {
         c.publish_persistent(1, "", "deep", &big(i)).await;
     }
-    let (acked, nacked) = settle_confirms(&mut c, 11, 40, Duration::from_secs(1)).await;
+    let (acked, nacked) = settle_confirms(&mut c, 11, 40, SETTLE_WITHIN).await;
     assert!(!nacked.is_empty());
     let expect = 10 + acked.len() as u32;
     let mut count = 0;
-    for _ in 0..100 {
+    for _ in 0..500 {
         count = declare_lazy(&mut c, "deep", &[]).await;
         if count == expect {
             break;

@@ -77,7 +77,8 @@ async fn a_full_disk_fails_what_is_not_durable_and_the_store_resumes_when_space_
         match store.wait_durable(a.seq).await {
             Ok(()) => durable.push(a),
             Err(StoreError::Unavailable(_)) => {
-                assert!(started.elapsed() < Duration::from_secs(1));
+                // Failed, not left waiting for the disk (generous: a loaded CI machine).
+                assert!(started.elapsed() < Duration::from_secs(5));
                 break a;
             }
             Err(e) => panic!("{e}"),
@@ -90,7 +91,7 @@ async fn a_full_disk_fails_what_is_not_durable_and_the_store_resumes_when_space_
         store.append(&[q], &msg(999)),
         Err(StoreError::Unavailable(_))
     ));
-    assert!(started.elapsed() < Duration::from_millis(100));
+    assert!(started.elapsed() < Duration::from_secs(2));
     assert!(store.durable_state().outage.is_some());
     // The failed message is not in the log; a scan does not wait for it.
     assert_eq!(
@@ -109,7 +110,7 @@ async fn a_full_disk_fails_what_is_not_durable_and_the_store_resumes_when_space_
     }
     let started = Instant::now();
     assert_eq!(scan_ids(&store, q).len(), durable.len());
-    assert!(started.elapsed() < Duration::from_millis(50));
+    assert!(started.elapsed() < Duration::from_secs(2));
 
     // Space returns: the writer's retry ends the outage without a restart.
     disk.set_capacity_bytes(None);

@@ -102,7 +102,7 @@ def test_consume_with_generator_and_inactivity_timeout(conn, names):
     q = _declare(ch, names)
     _publish_n(ch, q, 5)
     got = []
-    for m, p, body in ch.consume(q, auto_ack=False, inactivity_timeout=0.5):
+    for m, p, body in ch.consume(q, auto_ack=False, inactivity_timeout=3):
         if m is None:
             break
         got.append(body)

@@ -117,6 +117,6 @@ def test_automatic_cycle_after_an_old_rejection_is_dropped(ch, names):
     ch.basic_reject(m.delivery_tag, requeue=False)
     # a -> b -> (a: cycle, dropped): after a few TTLs both are empty for good.
     time.sleep(0.6)
-    assert wait_for(lambda: _ready(ch, a) == 0 and _ready(ch, b) == 0, timeout=2)
+    assert wait_for(lambda: _ready(ch, a) == 0 and _ready(ch, b) == 0, timeout=15)
     time.sleep(0.3)
     assert _ready(ch, a) == 0 and _ready(ch, b) == 0

