@@ -38,7 +38,7 @@ const PHASES: u32 = 5;
 const PHASE: Duration = Duration::from_millis(600);
 /// The bound: other clients slowed by at most 20 %.
 const MAX_SLOWDOWN: f64 = 1.2;
-const ATTEMPTS: u32 = 3;
+const ATTEMPTS: u32 = 5;
 
 fn wide_table() -> FieldTable {
     let alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
