@@ -180,8 +180,7 @@ impl<T: Transport> RaftNetwork<QueueRaft> for GroupConnection<T> {
         &mut self,
         rpc: AppendEntriesRequest<QueueRaft>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>
-    {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         match self.call(RaftRequest::AppendEntries(rpc)).await {
             Ok(RaftResponse::AppendEntries(response)) => Ok(response),
             Ok(_) => Err(RPCError::Unreachable(Unreachable::new(

@@ -187,7 +187,9 @@ impl QueueGroup {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        self.propose_at(now_ms, command).await.map(|(_, reply)| reply)
+        self.propose_at(now_ms, command)
+            .await
+            .map(|(_, reply)| reply)
     }
 
     /// Proposes a command as happening at `now_ms`; returns once it is committed and applied
