@@ -29,11 +29,7 @@ use crate::types::{
 use crate::wal::{Completion, Wal, WalError};
 
 fn wal_error(verb: ErrorVerb, e: WalError) -> StorageError {
-    StorageError::from_io_error(
-        ErrorSubject::Logs,
-        verb,
-        io::Error::new(io::ErrorKind::Other, e.to_string()),
-    )
+    StorageError::from_io_error(ErrorSubject::Logs, verb, io::Error::other(e.to_string()))
 }
 
 /// One group's view of the shared log; cheap to clone (it is also the log reader).
@@ -219,8 +215,7 @@ impl QueueStateMachine {
         if persisted.is_some() && *persisted >= file.meta.last_log_id {
             return Ok(false);
         }
-        let bytes =
-            bincode::serialize(file).map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+        let bytes = bincode::serialize(file).map_err(io::Error::other)?;
         let tmp = self.snapshot_path.with_extension("snapshot.tmp");
         fs::write(&tmp, &bytes)?;
         fs::File::open(&tmp)?.sync_all()?;

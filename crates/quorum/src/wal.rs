@@ -80,11 +80,9 @@ pub enum Completion {
 impl Completion {
     fn complete(self, result: &Result<(), String>) {
         match self {
-            Completion::Flushed(callback) => callback.log_io_completed(
-                result
-                    .clone()
-                    .map_err(|e| io::Error::new(io::ErrorKind::Other, e)),
-            ),
+            Completion::Flushed(callback) => {
+                callback.log_io_completed(result.clone().map_err(io::Error::other))
+            }
             Completion::Notify(sender) => {
                 // The waiter may have given up; nothing to do then.
                 let _ = sender.send(result.clone());
