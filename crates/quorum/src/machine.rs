@@ -373,7 +373,7 @@ impl QueueState {
             }
         }
         let size = body.len() as u64;
-        if self.config.overflow == Overflow::RejectPublish && self.is_full_for(size) {
+        if self.config.overflow == Overflow::RejectPublish && self.is_over_limit() {
             // A refused publish still consumes its sequence number: the retry must not slip in.
             if let Some(PublisherSeq { publisher, seq }) = publisher {
                 self.publishers.insert(publisher, seq);
@@ -404,17 +404,20 @@ impl QueueState {
         Reply::Enqueued { msg_id: id }
     }
 
-    /// Whether one more message of `size` bytes would exceed the length limits.
-    fn is_full_for(&self, size: u64) -> bool {
-        let count_full = self
+    /// Whether the queue is already past its length limits. As in RabbitMQ's quorum queues
+    /// (checked against 3.10), `reject-publish` refuses a publish only once the queue is *over*
+    /// the limit, so the message that reaches it is accepted and a queue with `x-max-length` 2
+    /// takes 3 before nacking.
+    fn is_over_limit(&self) -> bool {
+        let over_count = self
             .config
             .max_length
-            .is_some_and(|max| self.ready_count() as u64 >= max);
-        let bytes_full = self
+            .is_some_and(|max| self.ready_count() as u64 > max);
+        let over_bytes = self
             .config
             .max_length_bytes
-            .is_some_and(|max| self.ready_bytes + size > max);
-        count_full || bytes_full
+            .is_some_and(|max| self.ready_bytes > max);
+        over_count || over_bytes
     }
 
     fn enforce_drop_head(&mut self, effects: &mut Vec<Effect>) {
@@ -422,15 +425,7 @@ impl QueueState {
             return;
         }
         loop {
-            let over_count = self
-                .config
-                .max_length
-                .is_some_and(|max| self.ready_count() as u64 > max);
-            let over_bytes = self
-                .config
-                .max_length_bytes
-                .is_some_and(|max| self.ready_bytes > max);
-            if !(over_count || over_bytes) {
+            if !self.is_over_limit() {
                 return;
             }
             match self.pop_head() {
@@ -758,8 +753,10 @@ mod tests {
             overflow: Overflow::RejectPublish,
             ..QueueConfig::default()
         });
+        // RabbitMQ's quorum queue accepts the publish that takes it over the limit.
         assert_eq!(q.apply(0, enqueue("a")).0, Reply::Enqueued { msg_id: 0 });
-        let (reply, effects) = q.apply(0, enqueue("b"));
+        assert_eq!(q.apply(0, enqueue("b")).0, Reply::Enqueued { msg_id: 1 });
+        let (reply, effects) = q.apply(0, enqueue("c"));
         assert_eq!(reply, Reply::Rejected);
         assert!(effects.is_empty());
         // A consumer takes "a": checked-out messages do not count towards the length.
@@ -770,7 +767,7 @@ mod tests {
                 prefetch: 1,
             },
         );
-        assert_eq!(q.apply(0, enqueue("c")).0, Reply::Enqueued { msg_id: 1 });
+        assert_eq!(q.apply(0, enqueue("d")).0, Reply::Enqueued { msg_id: 2 });
     }
 
     #[test]
