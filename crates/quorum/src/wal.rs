@@ -758,7 +758,7 @@ mod tests {
         let body = "x".repeat(200);
         {
             let wal = Wal::open(dir.path(), options.clone()).expect("open");
-            for index in 1..=500u64 {
+            for index in 1..=300u64 {
                 // Both groups' appends go out together and share the flush.
                 tokio::join!(
                     append(&wal, 3, vec![entry(1, index, &body)]),
@@ -784,7 +784,7 @@ mod tests {
             wal.close();
         }
         let wal = Wal::open(dir.path(), options).expect("reopen");
-        assert_eq!(indexes(&wal, 3), (491..=500).collect::<Vec<_>>());
-        assert_eq!(indexes(&wal, 4), (461..=500).collect::<Vec<_>>());
+        assert_eq!(indexes(&wal, 3), (291..=300).collect::<Vec<_>>());
+        assert_eq!(indexes(&wal, 4), (261..=300).collect::<Vec<_>>());
     }
 }

@@ -267,7 +267,7 @@ impl Model {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 300,
+        cases: 128,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -44,6 +44,8 @@ pub struct Cluster {
     raft_config: Config,
     wal_options: WalOptions,
     pub members: BTreeMap<NodeId, Member>,
+    /// How long one proposal attempt may take before it is retried (through whoever leads).
+    pub attempt_timeout: Duration,
 }
 
 impl Cluster {
@@ -55,6 +57,7 @@ impl Cluster {
             raft_config,
             wal_options,
             members: BTreeMap::new(),
+            attempt_timeout: Duration::from_secs(5),
         };
         for id in ids {
             cluster.start_member(*id).await;
@@ -137,7 +140,7 @@ impl Cluster {
         loop {
             let leader = self.leader().await;
             let attempt = tokio::time::timeout(
-                Duration::from_secs(5),
+                self.attempt_timeout,
                 self.group(leader).propose(command.clone()),
             )
             .await;
