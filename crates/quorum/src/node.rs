@@ -14,8 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, SnapshotPolicy};
-use parking_lot::Mutex;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
@@ -97,14 +96,15 @@ impl<T: Transport> QuorumNode<T> {
 
     /// Starts (or restarts, from the log and snapshot on disk) the node's member of a group.
     /// `config` is the queue's configuration when the group is new; a restarted group keeps
-    /// what its snapshot and log say.
+    /// what its snapshot and log say. Committed commands' effects go to `effects` (every
+    /// member computes them; the owner acts on them while its member leads).
     pub async fn start_group(
         &self,
         group: GroupId,
         config: QueueConfig,
+        effects: Option<UnboundedSender<Applied>>,
     ) -> Result<QueueGroup, QuorumError> {
-        let (sender, receiver) = unbounded_channel();
-        let machine = QueueStateMachine::open(&self.snapshot_dir, group, config, Some(sender))?;
+        let machine = QueueStateMachine::open(&self.snapshot_dir, group, config, effects)?;
         let raft = Raft::new(
             self.id,
             self.raft_config.clone(),
@@ -120,7 +120,6 @@ impl<T: Transport> QuorumNode<T> {
             group,
             raft,
             machine,
-            effects: Mutex::new(Some(receiver)),
         })
     }
 
@@ -148,7 +147,6 @@ pub struct QueueGroup {
     group: GroupId,
     raft: Raft,
     machine: QueueStateMachine,
-    effects: Mutex<Option<UnboundedReceiver<Applied>>>,
 }
 
 impl QueueGroup {
@@ -217,11 +215,6 @@ impl QueueGroup {
 
     pub fn last_applied(&self) -> Option<LogId> {
         self.machine.last_applied()
-    }
-
-    /// The stream of committed commands' effects (taken once; the leader acts on them).
-    pub fn take_effects(&self) -> Option<UnboundedReceiver<Applied>> {
-        self.effects.lock().take()
     }
 
     pub async fn shutdown(&self) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{enqueue, raft_config, Cluster};
 use openraft::SnapshotPolicy;
-use warren_quorum::machine::{Command, Reply};
+use warren_quorum::machine::{Command, Effect, Reply};
 use warren_quorum::wal::WalOptions;
 
 const MEMBERS: [u64; 3] = [1, 2, 3];
@@ -98,6 +98,26 @@ async fn leader_killed_another_leads_and_committed_messages_survive() {
     let reply = cluster.propose(enqueue(1, 21, vec![2; 100])).await;
     assert_eq!(reply, Reply::Enqueued { msg_id: 20 });
     let leader = cluster.leader().await;
+    // The leader's effects hand the new message to the consumer (the broker would send it).
+    let mut delivered = Vec::new();
+    while let Ok(applied) = cluster
+        .members
+        .get_mut(&leader)
+        .expect("leader")
+        .effects
+        .try_recv()
+    {
+        for effect in applied.effects {
+            if let Effect::Deliver { consumer, message } = effect {
+                delivered.push((consumer, message.id, message.delivered_before));
+            }
+        }
+    }
+    assert!(delivered.contains(&(10, 20, false)), "{delivered:?}");
+    // The five messages consumer 9 held come back marked redelivered.
+    for id in 0..5 {
+        assert!(delivered.contains(&(10, id, true)), "{delivered:?}");
+    }
     let held = cluster
         .group(leader)
         .with_queue(|q| q.checked_out_ids(10))

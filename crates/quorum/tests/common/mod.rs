@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::{Config, SnapshotPolicy};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use warren_quorum::machine::{Command, QueueConfig, QueueState, Reply};
 use warren_quorum::network::InProcessNetwork;
 use warren_quorum::node::{QueueGroup, QuorumError, QuorumNode};
+use warren_quorum::storage::Applied;
 use warren_quorum::types::NodeId;
 use warren_quorum::wal::WalOptions;
 
@@ -36,6 +38,8 @@ pub fn raft_config() -> Config {
 pub struct Member {
     pub node: QuorumNode<InProcessNetwork>,
     pub group: QueueGroup,
+    /// Effects of the commands this member applied.
+    pub effects: UnboundedReceiver<Applied>,
 }
 
 pub struct Cluster {
@@ -84,12 +88,20 @@ impl Cluster {
             self.net.clone(),
         )
         .expect("open node");
+        let (sender, effects) = unbounded_channel();
         let group = node
-            .start_group(GROUP, QueueConfig::default())
+            .start_group(GROUP, QueueConfig::default(), Some(sender))
             .await
             .expect("start group");
         self.net.add_node(id, node.registry());
-        self.members.insert(id, Member { node, group });
+        self.members.insert(
+            id,
+            Member {
+                node,
+                group,
+                effects,
+            },
+        );
     }
 
     /// Stops a member as a crash would look to its peers: unreachable at once, then its groups
