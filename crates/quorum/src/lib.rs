@@ -1,0 +1,29 @@
+//! Warren's quorum queues, foundation slice: the replicated queue type's core below the AMQP
+//! layer, self-contained and not yet wired into the broker.
+//!
+//! A quorum queue is one Raft group (openraft) whose state machine is a [`machine::QueueState`],
+//! modelled on RabbitMQ's `rabbit_fifo`: enqueue, checkout (a consumer with a prefetch), settle,
+//! return (requeue, counting delivery attempts against `x-delivery-limit`, default 20), discard,
+//! purge, `x-max-length` with drop-head or reject-publish, and message TTL. The machine is pure:
+//! the proposer stamps the time on each log entry and the machine returns [`machine::Effect`]s
+//! (deliveries, dead-letters) instead of acting, so every replica computes the same state and
+//! only the leader acts.
+//!
+//! Every group on a node keeps its Raft log in the node's one [`wal::Wal`]: records tagged with
+//! the group id, appended by one writer thread that fsyncs once per batch, so one fsync covers
+//! the appends of all groups in the batch. [`storage`] implements openraft's log storage over
+//! it and the state machine over `QueueState`, with snapshots in a file per group so the log
+//! is purged and the WAL checkpointed down to its live data. [`network`] defines the
+//! node-to-node [`network::Transport`] (Raft RPCs tagged with the group id) with an in-process
+//! implementation for tests, and [`node`] hosts groups: [`node::QueueGroup::propose`] returns
+//! once the command is committed by a majority and applied on the leader — a publisher
+//! confirm.
+//!
+//! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
+
+pub mod machine;
+pub mod network;
+pub mod node;
+pub mod storage;
+pub mod types;
+pub mod wal;

@@ -1,0 +1,883 @@
+//! The quorum queue state machine: pure, deterministic queue logic modelled on RabbitMQ's
+//! `rabbit_fifo`.
+//!
+//! Every replica applies the same committed [`Command`]s in the same order and must reach the same
+//! state, so nothing here reads a clock, a random number or anything outside its arguments: the
+//! time a command counts as happening at (`now_ms`) is stamped by the proposer and travels in the
+//! log. The machine never calls up into the broker either; what the outside world has to do —
+//! hand a message to a consumer, dead-letter a message — comes back as [`Effect`]s, and only the
+//! replica that leads the group acts on them (followers compute and drop them).
+//!
+//! Messages live in one of three places: the ready queue (`ready`), the returned queue
+//! (`returns`, served before `ready`, so a requeued message goes back near the head, as in
+//! RabbitMQ) or checked out to exactly one consumer. They leave by settle, discard (dead-letter
+//! `rejected`), purge, delivery limit (dead-letter `delivery_limit`), max-length drop-head
+//! (dead-letter `maxlen`) or TTL (dead-letter `expired`).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// RabbitMQ 4's default `x-delivery-limit` for quorum queues.
+pub const DEFAULT_DELIVERY_LIMIT: u32 = 20;
+
+/// A consumer as the caller identifies it (e.g. a hash of node, channel and consumer tag).
+pub type ConsumerKey = u64;
+
+/// A message's identity inside one queue; assigned by the machine in enqueue order.
+pub type MsgId = u64;
+
+/// What happens when a publish would take the queue over `x-max-length` / `x-max-length-bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Overflow {
+    /// Drop (dead-letter with reason `maxlen`) the oldest ready messages.
+    #[default]
+    DropHead,
+    /// Refuse the new message; the publisher gets a nack.
+    RejectPublish,
+}
+
+/// The queue's arguments that change its behaviour (from `x-*` arguments and policies).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// Returns (requeues) a message may take before it is dead-lettered; `None` is unlimited.
+    pub delivery_limit: Option<u32>,
+    /// Cap on ready messages (checked-out ones do not count, as in RabbitMQ).
+    pub max_length: Option<u64>,
+    /// Cap on the body bytes of ready messages.
+    pub max_length_bytes: Option<u64>,
+    pub overflow: Overflow,
+    /// Queue-wide message TTL; a message's own TTL applies when shorter.
+    pub message_ttl_ms: Option<u64>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            delivery_limit: Some(DEFAULT_DELIVERY_LIMIT),
+            max_length: None,
+            max_length_bytes: None,
+            overflow: Overflow::DropHead,
+            message_ttl_ms: None,
+        }
+    }
+}
+
+/// A publisher's sequence number, so that a publish retried after a leader change is
+/// recognised and not enqueued twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublisherSeq {
+    pub publisher: u64,
+    pub seq: u64,
+}
+
+/// One message as the queue holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: MsgId,
+    pub body: Bytes,
+    /// How many times the message was returned to the queue (RabbitMQ's `x-delivery-count`).
+    pub delivery_count: u32,
+    /// True once the message has been handed to a consumer (the AMQP `redelivered` flag).
+    pub delivered_before: bool,
+    /// Absolute expiry in the proposers' clock; the message expires once `now_ms` is past it.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// A state change, as proposed through the Raft log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Enqueue {
+        publisher: Option<PublisherSeq>,
+        body: Bytes,
+        /// Per-message TTL (the AMQP `expiration` property).
+        ttl_ms: Option<u64>,
+    },
+    /// Register a consumer, or change its prefetch; `prefetch` 0 means unlimited.
+    Checkout {
+        consumer: ConsumerKey,
+        prefetch: u32,
+    },
+    /// Remove a consumer; what it holds is returned (and counts as a delivery attempt).
+    Cancel { consumer: ConsumerKey },
+    /// The consumer is done with these messages (basic.ack).
+    Settle {
+        consumer: ConsumerKey,
+        msg_ids: Vec<MsgId>,
+    },
+    /// Requeue these messages (basic.nack/reject with requeue).
+    Return {
+        consumer: ConsumerKey,
+        msg_ids: Vec<MsgId>,
+    },
+    /// Reject these messages without requeue: dead-lettered with reason `rejected`.
+    Discard {
+        consumer: ConsumerKey,
+        msg_ids: Vec<MsgId>,
+    },
+    /// Drop every ready message (checked-out ones stay with their consumers).
+    Purge,
+    /// Let time pass: expires messages whose TTL ran out, without any other change. The leader
+    /// proposes it periodically while messages with a TTL are queued.
+    Tick,
+    /// The publisher is gone; forget its deduplication sequence.
+    PublisherDown { publisher: u64 },
+    /// A policy changed the queue's arguments.
+    SetConfig(QueueConfig),
+}
+
+/// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeadLetterReason {
+    Rejected,
+    Expired,
+    MaxLength,
+    DeliveryLimit,
+}
+
+/// Something the leader has to do in the world after applying a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Hand `message` to `consumer`; it stays checked out until settled, returned or discarded.
+    Deliver {
+        consumer: ConsumerKey,
+        message: Message,
+    },
+    /// The message left the queue without being consumed. The caller routes it to the
+    /// dead-letter exchange, or drops it when the queue has none.
+    DeadLetter {
+        reason: DeadLetterReason,
+        message: Message,
+    },
+}
+
+/// The answer to the proposer of a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The message is in the queue (publisher confirm: ack).
+    Enqueued {
+        msg_id: MsgId,
+    },
+    /// The publisher sequence was seen before; the first copy stands (ack).
+    Duplicate,
+    /// `reject-publish` overflow refused it (publisher confirm: nack).
+    Rejected,
+    /// Settle/return/discard: how many of the named messages the consumer actually held.
+    Handled {
+        count: usize,
+    },
+    Purged {
+        count: usize,
+    },
+    UnknownConsumer,
+    Ok,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Consumer {
+    /// 0 = unlimited.
+    prefetch: u32,
+    checked_out: BTreeMap<MsgId, Message>,
+}
+
+impl Consumer {
+    fn has_capacity(&self) -> bool {
+        self.prefetch == 0 || self.checked_out.len() < self.prefetch as usize
+    }
+}
+
+/// A queue's whole replicated state. Equal commands in equal order give equal states.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    config: QueueConfig,
+    next_msg_id: MsgId,
+    returns: VecDeque<Message>,
+    ready: VecDeque<Message>,
+    /// Body bytes of `returns` + `ready` (what `x-max-length-bytes` limits).
+    ready_bytes: u64,
+    consumers: BTreeMap<ConsumerKey, Consumer>,
+    /// Round-robin order in which consumers get the next message.
+    service_order: VecDeque<ConsumerKey>,
+    /// Highest sequence seen per publisher.
+    publishers: BTreeMap<u64, u64>,
+}
+
+impl QueueState {
+    pub fn new(config: QueueConfig) -> Self {
+        Self {
+            config,
+            next_msg_id: 0,
+            returns: VecDeque::new(),
+            ready: VecDeque::new(),
+            ready_bytes: 0,
+            consumers: BTreeMap::new(),
+            service_order: VecDeque::new(),
+            publishers: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    /// Messages waiting for a consumer.
+    pub fn ready_count(&self) -> usize {
+        self.returns.len() + self.ready.len()
+    }
+
+    pub fn ready_bytes(&self) -> u64 {
+        self.ready_bytes
+    }
+
+    /// Messages checked out and not yet settled, over all consumers.
+    pub fn checked_out_count(&self) -> usize {
+        self.consumers.values().map(|c| c.checked_out.len()).sum()
+    }
+
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// The ids of the ready messages in the order they will be delivered.
+    pub fn ready_ids(&self) -> Vec<MsgId> {
+        self.returns
+            .iter()
+            .chain(self.ready.iter())
+            .map(|m| m.id)
+            .collect()
+    }
+
+    /// The ready messages in delivery order.
+    pub fn ready_messages(&self) -> impl Iterator<Item = &Message> {
+        self.returns.iter().chain(self.ready.iter())
+    }
+
+    /// The ids a consumer holds, ascending; `None` for an unknown consumer.
+    pub fn checked_out_ids(&self, consumer: ConsumerKey) -> Option<Vec<MsgId>> {
+        self.consumers
+            .get(&consumer)
+            .map(|c| c.checked_out.keys().copied().collect())
+    }
+
+    /// The consumers, ascending.
+    pub fn consumer_keys(&self) -> Vec<ConsumerKey> {
+        self.consumers.keys().copied().collect()
+    }
+
+    /// Encodes the state for a Raft snapshot.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        // Encoding plain owned data into a Vec cannot fail.
+        bincode::serialize(self).unwrap_or_default()
+    }
+
+    /// Decodes a state encoded by [`QueueState::to_snapshot`].
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Self, bincode::Error> {
+        bincode::deserialize(bytes)
+    }
+
+    /// Applies one command as happening at `now_ms`.
+    pub fn apply(&mut self, now_ms: u64, command: Command) -> (Reply, Vec<Effect>) {
+        let mut effects = Vec::new();
+        self.expire_heads(now_ms, &mut effects);
+        let reply = match command {
+            Command::Enqueue {
+                publisher,
+                body,
+                ttl_ms,
+            } => self.enqueue(now_ms, publisher, body, ttl_ms, &mut effects),
+            Command::Checkout { consumer, prefetch } => {
+                match self.consumers.get_mut(&consumer) {
+                    Some(existing) => existing.prefetch = prefetch,
+                    None => {
+                        self.consumers.insert(
+                            consumer,
+                            Consumer {
+                                prefetch,
+                                checked_out: BTreeMap::new(),
+                            },
+                        );
+                        self.service_order.push_back(consumer);
+                    }
+                }
+                Reply::Ok
+            }
+            Command::Cancel { consumer } => match self.consumers.remove(&consumer) {
+                Some(removed) => {
+                    self.service_order.retain(|c| *c != consumer);
+                    // Return in id order so the requeued messages keep their relative order.
+                    for (_, message) in removed.checked_out {
+                        self.return_one(message, &mut effects);
+                    }
+                    Reply::Ok
+                }
+                None => Reply::UnknownConsumer,
+            },
+            Command::Settle { consumer, msg_ids } => {
+                self.take_checked_out(consumer, &msg_ids, |_, _, _| {}, &mut effects)
+            }
+            Command::Return { consumer, msg_ids } => self.take_checked_out(
+                consumer,
+                &msg_ids,
+                |state, message, effects| state.return_one(message, effects),
+                &mut effects,
+            ),
+            Command::Discard { consumer, msg_ids } => self.take_checked_out(
+                consumer,
+                &msg_ids,
+                |_, message, effects| {
+                    effects.push(Effect::DeadLetter {
+                        reason: DeadLetterReason::Rejected,
+                        message,
+                    })
+                },
+                &mut effects,
+            ),
+            Command::Purge => {
+                let count = self.ready_count();
+                self.returns.clear();
+                self.ready.clear();
+                self.ready_bytes = 0;
+                Reply::Purged { count }
+            }
+            Command::Tick => Reply::Ok,
+            Command::PublisherDown { publisher } => {
+                self.publishers.remove(&publisher);
+                Reply::Ok
+            }
+            Command::SetConfig(config) => {
+                self.config = config;
+                self.enforce_drop_head(&mut effects);
+                Reply::Ok
+            }
+        };
+        self.deliver(now_ms, &mut effects);
+        (reply, effects)
+    }
+
+    fn enqueue(
+        &mut self,
+        now_ms: u64,
+        publisher: Option<PublisherSeq>,
+        body: Bytes,
+        ttl_ms: Option<u64>,
+        effects: &mut Vec<Effect>,
+    ) -> Reply {
+        if let Some(PublisherSeq { publisher, seq }) = publisher {
+            if self
+                .publishers
+                .get(&publisher)
+                .is_some_and(|last| seq <= *last)
+            {
+                return Reply::Duplicate;
+            }
+        }
+        let size = body.len() as u64;
+        if self.config.overflow == Overflow::RejectPublish && self.is_over_limit() {
+            // A refused publish still consumes its sequence number: the retry must not slip in.
+            if let Some(PublisherSeq { publisher, seq }) = publisher {
+                self.publishers.insert(publisher, seq);
+            }
+            return Reply::Rejected;
+        }
+        if let Some(PublisherSeq { publisher, seq }) = publisher {
+            self.publishers.insert(publisher, seq);
+        }
+        let ttl_ms = match (self.config.message_ttl_ms, ttl_ms) {
+            (Some(queue), Some(message)) => Some(queue.min(message)),
+            (queue, message) => queue.or(message),
+        };
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.ready.push_back(Message {
+            id,
+            body,
+            delivery_count: 0,
+            delivered_before: false,
+            expires_at_ms: ttl_ms.map(|ttl| now_ms.saturating_add(ttl)),
+        });
+        self.ready_bytes += size;
+        // A consumer waiting with spare prefetch takes the message before the length is
+        // enforced, as with RabbitMQ (a queue with max-length 0 still feeds waiting consumers).
+        self.deliver(now_ms, effects);
+        self.enforce_drop_head(effects);
+        Reply::Enqueued { msg_id: id }
+    }
+
+    /// Whether the queue is already past its length limits. As in RabbitMQ's quorum queues
+    /// (checked against 3.10), `reject-publish` refuses a publish only once the queue is *over*
+    /// the limit, so the message that reaches it is accepted and a queue with `x-max-length` 2
+    /// takes 3 before nacking.
+    fn is_over_limit(&self) -> bool {
+        let over_count = self
+            .config
+            .max_length
+            .is_some_and(|max| self.ready_count() as u64 > max);
+        let over_bytes = self
+            .config
+            .max_length_bytes
+            .is_some_and(|max| self.ready_bytes > max);
+        over_count || over_bytes
+    }
+
+    fn enforce_drop_head(&mut self, effects: &mut Vec<Effect>) {
+        if self.config.overflow != Overflow::DropHead {
+            return;
+        }
+        loop {
+            if !self.is_over_limit() {
+                return;
+            }
+            match self.pop_head() {
+                Some(message) => effects.push(Effect::DeadLetter {
+                    reason: DeadLetterReason::MaxLength,
+                    message,
+                }),
+                None => return,
+            }
+        }
+    }
+
+    fn pop_head(&mut self) -> Option<Message> {
+        let message = self
+            .returns
+            .pop_front()
+            .or_else(|| self.ready.pop_front())?;
+        self.ready_bytes -= message.body.len() as u64;
+        Some(message)
+    }
+
+    fn head(&self) -> Option<&Message> {
+        self.returns.front().or_else(|| self.ready.front())
+    }
+
+    /// Dead-letters expired messages at the head of the queue. Like RabbitMQ, only the head is
+    /// examined: a message with a short per-message TTL behind a longer-lived one waits.
+    fn expire_heads(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        while self
+            .head()
+            .and_then(|m| m.expires_at_ms)
+            .is_some_and(|expires_at_ms| now_ms > expires_at_ms)
+        {
+            if let Some(message) = self.pop_head() {
+                effects.push(Effect::DeadLetter {
+                    reason: DeadLetterReason::Expired,
+                    message,
+                });
+            }
+        }
+    }
+
+    /// Requeues a message a consumer held, or dead-letters it past the delivery limit.
+    fn return_one(&mut self, mut message: Message, effects: &mut Vec<Effect>) {
+        message.delivery_count = message.delivery_count.saturating_add(1);
+        if self
+            .config
+            .delivery_limit
+            .is_some_and(|limit| message.delivery_count > limit)
+        {
+            effects.push(Effect::DeadLetter {
+                reason: DeadLetterReason::DeliveryLimit,
+                message,
+            });
+            return;
+        }
+        self.ready_bytes += message.body.len() as u64;
+        self.returns.push_back(message);
+    }
+
+    fn take_checked_out(
+        &mut self,
+        consumer: ConsumerKey,
+        msg_ids: &[MsgId],
+        mut then: impl FnMut(&mut Self, Message, &mut Vec<Effect>),
+        effects: &mut Vec<Effect>,
+    ) -> Reply {
+        let Some(holder) = self.consumers.get_mut(&consumer) else {
+            return Reply::UnknownConsumer;
+        };
+        let taken: Vec<Message> = msg_ids
+            .iter()
+            .filter_map(|id| holder.checked_out.remove(id))
+            .collect();
+        let count = taken.len();
+        for message in taken {
+            then(self, message, effects);
+        }
+        Reply::Handled { count }
+    }
+
+    /// Hands ready messages to consumers with spare prefetch, round-robin.
+    fn deliver(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        loop {
+            self.expire_heads(now_ms, effects);
+            if self.head().is_none() {
+                return;
+            }
+            let mut chosen = None;
+            for _ in 0..self.service_order.len() {
+                let Some(key) = self.service_order.pop_front() else {
+                    break;
+                };
+                self.service_order.push_back(key);
+                if self.consumers.get(&key).is_some_and(Consumer::has_capacity) {
+                    chosen = Some(key);
+                    break;
+                }
+            }
+            let Some(key) = chosen else { return };
+            let Some(mut message) = self.pop_head() else {
+                return;
+            };
+            let redelivery = message.clone();
+            message.delivered_before = true;
+            if let Some(consumer) = self.consumers.get_mut(&key) {
+                consumer.checked_out.insert(message.id, message);
+            }
+            effects.push(Effect::Deliver {
+                consumer: key,
+                message: redelivery,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enqueue(body: &'static str) -> Command {
+        Command::Enqueue {
+            publisher: None,
+            body: Bytes::from_static(body.as_bytes()),
+            ttl_ms: None,
+        }
+    }
+
+    fn delivered(effects: &[Effect]) -> Vec<(ConsumerKey, MsgId, u32, bool)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Deliver { consumer, message } => Some((
+                    *consumer,
+                    message.id,
+                    message.delivery_count,
+                    message.delivered_before,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dead(effects: &[Effect]) -> Vec<(DeadLetterReason, MsgId)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::DeadLetter { reason, message } => Some((*reason, message.id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn consumers_share_round_robin_within_prefetch() {
+        let mut q = QueueState::new(QueueConfig::default());
+        for body in ["a", "b", "c", "d", "e"] {
+            q.apply(0, enqueue(body));
+        }
+        let (_, e1) = q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 2,
+            },
+        );
+        assert_eq!(delivered(&e1), vec![(1, 0, 0, false), (1, 1, 0, false)]);
+        let (_, e2) = q.apply(
+            0,
+            Command::Checkout {
+                consumer: 2,
+                prefetch: 2,
+            },
+        );
+        assert_eq!(delivered(&e2), vec![(2, 2, 0, false), (2, 3, 0, false)]);
+        assert_eq!(q.ready_ids(), vec![4]);
+        let (reply, e3) = q.apply(
+            0,
+            Command::Settle {
+                consumer: 1,
+                msg_ids: vec![0, 99],
+            },
+        );
+        assert_eq!(reply, Reply::Handled { count: 1 });
+        assert_eq!(delivered(&e3), vec![(1, 4, 0, false)]);
+        assert_eq!(q.checked_out_count(), 4);
+    }
+
+    #[test]
+    fn returned_messages_go_first_and_count_attempts() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        q.apply(0, enqueue("b"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 7,
+                prefetch: 1,
+            },
+        );
+        let (_, effects) = q.apply(
+            0,
+            Command::Return {
+                consumer: 7,
+                msg_ids: vec![0],
+            },
+        );
+        // Message 0 comes straight back, ahead of 1, counted and flagged redelivered.
+        assert_eq!(delivered(&effects), vec![(7, 0, 1, true)]);
+        assert_eq!(q.ready_ids(), vec![1]);
+    }
+
+    #[test]
+    fn default_delivery_limit_dead_letters_the_21st_return() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("poison"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        for attempt in 1..=DEFAULT_DELIVERY_LIMIT {
+            let (_, effects) = q.apply(
+                0,
+                Command::Return {
+                    consumer: 1,
+                    msg_ids: vec![0],
+                },
+            );
+            assert_eq!(delivered(&effects), vec![(1, 0, attempt, true)]);
+        }
+        let (_, effects) = q.apply(
+            0,
+            Command::Return {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::DeliveryLimit, 0)]);
+        assert!(delivered(&effects).is_empty());
+        assert_eq!(q.ready_count() + q.checked_out_count(), 0);
+    }
+
+    #[test]
+    fn cancel_returns_held_messages_counting_the_attempt() {
+        let mut q = QueueState::new(QueueConfig {
+            delivery_limit: Some(0),
+            ..QueueConfig::default()
+        });
+        q.apply(0, enqueue("a"));
+        q.apply(0, enqueue("b"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        let (reply, effects) = q.apply(0, Command::Cancel { consumer: 1 });
+        assert_eq!(reply, Reply::Ok);
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::DeliveryLimit, 0)]);
+        assert_eq!(q.ready_ids(), vec![1]);
+        assert_eq!(
+            q.apply(0, Command::Cancel { consumer: 1 }).0,
+            Reply::UnknownConsumer
+        );
+    }
+
+    #[test]
+    fn discard_dead_letters_as_rejected() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 0,
+            },
+        );
+        let (reply, effects) = q.apply(
+            0,
+            Command::Discard {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        assert_eq!(reply, Reply::Handled { count: 1 });
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::Rejected, 0)]);
+        assert_eq!(q.checked_out_count(), 0);
+    }
+
+    #[test]
+    fn max_length_drop_head_dead_letters_the_oldest() {
+        let mut q = QueueState::new(QueueConfig {
+            max_length: Some(2),
+            ..QueueConfig::default()
+        });
+        q.apply(0, enqueue("a"));
+        q.apply(0, enqueue("b"));
+        let (reply, effects) = q.apply(0, enqueue("c"));
+        assert_eq!(reply, Reply::Enqueued { msg_id: 2 });
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::MaxLength, 0)]);
+        assert_eq!(q.ready_ids(), vec![1, 2]);
+    }
+
+    #[test]
+    fn max_length_bytes_drop_head() {
+        let mut q = QueueState::new(QueueConfig {
+            max_length_bytes: Some(4),
+            ..QueueConfig::default()
+        });
+        q.apply(0, enqueue("aa"));
+        q.apply(0, enqueue("bb"));
+        let (_, effects) = q.apply(0, enqueue("c"));
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::MaxLength, 0)]);
+        assert_eq!(q.ready_bytes(), 3);
+    }
+
+    #[test]
+    fn reject_publish_refuses_when_full_and_accepts_after_space_frees() {
+        let mut q = QueueState::new(QueueConfig {
+            max_length: Some(1),
+            overflow: Overflow::RejectPublish,
+            ..QueueConfig::default()
+        });
+        // RabbitMQ's quorum queue accepts the publish that takes it over the limit.
+        assert_eq!(q.apply(0, enqueue("a")).0, Reply::Enqueued { msg_id: 0 });
+        assert_eq!(q.apply(0, enqueue("b")).0, Reply::Enqueued { msg_id: 1 });
+        let (reply, effects) = q.apply(0, enqueue("c"));
+        assert_eq!(reply, Reply::Rejected);
+        assert!(effects.is_empty());
+        // A consumer takes "a": checked-out messages do not count towards the length.
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        assert_eq!(q.apply(0, enqueue("d")).0, Reply::Enqueued { msg_id: 2 });
+    }
+
+    #[test]
+    fn ttl_expires_at_the_head_and_the_shorter_ttl_wins() {
+        let mut q = QueueState::new(QueueConfig {
+            message_ttl_ms: Some(1000),
+            ..QueueConfig::default()
+        });
+        q.apply(0, enqueue("queue-ttl"));
+        q.apply(
+            0,
+            Command::Enqueue {
+                publisher: None,
+                body: Bytes::from_static(b"own-ttl"),
+                ttl_ms: Some(5000),
+            },
+        );
+        q.apply(
+            500,
+            Command::Enqueue {
+                publisher: None,
+                body: Bytes::from_static(b"short"),
+                ttl_ms: Some(10),
+            },
+        );
+        assert!(dead(&q.apply(1000, Command::Tick).1).is_empty());
+        let (_, effects) = q.apply(1001, Command::Tick);
+        // 0 and 1 (capped at the queue's 1000 ms) expired; 2 expired long ago at the head now.
+        assert_eq!(
+            dead(&effects),
+            vec![
+                (DeadLetterReason::Expired, 0),
+                (DeadLetterReason::Expired, 1),
+                (DeadLetterReason::Expired, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn expired_messages_are_not_delivered() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(
+            0,
+            Command::Enqueue {
+                publisher: None,
+                body: Bytes::from_static(b"x"),
+                ttl_ms: Some(100),
+            },
+        );
+        q.apply(0, enqueue("y"));
+        let (_, effects) = q.apply(
+            200,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 0,
+            },
+        );
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::Expired, 0)]);
+        assert_eq!(delivered(&effects), vec![(1, 1, 0, false)]);
+    }
+
+    #[test]
+    fn purge_drops_ready_messages_only() {
+        let mut q = QueueState::new(QueueConfig::default());
+        for body in ["a", "b", "c"] {
+            q.apply(0, enqueue(body));
+        }
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        let (reply, effects) = q.apply(0, Command::Purge);
+        assert_eq!(reply, Reply::Purged { count: 2 });
+        assert!(effects.is_empty());
+        assert_eq!(q.checked_out_ids(1), Some(vec![0]));
+        assert_eq!(q.ready_bytes(), 0);
+    }
+
+    #[test]
+    fn publisher_sequence_deduplicates_retries() {
+        let mut q = QueueState::new(QueueConfig::default());
+        let publish = |seq| Command::Enqueue {
+            publisher: Some(PublisherSeq { publisher: 9, seq }),
+            body: Bytes::from_static(b"m"),
+            ttl_ms: None,
+        };
+        assert_eq!(q.apply(0, publish(1)).0, Reply::Enqueued { msg_id: 0 });
+        assert_eq!(q.apply(0, publish(1)).0, Reply::Duplicate);
+        assert_eq!(q.apply(0, publish(2)).0, Reply::Enqueued { msg_id: 1 });
+        q.apply(0, Command::PublisherDown { publisher: 9 });
+        assert_eq!(q.apply(0, publish(1)).0, Reply::Enqueued { msg_id: 2 });
+    }
+
+    #[test]
+    fn snapshot_round_trips() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 3,
+                prefetch: 5,
+            },
+        );
+        q.apply(0, enqueue("b"));
+        let restored = QueueState::from_snapshot(&q.to_snapshot()).expect("decodes");
+        assert_eq!(restored, q);
+        assert!(QueueState::from_snapshot(b"\xff\xff").is_err());
+    }
+}

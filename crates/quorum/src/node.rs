@@ -1,0 +1,225 @@
+//! A node hosting queue groups: one shared write-ahead log, one transport, one registry of
+//! running groups, and per group an openraft instance over [`GroupLogStore`] and
+//! [`QueueStateMachine`].
+//!
+//! Proposing through [`QueueGroup::propose`] returns once the command is committed (a majority of
+//! members has it fsync'd) and applied on the leader: that is what a publisher confirm means for
+//! a quorum queue.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::machine::{Command, QueueConfig, QueueState, Reply};
+use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
+use crate::storage::{Applied, GroupLogStore, QueueStateMachine};
+use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
+use crate::wal::{Wal, WalOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuorumError {
+    #[error("I/O: {0}")]
+    Io(#[from] io::Error),
+    #[error("invalid Raft configuration: {0}")]
+    Config(String),
+    #[error("not the leader; the leader is {leader:?}")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("Raft: {0}")]
+    Raft(String),
+}
+
+/// Raft timings for queue groups. Generous by default: a busy 2-core machine must not see
+/// spurious elections.
+pub fn default_raft_config() -> Config {
+    Config {
+        cluster_name: "warren-quorum".into(),
+        heartbeat_interval: 150,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(4096),
+        max_in_snapshot_log_to_keep: 256,
+        purge_batch_size: 64,
+        ..Config::default()
+    }
+}
+
+/// One node's quorum-queue host.
+pub struct QuorumNode<T: Transport> {
+    id: NodeId,
+    snapshot_dir: PathBuf,
+    wal: Arc<Wal>,
+    transport: Arc<T>,
+    registry: GroupRegistry,
+    raft_config: Arc<Config>,
+}
+
+impl<T: Transport> QuorumNode<T> {
+    /// Opens the node's data directory (`wal/` and `snapshots/` inside `dir`).
+    pub fn open(
+        id: NodeId,
+        dir: &Path,
+        wal_options: WalOptions,
+        raft_config: Config,
+        transport: Arc<T>,
+    ) -> Result<Self, QuorumError> {
+        let raft_config = raft_config
+            .validate()
+            .map_err(|e| QuorumError::Config(e.to_string()))?;
+        Ok(Self {
+            id,
+            snapshot_dir: dir.join("snapshots"),
+            wal: Wal::open(&dir.join("wal"), wal_options)?,
+            transport,
+            registry: GroupRegistry::new(id),
+            raft_config: Arc::new(raft_config),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+
+    /// Where a transport hands this node's incoming RPCs.
+    pub fn registry(&self) -> GroupRegistry {
+        self.registry.clone()
+    }
+
+    /// Starts (or restarts, from the log and snapshot on disk) the node's member of a group.
+    /// `config` is the queue's configuration when the group is new; a restarted group keeps
+    /// what its snapshot and log say. Committed commands' effects go to `effects` (every
+    /// member computes them; the owner acts on them while its member leads).
+    pub async fn start_group(
+        &self,
+        group: GroupId,
+        config: QueueConfig,
+        effects: Option<UnboundedSender<Applied>>,
+    ) -> Result<QueueGroup, QuorumError> {
+        let machine = QueueStateMachine::open(&self.snapshot_dir, group, config, effects)?;
+        let raft = Raft::new(
+            self.id,
+            self.raft_config.clone(),
+            GroupNetworkFactory::new(self.transport.clone(), self.id, group),
+            GroupLogStore::new(self.wal.clone(), group),
+            machine.clone(),
+        )
+        .await
+        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+        self.registry.insert(group, raft.clone());
+        Ok(QueueGroup {
+            node: self.id,
+            group,
+            raft,
+            machine,
+        })
+    }
+
+    /// Stops the node's member of a group (its log and snapshot stay).
+    pub async fn stop_group(&self, group: &QueueGroup) {
+        self.registry.remove(group.group);
+        group.shutdown().await;
+    }
+
+    /// Stops every group and closes the log, flushing what was submitted.
+    pub async fn shutdown(&self) {
+        for (group, raft) in self.registry.all() {
+            self.registry.remove(group);
+            if let Err(e) = raft.shutdown().await {
+                tracing::warn!(group, error = %e, "queue group did not shut down cleanly");
+            }
+        }
+        self.wal.close();
+    }
+}
+
+/// This node's member of one queue group.
+pub struct QueueGroup {
+    node: NodeId,
+    group: GroupId,
+    raft: Raft,
+    machine: QueueStateMachine,
+}
+
+impl QueueGroup {
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Makes this the first member set of a new group; call on one member only.
+    pub async fn initialize(&self, members: &[NodeId]) -> Result<(), QuorumError> {
+        let members: BTreeMap<NodeId, BasicNode> = members
+            .iter()
+            .map(|id| (*id, BasicNode::default()))
+            .collect();
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| QuorumError::Raft(e.to_string()))
+    }
+
+    /// The leader this member knows of.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader() == Some(self.node)
+    }
+
+    /// Proposes a command stamped with the wall clock; see [`QueueGroup::propose_at`].
+    pub async fn propose(&self, command: Command) -> Result<Reply, QuorumError> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.propose_at(now_ms, command)
+            .await
+            .map(|(_, reply)| reply)
+    }
+
+    /// Proposes a command as happening at `now_ms`; returns once it is committed and applied
+    /// here (the leader), with its log position and the state machine's reply.
+    pub async fn propose_at(
+        &self,
+        now_ms: u64,
+        command: Command,
+    ) -> Result<(LogId, Reply), QuorumError> {
+        match self.raft.client_write(Proposal { now_ms, command }).await {
+            Ok(response) => Ok((response.log_id, response.data)),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(QuorumError::NotLeader {
+                    leader: forward.leader_id,
+                })
+            }
+            Err(e) => Err(QuorumError::Raft(e.to_string())),
+        }
+    }
+
+    /// Reads this member's copy of the queue.
+    pub fn with_queue<R>(&self, read: impl FnOnce(&QueueState) -> R) -> R {
+        self.machine.with_queue(read)
+    }
+
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.machine.last_applied()
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(group = self.group, error = %e, "queue group did not shut down cleanly");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Property tests of the quorum queue state machine: over random command sequences no message is
+//! lost or handed out twice, prefetch holds, ready messages never idle next to a consumer with
+//! room, and a snapshot taken anywhere restores a machine that behaves identically.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use warren_quorum::machine::{
+    Command, ConsumerKey, Effect, MsgId, Overflow, PublisherSeq, QueueConfig, QueueState, Reply,
+};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue {
+        ttl_ms: Option<u64>,
+        seq: Option<u64>,
+        len: usize,
+    },
+    Checkout {
+        consumer: ConsumerKey,
+        prefetch: u32,
+    },
+    Cancel {
+        consumer: ConsumerKey,
+    },
+    Settle {
+        consumer: ConsumerKey,
+        picks: Vec<usize>,
+    },
+    Return {
+        consumer: ConsumerKey,
+        picks: Vec<usize>,
+    },
+    Discard {
+        consumer: ConsumerKey,
+        picks: Vec<usize>,
+    },
+    Purge,
+    Tick {
+        advance_ms: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let consumer = 0u64..3;
+    let picks = proptest::collection::vec(0usize..8, 0..4);
+    prop_oneof![
+        4 => (proptest::option::of(0u64..40), proptest::option::of(0u64..6), 0usize..5)
+            .prop_map(|(ttl_ms, seq, len)| Op::Enqueue { ttl_ms, seq, len }),
+        1 => (consumer.clone(), 0u32..4).prop_map(|(consumer, prefetch)| Op::Checkout { consumer, prefetch }),
+        1 => consumer.clone().prop_map(|consumer| Op::Cancel { consumer }),
+        2 => (consumer.clone(), picks.clone()).prop_map(|(consumer, picks)| Op::Settle { consumer, picks }),
+        2 => (consumer.clone(), picks.clone()).prop_map(|(consumer, picks)| Op::Return { consumer, picks }),
+        1 => (consumer, picks).prop_map(|(consumer, picks)| Op::Discard { consumer, picks }),
+        1 => Just(Op::Purge),
+        1 => (0u64..30).prop_map(|advance_ms| Op::Tick { advance_ms }),
+    ]
+}
+
+fn config() -> impl Strategy<Value = QueueConfig> {
+    (
+        proptest::option::of(0u32..3),
+        proptest::option::of(0u64..5),
+        proptest::option::of(0u64..12),
+        prop_oneof![Just(Overflow::DropHead), Just(Overflow::RejectPublish)],
+        proptest::option::of(0u64..60),
+    )
+        .prop_map(
+            |(delivery_limit, max_length, max_length_bytes, overflow, message_ttl_ms)| {
+                QueueConfig {
+                    delivery_limit,
+                    max_length,
+                    max_length_bytes,
+                    overflow,
+                    message_ttl_ms,
+                }
+            },
+        )
+}
+
+/// What the test knows from replies and effects alone.
+#[derive(Default)]
+struct Model {
+    now_ms: u64,
+    accepted: BTreeSet<MsgId>,
+    held: BTreeMap<MsgId, ConsumerKey>,
+    gone: BTreeSet<MsgId>,
+    prefetch: BTreeMap<ConsumerKey, u32>,
+}
+
+impl Model {
+    fn held_by(&self, consumer: ConsumerKey) -> Vec<MsgId> {
+        self.held
+            .iter()
+            .filter(|(_, c)| **c == consumer)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn ready(&self) -> BTreeSet<MsgId> {
+        self.accepted
+            .iter()
+            .filter(|id| !self.held.contains_key(id) && !self.gone.contains(id))
+            .copied()
+            .collect()
+    }
+
+    /// Turns an op into a command, picking held ids (plus an id nobody holds) by index.
+    fn command(&self, op: &Op) -> Command {
+        let pick = |consumer: ConsumerKey, picks: &[usize]| -> Vec<MsgId> {
+            let held = self.held_by(consumer);
+            let mut ids: Vec<MsgId> = picks
+                .iter()
+                .map(|i| held.get(*i).copied().unwrap_or(1_000_000 + *i as u64))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        };
+        match op {
+            Op::Enqueue { ttl_ms, seq, len } => Command::Enqueue {
+                publisher: seq.map(|seq| PublisherSeq { publisher: 1, seq }),
+                body: Bytes::from(vec![b'x'; *len]),
+                ttl_ms: *ttl_ms,
+            },
+            Op::Checkout { consumer, prefetch } => Command::Checkout {
+                consumer: *consumer,
+                prefetch: *prefetch,
+            },
+            Op::Cancel { consumer } => Command::Cancel {
+                consumer: *consumer,
+            },
+            Op::Settle { consumer, picks } => Command::Settle {
+                consumer: *consumer,
+                msg_ids: pick(*consumer, picks),
+            },
+            Op::Return { consumer, picks } => Command::Return {
+                consumer: *consumer,
+                msg_ids: pick(*consumer, picks),
+            },
+            Op::Discard { consumer, picks } => Command::Discard {
+                consumer: *consumer,
+                msg_ids: pick(*consumer, picks),
+            },
+            Op::Purge => Command::Purge,
+            Op::Tick { .. } => Command::Tick,
+        }
+    }
+
+    /// Applies `command` to `state` and checks the outcome against the model.
+    /// Returns the command with its outcome, so a second machine can be fed the same.
+    fn step(
+        &mut self,
+        state: &mut QueueState,
+        op: &Op,
+    ) -> Result<(Command, Reply, Vec<Effect>), TestCaseError> {
+        if let Op::Tick { advance_ms } = op {
+            self.now_ms += advance_ms;
+        }
+        let command = self.command(op);
+        let ready_before = self.ready();
+        let (reply, effects) = state.apply(self.now_ms, command.clone());
+
+        // What the command itself did to messages, before its effects.
+        match (&command, &reply) {
+            (Command::Enqueue { .. }, Reply::Enqueued { msg_id }) => {
+                prop_assert!(self.accepted.insert(*msg_id), "msg id {} reused", msg_id);
+            }
+            (Command::Checkout { consumer, prefetch }, _) => {
+                self.prefetch.insert(*consumer, *prefetch);
+            }
+            (Command::Cancel { consumer }, _) => {
+                let known = self.prefetch.remove(consumer).is_some();
+                prop_assert_eq!(known, reply == Reply::Ok);
+                for id in self.held_by(*consumer) {
+                    self.held.remove(&id);
+                }
+            }
+            (Command::Settle { consumer, msg_ids }, _)
+            | (Command::Return { consumer, msg_ids }, _)
+            | (Command::Discard { consumer, msg_ids }, _) => {
+                let mine: Vec<MsgId> = msg_ids
+                    .iter()
+                    .filter(|id| self.held.get(id) == Some(consumer))
+                    .copied()
+                    .collect();
+                if self.prefetch.contains_key(consumer) {
+                    prop_assert_eq!(&reply, &Reply::Handled { count: mine.len() });
+                } else {
+                    prop_assert_eq!(&reply, &Reply::UnknownConsumer);
+                }
+                for id in mine {
+                    self.held.remove(&id);
+                    if matches!(command, Command::Settle { .. }) {
+                        self.gone.insert(id);
+                    }
+                }
+            }
+            (Command::Purge, Reply::Purged { count }) => {
+                // Expiry at the start of the command may have removed some ready ones first.
+                let expired: BTreeSet<MsgId> = effects
+                    .iter()
+                    .filter_map(|e| match e {
+                        Effect::DeadLetter { message, .. } => Some(message.id),
+                        _ => None,
+                    })
+                    .collect();
+                let purged: Vec<MsgId> = ready_before.difference(&expired).copied().collect();
+                prop_assert_eq!(*count, purged.len());
+                self.gone.extend(purged);
+            }
+            _ => {}
+        }
+
+        for effect in &effects {
+            match effect {
+                Effect::Deliver { consumer, message } => {
+                    prop_assert!(self.accepted.contains(&message.id));
+                    prop_assert!(!self.gone.contains(&message.id), "delivered a gone message");
+                    // Lowering prefetch does not take messages back, so the bound is checked when
+                    // a message is handed out.
+                    let prefetch = self.prefetch.get(consumer).copied();
+                    prop_assert!(prefetch.is_some(), "delivered to an unknown consumer");
+                    let held = self.held_by(*consumer).len();
+                    prop_assert!(prefetch == Some(0) || held < prefetch.unwrap_or(0) as usize);
+                    prop_assert!(
+                        self.held.insert(message.id, *consumer).is_none(),
+                        "message {} delivered while already checked out",
+                        message.id
+                    );
+                }
+                Effect::DeadLetter { message, .. } => {
+                    prop_assert!(self.accepted.contains(&message.id));
+                    prop_assert!(!self.held.contains_key(&message.id));
+                    prop_assert!(self.gone.insert(message.id), "dead-lettered twice");
+                }
+            }
+        }
+
+        // The machine's view matches the model's: nothing lost, nothing duplicated.
+        let ready_ids = state.ready_ids();
+        let ready_set: BTreeSet<MsgId> = ready_ids.iter().copied().collect();
+        prop_assert_eq!(ready_set.len(), ready_ids.len(), "duplicate in ready queue");
+        prop_assert_eq!(&ready_set, &self.ready());
+        prop_assert_eq!(
+            state.consumer_keys(),
+            self.prefetch.keys().copied().collect::<Vec<_>>()
+        );
+        let mut room = false;
+        for (consumer, prefetch) in &self.prefetch {
+            let held = self.held_by(*consumer);
+            prop_assert_eq!(state.checked_out_ids(*consumer), Some(held.clone()));
+            room |= *prefetch == 0 || held.len() < *prefetch as usize;
+        }
+        if room {
+            prop_assert!(
+                ready_ids.is_empty(),
+                "ready messages idle next to a free consumer"
+            );
+        }
+        let bytes: u64 = state.ready_messages().map(|m| m.body.len() as u64).sum();
+        prop_assert_eq!(bytes, state.ready_bytes());
+        Ok((command, reply, effects))
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn no_message_lost_or_duplicated(config in config(), ops in proptest::collection::vec(op(), 1..120)) {
+        let mut state = QueueState::new(config);
+        let mut model = Model::default();
+        for op in &ops {
+            model.step(&mut state, op)?;
+        }
+        // Everything accepted is accounted for exactly once.
+        let held: BTreeSet<MsgId> = model.held.keys().copied().collect();
+        let ready = model.ready();
+        prop_assert_eq!(
+            model.accepted.len(),
+            held.len() + ready.len() + model.gone.len()
+        );
+        prop_assert_eq!(state.checked_out_count() + state.ready_count(), held.len() + ready.len());
+    }
+
+    #[test]
+    fn snapshot_restore_is_equivalent(
+        config in config(),
+        ops in proptest::collection::vec(op(), 1..120),
+        split in 0usize..120,
+    ) {
+        let split = split.min(ops.len());
+        let mut original = QueueState::new(config);
+        let mut model = Model::default();
+        for op in &ops[..split] {
+            model.step(&mut original, op)?;
+        }
+        let mut restored = QueueState::from_snapshot(&original.to_snapshot()).expect("decodes");
+        prop_assert_eq!(&restored, &original);
+        for op in &ops[split..] {
+            let (command, reply, effects) = model.step(&mut original, op)?;
+            let (restored_reply, restored_effects) = restored.apply(model.now_ms, command);
+            prop_assert_eq!(restored_reply, reply);
+            prop_assert_eq!(restored_effects, effects);
+        }
+        prop_assert_eq!(restored, original);
+    }
+}
