@@ -7,6 +7,7 @@ use tokio::net::{TcpListener, TcpStream};
 use warren_broker::access::Permission;
 use warren_broker::Broker;
 use warren_management::{run, ManagementConfig};
+use warren_server::http_listener::HttpListener;
 
 /// One HTTP/1.1 request, read to the end (the server closes after `Connection: close`).
 async fn request(port: u16, path: &str, auth: Option<&str>) -> (u16, String) {
@@ -44,9 +45,14 @@ async fn serves_the_api_on_port_zero() {
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ManagementConfig::new("127.0.0.1:5672".parse().unwrap());
-    let server = tokio::spawn(run(listener, Arc::clone(&broker), config, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(run(
+        vec![HttpListener::plain(listener)],
+        Arc::clone(&broker),
+        config,
+        async {
+            let _ = stopped.await;
+        },
+    ));
 
     let (status, body) = request(port, "/api/overview", Some("guest:guest")).await;
     assert_eq!(status, 200, "{body}");
