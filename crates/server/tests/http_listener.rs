@@ -65,10 +65,13 @@ async fn get_peer<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> (String,
         .await
         .unwrap();
     let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .expect("an answer within 10 s")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .expect("an answer within 10 s")
+    .unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     (head.lines().next().unwrap().to_owned(), body.to_owned())
 }
@@ -89,7 +92,10 @@ async fn one_router_on_plain_and_tls_listeners() {
         HttpListener::tls(secure, &server_tls),
     ];
     assert_eq!(
-        listeners.iter().map(HttpListener::is_tls).collect::<Vec<_>>(),
+        listeners
+            .iter()
+            .map(HttpListener::is_tls)
+            .collect::<Vec<_>>(),
         [false, true]
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -150,12 +156,9 @@ async fn stalled_handshakes_do_not_hold_up_other_clients() {
     // The stalled connections are dropped at the handshake timeout.
     for mut socket in stalled {
         let mut byte = [0u8; 1];
-        let read = tokio::time::timeout(
-            tls::TLS_HANDSHAKE_TIMEOUT * 4,
-            socket.read(&mut byte),
-        )
-        .await
-        .expect("closed after the handshake timeout");
+        let read = tokio::time::timeout(tls::TLS_HANDSHAKE_TIMEOUT * 4, socket.read(&mut byte))
+            .await
+            .expect("closed after the handshake timeout");
         assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     }
 }
