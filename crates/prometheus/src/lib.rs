@@ -1,4 +1,4 @@
-//! Warren's Prometheus endpoint (15692 by default), speaking as RabbitMQ's
+//! Warren's Prometheus endpoint (15692 by default, HTTPS on 15691 with a certificate),
 //! `rabbitmq_prometheus` plugin so that its Grafana dashboards and alert rules work
 //! unchanged:
 //!
