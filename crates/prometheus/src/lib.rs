@@ -1,6 +1,6 @@
 //! Warren's Prometheus endpoint (15692 by default, HTTPS on 15691 with a certificate),
-//! `rabbitmq_prometheus` plugin so that its Grafana dashboards and alert rules work
-//! unchanged:
+//! speaking as RabbitMQ's `rabbitmq_prometheus` plugin so that its Grafana dashboards and
+//! alert rules work unchanged:
 //!
 //! - `/metrics`: aggregated (RabbitMQ's default, `return_per_object_metrics = false`):
 //!   object families summed into one unlabelled sample each;
