@@ -11,8 +11,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use warren_server::http_listener::ClientAddr;
 
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ fn unauthorized(reason: &str) -> Response {
 /// `Identity` in the request's extensions.
 pub async fn authenticate(
     State(api): State<Arc<Api>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(ClientAddr(peer)): ConnectInfo<ClientAddr>,
     mut request: Request,
     next: Next,
 ) -> Response {

@@ -23,8 +23,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use warren_broker::Broker;
+use warren_server::http_listener::{self, HttpListener};
 
 /// RabbitMQ's default `management.http_max_body_size` (bytes).
 pub const MAX_BODY_BYTES: usize = 20_000_000;
@@ -35,24 +35,37 @@ pub struct ManagementConfig {
     pub node_name: String,
     /// Users who may log in only from loopback addresses (RabbitMQ's loopback_users).
     pub loopback_users: Vec<String>,
-    /// The AMQP listener, for /api/overview's `listeners`.
-    pub amqp_address: SocketAddr,
+    /// The broker's other listeners (AMQP, AMQPS, Prometheus), for /api/overview's
+    /// `listeners`; the API adds its own.
+    pub listeners: Vec<ListenerInfo>,
     /// The data directory, for the node's `disk_free` and `db_dir`.
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
 }
 
 impl ManagementConfig {
-    /// Defaults (guest loopback only), for tests.
+    /// Defaults (guest loopback only, one AMQP listener), for tests.
     pub fn new(amqp_address: SocketAddr) -> ManagementConfig {
         ManagementConfig {
             node_name: default_node_name(),
             loopback_users: vec!["guest".into()],
-            amqp_address,
+            listeners: vec![ListenerInfo {
+                protocol: "amqp",
+                address: amqp_address,
+            }],
             data_dir: None,
             disk_free_limit_bytes: 0,
         }
     }
+}
+
+/// One of the node's listeners, as /api/overview lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerInfo {
+    /// RabbitMQ's name for it: "amqp", "amqp/ssl", "http", "https", "http/prometheus",
+    /// "https/prometheus".
+    pub protocol: &'static str,
+    pub address: SocketAddr,
 }
 
 /// "warren@HOSTNAME", as RabbitMQ's "rabbit@HOSTNAME".
@@ -68,42 +81,43 @@ pub struct Api {
     pub broker: Arc<Broker>,
     pub node: String,
     pub accounts: Accounts,
-    pub amqp_address: SocketAddr,
+    /// Every listener of the node, the API's own included, ordered by protocol and port
+    /// (as RabbitMQ lists them).
+    pub listeners: Vec<ListenerInfo>,
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
     pub cluster_name: RwLock<String>,
     pub rates: rates::Rates,
-    /// The HTTP listener's port, for the node's `contexts`.
-    pub http_port: u16,
 }
 
-/// Serves the API on `listener` until `shutdown` completes. Tests bind port 0.
+/// Serves the API on `listeners` (plain HTTP, HTTPS or both, one state behind them) until
+/// `shutdown` completes. Tests bind port 0.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<HttpListener>,
     broker: Arc<Broker>,
     config: ManagementConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let http_port = listener.local_addr()?.port();
+    let mut known = config.listeners;
+    for listener in &listeners {
+        known.push(ListenerInfo {
+            protocol: if listener.is_tls() { "https" } else { "http" },
+            address: listener.local_addr()?,
+        });
+    }
+    known.sort_by_key(|l| (l.protocol, l.address.port()));
     let api = Arc::new(Api {
         accounts: Accounts::new(broker.access.clone(), config.loopback_users),
         broker,
         cluster_name: RwLock::new(config.node_name.clone()),
         node: config.node_name,
-        amqp_address: config.amqp_address,
+        listeners: known,
         data_dir: config.data_dir,
         disk_free_limit_bytes: config.disk_free_limit_bytes,
         rates: rates::Rates::default(),
-        http_port,
     });
     let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));
-    let app = router(api);
-    let result = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    let result = http_listener::serve(listeners, router(api), shutdown).await;
     sampler.abort();
     result
 }

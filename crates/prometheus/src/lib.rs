@@ -1,6 +1,6 @@
-//! Warren's Prometheus endpoint (15692 by default), speaking as RabbitMQ's
-//! `rabbitmq_prometheus` plugin so that its Grafana dashboards and alert rules work
-//! unchanged:
+//! Warren's Prometheus endpoint (15692 by default, HTTPS on 15691 with a certificate),
+//! speaking as RabbitMQ's `rabbitmq_prometheus` plugin so that its Grafana dashboards and
+//! alert rules work unchanged:
 //!
 //! - `/metrics`: aggregated (RabbitMQ's default, `return_per_object_metrics = false`):
 //!   object families summed into one unlabelled sample each;
@@ -33,8 +33,8 @@ use axum::routing::get;
 use axum::Router;
 use std::future::Future;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use warren_broker::Broker;
+use warren_server::http_listener::{self, HttpListener};
 
 /// Who this node is, for `rabbitmq_identity_info`.
 #[derive(Debug, Clone)]
@@ -216,14 +216,13 @@ fn text(body: String) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
 }
 
-/// Serves the endpoints on `listener` until `shutdown` completes.
+/// Serves the endpoints on `listeners` (plain HTTP, HTTPS or both) until `shutdown`
+/// completes.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<HttpListener>,
     broker: Arc<Broker>,
     identity: Identity,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(broker, identity))
-        .with_graceful_shutdown(shutdown)
-        .await
+    http_listener::serve(listeners, router(broker, identity), shutdown).await
 }

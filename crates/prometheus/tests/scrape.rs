@@ -8,6 +8,7 @@ use tokio::net::{TcpListener, TcpStream};
 use warren_broker::{Broker, Message, QueueDeclaration};
 use warren_codec::{BasicProperties, FieldTable, ShortStr};
 use warren_prometheus::{Endpoint, Identity};
+use warren_server::http_listener::HttpListener;
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -62,7 +63,7 @@ async fn scrapes_show_queue_depth_per_object_and_summed() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(warren_prometheus::run(
-        listener,
+        vec![HttpListener::plain(listener)],
         broker.clone(),
         Identity {
             node: "warren@test".into(),

@@ -1,6 +1,7 @@
 //! Warren's AMQP 0-9-1 server: accepts TCP connections and runs each as one task that
 //! speaks the protocol (`connection`), with per-channel method handling (`channel`,
-//! `publish`, `deliver`) on top of the broker core.
+//! `publish`, `deliver`) on top of the broker core. It also holds the TLS setup (`tls`) and
+//! the listener the HTTP endpoints share (`http_listener`), plain or TLS.
 
 mod auth;
 pub mod cert_name;
@@ -10,6 +11,7 @@ mod connection;
 mod context;
 mod deliver;
 mod handshake;
+pub mod http_listener;
 mod listener;
 mod permissions;
 mod publish;

@@ -111,23 +111,29 @@ pub struct TlsPeer {
 
 /// The TLS handshake on an accepted connection, bounded by `TLS_HANDSHAKE_TIMEOUT`; None (the
 /// socket dropped) when it fails or stalls, so a peer that never finishes holds nothing.
+/// The HTTP listeners use it too.
+pub async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
+    let peer_addr = stream.peer_addr().ok();
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            tracing::info!(peer = ?peer_addr, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::info!(peer = ?peer_addr, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// `handshake`, then what the client's certificate says about it (AMQPS).
 pub async fn accept(
     acceptor: &TlsAcceptor,
     stream: TcpStream,
     login_from: CertLoginFrom,
 ) -> Option<(TlsStream<TcpStream>, TlsPeer)> {
-    let peer_addr = stream.peer_addr().ok();
-    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::info!(peer = ?peer_addr, error = %e, "TLS handshake failed");
-            return None;
-        }
-        Err(_) => {
-            tracing::info!(peer = ?peer_addr, "TLS handshake timed out");
-            return None;
-        }
-    };
+    let tls = handshake(acceptor, stream).await?;
     // rustls asks for (and so returns) a certificate only when verification is on, and
     // returns it only once it has been verified.
     let leaf = tls

@@ -8,6 +8,8 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_management::ListenerInfo;
+use warren_server::http_listener::HttpListener;
 use warren_server::ServerConfig;
 
 #[derive(Parser)]
@@ -116,6 +118,15 @@ struct ServerArgs {
     /// AMQPS (AMQP over TLS) port, listening only when --tls-cert-file is set (0 disables).
     #[arg(long, env = "WARREN_AMQPS_PORT", default_value_t = 5671)]
     amqps_port: u16,
+    /// HTTPS port of the HTTP API (RabbitMQ's management.ssl.port), listening only when
+    /// --tls-cert-file is set, with the same certificate and client verification as AMQPS
+    /// (0 disables).
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_PORT", default_value_t = 15671)]
+    management_tls_port: u16,
+    /// HTTPS port of the Prometheus endpoint (RabbitMQ's prometheus.ssl.port), listening
+    /// only when --tls-cert-file is set, as --management-tls-port (0 disables).
+    #[arg(long, env = "WARREN_PROMETHEUS_TLS_PORT", default_value_t = 15691)]
+    prometheus_tls_port: u16,
     /// PEM certificate chain of the server, its own certificate first (ssl_options.certfile).
     #[arg(long, env = "WARREN_TLS_CERT_FILE")]
     tls_cert_file: Option<PathBuf>,
@@ -231,10 +242,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         },
         ..ServerConfig::default()
     };
-    // Certificate problems stop the broker before it touches the store.
+    // Certificate problems stop the broker before it touches the store. One configuration
+    // serves every TLS listener (AMQPS, HTTPS for the API and Prometheus).
+    let tls_ports = [
+        args.amqps_port,
+        args.management_tls_port,
+        args.prometheus_tls_port,
+    ];
     let tls_config = args
         .tls_options()?
-        .filter(|_| args.amqps_port != 0)
+        .filter(|_| tls_ports.iter().any(|&port| port != 0))
         .map(|options| warren_server::tls::server_config(&options))
         .transpose()
         .map_err(|e| anyhow::anyhow!(e))?;
@@ -341,15 +358,54 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let amqps = match tls_config {
-        Some(tls_config) => {
-            let listener =
-                warren_server::bind_listener(&args.bind, args.amqps_port).with_context(|| {
-                    format!(
-                        "binding AMQPS listener on {}:{}",
-                        args.bind, args.amqps_port
-                    )
-                })?;
+    // Every listener is bound before any serves, so that the API lists them all.
+    let amqps_listener = match tls_config.is_some() && args.amqps_port != 0 {
+        true => Some(
+            warren_server::bind_listener(&args.bind, args.amqps_port).with_context(|| {
+                format!(
+                    "binding AMQPS listener on {}:{}",
+                    args.bind, args.amqps_port
+                )
+            })?,
+        ),
+        false => None,
+    };
+    let tls_http = tls_config.as_deref();
+    let management_listeners = bind_http(
+        &args,
+        "HTTP API",
+        args.management_port,
+        args.management_tls_port,
+        tls_http,
+    )?;
+    let prometheus_listeners = bind_http(
+        &args,
+        "Prometheus",
+        args.prometheus_port,
+        args.prometheus_tls_port,
+        tls_http,
+    )?;
+    let mut listening = vec![ListenerInfo {
+        protocol: "amqp",
+        address: addr,
+    }];
+    if let Some(amqps) = &amqps_listener {
+        listening.push(ListenerInfo {
+            protocol: "amqp/ssl",
+            address: amqps.local_addr()?,
+        });
+    }
+    for prometheus in &prometheus_listeners {
+        listening.push(ListenerInfo {
+            protocol: match prometheus.is_tls() {
+                true => "https/prometheus",
+                false => "http/prometheus",
+            },
+            address: prometheus.local_addr()?,
+        });
+    }
+    let amqps = match (amqps_listener, tls_config) {
+        (Some(listener), Some(tls_config)) => {
             tracing::info!(addr = %listener.local_addr()?, "listening for AMQPS (AMQP over TLS)");
             Some(tokio::spawn(warren_server::run_tls(
                 listener,
@@ -359,16 +415,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 stopped(stop_rx.clone()),
             )))
         }
-        None => None,
+        _ => None,
     };
-    let management = start_management(&args, &config, &broker, addr).await?;
+    let management = start_management(&args, &config, &broker, management_listeners, listening);
     let cluster_name = config
         .server_properties
         .iter()
         .rev()
         .find(|(key, _)| key == "cluster_name")
         .map_or("warren", |(_, value)| value.as_str());
-    let prometheus = start_prometheus(&args, &broker, cluster_name).await?;
+    let prometheus = start_prometheus(&broker, cluster_name, prometheus_listeners);
     warren_server::run_shared(listener, broker, config, stopped(stop_rx)).await;
     if let Some(amqps) = amqps {
         let _ = amqps.await;
@@ -413,27 +469,54 @@ impl HttpTask {
 /// Completes when an `HttpTask` is stopped.
 type Stopped = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-/// Binds `port` on the AMQP listener's address, unless it is 0, and runs `serve` with the
-/// listener and a future that completes when the task is stopped.
-async fn start_http<Serve, Served>(
+/// The listeners of an HTTP endpoint on the AMQP listener's address: plain HTTP on `port`
+/// and HTTPS on `tls_port` (only with a TLS configuration), each unless its port is 0.
+fn bind_http(
     args: &ServerArgs,
+    what: &'static str,
     port: u16,
+    tls_port: u16,
+    tls: Option<&rustls::ServerConfig>,
+) -> anyhow::Result<Vec<HttpListener>> {
+    let bind = |port: u16, scheme: &str| {
+        warren_server::bind_listener(&args.bind, port).with_context(|| {
+            format!(
+                "binding the {what} {scheme} listener on {}:{port}",
+                args.bind
+            )
+        })
+    };
+    let mut listeners = Vec::new();
+    if port != 0 {
+        let tcp = bind(port, "HTTP")?;
+        tracing::info!(addr = %tcp.local_addr()?, "{what} listening");
+        listeners.push(HttpListener::plain(tcp));
+    }
+    if let Some(tls) = tls.filter(|_| tls_port != 0) {
+        let tcp = bind(tls_port, "HTTPS")?;
+        tracing::info!(addr = %tcp.local_addr()?, "{what} listening for HTTPS");
+        listeners.push(HttpListener::tls(tcp, tls));
+    }
+    Ok(listeners)
+}
+
+/// Runs `serve` on `listeners` in a task of its own, with a future that completes when the
+/// task is stopped; None when there is no listener (every port 0).
+fn start_http<Serve, Served>(
+    listeners: Vec<HttpListener>,
     what: &'static str,
     serve: Serve,
-) -> anyhow::Result<Option<HttpTask>>
+) -> Option<HttpTask>
 where
-    Serve: FnOnce(tokio::net::TcpListener, Stopped) -> Served,
+    Serve: FnOnce(Vec<HttpListener>, Stopped) -> Served,
     Served: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
 {
-    if port == 0 {
-        return Ok(None);
+    if listeners.is_empty() {
+        return None;
     }
-    let listener = warren_server::bind_listener(&args.bind, port)
-        .with_context(|| format!("binding the {what} listener on {}:{port}", args.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, "{what} listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = serve(
-        listener,
+        listeners,
         Box::pin(async move {
             let _ = stopped.await;
         }),
@@ -443,51 +526,45 @@ where
             tracing::error!(error = %e, "{what} stopped");
         }
     });
-    Ok(Some(HttpTask { stop, task }))
+    Some(HttpTask { stop, task })
 }
 
-/// Starts the HTTP API beside the AMQP listener, unless its port is 0.
-async fn start_management(
+/// Starts the HTTP API beside the AMQP listener on `listeners`; `listening` are the
+/// node's other listeners, for /api/overview.
+fn start_management(
     args: &ServerArgs,
     config: &ServerConfig,
     broker: &Arc<warren_broker::Broker>,
-    amqp_address: std::net::SocketAddr,
-) -> anyhow::Result<Option<HttpTask>> {
+    listeners: Vec<HttpListener>,
+    listening: Vec<ListenerInfo>,
+) -> Option<HttpTask> {
     let management = warren_management::ManagementConfig {
         node_name: warren_management::default_node_name(),
         loopback_users: config.loopback_users.clone(),
-        amqp_address,
+        listeners: listening,
         data_dir: Some(args.data_dir.clone()),
         disk_free_limit_bytes: args.disk_free_limit_bytes,
     };
     let broker = broker.clone();
-    start_http(
-        args,
-        args.management_port,
-        "HTTP API",
-        |listener, stopped| warren_management::run(listener, broker, management, stopped),
-    )
-    .await
+    start_http(listeners, "HTTP API", |listeners, stopped| {
+        warren_management::run(listeners, broker, management, stopped)
+    })
 }
 
-/// Starts the Prometheus endpoint (/metrics), unless its port is 0.
-async fn start_prometheus(
-    args: &ServerArgs,
-    broker: &std::sync::Arc<warren_broker::Broker>,
+/// Starts the Prometheus endpoint (/metrics) on `listeners`.
+fn start_prometheus(
+    broker: &Arc<warren_broker::Broker>,
     cluster_name: &str,
-) -> anyhow::Result<Option<HttpTask>> {
+    listeners: Vec<HttpListener>,
+) -> Option<HttpTask> {
     let identity = warren_prometheus::Identity {
         node: warren_management::default_node_name(),
         cluster: cluster_name.to_owned(),
     };
     let broker = broker.clone();
-    start_http(
-        args,
-        args.prometheus_port,
-        "Prometheus",
-        |listener, stopped| warren_prometheus::run(listener, broker, identity, stopped),
-    )
-    .await
+    start_http(listeners, "Prometheus", |listeners, stopped| {
+        warren_prometheus::run(listeners, broker, identity, stopped)
+    })
 }
 
 /// The command line, with a config file's values underneath it (config_file.rs). Errors

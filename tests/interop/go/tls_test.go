@@ -109,6 +109,9 @@ func startTLSWarren(t *testing.T, pki testPKI, args ...string) int {
 	cmd := exec.Command(bin, append([]string{"server", "--bind", "127.0.0.1",
 		"--amqp-port", fmt.Sprint(amqpPort), "--amqps-port", fmt.Sprint(amqpsPort),
 		"--data-dir", filepath.Join(pki.dir, "data"),
+		// No HTTP listeners: their default ports may be taken on a shared machine.
+		"--management-port", "0", "--prometheus-port", "0",
+		"--management-tls-port", "0", "--prometheus-tls-port", "0",
 		"--tls-cert-file", filepath.Join(pki.dir, "server.pem"),
 		"--tls-key-file", filepath.Join(pki.dir, "server.key")}, args...)...)
 	if err := cmd.Start(); err != nil {

@@ -44,9 +44,10 @@ class Broker:
     @staticmethod
     def default_ports(args):
         """The HTTP ports are off unless the test asks for one (several brokers share the
-        machine, and 15672/15692 may well be taken)."""
+        machine, and 15672/15692, or 15671/15691 with a certificate, may well be taken)."""
         ports = []
-        for flag in ("--management-port", "--prometheus-port"):
+        for flag in ("--management-port", "--prometheus-port",
+                     "--management-tls-port", "--prometheus-tls-port"):
             if flag not in args:
                 ports += [flag, "0"]
         return ports

@@ -9,6 +9,7 @@ import time
 
 import pika
 import pytest
+import requests
 
 from own_broker import WARREN_BIN, free_port, needs_warren_bin
 import tls_certs
@@ -71,11 +72,15 @@ def write_config(workdir, text):
 
 def test_values_come_from_the_file(workdir):
     certs = tls_certs.make(os.path.join(workdir, "certs"))
-    amqp_port, amqps_port = free_port(), free_port()
+    amqp_port, amqps_port, https_port = free_port(), free_port(), free_port()
     path = write_config(workdir, f"""
 bind = "127.0.0.1"
 amqp-port = {amqp_port}
 amqps-port = {amqps_port}
+management-port = 0
+management-tls-port = {https_port}
+prometheus-port = 0
+prometheus-tls-port = 0
 data-dir = "{workdir}/data"
 user = ["from-file:file-pass"]
 
@@ -92,6 +97,13 @@ key-file = "{certs['server'][1]}"
         conn = pika.BlockingConnection(tls_params(amqps_port, certs))
         assert round_trip(conn) == b"over tls"
         conn.close()
+        deadline = time.monotonic() + 10
+        while not listening(https_port):
+            assert time.monotonic() < deadline, "no HTTPS listener: %s" % server.output()
+            time.sleep(0.05)
+        r = requests.get("https://127.0.0.1:%d/api/whoami" % https_port, verify=certs["ca"],
+                         auth=("from-file", "file-pass"), timeout=15)
+        assert r.status_code == 200 and r.json()["name"] == "from-file", r.text
     finally:
         server.stop()
 

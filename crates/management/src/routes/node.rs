@@ -72,7 +72,6 @@ pub async fn overview(
         .sum();
     let rates = api.rates.get(&rate_key("overview", "", ""));
     let counts = api.broker.registry.message_totals(None);
-    let addr = api.amqp_address;
     let body = json!({
         "management_version": API_VERSION,
         "rabbitmq_version": API_VERSION,
@@ -94,17 +93,46 @@ pub async fn overview(
             "queues": queue_count,
         },
         "statistics_db_event_queue": 0,
-        "listeners": [{
-            "node": api.node, "protocol": "amqp",
-            "ip_address": addr.ip().to_string(), "port": addr.port(),
-        }],
+        "listeners": listeners(&api),
         "contexts": contexts(&api),
     });
     Ok(respond_one(body, &query))
 }
 
+fn listeners(api: &Api) -> Value {
+    let listeners = api.listeners.iter().map(|l| {
+        json!({
+            "node": api.node, "protocol": l.protocol,
+            "ip_address": l.address.ip().to_string(), "port": l.address.port(),
+        })
+    });
+    Value::Array(listeners.collect())
+}
+
+/// The node's HTTP listeners as RabbitMQ's `contexts` shows them: the management API's and
+/// Prometheus's, the TLS ones marked `ssl`, Prometheus's with its protocol as an Erlang atom.
 fn contexts(api: &Api) -> Value {
-    json!([{"node": api.node, "description": "RabbitMQ Management", "path": "/", "port": api.http_port.to_string()}])
+    let contexts = api.listeners.iter().filter_map(|l| {
+        let (description, tls) = match l.protocol {
+            "http" => ("RabbitMQ Management", false),
+            "https" => ("RabbitMQ Management", true),
+            "http/prometheus" => ("RabbitMQ Prometheus", false),
+            "https/prometheus" => ("RabbitMQ Prometheus", true),
+            _ => return None,
+        };
+        let mut context = json!({
+            "node": api.node, "description": description, "path": "/",
+            "port": l.address.port().to_string(),
+        });
+        if l.protocol.ends_with("/prometheus") {
+            context["protocol"] = json!(format!("'{}'", l.protocol));
+        }
+        if tls {
+            context["ssl"] = json!("true");
+        }
+        Some(context)
+    });
+    Value::Array(contexts.collect())
 }
 
 pub async fn cluster_name(State(api): State<Arc<Api>>) -> Json<Value> {

@@ -36,6 +36,7 @@ final class OwnWarren implements AutoCloseable {
     dir = Files.createTempDirectory("warren-interop-java-");
     List<String> cmd = new ArrayList<>(List.of(binary(), "server", "--amqp-port",
         String.valueOf(port), "--management-port", "0", "--prometheus-port", "0",
+        "--management-tls-port", "0", "--prometheus-tls-port", "0",
         "--data-dir", dir.resolve("data").toString()));
     cmd.addAll(List.of(args));
     process = new ProcessBuilder(cmd).redirectErrorStream(true)
