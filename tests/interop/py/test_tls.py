@@ -225,22 +225,6 @@ def test_fail_if_no_peer_cert_refuses_clients_without_a_valid_certificate(certs,
         conn.close()
 
 
-def read_until_closed(sock, limit_s):
-    """Everything the server sends until it closes; fails if it is still open after limit_s."""
-    sock.settimeout(limit_s)
-    got = b""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(4096)
-        except ConnectionResetError:
-            return got
-        if not chunk:
-            return got
-        got += chunk
-    raise AssertionError("the server kept the connection open for %.0f s" % limit_s)
-
-
 def test_plain_amqp_client_on_the_tls_port_fails_cleanly(certs, started):
     broker = started(certs)
     with pytest.raises(pika.exceptions.AMQPConnectionError):
@@ -249,7 +233,7 @@ def test_plain_amqp_client_on_the_tls_port_fails_cleanly(certs, started):
             connection_attempts=1))
     with socket.create_connection(("127.0.0.1", broker.amqps_port)) as sock:
         sock.sendall(b"AMQP\x00\x00\x09\x01")
-        reply = read_until_closed(sock, 3)
+        reply = tls_certs.read_until_closed(sock, 3)
     # At most a TLS alert record (content type 21), never AMQP.
     assert reply == b"" or reply[0] == 21, reply
 
@@ -258,7 +242,7 @@ def test_stalled_tls_handshake_is_dropped(certs, started):
     broker = started(certs)
     started_at = time.monotonic()
     with socket.create_connection(("127.0.0.1", broker.amqps_port)) as sock:
-        read_until_closed(sock, 9)
+        tls_certs.read_until_closed(sock, 9)
     waited = time.monotonic() - started_at
     assert 4 < waited < 8, waited  # the 5 s TLS handshake timeout
     # The broker still serves TLS clients.

@@ -132,22 +132,6 @@ def test_basic_auth_over_https(certs, started):
         == "tls-http-user"
 
 
-def read_until_closed(sock, limit_s):
-    """Everything the server sends until it closes; fails if it is still open after limit_s."""
-    sock.settimeout(limit_s)
-    got = b""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(4096)
-        except ConnectionResetError:
-            return got
-        if not chunk:
-            return got
-        got += chunk
-    raise AssertionError("the server kept the connection open for %.0f s" % limit_s)
-
-
 def test_plain_http_on_the_tls_port_fails_cleanly(certs, started):
     broker = started(certs)
     with pytest.raises(requests.exceptions.ConnectionError):
@@ -155,7 +139,7 @@ def test_plain_http_on_the_tls_port_fails_cleanly(certs, started):
                      timeout=TIMEOUT_S)
     with socket.create_connection(("127.0.0.1", broker.api_tls_port)) as sock:
         sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        reply = read_until_closed(sock, TIMEOUT_S)
+        reply = tls_certs.read_until_closed(sock, TIMEOUT_S)
     # At most a TLS alert record (content type 21), never an HTTP answer. (RabbitMQ sends
     # the alert too; curl calls it "HTTP/0.9".)
     assert reply == b"" or reply[0] == 21, reply
@@ -246,7 +230,7 @@ def test_stalled_handshakes_do_not_block_other_clients(certs, started):
         assert time.monotonic() - started_at < TIMEOUT_S
         # The stalled ones are dropped at the handshake timeout.
         for sock in stalled:
-            read_until_closed(sock, TIMEOUT_S)
+            tls_certs.read_until_closed(sock, TIMEOUT_S)
     finally:
         for sock in stalled:
             sock.close()

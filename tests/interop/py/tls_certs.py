@@ -6,6 +6,7 @@
 import os
 import subprocess
 import sys
+import time
 
 CLIENT_SUBJECT = "/C=GB/O=Warren Tests/CN=tls-client"
 # What RabbitMQ's ssl_cert_login_from = distinguished_name makes of CLIENT_SUBJECT (RFC 4514:
@@ -60,3 +61,19 @@ def make(d):
 
 if __name__ == "__main__":
     print(make(sys.argv[1]))
+
+
+def read_until_closed(sock, limit_s):
+    """Everything the server sends until it closes; fails if it is still open after limit_s."""
+    sock.settimeout(limit_s)
+    got = b""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+    raise AssertionError("the server kept the connection open for %.0f s" % limit_s)
