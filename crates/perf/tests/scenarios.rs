@@ -124,6 +124,10 @@ async fn every_scenario_runs_quick() {
             steps: None,
             credit_label: "server default".into(),
             progress: false,
+            protocol: scenario::Protocol::Amqp091,
+            senders_per_receiver: 1,
+            workers: None,
+            drain_timeout: None,
         };
         let path = scenario::run_scenario(name, &args, &[name.to_string(), "--quick".into()])
             .await

@@ -51,6 +51,7 @@ fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
             let points = table
                 .rows
                 .iter()
+                .filter(|r| spec.x_max.map_or(true, |max| r.x <= max))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
             out.push((name, points));
@@ -198,6 +199,7 @@ mod tests {
             y_label: "ms".into(),
             metric_indexes: vec![0, 1],
             log_x: true,
+                x_max: None,
         };
         let Ok(files) = draw(&dir, &spec, &t, &["warren".into()]) else {
             assert!(!font_available(), "drawing failed although a font exists");
