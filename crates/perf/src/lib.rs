@@ -7,8 +7,8 @@
 
 mod accounting;
 mod broker_proc;
-pub mod fd_limit;
 pub mod client;
+pub mod fd_limit;
 pub mod flags;
 mod output;
 mod payload;

@@ -199,7 +199,7 @@ mod tests {
             y_label: "ms".into(),
             metric_indexes: vec![0, 1],
             log_x: true,
-                x_max: None,
+            x_max: None,
         };
         let Ok(files) = draw(&dir, &spec, &t, &["warren".into()]) else {
             assert!(!font_available(), "drawing failed although a font exists");

@@ -243,7 +243,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             },
             Section {
                 heading: "Run details".into(),
-                text: "Late sends ran more than 1 ms after their slot (the sender re-phased); skipped \
+                text: "Late sends ran more than 2 ms after their slot (the sender re-phased); skipped \
                        sends were more than a period overdue and were not made. Max per sender is the \
                        most messages any one sender published in the step."
                     .into(),

@@ -228,7 +228,12 @@ impl Worker {
 
     /// Sends on the shared schedule from `start_ns` (ns since the epoch, the same instant in
     /// every worker) for `duration`, then waits up to `confirm_wait` for the last confirms.
-    pub async fn send(&mut self, start_ns: u64, duration: Duration, confirm_wait: Duration) -> Sent {
+    pub async fn send(
+        &mut self,
+        start_ns: u64,
+        duration: Duration,
+        confirm_wait: Duration,
+    ) -> Sent {
         let now_ns = payload::now_ns();
         let start = Instant::now() + Duration::from_nanos(start_ns.saturating_sub(now_ns));
         let end = start + duration;
@@ -288,7 +293,8 @@ impl Worker {
     }
 
     fn settled(&self) -> u64 {
-        self.counters.confirmed.load(Ordering::Acquire) + self.counters.nacked.load(Ordering::Acquire)
+        self.counters.confirmed.load(Ordering::Acquire)
+            + self.counters.nacked.load(Ordering::Acquire)
     }
 
     pub fn received(&self) -> u64 {
@@ -343,7 +349,8 @@ async fn attach_group(
             counters: counters.clone(),
             latency,
         });
-        ch.basic_consume_hook(&queue, "receiver", false, hook).await?;
+        ch.basic_consume_hook(&queue, "receiver", false, hook)
+            .await?;
         for id in plan.senders_of(group) {
             let conn = Connection::open_named(uri, "many-pairs sender").await?;
             g.connections.push(conn.clone());
