@@ -13,7 +13,8 @@ pub fn own_limits() -> Option<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return None;
     }
-    Some((limit.rlim_cur as u64, limit.rlim_max as u64))
+    // rlim_t is u64 on the Linux targets this runs on.
+    Some((limit.rlim_cur, limit.rlim_max))
 }
 
 /// Raises the soft limit to the hard limit (what `ulimit -n $(ulimit -Hn)` does); returns the
@@ -24,8 +25,8 @@ pub fn raise_soft_to_hard() -> Option<u64> {
     let target = hard.min(kernel_ceiling().unwrap_or(hard));
     if soft < target {
         let limit = libc::rlimit {
-            rlim_cur: target as libc::rlim_t,
-            rlim_max: hard as libc::rlim_t,
+            rlim_cur: target,
+            rlim_max: hard,
         };
         // SAFETY: setrlimit reads the struct we pass; raising soft up to hard needs no privilege.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {

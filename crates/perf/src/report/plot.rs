@@ -212,4 +212,31 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    #[test]
+    fn x_max_leaves_out_the_larger_rows() {
+        let mut t = Table::new(&["N"], &[("Mean", Unit::Ms)]);
+        for n in [1000.0, 9000.0, 9500.0, 10000.0] {
+            t.push(vec![format!("{n}")], n, vec![vec![Some(n / 1000.0)]]);
+        }
+        let mut spec = PlotSpec {
+            file_stem: "test".into(),
+            title: "latency".into(),
+            x_label: "N".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0],
+            log_x: false,
+            x_max: Some(9000.0),
+        };
+        let xs = |spec: &PlotSpec| -> Vec<f64> {
+            series(spec, &t, &["warren".into()])[0]
+                .1
+                .iter()
+                .map(|p| p.0)
+                .collect()
+        };
+        assert_eq!(xs(&spec), vec![1000.0, 9000.0]);
+        spec.x_max = None;
+        assert_eq!(xs(&spec).len(), 4);
+    }
 }
