@@ -292,7 +292,8 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
         return Err(e);
     }
     let s = duration.as_secs_f64();
-    result.offered_per_s = result.senders as f64 / cfg.period.as_secs_f64();
+    // In ns: exact for whole-millisecond periods (10 msg/s is 1e9 / 1e8, no rounding).
+    result.offered_per_s = result.senders as f64 * 1e9 / cfg.period.as_nanos().max(1) as f64;
     result.achieved_per_s = result.sent.published as f64 / s;
 
     // Drain: until the queues are empty and nothing more arrives, or the deadline.
