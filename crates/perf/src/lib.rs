@@ -8,6 +8,7 @@
 mod accounting;
 mod broker_proc;
 pub mod client;
+pub mod fd_limit;
 pub mod flags;
 mod output;
 mod payload;
@@ -34,6 +35,10 @@ pub fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
 pub async fn run(args: Vec<String>) -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some("scenario") {
         return scenario::main(args[1..].to_vec()).await;
+    }
+    if args.first().map(String::as_str) == Some(scenario::many_pairs::WORKER_ARG) {
+        // Internal: a many-pairs worker process, driven over stdin/stdout by the scenario.
+        return scenario::many_pairs::worker_main().await;
     }
     let perf = match PerfArgs::parse_perftest(args) {
         Ok(p) => p,

@@ -3,7 +3,8 @@
 //! "skipped: no broker" and passes.
 
 use std::time::Duration;
-use warren_perf::scenario::{self, oslo, ScenarioArgs};
+use warren_perf::scenario::many_pairs::{self, step::default_worker_exe, StepConfig};
+use warren_perf::scenario::{self, oslo, Protocol, ScenarioArgs};
 use warren_perf::{runner, PerfArgs};
 
 /// The tests share one broker and some queue names: run them one at a time.
@@ -92,6 +93,101 @@ async fn oslo_call_accounts_round_trips() {
     assert_eq!(r.lost, Some(0));
 }
 
+fn pairs_config(uri: &str, senders: u32, per_receiver: u32) -> StepConfig {
+    StepConfig {
+        uri: uri.to_owned(),
+        senders,
+        senders_per_receiver: per_receiver,
+        duration: Duration::from_secs(2),
+        period: Duration::from_millis(100),
+        body_bytes: 100,
+        prefetch: 100,
+        workers: None,
+        worker_exe: None,
+        attach_timeout: Duration::from_secs(30),
+        confirm_wait: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+    }
+}
+
+/// What every many-pairs step on a healthy broker must show: every confirmed message
+/// received exactly once, none left queued, no sender above 10 msg/s.
+fn assert_pairs_step_exact(r: &many_pairs::StepResult) {
+    assert!(r.drained, "{r:?}");
+    assert_eq!((r.lost, r.undelivered), (0, 0), "{r:?}");
+    assert_eq!(
+        r.sent.unconfirmed + r.sent.nacked + r.sent.publish_errors,
+        0,
+        "{r:?}"
+    );
+    assert_eq!(r.sent.confirmed, r.sent.published, "{r:?}");
+    assert_eq!(r.received, r.sent.published, "{r:?}");
+    assert_eq!(r.latency.count, r.received, "{r:?}");
+    assert!(r.sent.published > 0 && r.latency.p99_us >= r.latency.p50_us);
+    // Consecutive sends of one sender are more than 97 ms apart: in 2 s at most 21 each.
+    assert!(r.sent.max_per_sender <= 21, "{r:?}");
+    assert!(r.sent.published <= r.senders * 21, "{r:?}");
+    assert_eq!(r.offered_per_s, r.senders as f64 * 10.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pairs_accounts_for_every_message() {
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    // Pairs, every client in this process.
+    let r = many_pairs::step(&pairs_config(&uri, 6, 1)).await.unwrap();
+    assert_eq!((r.senders, r.receivers, r.worker_processes), (6, 6, 0));
+    assert!(r.capped.is_empty(), "{:?}", r.capped);
+    assert_pairs_step_exact(&r);
+
+    // Several senders per receiver (4, 4 and 2), over two worker processes when the warren
+    // binary is known (./test.sh sets WARREN_BIN).
+    let Some(exe) = default_worker_exe() else {
+        println!("worker processes skipped: no WARREN_BIN");
+        return;
+    };
+    let mut cfg = pairs_config(&uri, 10, 4);
+    cfg.workers = Some(2);
+    cfg.worker_exe = Some(exe);
+    let r = many_pairs::step(&cfg).await.unwrap();
+    assert_eq!((r.senders, r.receivers, r.worker_processes), (10, 3, 2));
+    assert_pairs_step_exact(&r);
+}
+
+#[tokio::test]
+async fn many_pairs_over_amqp10_says_it_is_not_supported_yet() {
+    let out = std::env::temp_dir().join(format!("warren-perf-amqp10-{}", std::process::id()));
+    let args = ScenarioArgs {
+        name: "many-pairs".into(),
+        // Nothing listens here: the protocol is refused before any connection.
+        uri: "amqp://guest:guest@127.0.0.1:1".into(),
+        compare: None,
+        label: None,
+        compare_label: None,
+        duration: Some(1.0),
+        out: out.clone(),
+        quick: true,
+        steps: None,
+        credit_label: "server default".into(),
+        progress: false,
+        protocol: Protocol::Amqp10,
+        senders_per_receiver: 1,
+        workers: None,
+        drain_timeout: None,
+    };
+    let err = scenario::run_scenario("many-pairs", &args, &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("amqp10 is not supported yet"), "{err}");
+    let err = scenario::run_scenario("oslo-rpc", &args, &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("many-pairs only"), "{err}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
 /// Every data cell of every table in a report, as numbers where they parse.
 fn numbers(md: &str) -> Vec<f64> {
     md.lines()
@@ -124,6 +220,10 @@ async fn every_scenario_runs_quick() {
             steps: None,
             credit_label: "server default".into(),
             progress: false,
+            protocol: Protocol::Amqp091,
+            senders_per_receiver: 1,
+            workers: None,
+            drain_timeout: None,
         };
         let path = scenario::run_scenario(name, &args, &[name.to_string(), "--quick".into()])
             .await

@@ -20,6 +20,19 @@ pub trait ChannelHooks: Send + Sync {
     fn on_return(&self, _reply_code: u16, _body: &Bytes) {}
 }
 
+/// A consumer that handles each delivery on the connection's reader task, the moment its last
+/// frame is parsed: no hand-over to another task, so a receiver's clock reading is taken as
+/// soon as the message is in (many-pairs' flight times). Must be quick.
+pub trait DeliveryHook: Send + Sync {
+    fn on_delivery(&self, delivery: Delivery);
+}
+
+/// Where a consumer's deliveries go.
+enum ConsumerSink {
+    Stream(mpsc::UnboundedSender<Delivery>),
+    Hook(Arc<dyn DeliveryHook>),
+}
+
 /// A message delivered by `basic.deliver` or `basic.get-ok`.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -77,7 +90,7 @@ struct Assembling {
 struct ChannelState {
     closed: Option<String>,
     sync_waiters: VecDeque<oneshot::Sender<Result<Reply>>>,
-    consumers: HashMap<ShortStr, mpsc::UnboundedSender<Delivery>>,
+    consumers: HashMap<ShortStr, ConsumerSink>,
     confirms: Option<ConfirmTracker>,
     hooks: Option<Arc<dyn ChannelHooks>>,
     content: Option<Assembling>,
@@ -258,14 +271,19 @@ impl ChannelShared {
     fn finish_content(&self, st: &mut ChannelState, a: Assembling, body: Bytes) {
         match a.method {
             ContentMethod::Deliver(m) => {
-                if let Some(tx) = st.consumers.get(&m.consumer_tag) {
-                    let _ = tx.send(Delivery {
-                        delivery_tag: m.delivery_tag,
-                        redelivered: m.redelivered,
-                        routing_key: m.routing_key,
-                        properties: a.properties,
-                        body,
-                    });
+                let delivery = Delivery {
+                    delivery_tag: m.delivery_tag,
+                    redelivered: m.redelivered,
+                    routing_key: m.routing_key,
+                    properties: a.properties,
+                    body,
+                };
+                match st.consumers.get(&m.consumer_tag) {
+                    Some(ConsumerSink::Stream(tx)) => {
+                        let _ = tx.send(delivery);
+                    }
+                    Some(ConsumerSink::Hook(hook)) => hook.on_delivery(delivery),
+                    None => {}
                 }
             }
             ContentMethod::Return(m) => {
@@ -364,6 +382,25 @@ impl Channel {
         }
     }
 
+    /// A passive declare: the queue's ready-message count (messages delivered but not yet
+    /// acknowledged are not in it), or an error that closes the channel when it does not exist.
+    pub async fn queue_message_count(&self, name: &str) -> Result<u32> {
+        let reply = self
+            .call(Method::QueueDeclare(QueueDeclare {
+                queue: name.into(),
+                passive: true,
+                ..Default::default()
+            }))
+            .await?;
+        match reply.method {
+            Method::QueueDeclareOk(ok) => Ok(ok.message_count),
+            other => Err(ClientError::Protocol(format!(
+                "expected queue.declare-ok, got {}",
+                other.name()
+            ))),
+        }
+    }
+
     /// Declares a server-named, exclusive, auto-delete queue (a reply queue, or a consumer's
     /// own queue) and returns its name.
     pub async fn declare_private_queue(&self) -> Result<String> {
@@ -438,8 +475,33 @@ impl Channel {
         no_ack: bool,
     ) -> Result<mpsc::UnboundedReceiver<Delivery>> {
         let (tx, rx) = mpsc::unbounded_channel();
+        self.consume_into(queue, consumer_tag, no_ack, ConsumerSink::Stream(tx))
+            .await?;
+        Ok(rx)
+    }
+
+    /// Starts a consumer whose deliveries `hook` handles on the reader task. The channel
+    /// keeps the hook until the consumer, channel or connection goes away.
+    pub async fn basic_consume_hook(
+        &self,
+        queue: &str,
+        consumer_tag: &str,
+        no_ack: bool,
+        hook: Arc<dyn DeliveryHook>,
+    ) -> Result<()> {
+        self.consume_into(queue, consumer_tag, no_ack, ConsumerSink::Hook(hook))
+            .await
+    }
+
+    async fn consume_into(
+        &self,
+        queue: &str,
+        consumer_tag: &str,
+        no_ack: bool,
+        sink: ConsumerSink,
+    ) -> Result<()> {
         let tag: ShortStr = consumer_tag.into();
-        self.shared.state.lock().consumers.insert(tag.clone(), tx);
+        self.shared.state.lock().consumers.insert(tag.clone(), sink);
         self.call(Method::BasicConsume(BasicConsume {
             queue: queue.into(),
             consumer_tag: tag,
@@ -447,7 +509,7 @@ impl Channel {
             ..Default::default()
         }))
         .await?;
-        Ok(rx)
+        Ok(())
     }
 
     pub async fn basic_cancel(&self, consumer_tag: &str) -> Result<()> {

@@ -15,7 +15,7 @@ mod outbox;
 mod uri;
 
 pub use channel::{
-    encode_properties, Channel, ChannelHooks, Delivery, PublishTemplate, QueueOptions,
+    encode_properties, Channel, ChannelHooks, Delivery, DeliveryHook, PublishTemplate, QueueOptions,
 };
 pub use connection::Connection;
 pub use uri::AmqpUri;

@@ -109,6 +109,9 @@ pub struct PlotSpec {
     pub y_label: String,
     pub metric_indexes: Vec<usize>,
     pub log_x: bool,
+    /// Rows with a larger x are left out (a second plot without the points that change the
+    /// scale, as seed 004 draws it).
+    pub x_max: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -116,7 +119,7 @@ pub struct Section {
     pub heading: String,
     pub text: String,
     pub table: Table,
-    pub plot: Option<PlotSpec>,
+    pub plots: Vec<PlotSpec>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -140,7 +143,7 @@ impl Report {
             }
             md += &s.table.markdown(&self.brokers);
             md += "\n";
-            if let Some(p) = &s.plot {
+            for p in &s.plots {
                 match plot::draw(dir, p, &s.table, &self.brokers) {
                     Ok(files) => {
                         let _ = writeln!(md, "![{}]({})\n", p.title, files.svg);

@@ -51,6 +51,7 @@ fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
             let points = table
                 .rows
                 .iter()
+                .filter(|r| spec.x_max.map_or(true, |max| r.x <= max))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
             out.push((name, points));
@@ -198,6 +199,7 @@ mod tests {
             y_label: "ms".into(),
             metric_indexes: vec![0, 1],
             log_x: true,
+            x_max: None,
         };
         let Ok(files) = draw(&dir, &spec, &t, &["warren".into()]) else {
             assert!(!font_available(), "drawing failed although a font exists");
@@ -209,5 +211,32 @@ mod tests {
             assert!(std::fs::metadata(dir.join(png)).unwrap().len() > 1000);
         }
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn x_max_leaves_out_the_larger_rows() {
+        let mut t = Table::new(&["N"], &[("Mean", Unit::Ms)]);
+        for n in [1000.0, 9000.0, 9500.0, 10000.0] {
+            t.push(vec![format!("{n}")], n, vec![vec![Some(n / 1000.0)]]);
+        }
+        let mut spec = PlotSpec {
+            file_stem: "test".into(),
+            title: "latency".into(),
+            x_label: "N".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0],
+            log_x: false,
+            x_max: Some(9000.0),
+        };
+        let xs = |spec: &PlotSpec| -> Vec<f64> {
+            series(spec, &t, &["warren".into()])[0]
+                .1
+                .iter()
+                .map(|p| p.0)
+                .collect()
+        };
+        assert_eq!(xs(&spec), vec![1000.0, 9000.0]);
+        spec.x_max = None;
+        assert_eq!(xs(&spec).len(), 4);
     }
 }

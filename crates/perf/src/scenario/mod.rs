@@ -69,6 +69,32 @@ pub struct ScenarioArgs {
     /// Print interval lines for every step.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub progress: bool,
+    /// many-pairs: the clients' protocol.
+    #[arg(long, value_enum, default_value_t = Protocol::Amqp091)]
+    pub protocol: Protocol,
+    /// many-pairs: senders per receiver (1: N sender-receiver pairs; the report's other
+    /// setup is 40). N counts senders either way.
+    #[arg(long, default_value_t = 1)]
+    pub senders_per_receiver: u32,
+    /// many-pairs: worker processes for the clients (default: as many as the open-files
+    /// limit needs, none when this process can hold every connection).
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// many-pairs: seconds to wait for the queues to drain after sending (default 30).
+    #[arg(long)]
+    pub drain_timeout: Option<f64>,
+}
+
+/// The clients' wire protocol.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// AMQP 0-9-1: a connection and one channel per client.
+    #[default]
+    #[value(name = "amqp091")]
+    Amqp091,
+    /// AMQP 1.0: a connection, a session and one link per client (not supported yet).
+    #[value(name = "amqp10")]
+    Amqp10,
 }
 
 /// One broker under test.
@@ -244,6 +270,11 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
         step_s,
         commands: vec![],
     };
+    if ctx.args.protocol != Protocol::Amqp091 && name != "many-pairs" {
+        return Err(anyhow!(
+            "--protocol applies to many-pairs only; {name} speaks AMQP 0-9-1"
+        ));
+    }
     let started = std::time::Instant::now();
     let mut report = match name {
         "mqperf" => mqperf::run(&mut ctx).await?,

@@ -196,14 +196,15 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
         sections: vec![Section {
             heading: "Send and receive throughput".into(),
             text: String::new(),
-            plot: Some(PlotSpec {
+            plots: vec![PlotSpec {
                 file_stem: "mqperf_throughput".into(),
                 title: "mqperf throughput by row".into(),
                 x_label: "row".into(),
                 y_label: "msg/s".into(),
                 metric_indexes: vec![0, 1],
                 log_x: false,
-            }),
+                x_max: None,
+            }],
             table,
         }],
         ..Default::default()

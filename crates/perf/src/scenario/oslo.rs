@@ -459,14 +459,15 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
         report.sections.push(Section {
             heading: format!("{} Message count", mode.name()),
             text: String::new(),
-            plot: Some(PlotSpec {
+            plots: vec![PlotSpec {
                 file_stem: format!("{stem}_message_count"),
                 title: format!("{} message count", mode.name()),
                 x_label: "threads".into(),
                 y_label: "messages".into(),
                 metric_indexes: (0..counts.metrics.len() - 1).collect(),
                 log_x: false,
-            }),
+                x_max: None,
+            }],
             table: counts,
         });
         report.sections.push(Section {
@@ -475,27 +476,29 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 mode.name()
             ),
             text: String::new(),
-            plot: Some(PlotSpec {
+            plots: vec![PlotSpec {
                 file_stem: format!("{stem}_throughput"),
                 title: format!("{} throughput", mode.name()),
                 x_label: "threads".into(),
                 y_label: "msg/s".into(),
                 metric_indexes: vec![0],
                 log_x: false,
-            }),
+                x_max: None,
+            }],
             table: perf.clone(),
         });
         report.sections.push(Section {
             heading: format!("{} latency", mode.name()),
             text: String::new(),
-            plot: Some(PlotSpec {
+            plots: vec![PlotSpec {
                 file_stem: format!("{stem}_latency"),
                 title: format!("{} mean latency", mode.name()),
                 x_label: "threads".into(),
                 y_label: "ms".into(),
                 metric_indexes: vec![0],
                 log_x: false,
-            }),
+                x_max: None,
+            }],
             table: Table {
                 metrics: vec![perf.metrics[1].clone()],
                 rows: perf

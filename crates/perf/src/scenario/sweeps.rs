@@ -164,12 +164,13 @@ impl Sweep<'_> {
             log_x: x_label.contains("msg/s")
                 || x_label.contains("count")
                 || x_label.contains("every"),
+            x_max: None,
         };
         self.report.sections.push(Section {
             heading: heading.to_owned(),
             text: text.to_owned(),
             table,
-            plot: Some(plot),
+            plots: vec![plot],
         });
         Ok(())
     }
@@ -478,7 +479,7 @@ pub async fn run(name: &str, ctx: &mut Ctx) -> Result<Report> {
         heading: "Run details".into(),
         text: "Achieved rates and exact counts per step (lost = sent and never received after draining; with x-max-length=10000 a queue over its limit drops from the head, which counts as lost here). CPU in % of one core, broker CPU only when the broker is local.".into(),
         table: details,
-        plot: None,
+        plots: vec![],
     });
     Ok(sw.report)
 }
