@@ -119,3 +119,81 @@ impl<'a> Acting<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use warren_broker::access::Permission;
+
+    fn setup() -> (AccessControl, Identity) {
+        let access = AccessControl::new();
+        access
+            .put_user("u", Some("pw"), vec!["management".into()])
+            .unwrap();
+        let p = Permission {
+            configure: "^cfg-".into(),
+            write: "^wr-".into(),
+            read: "^rd-".into(),
+        };
+        access.set_permission("v", "u", p).unwrap();
+        let who = Identity {
+            name: "u".into(),
+            tags: vec!["management".into()],
+        };
+        (access, who)
+    }
+
+    #[test]
+    fn each_report_refuses_its_own_way() {
+        let (access, who) = setup();
+        let plain = Acting::new(&access, &who, "v", Report::Plain).unwrap();
+        assert!(plain.queue(AccessKind::Configure, "cfg-q").is_ok());
+        let e = plain.queue(AccessKind::Read, "cfg-q").unwrap_err();
+        assert_eq!(
+            (e.status, e.reason.as_str()),
+            (StatusCode::UNAUTHORIZED, "Access refused.")
+        );
+
+        let publish = Acting::new(&access, &who, "v", Report::Publish).unwrap();
+        assert!(publish.exchange(AccessKind::Write, "wr-x").is_ok());
+        let e = publish.exchange(AccessKind::Write, "").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            e.reason,
+            "403 ACCESS_REFUSED - access to exchange 'amq.default' in vhost 'v' refused for user 'u'"
+        );
+
+        let get = Acting::new(&access, &who, "v", Report::Get).unwrap();
+        let e = get.queue(AccessKind::Read, "wr-q").unwrap_err();
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            e.reason,
+            "ACCESS_REFUSED - access to queue 'wr-q' in vhost 'v' refused for user 'u'"
+        );
+    }
+
+    #[test]
+    fn no_permissions_in_the_vhost_refuse_the_connection() {
+        let (access, who) = setup();
+        for report in [Report::Plain, Report::Publish, Report::Get] {
+            let e = Acting::new(&access, &who, "other", report)
+                .err()
+                .expect("refused");
+            assert_eq!(
+                (e.status, e.reason.as_str()),
+                (StatusCode::UNAUTHORIZED, "Access refused.")
+            );
+        }
+    }
+
+    #[test]
+    fn bindings_need_write_on_the_destination_and_read_on_the_source() {
+        let (access, who) = setup();
+        let acting = Acting::new(&access, &who, "v", Report::Plain).unwrap();
+        assert!(acting.binding(None, "rd-x", true, "wr-q", "k").is_ok());
+        assert!(acting.binding(None, "rd-x", false, "wr-x", "k").is_ok());
+        assert!(acting.binding(None, "wr-x", true, "wr-q", "k").is_err());
+        assert!(acting.binding(None, "rd-x", true, "rd-q", "k").is_err());
+    }
+}
