@@ -1,8 +1,9 @@
-//! HTTP Basic authentication and what a user's tags let it do, as RabbitMQ's management
+//! HTTP Basic authentication and what a user's tags let it do, as RabbitMQ 3.10's management
 //! plugin (rabbit_mgmt_util): a user needs one of the management tags to use the API at all;
-//! `monitoring` sees every vhost's objects and the node; `policymaker` manages policies and
-//! parameters; `administrator` does everything. `guest`-like loopback users are refused
-//! from anywhere but loopback.
+//! `monitoring` sees the node, every vhost's name and totals and every connection;
+//! `policymaker` manages policies and parameters in its vhosts; `administrator` does
+//! everything and sees every vhost's objects. `guest`-like loopback users are refused from
+//! anywhere but loopback. Refusals are 401 with RabbitMQ's reasons.
 
 use crate::error::ApiError;
 use crate::Api;
@@ -13,6 +14,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use std::sync::Arc;
 use warren_server::http_listener::ClientAddr;
+
+/// Refused: the vhost in the path is one the user has no permissions in (and it is no
+/// administrator).
+pub const NOT_VHOST_USER: &str = "User not authorised to access virtual host";
+/// Refused: an object the user's tags do not reach — another user's connection, a policy
+/// or parameter without the policymaker tag.
+pub const NOT_OBJECT_USER: &str = "User not authorised to access object";
 
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
@@ -30,7 +38,7 @@ impl Identity {
         self.has("administrator")
     }
 
-    /// Sees every vhost's objects and the node's details.
+    /// Sees the node, every vhost's name and totals, and every connection.
     pub fn is_monitor(&self) -> bool {
         self.is_admin() || self.has("monitoring")
     }
@@ -44,8 +52,8 @@ impl Identity {
         self.is_monitor() || self.is_policymaker() || self.has("management")
     }
 
-    /// Only administrators manage users, vhosts and permissions, and see connections that
-    /// are not theirs (with monitoring).
+    /// Only administrators manage users, vhosts, permissions, definitions and operator
+    /// policies.
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match self.is_admin() {
             true => Ok(()),
@@ -60,10 +68,12 @@ impl Identity {
         }
     }
 
+    /// Runtime parameters, global or of every vhost: policymakers (vhost-scoped requests
+    /// check the vhost as well, `Api::require_policymaker_in`).
     pub fn require_policymaker(&self) -> Result<(), ApiError> {
         match self.is_policymaker() {
             true => Ok(()),
-            false => Err(ApiError::not_authorised("Not policymaker user")),
+            false => Err(ApiError::not_authorised(NOT_OBJECT_USER)),
         }
     }
 }

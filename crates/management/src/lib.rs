@@ -7,6 +7,7 @@
 //! come from a sampler task (`rates.rs`) that reads the counters every 5 s.
 
 mod accounts;
+mod acting;
 mod auth;
 mod error;
 mod json;

@@ -4,7 +4,7 @@
 
 use crate::context::Ctx;
 use std::collections::{HashMap, HashSet};
-use warren_broker::access::AccessKind;
+use warren_broker::access::{self, AccessKind};
 use warren_broker::{AmqpError, AmqpResult, Exchange, ExchangeKind};
 use warren_codec::ShortStr;
 
@@ -32,15 +32,12 @@ fn resource_name(resource: Resource, name: &str) -> &str {
     }
 }
 
-/// RabbitMQ 3.x's text (through 3.13; 4.x puts the permission's name in front, as in
-/// "configure access to ...").
 fn refused(ctx: &Ctx, resource: Resource, name: &str) -> AmqpError {
-    AmqpError::access_refused(format!(
-        "access to {} '{}' in vhost '{}' refused for user '{}'",
+    AmqpError::access_refused(access::refusal_text(
         resource.as_str(),
         name,
         ctx.vhost.name(),
-        ctx.user
+        ctx.user,
     ))
 }
 
@@ -89,11 +86,11 @@ pub fn check_topic(
     );
     match allowed {
         true => Ok(()),
-        false => Err(AmqpError::access_refused(format!(
-            "access to topic '{routing_key}' in exchange '{}' in vhost '{}' refused for user '{}'",
-            exchange.name,
+        false => Err(AmqpError::access_refused(access::topic_refusal_text(
+            routing_key,
+            &exchange.name,
             ctx.vhost.name(),
-            ctx.user
+            ctx.user,
         ))),
     }
 }

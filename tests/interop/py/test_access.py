@@ -3,6 +3,15 @@ vhost or one the user has no permissions on (530 NOT_ALLOWED), each AMQP operati
 (403 ACCESS_REFUSED) or allowed by the user's configure/write/read regexes and topic
 permissions, and deleting a vhost closes its connections (320).
 
+The permission table, allowed and refused for each (RabbitMQ 3.10.8's texts, checked against
+it): queue.declare (configure; a server-named queue under its amq.gen- name; a new queue with
+a dead-letter exchange also read on itself and write on that exchange; passive: see
+test_passive_declares), exchange.declare (configure; with an alternate exchange read on itself
+and write on that one), queue.delete and exchange.delete (configure), queue.bind, queue.unbind,
+exchange.bind and exchange.unbind (write on the destination, then read on the source, then topic
+read on the routing key), basic.publish (write on the exchange, "amq.default" for the default
+one, then topic write), basic.get, basic.consume and queue.purge (read).
+
 Users, vhosts and permissions are set up through RabbitMQ's HTTP API at env WARREN_MGMT_URL
 (e.g. http://127.0.0.1:15672), with the credentials of AMQP_URL; tests that need it are
 skipped when it is unset. The same tests pass against RabbitMQ with its management plugin.
@@ -143,6 +152,100 @@ def test_declare_and_delete_need_configure(restricted):
 
 
 @needs_api
+def test_a_server_named_queue_is_checked_under_its_name(restricted):
+    t = restricted
+    with t.connect() as conn:
+        code, text = channel_refused(lambda: conn.channel().queue_declare(""))
+    assert code == 403
+    assert re.fullmatch(r"ACCESS_REFUSED - access to queue 'amq\.gen-[\w-]+' in vhost '%s' refused for user '%s'"
+                        % (re.escape(t.vhost), re.escape(t.user)), text), text
+
+
+@needs_api
+def test_dead_letter_and_alternate_exchanges_need_read_and_write(restricted):
+    """A new queue with a dead-letter exchange needs read on itself and write on that exchange;
+    a new exchange with an alternate exchange the same (configure first, as always)."""
+    t = restricted
+    v, u = t.vhost, t.user
+    with t.admin() as admin:
+        for name in ("wr-x", "rd-x"):
+            admin.channel().exchange_declare(name, "direct")
+    with t.connect() as conn:
+        conn.channel().queue_declare("all-dlq", arguments={"x-dead-letter-exchange": "wr-x"})
+        assert channel_refused(lambda: conn.channel().queue_declare(
+            "all-dlq2", arguments={"x-dead-letter-exchange": "rd-x"})) == access_refused(
+            "access to exchange 'rd-x' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().queue_declare(
+            "cfg-dlq", arguments={"x-dead-letter-exchange": "wr-x"})) == access_refused(
+            "access to queue 'cfg-dlq' in vhost '%s' refused for user '%s'" % (v, u))
+        conn.channel().exchange_declare("all-ae", "direct", arguments={"alternate-exchange": "wr-x"})
+        assert channel_refused(lambda: conn.channel().exchange_declare(
+            "all-ae2", "direct", arguments={"alternate-exchange": "rd-x"})) == access_refused(
+            "access to exchange 'rd-x' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().exchange_declare(
+            "cfg-ae", "direct", arguments={"alternate-exchange": "wr-x"})) == access_refused(
+            "access to exchange 'cfg-ae' in vhost '%s' refused for user '%s'" % (v, u))
+    with t.admin() as admin:
+        for name in ("all-dlq2", "cfg-dlq"):
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                admin.channel().queue_declare(name, passive=True)
+            assert info.value.reply_code == 404
+        for name in ("all-ae2", "cfg-ae"):
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                admin.channel().exchange_declare(name, passive=True)
+            assert info.value.reply_code == 404
+
+
+def checks_passive_declares(conn):
+    """RabbitMQ checked no permission on passive declares before 4.2.6, which asked for
+    configure, and 4.2.7/4.3.1, which ask for any one permission (rabbitmq-server#16085,
+    #16272); Warren does as the latter, so that passive declares cannot list others' names."""
+    props = conn._impl.server_properties
+    product = props.get("product")
+    product = product.decode() if isinstance(product, bytes) else product
+    if product != "RabbitMQ":
+        return True
+    version = props.get("version")
+    version = version.decode() if isinstance(version, bytes) else version
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+    return numbers >= (4, 2, 6)
+
+
+@needs_api
+def test_passive_declares(restricted):
+    """Any one permission on a queue or exchange lets a user check it exists (everywhere);
+    without any, RabbitMQ 3.x answers (found or 404) and Warren refuses."""
+    t = restricted
+    v, u = t.vhost, t.user
+    with t.admin() as admin:
+        for name in ("rd-q", "wr-q", "none-q"):
+            admin.channel().queue_declare(name)
+        for name in ("rd-x", "wr-x", "none-x"):
+            admin.channel().exchange_declare(name, "direct")
+    with t.connect() as conn:
+        for name in ("rd-q", "wr-q"):
+            conn.channel().queue_declare(name, passive=True)
+        for name in ("rd-x", "wr-x"):
+            conn.channel().exchange_declare(name, passive=True)
+        assert channel_refused(lambda: conn.channel().queue_declare("rd-missing", passive=True)) == (
+            404, "NOT_FOUND - no queue 'rd-missing' in vhost '%s'" % v)
+        assert channel_refused(lambda: conn.channel().exchange_declare("rd-missing", passive=True)) == (
+            404, "NOT_FOUND - no exchange 'rd-missing' in vhost '%s'" % v)
+        if checks_passive_declares(conn):
+            for name in ("none-q", "none-missing"):
+                assert channel_refused(lambda: conn.channel().queue_declare(name, passive=True)) == access_refused(
+                    "access to queue '%s' in vhost '%s' refused for user '%s'" % (name, v, u))
+            for name in ("none-x", "none-missing"):
+                assert channel_refused(lambda: conn.channel().exchange_declare(name, passive=True)) == access_refused(
+                    "access to exchange '%s' in vhost '%s' refused for user '%s'" % (name, v, u))
+        else:
+            conn.channel().queue_declare("none-q", passive=True)
+            conn.channel().exchange_declare("none-x", passive=True)
+            assert channel_refused(lambda: conn.channel().queue_declare("none-missing", passive=True)) == (
+                404, "NOT_FOUND - no queue 'none-missing' in vhost '%s'" % v)
+
+
+@needs_api
 def test_bindings_need_write_on_destination_and_read_on_source(restricted):
     t = restricted
     v, u = t.vhost, t.user
@@ -162,7 +265,37 @@ def test_bindings_need_write_on_destination_and_read_on_source(restricted):
         conn.channel().exchange_bind("wr-x", "rd-x", "k")
         assert channel_refused(lambda: conn.channel().exchange_bind("rd-x", "rd-x", "k")) == access_refused(
             "access to exchange 'rd-x' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().exchange_bind("wr-x", "wr-x", "k")) == access_refused(
+            "access to exchange 'wr-x' in vhost '%s' refused for user '%s'" % (v, u))
         conn.channel().exchange_unbind("wr-x", "rd-x", "k")
+        # The default exchange takes no bindings, whatever the permissions.
+        assert channel_refused(lambda: conn.channel().queue_bind("wr-q", "", "k")) == (
+            403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+    # Unbinding is checked as binding: bindings the user may not make, it may not remove.
+    with t.admin() as admin:
+        ch = admin.channel()
+        ch.queue_bind("rd-q", "rd-x", "k")
+        ch.queue_bind("wr-q", "wr-x", "k")
+        ch.exchange_bind("rd-x", "rd-x", "k")
+        ch.exchange_bind("wr-x", "wr-x", "k")
+    with t.connect() as conn:
+        assert channel_refused(lambda: conn.channel().queue_unbind("rd-q", "rd-x", "k")) == access_refused(
+            "access to queue 'rd-q' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().queue_unbind("wr-q", "wr-x", "k")) == access_refused(
+            "access to exchange 'wr-x' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().exchange_unbind("rd-x", "rd-x", "k")) == access_refused(
+            "access to exchange 'rd-x' in vhost '%s' refused for user '%s'" % (v, u))
+        assert channel_refused(lambda: conn.channel().exchange_unbind("wr-x", "wr-x", "k")) == access_refused(
+            "access to exchange 'wr-x' in vhost '%s' refused for user '%s'" % (v, u))
+    # The bindings are still there: a message to rd-x reaches rd-q once (an exchange bound to
+    # itself routes no message twice), one to wr-x reaches wr-q.
+    with t.admin() as admin:
+        ch = admin.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("rd-x", "k", b"r")
+        ch.basic_publish("wr-x", "k", b"w")
+        assert ch.queue_declare("rd-q", passive=True).method.message_count == 1
+        assert ch.queue_declare("wr-q", passive=True).method.message_count == 1
 
 
 @needs_api
@@ -234,6 +367,17 @@ def test_topic_permissions(tenant):
         conn.channel().queue_bind("all-q", "amq.topic", "public.#")
         assert channel_refused(lambda: conn.channel().queue_bind("all-q", "amq.topic", "secret.#")) == access_refused(
             "access to topic 'secret.#' in exchange 'amq.topic' in vhost '%s' refused for user '%s'" % (v, u))
+        # Exchange-to-exchange bindings and unbinding are checked the same way.
+        conn.channel().exchange_declare("all-x", "topic")
+        conn.channel().exchange_bind("all-x", "amq.topic", "public.news")
+        assert channel_refused(lambda: conn.channel().exchange_bind("all-x", "amq.topic", "secret.news")) == access_refused(
+            "access to topic 'secret.news' in exchange 'amq.topic' in vhost '%s' refused for user '%s'" % (v, u))
+    with t.admin() as admin:
+        admin.channel().queue_bind("all-q", "amq.topic", "secret.#")
+    with t.connect() as conn:
+        assert channel_refused(lambda: conn.channel().queue_unbind("all-q", "amq.topic", "secret.#")) == access_refused(
+            "access to topic 'secret.#' in exchange 'amq.topic' in vhost '%s' refused for user '%s'" % (v, u))
+        conn.channel().queue_unbind("all-q", "amq.topic", "public.#")
 
 
 @needs_api

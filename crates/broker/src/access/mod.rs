@@ -51,6 +51,20 @@ impl std::fmt::Display for AuthFailure {
     }
 }
 
+/// RabbitMQ 3.x's text for a refused permission on a queue or exchange (`resource` is
+/// "queue" or "exchange"; the default exchange is named "amq.default"), the same for AMQP
+/// and the HTTP API. 4.x puts the permission's name in front ("configure access to ...").
+pub fn refusal_text(resource: &str, name: &str, vhost: &str, user: &str) -> String {
+    format!("access to {resource} '{name}' in vhost '{vhost}' refused for user '{user}'")
+}
+
+/// RabbitMQ's text for a routing key a topic permission refuses.
+pub fn topic_refusal_text(routing_key: &str, exchange: &str, vhost: &str, user: &str) -> String {
+    format!(
+        "access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
+    )
+}
+
 #[derive(Default)]
 struct State {
     users: BTreeMap<String, Arc<User>>,

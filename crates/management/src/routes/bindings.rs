@@ -1,10 +1,12 @@
 //! Bindings: /api/bindings[/vhost], those between an exchange and a queue or exchange
 //! (GET, POST → 201 with Location), one by its properties key (GET, DELETE), and the
 //! per-exchange and per-queue lists. The default exchange's implicit binding to every
-//! queue is listed, as RabbitMQ lists it.
+//! queue is listed, as RabbitMQ lists it. Binding and unbinding need write on the
+//! destination and read on the source, as queue.bind (`acting`).
 
 use super::body_json;
 use super::exchanges::path_name;
+use crate::acting::Report;
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{json_to_table, table_to_json};
@@ -112,7 +114,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let items: Vec<Value> = api
-        .visible_vhosts(&who)
+        .used_vhosts(&who)
         .iter()
         .flat_map(|v| rows(v).iter().map(|r| r.json(&v.name)).collect::<Vec<_>>())
         .collect();
@@ -251,6 +253,13 @@ pub async fn create(
     };
     let arguments =
         json_to_table(body.get("arguments"), "binding arguments").map_err(ApiError::bad_request)?;
+    api.acting(&who, &vhost.name, Report::Plain)?.binding(
+        vhost.exchange(source).as_deref(),
+        source,
+        queue,
+        &destination,
+        &routing_key,
+    )?;
     let key = properties_key(&routing_key, &arguments);
     let rk = ShortStr::from(routing_key.as_str());
     match queue {
@@ -308,6 +317,13 @@ pub async fn delete(
     let source = path_name(&source);
     let vhost = ends(&api, &who, &vhost, source, queue, &destination)?;
     let row = find_one(&vhost, source, queue, &destination, &props)?;
+    api.acting(&who, &vhost.name, Report::Plain)?.binding(
+        vhost.exchange(source).as_deref(),
+        source,
+        queue,
+        &destination,
+        &row.routing_key,
+    )?;
     let rk = ShortStr::from(row.routing_key.as_str());
     match queue {
         true => vhost.unbind_queue(&destination, source, rk, row.arguments, 0)?,

@@ -1,7 +1,9 @@
 //! /api/exchanges: list (all, per vhost), one, PUT (declare), DELETE (`if-unused`), and
-//! POST …/publish, which routes a message as a basic.publish would.
+//! POST …/publish, which routes a message as a basic.publish would. Declaring and deleting
+//! need configure on the exchange, publishing write (`acting`).
 
 use super::{body_bool, body_json, rate_key};
+use crate::acting::Report;
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{json_to_table, message_stats, table_to_json, EXCHANGE_STATS};
@@ -14,9 +16,10 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
 use warren_broker::{Exchange, ExchangeDeclaration, Message, MessageStats, VHost};
-use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
+use warren_codec::{BasicProperties, ContentHeader, FieldValue, ShortStr, BASIC_CLASS_ID};
 
 /// The default exchange's name in paths ("" cannot be a path segment).
 pub const DEFAULT_EXCHANGE: &str = "amq.default";
@@ -65,7 +68,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let items = api
-        .visible_vhosts(&who)
+        .used_vhosts(&who)
         .iter()
         .flat_map(|v| all_in(&api, v))
         .collect();
@@ -96,7 +99,8 @@ pub async fn one(
 }
 
 /// PUT: declares the exchange (201 when new, 204 when it existed and is equivalent; 400
-/// for a different type or flags, as exchange.declare's 406).
+/// for a different type or flags, as exchange.declare's 406). As exchange.declare, a new
+/// exchange with an alternate exchange also needs read on itself and write on that one.
 pub async fn declare(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -122,7 +126,16 @@ pub async fn declare(
             "invalid exchange name '{name}'"
         )));
     }
+    let acting = api.acting(&who, &vhost.name, Report::Plain)?;
+    acting.exchange(AccessKind::Configure, name)?;
     let existed = vhost.exchange(name).is_some();
+    let alternate = arguments
+        .get("alternate-exchange")
+        .and_then(FieldValue::as_str);
+    if let (false, Some(alternate)) = (existed, alternate) {
+        acting.exchange(AccessKind::Read, name)?;
+        acting.exchange(AccessKind::Write, alternate)?;
+    }
     vhost.declare_exchange(ExchangeDeclaration {
         name: ShortStr::from(name),
         kind: kind.to_owned(),
@@ -146,6 +159,8 @@ pub async fn delete(
     if vhost.exchange(name).is_none() {
         return Err(ApiError::not_found());
     }
+    api.acting(&who, &vhost.name, Report::Plain)?
+        .exchange(AccessKind::Configure, name)?;
     let if_unused = query.get("if-unused").is_some_and(|v| v == "true");
     vhost.delete_exchange(name, if_unused)?;
     Ok(super::no_content())
@@ -276,7 +291,8 @@ pub async fn publish_message(
 }
 
 /// POST …/publish: `{"properties", "routing_key", "payload", "payload_encoding"}` →
-/// `{"routed": bool}`.
+/// `{"routed": bool}`. Needs write on the exchange and, on a topic exchange, topic write on
+/// the routing key.
 pub async fn publish(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -314,7 +330,12 @@ pub async fn publish(
             )));
         }
     }
-    let routed =
-        publish_message(&vhost, path_name(&name), routing_key, &properties, payload).await?;
+    let exchange = path_name(&name);
+    let acting = api.acting(&who, &vhost.name, Report::Publish)?;
+    acting.exchange(AccessKind::Write, exchange)?;
+    if let Some(x) = vhost.exchange(exchange) {
+        acting.topic(&x, AccessKind::Write, routing_key)?;
+    }
+    let routed = publish_message(&vhost, exchange, routing_key, &properties, payload).await?;
     Ok(Json(json!({"routed": routed})).into_response())
 }

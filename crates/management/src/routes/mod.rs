@@ -11,7 +11,8 @@ mod queues;
 mod users;
 mod vhosts;
 
-use crate::auth::Identity;
+use crate::acting::{Acting, Report};
+use crate::auth::{Identity, NOT_OBJECT_USER, NOT_VHOST_USER};
 use crate::error::{ApiError, ApiResult};
 use crate::Api;
 use axum::routing::get;
@@ -263,28 +264,76 @@ pub fn body_bool(body: &Value, key: &str, default: bool) -> ApiResult<bool> {
 }
 
 impl Api {
-    /// The vhost of a path, if it exists and the user may see it (404 otherwise, as
-    /// RabbitMQ, which does not tell others' vhosts from missing ones).
+    /// The vhost of a path, if it exists (404) and the user may use it (401 otherwise):
+    /// RabbitMQ's is_authorized_vhost, for the vhost's objects and acting in it.
     pub fn vhost_for(&self, who: &Identity, name: &str) -> ApiResult<Arc<VHost>> {
         let vhost = self.broker.vhost(name).ok_or_else(ApiError::not_found)?;
-        if !self.sees_vhost(who, name) {
-            return Err(ApiError::not_authorised("Access refused."));
+        if !self.uses_vhost(who, name) {
+            return Err(ApiError::not_authorised(NOT_VHOST_USER));
         }
         Ok(vhost)
     }
 
-    /// Monitoring users see every vhost; others those they have permissions in.
+    /// The vhost of a path whose totals or limits monitoring users see too.
+    pub fn seen_vhost_for(&self, who: &Identity, name: &str) -> ApiResult<Arc<VHost>> {
+        let vhost = self.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+        if !self.sees_vhost(who, name) {
+            return Err(ApiError::not_authorised(NOT_VHOST_USER));
+        }
+        Ok(vhost)
+    }
+
+    /// Whose queues, exchanges, bindings, policies and parameters a user sees, and where it
+    /// may act: administrators every vhost, others those they have permissions in
+    /// (monitoring users too).
+    pub fn uses_vhost(&self, who: &Identity, vhost: &str) -> bool {
+        who.is_admin() || self.accounts.can_access_vhost(&who.name, vhost)
+    }
+
+    /// Which vhosts /api/vhosts, vhost limits and the overview's totals show: monitoring
+    /// users every one, others those they have permissions in.
     pub fn sees_vhost(&self, who: &Identity, vhost: &str) -> bool {
         who.is_monitor() || self.accounts.can_access_vhost(&who.name, vhost)
     }
 
-    /// The vhosts whose objects a user sees.
-    pub fn visible_vhosts(&self, who: &Identity) -> Vec<Arc<VHost>> {
+    /// The vhosts whose objects a user's lists show (`uses_vhost`).
+    pub fn used_vhosts(&self, who: &Identity) -> Vec<Arc<VHost>> {
+        self.broker
+            .vhosts()
+            .into_iter()
+            .filter(|v| self.uses_vhost(who, &v.name))
+            .collect()
+    }
+
+    /// The vhosts a user sees listed (`sees_vhost`).
+    pub fn seen_vhosts(&self, who: &Identity) -> Vec<Arc<VHost>> {
         self.broker
             .vhosts()
             .into_iter()
             .filter(|v| self.sees_vhost(who, &v.name))
             .collect()
+    }
+
+    /// A policy or runtime parameter of a vhost: administrators, and policymakers with
+    /// permissions in it (RabbitMQ's is_authorized_policies; a missing vhost passes, to be
+    /// 404).
+    pub fn require_policymaker_in(&self, who: &Identity, vhost: &str) -> ApiResult<()> {
+        let in_vhost =
+            self.broker.vhost(vhost).is_none() || self.accounts.can_access_vhost(&who.name, vhost);
+        match who.is_admin() || (who.is_policymaker() && in_vhost) {
+            true => Ok(()),
+            false => Err(ApiError::not_authorised(NOT_OBJECT_USER)),
+        }
+    }
+
+    /// The user acting in a vhost, with its AMQP permissions checked as `report` says.
+    pub fn acting<'a>(
+        &'a self,
+        who: &'a Identity,
+        vhost: &'a str,
+        report: Report,
+    ) -> ApiResult<Acting<'a>> {
+        Acting::new(&self.broker.access, who, vhost, report)
     }
 }
 

@@ -2,6 +2,7 @@
 //! /api/whoami, /api/extensions and the health checks.
 
 use super::{body_json, queues, rate_key};
+use crate::acting::Report;
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, message_stats, CHANNEL_STATS};
@@ -14,6 +15,7 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
 
 /// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
@@ -46,7 +48,7 @@ pub async fn overview(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let vhosts = api.visible_vhosts(&who);
+    let vhosts = api.seen_vhosts(&who);
     let mut totals = [0u64; 3];
     let (mut queue_count, mut exchange_count) = (0, 0);
     for vhost in &vhosts {
@@ -72,6 +74,16 @@ pub async fn overview(
         .sum();
     let rates = api.rates.get(&rate_key("overview", "", ""));
     let counts = api.broker.registry.message_totals(None);
+    let mut object_totals = json!({
+        "channels": channels,
+        "connections": connections.len(),
+        "exchanges": exchange_count,
+        "queues": queue_count,
+    });
+    // RabbitMQ counts consumers for monitoring users only.
+    if who.is_monitor() {
+        object_totals["consumers"] = consumers.into();
+    }
     let body = json!({
         "management_version": API_VERSION,
         "rabbitmq_version": API_VERSION,
@@ -85,13 +97,7 @@ pub async fn overview(
         "enable_queue_totals": false,
         "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
         "queue_totals": queue_totals(totals, rates.as_deref()),
-        "object_totals": {
-            "channels": channels,
-            "connections": connections.len(),
-            "consumers": consumers,
-            "exchanges": exchange_count,
-            "queues": queue_count,
-        },
+        "object_totals": object_totals,
         "statistics_db_event_queue": 0,
         "listeners": listeners(&api),
         "contexts": contexts(&api),
@@ -270,7 +276,8 @@ pub async fn alarms(State(api): State<Arc<Api>>) -> Response {
 }
 
 /// Declares the queue `aliveness-test` in the vhost, publishes a message to it and gets it
-/// back (RabbitMQ's aliveness test).
+/// back (RabbitMQ's aliveness test), as the user: it needs configure and read on the queue
+/// and write on the default exchange.
 pub async fn aliveness(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -278,6 +285,10 @@ pub async fn aliveness(
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
     let name = "aliveness-test";
+    let acting = api.acting(&who, &vhost.name, Report::Get)?;
+    acting.queue(AccessKind::Configure, name)?;
+    acting.exchange(AccessKind::Write, "")?;
+    acting.queue(AccessKind::Read, name)?;
     queues::declare_simple(&vhost, name)?;
     let routed = super::exchanges::publish_message(
         &vhost,

@@ -1,7 +1,9 @@
 //! Policies and operator policies (/api/policies, /api/operator-policies), runtime
 //! parameters (/api/parameters, /api/global-parameters) and vhost limits
-//! (/api/vhost-limits), as RabbitMQ's management plugin serves them. Setting needs the
-//! policymaker tag (administrators for operator policies, global parameters and limits).
+//! (/api/vhost-limits), as RabbitMQ 3.10's management plugin serves and guards them: every
+//! management user lists the policies and operator policies of the vhosts it uses; one
+//! policy, and runtime parameters, are for policymakers with permissions in the vhost (and
+//! administrators); one operator policy and vhost limits' changes for administrators.
 
 use super::{body_json, created_or_updated, no_content};
 use crate::auth::Identity;
@@ -24,20 +26,19 @@ fn listed(vhost: &VHost, kind: PolicyKind) -> Vec<Policy> {
     }
 }
 
-/// Who may read policies: policymakers and monitors (administrators for operator ones).
-fn may_read(who: &Identity, kind: PolicyKind) -> ApiResult<()> {
+/// Who may read, set or clear one policy of `vhost` (the lists are everyone's), then the
+/// vhost (404 when missing).
+fn managed_vhost(
+    api: &Api,
+    who: &Identity,
+    kind: PolicyKind,
+    vhost: &str,
+) -> ApiResult<Arc<VHost>> {
     match kind {
-        PolicyKind::Policy if who.is_policymaker() || who.is_monitor() => Ok(()),
-        PolicyKind::Policy => who.require_policymaker(),
-        PolicyKind::Operator => who.require_admin(),
+        PolicyKind::Policy => api.require_policymaker_in(who, vhost)?,
+        PolicyKind::Operator => who.require_admin()?,
     }
-}
-
-fn may_write(who: &Identity, kind: PolicyKind) -> ApiResult<()> {
-    match kind {
-        PolicyKind::Policy => who.require_policymaker(),
-        PolicyKind::Operator => who.require_admin(),
-    }
+    api.broker.vhost(vhost).ok_or_else(ApiError::not_found)
 }
 
 fn list_of(
@@ -47,10 +48,9 @@ fn list_of(
     vhost: Option<&str>,
     query: &Query,
 ) -> ApiResult {
-    may_read(who, kind)?;
     let vhosts = match vhost {
         Some(name) => vec![api.vhost_for(who, name)?],
-        None => api.visible_vhosts(who),
+        None => api.used_vhosts(who),
     };
     let items = vhosts
         .iter()
@@ -67,8 +67,7 @@ fn one_of(
     vhost: &str,
     name: &str,
 ) -> ApiResult<Policy> {
-    may_read(who, kind)?;
-    let vhost = api.vhost_for(who, vhost)?;
+    let vhost = managed_vhost(api, who, kind, vhost)?;
     listed(&vhost, kind)
         .into_iter()
         .find(|p| p.name == name)
@@ -83,8 +82,7 @@ fn put_of(
     name: &str,
     body: &Bytes,
 ) -> ApiResult {
-    may_write(who, kind)?;
-    let vhost = api.vhost_for(who, vhost)?;
+    let vhost = managed_vhost(api, who, kind, vhost)?;
     let body = body_json(body)?;
     let policy =
         Policy::from_json(kind, &vhost.name, name, &body).map_err(ApiError::bad_request)?;
@@ -98,8 +96,7 @@ fn put_of(
 }
 
 fn delete_of(api: &Api, who: &Identity, kind: PolicyKind, vhost: &str, name: &str) -> ApiResult {
-    may_write(who, kind)?;
-    let vhost = api.vhost_for(who, vhost)?;
+    let vhost = managed_vhost(api, who, kind, vhost)?;
     let cleared = match kind {
         PolicyKind::Policy => vhost.clear_policy(name),
         PolicyKind::Operator => vhost.clear_operator_policy(name),
@@ -196,7 +193,7 @@ fn parameters_where(api: &Api, who: &Identity, keep: impl Fn(&str, &str) -> bool
         .parameters
         .list()
         .iter()
-        .filter(|p| api.sees_vhost(who, &p.vhost) && keep(&p.component, &p.vhost))
+        .filter(|p| api.uses_vhost(who, &p.vhost) && keep(&p.component, &p.vhost))
         .map(|p| parameter_json(&p.vhost, &p.component, &p.name, &p.value_json))
         .collect()
 }
@@ -231,8 +228,8 @@ pub async fn parameters_in(
     Path((component, vhost)): Path<(String, String)>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    who.require_policymaker()?;
-    api.vhost_for(&who, &vhost)?;
+    api.require_policymaker_in(&who, &vhost)?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let items = parameters_where(&api, &who, |c, v| c == component && v == vhost);
     respond_sorted(items, &query, &["name"])
 }
@@ -243,8 +240,8 @@ pub async fn parameter(
     Path((component, vhost, name)): Path<(String, String, String)>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    who.require_policymaker()?;
-    api.vhost_for(&who, &vhost)?;
+    api.require_policymaker_in(&who, &vhost)?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let p = api
         .broker
         .parameters
@@ -265,8 +262,8 @@ pub async fn put_parameter(
     Path((component, vhost, name)): Path<(String, String, String)>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_policymaker()?;
-    api.vhost_for(&who, &vhost)?;
+    api.require_policymaker_in(&who, &vhost)?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     if served_elsewhere(&component) {
         return Err(ApiError::bad_request(format!(
             "component {component} is set through its own endpoint"
@@ -293,8 +290,8 @@ pub async fn delete_parameter(
     Extension(who): Extension<Identity>,
     Path((component, vhost, name)): Path<(String, String, String)>,
 ) -> ApiResult {
-    who.require_policymaker()?;
-    api.vhost_for(&who, &vhost)?;
+    api.require_policymaker_in(&who, &vhost)?;
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     match api.broker.parameters.clear(&vhost, &component, &name) {
         true => Ok(no_content()),
         false => Err(ApiError::not_found()),
@@ -310,7 +307,7 @@ pub async fn global_parameters(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    who.require_admin()?;
+    who.require_policymaker()?;
     let items = api
         .broker
         .parameters
@@ -327,7 +324,7 @@ pub async fn global_parameter(
     Path(name): Path<String>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    who.require_admin()?;
+    who.require_policymaker()?;
     let (n, v) = api
         .broker
         .parameters
@@ -344,7 +341,7 @@ pub async fn put_global_parameter(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_admin()?;
+    who.require_policymaker()?;
     let body = body_json(&body)?;
     let value = body
         .get("value")
@@ -364,7 +361,7 @@ pub async fn delete_global_parameter(
     Extension(who): Extension<Identity>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    who.require_admin()?;
+    who.require_policymaker()?;
     match api.broker.parameters.clear_global(&name) {
         true => Ok(no_content()),
         false => Err(ApiError::not_found()),
@@ -391,7 +388,7 @@ pub async fn vhost_limits(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let items = api
-        .visible_vhosts(&who)
+        .seen_vhosts(&who)
         .iter()
         .filter_map(|v| limits_json(v))
         .collect();
@@ -404,7 +401,7 @@ pub async fn vhost_limits_of(
     Path(vhost): Path<String>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let vhost = api.vhost_for(&who, &vhost)?;
+    let vhost = api.seen_vhost_for(&who, &vhost)?;
     respond_sorted(
         limits_json(&vhost).into_iter().collect(),
         &query,

@@ -1,8 +1,11 @@
 //! /api/queues: list (all, per vhost) with message counts and rates, one (with its
 //! consumers), PUT (declare), DELETE (`if-empty`, `if-unused`), DELETE …/contents (purge)
 //! and POST …/get (fetch messages with an ack mode, as the console's "Get messages").
+//! Declaring and deleting need configure on the queue, purging and getting read
+//! (`acting`).
 
 use super::{body_bool, body_json, connections, rate_key};
+use crate::acting::Report;
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, json_to_table, message_stats, table_to_json, QUEUE_STATS};
@@ -15,9 +18,10 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
 use warren_broker::{Queue, QueueDeclaration, VHost};
-use warren_codec::{BasicProperties, FieldTable, Reader, ShortStr};
+use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader, ShortStr};
 
 /// messages (ready + unacknowledged), messages_ready, messages_unacknowledged.
 pub fn message_totals(q: &Arc<Queue>) -> [u64; 3] {
@@ -90,7 +94,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let items = api
-        .visible_vhosts(&who)
+        .used_vhosts(&who)
         .iter()
         .flat_map(|v| all_in(&api, v))
         .collect();
@@ -147,7 +151,8 @@ pub fn declare_simple(vhost: &Arc<VHost>, name: &str) -> ApiResult<()> {
 }
 
 /// PUT: declares the queue (201 when new, 204 when it existed and is equivalent; 400 for
-/// different flags or arguments, as queue.declare's 406).
+/// different flags or arguments, as queue.declare's 406). As queue.declare, a new queue
+/// with a dead-letter exchange also needs read on itself and write on that exchange.
 pub async fn declare(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -169,7 +174,16 @@ pub async fn declare(
             "invalid queue name '{name}'"
         )));
     }
+    let acting = api.acting(&who, &vhost.name, Report::Plain)?;
+    acting.queue(AccessKind::Configure, &name)?;
     let existed = vhost.queue(&name).is_some();
+    let dead_letter_exchange = arguments
+        .get("x-dead-letter-exchange")
+        .and_then(FieldValue::as_str);
+    if let (false, Some(dlx)) = (existed, dead_letter_exchange) {
+        acting.queue(AccessKind::Read, &name)?;
+        acting.exchange(AccessKind::Write, dlx)?;
+    }
     vhost.declare_queue(
         QueueDeclaration {
             name: ShortStr::from(name.as_str()),
@@ -191,6 +205,8 @@ pub async fn delete(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    api.acting(&who, &vhost.name, Report::Plain)?
+        .queue(AccessKind::Configure, &name)?;
     if query.get("if-unused").is_some_and(|v| v == "true") && q.consumer_count() > 0 {
         return Err(ApiError::bad_request(format!(
             "queue '{name}' in vhost '{}' in use",
@@ -212,7 +228,9 @@ pub async fn purge(
     Extension(who): Extension<Identity>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
-    let (_, q) = find(&api, &who, &vhost, &name)?;
+    let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    api.acting(&who, &vhost.name, Report::Plain)?
+        .queue(AccessKind::Read, &name)?;
     q.purge();
     Ok(super::no_content())
 }
@@ -233,7 +251,9 @@ pub async fn get_messages(
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult {
-    let (_, q) = find(&api, &who, &vhost, &name)?;
+    let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    api.acting(&who, &vhost.name, Report::Get)?
+        .queue(AccessKind::Read, &name)?;
     let body = body_json(&body)?;
     let count = body
         .get("count")

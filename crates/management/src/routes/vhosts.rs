@@ -1,9 +1,10 @@
-//! /api/vhosts: every vhost the user sees with its message totals and rates, and one.
+//! /api/vhosts: every vhost the user sees (monitoring users all, others those they have
+//! permissions in) with its message totals and rates, and one (administrators).
 
 use super::node::queue_totals;
 use super::{queues, rate_key};
 use crate::auth::Identity;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::json::{message_stats, CHANNEL_STATS};
 use crate::list::{respond, respond_one, Query};
 use crate::Api;
@@ -46,19 +47,21 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let items = api
-        .visible_vhosts(&who)
+        .seen_vhosts(&who)
         .iter()
         .map(|v| vhost_json(&api, v))
         .collect();
     respond(items, &query)
 }
 
+/// One vhost: administrators only, as RabbitMQ 3.10 (others see it in the list).
 pub async fn one(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
     Path(vhost): Path<String>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let vhost = api.vhost_for(&who, &vhost)?;
+    who.require_admin()?;
+    let vhost = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     Ok(respond_one(vhost_json(&api, &vhost), &query))
 }

@@ -91,7 +91,10 @@ export async function render(main, context) {
         ["Exchanges", objects.exchanges],
         ["Queues", objects.queues],
         ["Consumers", objects.consumers],
-      ].map(([label, value]) => el("div", { dataset: { total: label.toLowerCase() } }, el("b", {}, count(value || 0)), el("span", {}, label))),
+      ]
+        // RabbitMQ counts consumers for monitoring users only; the others get no such total.
+        .filter(([, value]) => value !== undefined)
+        .map(([label, value]) => el("div", { dataset: { total: label.toLowerCase() } }, el("b", {}, count(value || 0)), el("span", {}, label))),
     );
     if (!monitoring) {
       fill(nodes, el("p", { class: "muted" }, "Node details and alarms are shown to users tagged monitoring or administrator."));
