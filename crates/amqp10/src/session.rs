@@ -406,6 +406,10 @@ impl Session {
         if let Some(error) = &d.error {
             tracing::debug!(handle, error = ?error, "AMQP 1.0 client detached with an error");
         }
+        if !self.links.contains_key(&handle) {
+            // The answer to our own detach (a refused link, or one we ended with an error).
+            return;
+        }
         self.remove_link(handle, env);
         self.send(
             env,
