@@ -252,6 +252,8 @@ where
             return Ok(false);
         }
         self.wbuf.extend_from_slice(&PROTOCOL_HEADER_AMQP);
+        // Some clients wait for our header before they send open.
+        self.flush().await?;
         let open = loop {
             let frame = self.read_frame(HANDSHAKE_MAX_FRAME).await?;
             if frame.body.is_empty() {

@@ -228,10 +228,10 @@ impl Session {
     /// the error.
     fn refuse(&mut self, mut reply: Attach, error: Error, env: &mut Env) {
         let handle = reply.handle.0;
-        match reply.role {
-            Role::Receiver => reply.target = None,
-            Role::Sender => reply.source = None,
-        }
+        // The spec nulls the terminus the refusing side would have provided; some clients
+        // (go-amqp) look for both null, which is as valid.
+        reply.target = None;
+        reply.source = None;
         tracing::info!(user = env.user, error = ?error.description, "AMQP 1.0 link refused");
         self.send(env, Performative::Attach(reply));
         self.send(
@@ -484,6 +484,7 @@ impl Session {
     /// when a drain needs the connection to hand over the deliveries already under way
     /// and then call `finish_drain`.
     pub fn flow(&mut self, f: Flow, env: &mut Env) -> Result<Option<u32>, Fail> {
+        tracing::trace!(channel = self.channel, flow = ?f, "AMQP 1.0 flow");
         self.remote_incoming_window = f
             .next_incoming_id
             .unwrap_or(0)
