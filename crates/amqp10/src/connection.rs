@@ -38,6 +38,9 @@ const EVENT_BATCH: usize = 512;
 /// Frames before open (SASL, the open itself) are small: an unauthenticated peer cannot
 /// make us buffer more than this.
 const HANDSHAKE_MAX_FRAME: u32 = 4096;
+/// Highest session channel a client may use (RabbitMQ 4 allows 64 sessions; a many-link
+/// client rarely needs more than a few).
+const CHANNEL_MAX: u16 = 1023;
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// A failed login is answered after this pause, which slows down password guessing.
 const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
@@ -270,7 +273,7 @@ where
             }
         };
         self.peer_max_frame = open.max_frame_size.0.max(MIN_MAX_FRAME_SIZE);
-        self.channel_max = open.channel_max.0;
+        self.channel_max = open.channel_max.0.min(CHANNEL_MAX);
         self.peer_idle = open
             .idle_time_out
             .filter(|ms| *ms > 0)
@@ -305,7 +308,7 @@ where
             container_id: "warren".to_owned(),
             hostname: None,
             max_frame_size: MaxFrameSize(self.config.max_frame_size),
-            channel_max: ChannelMax(self.channel_max.min(u16::MAX)),
+            channel_max: ChannelMax(CHANNEL_MAX),
             idle_time_out: (!self.config.idle_timeout.is_zero()).then(|| {
                 self.config
                     .idle_timeout

@@ -57,7 +57,7 @@ pub fn login(
         other => return Err(format!("mechanism {other} not offered")),
     };
     // On a dual-stack listener an IPv4 client shows as ::ffff:a.b.c.d.
-    if config.loopback_users.iter().any(|u| *u == user) && !peer.to_canonical().is_loopback() {
+    if config.loopback_users.contains(&user) && !peer.to_canonical().is_loopback() {
         return Err(format!("user '{user}' can only connect via localhost"));
     }
     Ok(user)

@@ -18,6 +18,7 @@ from proton.utils import BlockingConnection, LinkDetached, SendException
 from conftest import AMQP_URL, connect, get_one, wait_for
 from own_broker import Broker, needs_warren_bin
 from test_access import Tenant, needs_api, url_for
+from test_tls import certs, started  # noqa: F401 (fixtures)
 
 _url = urllib.parse.urlparse(AMQP_URL)
 HOST, PORT = _url.hostname, _url.port or 5672
@@ -414,3 +415,43 @@ def test_permissions_are_enforced_as_for_091():
     finally:
         t.remove()
 
+
+
+# ---- protocol header and TLS -----------------------------------------------------------------
+
+def test_amqp10_without_sasl_is_answered_with_the_sasl_header():
+    """RabbitMQ requires SASL: the plain AMQP 1.0 header gets the SASL header and a close."""
+    import socket
+    s = socket.create_connection((HOST, PORT), timeout=10)
+    try:
+        s.sendall(b"AMQP\x00\x01\x00\x00")
+        got = b""
+        while True:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            got += chunk
+        assert got == b"AMQP\x03\x01\x00\x00"
+    finally:
+        s.close()
+
+
+def test_amqp10_over_tls(certs, started):
+    from proton import SSLDomain
+    broker = started(certs)
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(certs["ca"])
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER)
+    c = BlockingConnection("amqps://127.0.0.1:%d" % broker.amqps_port, timeout=10,
+                           ssl_domain=domain, user="guest", password="guest",
+                           allowed_mechs="PLAIN")
+    try:
+        admin = connect(broker.warren.url)
+        admin.channel().queue_declare("over-tls")
+        admin.close()
+        c.create_sender("/queues/over-tls").send(data(b"secret"))
+        r = c.create_receiver("/queues/over-tls")
+        assert bytes(r.receive(timeout=10).body) == b"secret"
+        r.accept()
+    finally:
+        c.close()
