@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
+use warren_broker::alarm::AlarmSet;
 use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
 use warren_store::DurableState;
 
@@ -70,6 +71,8 @@ pub struct Connection<R, W> {
     last_write: Instant,
     /// We sent close: the client's close is the last thing we wait for.
     closing: bool,
+    /// The broker's resource alarms: while any is on, publishers get no new credit.
+    alarms: watch::Receiver<AlarmSet>,
 }
 
 impl<R, W> Connection<R, W>
@@ -87,6 +90,7 @@ where
         tls: bool,
     ) -> Self {
         let (events_tx, events_rx) = unbounded_channel();
+        let alarms = broker.alarms.subscribe();
         Connection {
             id: broker.next_connection_id(),
             peer,
@@ -109,6 +113,7 @@ where
             last_read: Instant::now(),
             last_write: Instant::now(),
             closing: false,
+            alarms,
         }
     }
 
@@ -362,6 +367,7 @@ where
     async fn run(&mut self) -> io::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut alarms_live = true;
         loop {
             let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
             let awaiting_fsync = self.sessions.values().any(Session::has_awaiting_fsync);
@@ -405,6 +411,15 @@ where
                 _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
                     self.end_of_batch();
                 }
+                changed = self.alarms.changed(), if alarms_live => match changed {
+                    Ok(()) => {
+                        if self.alarms.borrow_and_update().is_empty() {
+                            self.resume_publishers();
+                        }
+                    }
+                    // The broker is shutting down.
+                    Err(_) => alarms_live = false,
+                },
                 _ = tick.tick() => {
                     if !self.on_tick() {
                         self.flush().await?;
@@ -485,6 +500,16 @@ where
         }
     }
 
+    fn resume_publishers(&mut self) {
+        let Some(vhost) = self.vhost.clone() else {
+            return;
+        };
+        let (sessions, mut env) = self.split(&vhost);
+        for session in sessions.values_mut() {
+            session.resume_publishers(&mut env);
+        }
+    }
+
     fn split<'a>(&'a mut self, vhost: &'a Arc<VHost>) -> (&'a mut HashMap<u16, Session>, Env<'a>) {
         (
             &mut self.sessions,
@@ -497,6 +522,7 @@ where
                 out: &mut self.wbuf,
                 peer_max_frame: self.peer_max_frame,
                 max_message_size: self.config.max_message_size_bytes,
+                publishing_blocked: !self.alarms.borrow().is_empty(),
             },
         )
     }

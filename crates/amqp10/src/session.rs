@@ -53,6 +53,9 @@ pub struct Env<'a> {
     /// The client's max-frame-size: transfers are split to fit it.
     pub peer_max_frame: u32,
     pub max_message_size: u64,
+    /// A resource alarm is on: incoming links get no new credit (RabbitMQ 4 blocks AMQP
+    /// 1.0 publishers this way).
+    pub publishing_blocked: bool,
 }
 
 /// How a handler failed: the link, the session or the whole connection ends with the error.
@@ -280,18 +283,20 @@ impl Session {
             }
         }
         self.send(env, Performative::Attach(reply));
+        // During a resource alarm the link starts without credit; it gets some when the
+        // alarms clear (`resume_publishers`).
+        let credit = if env.publishing_blocked {
+            0
+        } else {
+            INCOMING_LINK_CREDIT
+        };
         let link = IncomingLink {
             target,
             delivery_count: a.initial_delivery_count.unwrap_or(0),
-            credit: INCOMING_LINK_CREDIT,
+            credit,
             partial: None,
         };
-        let flow = self.flow_frame(Some((
-            handle,
-            link.delivery_count,
-            INCOMING_LINK_CREDIT,
-            false,
-        )));
+        let flow = self.flow_frame(Some((handle, link.delivery_count, credit, false)));
         self.links.insert(handle, Link::In(link));
         self.send(env, Performative::Flow(flow));
         Ok(())
@@ -828,6 +833,14 @@ impl Session {
             let frame = self.flow_frame(None);
             self.send(env, Performative::Flow(frame));
         }
+        if env.publishing_blocked {
+            return;
+        }
+        self.top_up_credit(handle, env);
+    }
+
+    /// Gives an incoming link its credit back once half is used.
+    fn top_up_credit(&mut self, handle: u32, env: &mut Env) {
         if let Some(Link::In(link)) = self.links.get_mut(&handle) {
             if link.credit < INCOMING_LINK_CREDIT / 2 {
                 link.credit = INCOMING_LINK_CREDIT;
@@ -835,6 +848,14 @@ impl Session {
                 let frame = self.flow_frame(Some(state));
                 self.send(env, Performative::Flow(frame));
             }
+        }
+    }
+
+    /// The resource alarms cleared: publishers that ran low get credit again.
+    pub fn resume_publishers(&mut self, env: &mut Env) {
+        let handles: Vec<u32> = self.links.keys().copied().collect();
+        for handle in handles {
+            self.top_up_credit(handle, env);
         }
     }
 

@@ -455,3 +455,49 @@ def test_amqp10_over_tls(certs, started):
         r.accept()
     finally:
         c.close()
+
+
+# ---- resource alarms -------------------------------------------------------------------------
+
+@needs_warren_bin
+def test_a_resource_alarm_gives_amqp10_publishers_no_credit(tmp_path):
+    """RabbitMQ 4 blocks AMQP 1.0 publishers by granting them no link credit during an
+    alarm (here the disk alarm, on from the start: the free-space limit is absurdly high).
+    The sender cannot send; the connection stays up and consuming still works."""
+    from proton import Timeout
+    broker = Broker(str(tmp_path), "--disk-free-limit-bytes", str(10 ** 18))
+    try:
+        c = connect(broker.url)  # never publishes: never blocked
+        ch = c.channel()
+        ch.queue_declare("alarmed")
+        publisher = connect(broker.url, blocked_connection_timeout=None)
+        publisher.channel().basic_publish("", "alarmed", b"before")  # taken; then it blocks
+        assert wait_for(lambda: ready(ch, "alarmed") == 1, timeout=10)
+        c10 = amqp10(port=broker.port)
+        sender = c10.create_sender("/queues/alarmed")
+        pump(c10, 1.0)
+        assert sender.link.credit == 0
+        with pytest.raises(Timeout):
+            sender.send(data(b"blocked"), timeout=2)
+        receiver = c10.create_receiver("/queues/alarmed")
+        assert bytes(receiver.receive(timeout=10).body) == b"before"
+        receiver.accept()
+        assert ready(ch, "alarmed") == 0
+        c10.close()
+    finally:
+        broker.stop()
+
+
+def test_idle_timeout_keepalives_keep_a_quiet_connection_open(names, ch):
+    """The client asks for a 2 s idle timeout (proton closes the connection when nothing
+    arrives for that long); the broker's empty frames keep it open through 7 quiet seconds."""
+    c = BlockingConnection("amqp://%s:%d" % (HOST, PORT), timeout=10, user=USER,
+                           password=PASSWORD, allowed_mechs="PLAIN", heartbeat=2)
+    try:
+        pump(c, 7)
+        q = names.queue()
+        ch.queue_declare(q)
+        c.create_sender(addr_queue(q)).send(data(b"still here"))
+        assert get_one(ch, q)[2] == b"still here"
+    finally:
+        c.close()
