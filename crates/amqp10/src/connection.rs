@@ -19,7 +19,7 @@
 use crate::codec::{self, *};
 use crate::sasl;
 use crate::session::{self, Env, Fail, Session};
-use crate::Amqp10Config;
+use crate::{Amqp10Config, Endpoints};
 use bytes::BytesMut;
 use std::collections::HashMap;
 use std::io;
@@ -30,7 +30,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use warren_broker::alarm::AlarmSet;
+use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
 use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_codec::FieldTable;
 use warren_store::DurableState;
 
 const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
@@ -49,6 +51,11 @@ const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
 pub struct Connection<R, W> {
     id: ConnectionId,
     peer: SocketAddr,
+    local: SocketAddr,
+    /// The SASL mechanism the client logged in with.
+    mechanism: String,
+    /// What the HTTP API shows of this connection; set once it is open.
+    info: Option<Arc<ConnectionInfo>>,
     broker: Arc<Broker>,
     config: Arc<Amqp10Config>,
     tls: bool,
@@ -84,7 +91,7 @@ where
         reader: R,
         writer: W,
         read: BytesMut,
-        peer: SocketAddr,
+        endpoints: Endpoints,
         broker: Arc<Broker>,
         config: Arc<Amqp10Config>,
         tls: bool,
@@ -93,7 +100,10 @@ where
         let alarms = broker.alarms.subscribe();
         Connection {
             id: broker.next_connection_id(),
-            peer,
+            peer: endpoints.peer,
+            local: endpoints.local,
+            mechanism: String::new(),
+            info: None,
             broker,
             config,
             tls,
@@ -131,6 +141,7 @@ where
                 }
             };
         if opened {
+            self.register();
             tracing::debug!(peer = %self.peer, user = %self.user, tls = self.tls, "AMQP 1.0 connection open");
             if let Err(e) = self.run().await {
                 tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 connection ended");
@@ -231,7 +242,10 @@ where
             response,
             self.peer.ip(),
         ) {
-            Ok(user) => self.user = user,
+            Ok(user) => {
+                self.user = user;
+                self.mechanism = init.mechanism.as_str().to_owned();
+            }
             Err(why) => {
                 tracing::warn!(peer = %self.peer, "AMQP 1.0 login refused: {why}");
                 tokio::time::sleep(FAILED_LOGIN_DELAY).await;
@@ -306,6 +320,31 @@ where
                 Ok(false)
             }
         }
+    }
+
+    /// Puts the open connection in the broker's registry, for the HTTP API (which can
+    /// also close it through `events`).
+    fn register(&mut self) {
+        let info = ConnectionInfo::new(ConnectionFacts {
+            id: self.id,
+            peer: self.peer,
+            local: self.local,
+            user: self.user.clone(),
+            vhost: self
+                .vhost
+                .as_ref()
+                .map_or_else(String::new, |v| v.name.clone()),
+            auth_mechanism: std::mem::take(&mut self.mechanism),
+            client_properties: FieldTable::default(),
+            frame_max: self.peer_max_frame.min(self.config.max_frame_size),
+            channel_max: self.channel_max,
+            heartbeat_s: self.config.idle_timeout.as_secs().min(u64::from(u16::MAX)) as u16,
+            tls: self.tls,
+            events: self.events_tx.clone(),
+            protocol: "AMQP 1-0",
+        });
+        self.broker.registry.register(info.clone());
+        self.info = Some(info);
     }
 
     fn send_open(&mut self) {
@@ -710,6 +749,9 @@ where
     /// Connection teardown: every session's links leave their queues, unsettled and
     /// undelivered messages go back.
     fn release(&mut self) {
+        if let Some(info) = self.info.take() {
+            self.broker.registry.unregister(info.id);
+        }
         let Some(vhost) = self.vhost.clone() else {
             return;
         };

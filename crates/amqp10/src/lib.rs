@@ -58,13 +58,20 @@ impl Default for Amqp10Config {
     }
 }
 
+/// The two ends of a client's connection: the client's address and ours.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoints {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
 /// Serves one AMQP 1.0 connection to its end. `read` holds what was already read from the
 /// stream (at least the 8-byte protocol header the caller dispatched on).
 pub async fn serve<R, W>(
     reader: R,
     writer: W,
     read: BytesMut,
-    peer: SocketAddr,
+    endpoints: Endpoints,
     broker: Arc<Broker>,
     config: Arc<Amqp10Config>,
     tls: bool,
@@ -72,7 +79,7 @@ pub async fn serve<R, W>(
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    connection::Connection::new(reader, writer, read, peer, broker, config, tls)
+    connection::Connection::new(reader, writer, read, endpoints, broker, config, tls)
         .serve()
         .await
 }

@@ -193,6 +193,7 @@ where
             heartbeat_s: self.heartbeat.map_or(0, |h| h.as_secs() as u16),
             tls: self.tls.is_some(),
             events: self.events_tx.clone(),
+            protocol: "AMQP 0-9-1",
         });
         self.broker.registry.register(info.clone());
         self.info = Some(info);
@@ -238,9 +239,14 @@ where
             // Nothing was opened yet: the AMQP 1.0 server takes the stream as it is, with
             // the header still in the read buffer.
             let config = self.config.amqp10.clone();
-            let (peer, broker, tls) = (self.peer, self.broker.clone(), self.tls.is_some());
+            let endpoints = warren_amqp10::Endpoints {
+                peer: self.peer,
+                local: self.local,
+            };
+            let (broker, tls) = (self.broker.clone(), self.tls.is_some());
             let (reader, writer, rbuf) = (self.reader, self.writer, self.rbuf);
-            return warren_amqp10::serve(reader, writer, rbuf, peer, broker, config, tls).await;
+            return warren_amqp10::serve(reader, writer, rbuf, endpoints, broker, config, tls)
+                .await;
         }
         match result {
             Ok(true) => {

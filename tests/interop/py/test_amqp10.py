@@ -501,3 +501,25 @@ def test_idle_timeout_keepalives_keep_a_quiet_connection_open(names, ch):
         assert get_one(ch, q)[2] == b"still here"
     finally:
         c.close()
+
+
+@needs_api
+def test_the_http_api_lists_and_closes_amqp10_connections():
+    from test_access import api, q as quote
+    c = amqp10()
+    try:
+        def mine():
+            return [x for x in api("GET", "connections").json()
+                    if x["protocol"] == "AMQP 1-0" and x["user"] == USER]
+        assert wait_for(lambda: len(mine()) >= 1, timeout=10)
+        conn = mine()[-1]
+        assert conn["auth_mechanism"] == "PLAIN" and conn["vhost"] == "/"
+        for x in mine():
+            api("DELETE", "connections/" + quote(x["name"]), expect=(204,))
+        with pytest.raises(ConnectionException):
+            c.wait(lambda: False, timeout=10)
+    finally:
+        try:
+            c.close()
+        except Exception:
+            pass
