@@ -14,6 +14,8 @@ mod connection;
 mod convert;
 mod sasl;
 mod session;
+#[cfg(test)]
+mod tests;
 
 use bytes::BytesMut;
 use std::net::SocketAddr;

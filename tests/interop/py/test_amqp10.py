@@ -523,3 +523,13 @@ def test_the_http_api_lists_and_closes_amqp10_connections():
             c.close()
         except Exception:
             pass
+
+
+def test_deleting_the_queue_detaches_its_receivers(names, ch, c10):
+    q = names.queue()
+    ch.queue_declare(q)
+    receiver = c10.create_receiver(addr_queue(q))
+    ch.queue_delete(q)
+    with pytest.raises(LinkDetached) as e:
+        receiver.receive(timeout=10)
+    assert e.value.condition == "amqp:resource-deleted"
