@@ -5,8 +5,8 @@
 //! `codec` is the only place that knows the frame layout and the AMQP 1.0 type system (the
 //! fe2o3-amqp-types crate); `sasl` authenticates; `address` reads RabbitMQ 4's v2
 //! addresses; `convert` maps messages to and from the broker's (0-9-1 shaped) `Message` as
-//! RabbitMQ 4 converts between the protocols; `connection`, `session` and `link` are the
-//! protocol state machine, one task per connection as for 0-9-1.
+//! RabbitMQ 4 converts between the protocols; `connection` and `session` (with its links)
+//! are the protocol state machine, one task per connection as for 0-9-1.
 
 mod address;
 mod codec;
