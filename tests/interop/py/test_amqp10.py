@@ -533,3 +533,15 @@ def test_deleting_the_queue_detaches_its_receivers(names, ch, c10):
     with pytest.raises(LinkDetached) as e:
         receiver.receive(timeout=10)
     assert e.value.condition == "amqp:resource-deleted"
+
+
+def test_x_cc_annotation_adds_routing_keys(names, ch, c10):
+    qa, qb = names.queue(), names.queue()
+    for q in (qa, qb):
+        ch.queue_declare(q)
+        ch.queue_bind(q, "amq.direct", q)
+    m = data(b"to both")
+    m.annotations = {symbol("x-cc"): [qb]}
+    c10.create_sender("/exchanges/amq.direct/" + qa).send(m)
+    assert get_one(ch, qa)[2] == b"to both"
+    assert get_one(ch, qb)[2] == b"to both"

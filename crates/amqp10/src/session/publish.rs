@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
+use warren_broker::routing_keys::header_routes;
 use warren_broker::{Enqueued, ExchangeKind, Message, MessageStats};
 use warren_codec::{ContentHeader, ShortStr, BASIC_CLASS_ID};
 use warren_store::{Outcome, StoreError};
@@ -372,13 +373,33 @@ fn route_and_enqueue(
         .counters
         .published
         .observe(env.connection, message.body.len(), !settled);
+    // Sender-selected distribution: the x-cc annotation (the CC header after conversion)
+    // adds routing keys; on a topic exchange each needs the topic permission too.
+    let cc = header_routes(props.headers.as_ref()).unwrap_or_default();
+    let mut keys = vec![dest.routing_key.as_str()];
+    keys.extend(cc.iter().filter_map(|k| std::str::from_utf8(k).ok()));
+    let topic_refused = exchange.kind == ExchangeKind::Topic
+        && keys[1..].iter().any(|key| {
+            !env.access.check_topic(
+                env.user,
+                &env.vhost.name,
+                &dest.exchange,
+                AccessKind::Write,
+                key,
+            )
+        });
+    if topic_refused {
+        return PublishOutcome::Settled(rejected(
+            AmqpError::UnauthorizedAccess,
+            format!(
+                "write access to a CC topic of exchange '{}' refused",
+                dest.exchange
+            ),
+        ));
+    }
     let mut queues = Vec::new();
-    env.vhost.route_keys(
-        &exchange,
-        &[dest.routing_key.as_str()],
-        props.headers.as_ref(),
-        &mut queues,
-    );
+    env.vhost
+        .route_keys(&exchange, &keys, props.headers.as_ref(), &mut queues);
     if queues.is_empty() {
         return PublishOutcome::Settled(DeliveryState::Released(Released {}));
     }
