@@ -102,14 +102,19 @@ fn decode<T: serde::de::DeserializeOwned>(section: &[u8], what: &str) -> Result<
     serde_amqp::from_slice(section).map_err(|e| format!("bad {what} section: {e}"))
 }
 
-/// The bytes of a data section's binary (after its descriptor).
+/// The bytes of a data section's binary (after its descriptor, in whichever form).
 fn data_contents(section: &Bytes) -> Result<Bytes, String> {
-    let value = &section[3..]; // 0x00 0x53 0x75
-    match value.first() {
-        Some(0xa0) => Ok(section.slice(5..)),
-        Some(0xb0) => Ok(section.slice(8..)),
-        _ => Err("data section is not binary".into()),
-    }
+    let not_binary = || "data section is not binary".to_owned();
+    let start = 1 + value_len(&section[1..]).ok_or_else(not_binary)?;
+    let header = match section.get(start) {
+        Some(0xa0) => 2,
+        Some(0xb0) => 5,
+        _ => return Err(not_binary()),
+    };
+    section
+        .get(start + header..)
+        .map(|_| section.slice(start + header..))
+        .ok_or_else(not_binary)
 }
 
 /// A string that fits a 0-9-1 shortstr (RabbitMQ's `shortstr` condition).
@@ -574,6 +579,16 @@ mod tests {
             .find(|(c, _)| *c == AMQP_VALUE);
         let value: AmqpValue<Value> = decode(&value_section.unwrap().1, "value").unwrap();
         assert_eq!(value.0, Value::String("hi".into()));
+    }
+
+    #[test]
+    fn a_data_section_with_a_symbolic_descriptor() {
+        let mut section = vec![0x00, 0xa3, 16];
+        section.extend_from_slice(b"amqp:data:binary");
+        section.extend_from_slice(&[0xa0, 2, b'h', b'i']);
+        let got = from_amqp10(&Bytes::from(section)).unwrap();
+        assert_eq!(&got.body[..], b"hi");
+        assert!(from_amqp10(&Bytes::from_static(&[0x00, 0x53, 0x75, 0x40])).is_err());
     }
 
     #[test]
