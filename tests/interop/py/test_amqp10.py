@@ -165,15 +165,13 @@ def test_link_credit_bounds_deliveries_and_drain_returns_the_rest(names, ch, c10
     receiver = c10.create_receiver(addr_queue(q), credit=0)
     incoming = receiver.fetcher.incoming
     # No credit, nothing sent.
-    time.sleep(0.5)
-    c10.container.process()
+    pump(c10, 0.5)
     assert len(incoming) == 0
     receiver.link.flow(2)
     c10.wait(lambda: len(incoming) == 2, timeout=10)
     # Exactly the credit: three stay in the queue.
     assert wait_for(lambda: ready(ch, q) == 3, timeout=10)
-    time.sleep(0.3)
-    c10.container.process()
+    pump(c10, 0.3)
     assert len(incoming) == 2
     # Drain with more credit than messages: the rest arrive, then the credit comes back.
     receiver.link.drain(10)
@@ -473,6 +471,12 @@ def test_a_resource_alarm_gives_amqp10_publishers_no_credit(tmp_path):
         publisher = connect(broker.url, blocked_connection_timeout=None)
         publisher.channel().basic_publish("", "alarmed", b"before")  # taken; then it blocks
         assert wait_for(lambda: ready(ch, "alarmed") == 1, timeout=10)
+        broker.log.flush()
+
+        def alarm_on():
+            with open(broker.log.name) as f:
+                return "resource alarm set" in f.read()
+        assert wait_for(alarm_on, timeout=15), "the disk alarm never came on"
         c10 = amqp10(port=broker.port)
         sender = c10.create_sender("/queues/alarmed")
         pump(c10, 1.0)
