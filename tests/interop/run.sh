@@ -26,7 +26,7 @@ echo "interop: broker $AMQP_URL"
 # (used by the pika suite and by the PerfTest check's queue inspection)
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$venv/.requirements.installed" \
-   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout, requests, prometheus_client" 2>/dev/null; then
+   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout, requests, prometheus_client, proton" 2>/dev/null; then
   python3 -m venv "$venv" || { echo "interop: cannot create venv"; exit 1; }
   "$venv/bin/pip" install -q -r "$here/requirements.txt" || { echo "interop: pip install failed"; exit 1; }
   cp "$here/requirements.txt" "$venv/.requirements.installed"

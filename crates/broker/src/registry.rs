@@ -133,6 +133,8 @@ pub struct ConnectionInfo {
     pub vhost: String,
     pub auth_mechanism: String,
     pub client_properties: FieldTable,
+    /// "AMQP 0-9-1" or "AMQP 1-0", as RabbitMQ's API names them.
+    pub protocol: &'static str,
     /// Milliseconds since the Unix epoch.
     pub connected_at_ms: u64,
     pub frame_max: u32,
@@ -167,6 +169,7 @@ pub struct ConnectionFacts {
     pub heartbeat_s: u16,
     pub tls: bool,
     pub events: UnboundedSender<ConnectionEvent>,
+    pub protocol: &'static str,
 }
 
 /// An IPv4 peer on a dual-stack socket shows up as `::ffff:a.b.c.d`; RabbitMQ names it by
@@ -191,6 +194,7 @@ impl ConnectionInfo {
             vhost: facts.vhost,
             auth_mechanism: facts.auth_mechanism,
             client_properties: facts.client_properties,
+            protocol: facts.protocol,
             connected_at_ms,
             frame_max: facts.frame_max,
             channel_max: facts.channel_max,
@@ -336,6 +340,7 @@ mod tests {
             channel_max: 2047,
             heartbeat_s: 60,
             tls: false,
+            protocol: "AMQP 0-9-1",
         }
     }
 

@@ -2,6 +2,7 @@
 //! RabbitMQ's. Users live in the broker's `AccessControl`.
 
 use crate::cert_name::CertLoginFrom;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct ServerConfig {
     pub server_properties: Vec<(String, String)>,
     /// Where a TLS client certificate's user name comes from for SASL EXTERNAL.
     pub cert_login_from: CertLoginFrom,
+    /// What connections that open with the AMQP 1.0 header negotiate (same port).
+    pub amqp10: Arc<warren_amqp10::Amqp10Config>,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +39,7 @@ impl Default for ServerConfig {
             loopback_users: vec!["guest".to_owned()],
             server_properties: Vec::new(),
             cert_login_from: CertLoginFrom::default(),
+            amqp10: Arc::default(),
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct Connection<R, W> {
     client_properties: FieldTable,
     /// What the HTTP API shows of this connection; set once it is open.
     info: Option<Arc<ConnectionInfo>>,
+    /// The client opened with the AMQP 1.0 header: `serve` hands the stream over.
+    amqp10: bool,
 }
 
 impl<R, W> Connection<R, W>
@@ -162,6 +164,7 @@ where
             mechanism: String::new(),
             client_properties: FieldTable::default(),
             info: None,
+            amqp10: false,
             config,
         }
     }
@@ -190,6 +193,7 @@ where
             heartbeat_s: self.heartbeat.map_or(0, |h| h.as_secs() as u16),
             tls: self.tls.is_some(),
             events: self.events_tx.clone(),
+            protocol: "AMQP 0-9-1",
         });
         self.broker.registry.register(info.clone());
         self.info = Some(info);
@@ -231,6 +235,19 @@ where
                 }
                 Ok(r) => r,
             };
+        if self.amqp10 {
+            // Nothing was opened yet: the AMQP 1.0 server takes the stream as it is, with
+            // the header still in the read buffer.
+            let config = self.config.amqp10.clone();
+            let endpoints = warren_amqp10::Endpoints {
+                peer: self.peer,
+                local: self.local,
+            };
+            let (broker, tls) = (self.broker.clone(), self.tls.is_some());
+            let (reader, writer, rbuf) = (self.reader, self.writer, self.rbuf);
+            return warren_amqp10::serve(reader, writer, rbuf, endpoints, broker, config, tls)
+                .await;
+        }
         match result {
             Ok(true) => {
                 tracing::debug!(peer = %self.peer, user = %self.user, "connection open");
@@ -360,6 +377,10 @@ where
     async fn handshake(&mut self) -> io::Result<bool> {
         while self.rbuf.len() < PROTOCOL_HEADER.len() {
             self.fill().await?;
+        }
+        if warren_amqp10::is_amqp10_header(&self.rbuf[..8]) {
+            self.amqp10 = true;
+            return Ok(false);
         }
         if &self.rbuf[..8] != PROTOCOL_HEADER {
             // Another protocol or version: answer with the one we speak, then hang up.

@@ -136,6 +136,10 @@ struct ServerArgs {
     /// PEM CA certificates client certificates are verified against (ssl_options.cacertfile).
     #[arg(long, env = "WARREN_TLS_CA_FILE")]
     tls_ca_file: Option<PathBuf>,
+    /// Offer SASL ANONYMOUS to AMQP 1.0 clients, logging them in as this user (RabbitMQ's
+    /// anonymous_login_user; off unless set).
+    #[arg(long, env = "WARREN_AMQP10_ANONYMOUS_USER")]
+    amqp10_anonymous_user: Option<String>,
     /// Ask TLS clients for a certificate and verify it (ssl_options.verify = verify_peer);
     /// a verified certificate can log in with SASL EXTERNAL.
     #[arg(long, env = "WARREN_TLS_VERIFY_PEER")]
@@ -242,6 +246,15 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         },
         ..ServerConfig::default()
     };
+    config.amqp10 = Arc::new(warren_amqp10::Amqp10Config {
+        allow_anonymous: args.amqp10_anonymous_user.is_some(),
+        anonymous_user: args.amqp10_anonymous_user.clone().unwrap_or_default(),
+        loopback_users: config.loopback_users.clone(),
+        max_frame_size: config.frame_max,
+        max_message_size_bytes: config.max_message_size_bytes,
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: Duration::from_secs(config.heartbeat_s.into()),
+    });
     // Certificate problems stop the broker before it touches the store. One configuration
     // serves every TLS listener (AMQPS, HTTPS for the API and Prometheus).
     let tls_ports = [

@@ -44,7 +44,7 @@ fn connection_json(api: &Api, c: &ConnectionInfo) -> Value {
         "name": c.name,
         "node": api.node,
         "type": "network",
-        "protocol": "AMQP 0-9-1",
+        "protocol": c.protocol,
         "user": c.user,
         "user_who_performed_action": c.user,
         "vhost": c.vhost,

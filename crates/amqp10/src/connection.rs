@@ -1,0 +1,784 @@
+//! One AMQP 1.0 connection: the SASL layer, open, then a single task that reads frames,
+//! writes frames and takes queue deliveries — the same shape as the 0-9-1 connection task.
+//!
+//! Handshake: the client's SASL header is answered with ours and sasl-mechanisms (PLAIN,
+//! and ANONYMOUS when enabled); a sasl-init that logs in gets sasl-outcome ok, and the client
+//! then sends the AMQP header, which we echo. A client that skips SASL is refused (our SASL
+//! header, then the socket closes), as RabbitMQ does. The open frame's hostname picks the
+//! vhost ("vhost:NAME", otherwise "/"), where the user needs a permission entry.
+//!
+//! The loop `select!`s over the socket (read all whole frames in each read), pending output,
+//! queue deliveries, the idle-timeout tick and, while publishes wait for an fsync, the
+//! store's durable watch. Output past `WRITE_HIGH_WATER_BYTES` stops reading and deliveries
+//! until the socket drains.
+//!
+//! Idle timeout: we announce ours (the client must send something that often; we close
+//! after twice that with nothing read) and send an empty frame when we have been quiet for
+//! half of the client's.
+
+use crate::codec::{self, *};
+use crate::sasl;
+use crate::session::{self, Env, Fail, Session};
+use crate::{Amqp10Config, Endpoints};
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use warren_broker::alarm::AlarmSet;
+use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
+use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_codec::FieldTable;
+use warren_store::DurableState;
+
+const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+const EVENT_BATCH: usize = 512;
+/// Frames before open (SASL, the open itself) are small: an unauthenticated peer cannot
+/// make us buffer more than this.
+const HANDSHAKE_MAX_FRAME: u32 = 4096;
+/// Highest session channel a client may use (RabbitMQ 4 allows 64 sessions; a many-link
+/// client rarely needs more than a few).
+const CHANNEL_MAX: u16 = 1023;
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// A failed login is answered after this pause, which slows down password guessing.
+const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
+
+pub struct Connection<R, W> {
+    id: ConnectionId,
+    peer: SocketAddr,
+    local: SocketAddr,
+    /// The SASL mechanism the client logged in with.
+    mechanism: String,
+    /// What the HTTP API shows of this connection; set once it is open.
+    info: Option<Arc<ConnectionInfo>>,
+    broker: Arc<Broker>,
+    config: Arc<Amqp10Config>,
+    tls: bool,
+    reader: R,
+    writer: W,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    user: String,
+    vhost: Option<Arc<VHost>>,
+    /// The client's max-frame-size (our transfers fit it).
+    peer_max_frame: u32,
+    /// The client's idle-time-out: we send something at least every half of it.
+    peer_idle: Option<Duration>,
+    channel_max: u16,
+    sessions: HashMap<u16, Session>,
+    events_tx: UnboundedSender<ConnectionEvent>,
+    events_rx: UnboundedReceiver<ConnectionEvent>,
+    durable: Option<watch::Receiver<DurableState>>,
+    last_read: Instant,
+    last_write: Instant,
+    /// We sent close: the client's close is the last thing we wait for.
+    closing: bool,
+    /// The broker's resource alarms: while any is on, publishers get no new credit.
+    alarms: watch::Receiver<AlarmSet>,
+}
+
+impl<R, W> Connection<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    pub fn new(
+        reader: R,
+        writer: W,
+        read: BytesMut,
+        endpoints: Endpoints,
+        broker: Arc<Broker>,
+        config: Arc<Amqp10Config>,
+        tls: bool,
+    ) -> Self {
+        let (events_tx, events_rx) = unbounded_channel();
+        let alarms = broker.alarms.subscribe();
+        Connection {
+            id: broker.next_connection_id(),
+            peer: endpoints.peer,
+            local: endpoints.local,
+            mechanism: String::new(),
+            info: None,
+            broker,
+            config,
+            tls,
+            reader,
+            writer,
+            rbuf: read,
+            wbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            user: String::new(),
+            vhost: None,
+            peer_max_frame: MIN_MAX_FRAME_SIZE,
+            peer_idle: None,
+            channel_max: u16::MAX,
+            sessions: HashMap::new(),
+            events_tx,
+            events_rx,
+            durable: None,
+            last_read: Instant::now(),
+            last_write: Instant::now(),
+            closing: false,
+            alarms,
+        }
+    }
+
+    pub async fn serve(mut self) {
+        let opened =
+            match tokio::time::timeout(self.config.handshake_timeout, self.handshake()).await {
+                Err(_) => {
+                    tracing::info!(peer = %self.peer, "AMQP 1.0 handshake timed out");
+                    false
+                }
+                Ok(Ok(open)) => open,
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 handshake failed");
+                    false
+                }
+            };
+        if opened {
+            self.register();
+            tracing::debug!(peer = %self.peer, user = %self.user, tls = self.tls, "AMQP 1.0 connection open");
+            if let Err(e) = self.run().await {
+                tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 connection ended");
+            }
+        }
+        self.release();
+        let linger = async {
+            let _ = self.flush().await;
+            let _ = self.writer.shutdown().await;
+            let mut scratch = [0u8; 4096];
+            while let Ok(n) = self.reader.read(&mut scratch).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIMEOUT, linger).await;
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.wbuf.is_empty() {
+            self.writer.write_all(&self.wbuf).await?;
+            self.writer.flush().await?;
+            self.wbuf.clear();
+            self.last_write = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn fill(&mut self) -> io::Result<()> {
+        self.rbuf.reserve(READ_CHUNK_BYTES);
+        if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.last_read = Instant::now();
+        Ok(())
+    }
+
+    async fn read_header(&mut self) -> io::Result<[u8; 8]> {
+        while self.rbuf.len() < 8 {
+            self.fill().await?;
+        }
+        let header = self.rbuf.split_to(8);
+        let mut out = [0u8; 8];
+        out.copy_from_slice(&header);
+        Ok(out)
+    }
+
+    async fn read_frame(&mut self, max: u32) -> io::Result<RawFrame> {
+        loop {
+            match parse_frame(&mut self.rbuf, max) {
+                Ok(Some(frame)) => return Ok(frame),
+                Ok(None) => self.fill().await?,
+                Err(why) => return Err(io::Error::new(io::ErrorKind::InvalidData, why)),
+            }
+        }
+    }
+
+    // ---- handshake -----------------------------------------------------------------------
+
+    async fn handshake(&mut self) -> io::Result<bool> {
+        let header = self.read_header().await?;
+        if header != PROTOCOL_HEADER_SASL {
+            // No SASL (or something else): we require SASL, and say so with our header.
+            self.writer.write_all(&PROTOCOL_HEADER_SASL).await?;
+            return Ok(false);
+        }
+        self.wbuf.extend_from_slice(&PROTOCOL_HEADER_SASL);
+        let mechanisms = sasl::mechanisms(&self.config);
+        write_sasl_mechanisms(
+            &mut self.wbuf,
+            &SaslMechanisms {
+                sasl_server_mechanisms: Array(
+                    mechanisms.iter().map(|m| Symbol::from(*m)).collect(),
+                ),
+            },
+        );
+        self.flush().await?;
+        let frame = self.read_frame(HANDSHAKE_MAX_FRAME).await?;
+        if frame.kind != FRAME_SASL {
+            return Ok(false);
+        }
+        let init = match decode_sasl_init(&frame.body) {
+            Ok(init) => init,
+            Err(why) => {
+                tracing::info!(peer = %self.peer, "AMQP 1.0: {why}");
+                return Ok(false);
+            }
+        };
+        let response: &[u8] = init
+            .initial_response
+            .as_deref()
+            .map_or(&[], |r| r.as_slice());
+        match sasl::login(
+            &self.config,
+            &self.broker.access,
+            init.mechanism.as_str(),
+            response,
+            self.peer.ip(),
+        ) {
+            Ok(user) => {
+                self.user = user;
+                self.mechanism = init.mechanism.as_str().to_owned();
+            }
+            Err(why) => {
+                tracing::warn!(peer = %self.peer, "AMQP 1.0 login refused: {why}");
+                tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+                write_sasl_outcome(
+                    &mut self.wbuf,
+                    &SaslOutcome {
+                        code: SaslCode::Auth,
+                        additional_data: None,
+                    },
+                );
+                self.flush().await?;
+                return Ok(false);
+            }
+        }
+        write_sasl_outcome(
+            &mut self.wbuf,
+            &SaslOutcome {
+                code: SaslCode::Ok,
+                additional_data: None,
+            },
+        );
+        self.flush().await?;
+
+        if self.read_header().await? != PROTOCOL_HEADER_AMQP {
+            self.writer.write_all(&PROTOCOL_HEADER_AMQP).await?;
+            return Ok(false);
+        }
+        self.wbuf.extend_from_slice(&PROTOCOL_HEADER_AMQP);
+        // Some clients wait for our header before they send open.
+        self.flush().await?;
+        let open = loop {
+            let frame = self.read_frame(HANDSHAKE_MAX_FRAME).await?;
+            if frame.body.is_empty() {
+                continue; // an idle-timeout keep-alive
+            }
+            match decode_performative(&frame.body) {
+                Ok((Performative::Open(open), _)) => break open,
+                Ok(_) | Err(_) => {
+                    self.send_open();
+                    self.close_with(codec::error(AmqpError::IllegalState, "expected open"));
+                    self.flush().await?;
+                    return Ok(false);
+                }
+            }
+        };
+        self.peer_max_frame = open.max_frame_size.0.max(MIN_MAX_FRAME_SIZE);
+        self.channel_max = open.channel_max.0.min(CHANNEL_MAX);
+        self.peer_idle = open
+            .idle_time_out
+            .filter(|ms| *ms > 0)
+            .map(|ms| Duration::from_millis(u64::from(ms)));
+        // RabbitMQ: "vhost:NAME" picks the vhost; anything else means the default one.
+        let vhost_name = open
+            .hostname
+            .as_deref()
+            .and_then(|h| h.strip_prefix("vhost:"))
+            .unwrap_or("/")
+            .to_owned();
+        self.send_open();
+        match self.open_vhost(&vhost_name) {
+            Ok(vhost) => {
+                self.durable = vhost.store.as_ref().map(|s| s.durable_watch());
+                self.vhost = Some(vhost);
+                churn::bump(&self.broker.counters.connections.connections_opened);
+                self.flush().await?;
+                Ok(true)
+            }
+            Err(error) => {
+                tracing::info!(peer = %self.peer, user = %self.user, error = ?error.description, "AMQP 1.0 open refused");
+                self.close_with(error);
+                self.flush().await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Puts the open connection in the broker's registry, for the HTTP API (which can
+    /// also close it through `events`).
+    fn register(&mut self) {
+        let info = ConnectionInfo::new(ConnectionFacts {
+            id: self.id,
+            peer: self.peer,
+            local: self.local,
+            user: self.user.clone(),
+            vhost: self
+                .vhost
+                .as_ref()
+                .map_or_else(String::new, |v| v.name.clone()),
+            auth_mechanism: std::mem::take(&mut self.mechanism),
+            client_properties: FieldTable::default(),
+            frame_max: self.peer_max_frame.min(self.config.max_frame_size),
+            channel_max: self.channel_max,
+            heartbeat_s: self.config.idle_timeout.as_secs().min(u64::from(u16::MAX)) as u16,
+            tls: self.tls,
+            events: self.events_tx.clone(),
+            protocol: "AMQP 1-0",
+        });
+        self.broker.registry.register(info.clone());
+        self.info = Some(info);
+    }
+
+    fn send_open(&mut self) {
+        let open = Open {
+            container_id: "warren".to_owned(),
+            hostname: None,
+            max_frame_size: MaxFrameSize(self.config.max_frame_size),
+            channel_max: ChannelMax(CHANNEL_MAX),
+            idle_time_out: (!self.config.idle_timeout.is_zero()).then(|| {
+                self.config
+                    .idle_timeout
+                    .as_millis()
+                    .min(u128::from(u32::MAX)) as u32
+            }),
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        write_performative(&mut self.wbuf, 0, &Performative::Open(open), &[]);
+    }
+
+    fn open_vhost(&self, name: &str) -> Result<Arc<VHost>, Error> {
+        let Some(vhost) = self.broker.vhost(name) else {
+            return Err(codec::error(
+                AmqpError::NotFound,
+                format!("vhost '{name}' not found"),
+            ));
+        };
+        if let Err(e) = vhost.open_connection(self.id, &self.user, self.events_tx.clone()) {
+            return Err(codec::error(
+                AmqpError::ResourceLimitExceeded,
+                e.text.to_string(),
+            ));
+        }
+        if !self.broker.access.check_vhost(&self.user, name) {
+            vhost.close_connection(self.id);
+            return Err(codec::error(
+                AmqpError::UnauthorizedAccess,
+                format!("access to vhost '{name}' refused for user '{}'", self.user),
+            ));
+        }
+        Ok(vhost)
+    }
+
+    fn close_with(&mut self, error: Error) {
+        write_performative(
+            &mut self.wbuf,
+            0,
+            &Performative::Close(Close { error: Some(error) }),
+            &[],
+        );
+        self.closing = true;
+    }
+
+    // ---- the open connection -------------------------------------------------------------
+
+    async fn run(&mut self) -> io::Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut alarms_live = true;
+        loop {
+            let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
+            let awaiting_fsync = self.sessions.values().any(Session::has_awaiting_fsync);
+            tokio::select! {
+                read = self.reader.read_buf(&mut self.rbuf), if !backed_up => {
+                    if read? == 0 {
+                        return Ok(());
+                    }
+                    self.last_read = Instant::now();
+                    if !self.on_input() {
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                    self.rbuf.reserve(READ_CHUNK_BYTES);
+                }
+                written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
+                    let n = written?;
+                    let _ = self.wbuf.split_to(n);
+                    if self.wbuf.is_empty() {
+                        self.writer.flush().await?;
+                    }
+                    self.last_write = Instant::now();
+                }
+                event = self.events_rx.recv(), if !backed_up => {
+                    let Some(event) = event else { return Ok(()) };
+                    self.on_event(event);
+                    for _ in 1..EVENT_BATCH {
+                        if self.wbuf.len() >= WRITE_HIGH_WATER_BYTES {
+                            break;
+                        }
+                        match self.events_rx.try_recv() {
+                            Ok(event) => self.on_event(event),
+                            Err(_) => break,
+                        }
+                    }
+                    if self.closing {
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                }
+                _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
+                    self.end_of_batch();
+                }
+                changed = self.alarms.changed(), if alarms_live => match changed {
+                    Ok(()) => {
+                        if self.alarms.borrow_and_update().is_empty() {
+                            self.resume_publishers();
+                        }
+                    }
+                    // The broker is shutting down.
+                    Err(_) => alarms_live = false,
+                },
+                _ = tick.tick() => {
+                    if !self.on_tick() {
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Idle-timeout duties; false when the client has been silent too long.
+    fn on_tick(&mut self) -> bool {
+        if let Some(idle) = self.peer_idle {
+            if self.wbuf.is_empty() && self.last_write.elapsed() >= idle / 2 {
+                write_empty_frame(&mut self.wbuf);
+            }
+        }
+        let ours = self.config.idle_timeout;
+        if !ours.is_zero() && self.last_read.elapsed() > ours * 2 {
+            tracing::info!(peer = %self.peer, "AMQP 1.0 client idle too long");
+            self.close_with(codec::error(
+                AmqpError::ResourceLimitExceeded,
+                "local-idle-timeout expired",
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// Handles every whole frame in the read buffer; false when the connection is done.
+    fn on_input(&mut self) -> bool {
+        loop {
+            let frame = match parse_frame(&mut self.rbuf, self.config.max_frame_size) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(why) => {
+                    self.close_with(codec::error(ConnectionError::FramingError, why));
+                    return false;
+                }
+            };
+            if frame.body.is_empty() {
+                continue;
+            }
+            if frame.kind != FRAME_AMQP {
+                self.close_with(codec::error(
+                    ConnectionError::FramingError,
+                    "SASL frame after open",
+                ));
+                return false;
+            }
+            let (performative, payload) = match decode_performative(&frame.body) {
+                Ok(p) => p,
+                Err(why) => {
+                    self.close_with(codec::error(AmqpError::DecodeError, why));
+                    return false;
+                }
+            };
+            if !self.on_performative(frame.channel, performative, payload) {
+                return false;
+            }
+        }
+        self.end_of_batch();
+        true
+    }
+
+    /// What every batch of input or store progress ends with: dispositions out.
+    fn end_of_batch(&mut self) {
+        let Some(vhost) = self.vhost.clone() else {
+            return;
+        };
+        let channels: Vec<u16> = self.sessions.keys().copied().collect();
+        for ch in channels {
+            let (sessions, mut env) = self.split(&vhost);
+            if let Some(s) = sessions.get_mut(&ch) {
+                s.check_durable(&mut env);
+                s.flush_dispositions(&mut env);
+            }
+        }
+    }
+
+    fn resume_publishers(&mut self) {
+        let Some(vhost) = self.vhost.clone() else {
+            return;
+        };
+        let (sessions, mut env) = self.split(&vhost);
+        for session in sessions.values_mut() {
+            session.resume_publishers(&mut env);
+        }
+    }
+
+    fn split<'a>(&'a mut self, vhost: &'a Arc<VHost>) -> (&'a mut HashMap<u16, Session>, Env<'a>) {
+        (
+            &mut self.sessions,
+            Env {
+                vhost,
+                access: &self.broker.access,
+                user: &self.user,
+                connection: self.id,
+                events: &self.events_tx,
+                out: &mut self.wbuf,
+                peer_max_frame: self.peer_max_frame,
+                max_message_size: self.config.max_message_size_bytes,
+                publishing_blocked: !self.alarms.borrow().is_empty(),
+            },
+        )
+    }
+
+    /// One performative; false when the connection is done.
+    fn on_performative(&mut self, channel: u16, p: Performative, payload: bytes::Bytes) -> bool {
+        let Some(vhost) = self.vhost.clone() else {
+            return false;
+        };
+        if self.closing {
+            // After our close only the client's close matters.
+            return !matches!(p, Performative::Close(_));
+        }
+        match p {
+            Performative::Close(close) => {
+                if let Some(error) = close.error {
+                    tracing::debug!(peer = %self.peer, error = ?error, "AMQP 1.0 client closed with an error");
+                }
+                write_performative(
+                    &mut self.wbuf,
+                    0,
+                    &Performative::Close(Close { error: None }),
+                    &[],
+                );
+                false
+            }
+            Performative::Open(_) => {
+                self.close_with(codec::error(AmqpError::IllegalState, "second open"));
+                false
+            }
+            Performative::Begin(begin) => {
+                if begin.remote_channel.is_some() || self.sessions.contains_key(&channel) {
+                    self.close_with(codec::error(
+                        AmqpError::IllegalState,
+                        format!("begin on channel {channel}, which is in use"),
+                    ));
+                    return false;
+                }
+                if channel > self.channel_max {
+                    self.close_with(codec::error(
+                        ConnectionError::FramingError,
+                        format!("channel {channel} above channel-max"),
+                    ));
+                    return false;
+                }
+                let session = Session::begin(channel, &begin, &mut self.wbuf);
+                self.sessions.insert(channel, session);
+                true
+            }
+            Performative::End(end) => {
+                if let Some(error) = end.error {
+                    tracing::debug!(peer = %self.peer, error = ?error, "AMQP 1.0 client ended a session with an error");
+                }
+                let (sessions, mut env) = self.split(&vhost);
+                if let Some(mut session) = sessions.remove(&channel) {
+                    session.release(&mut env);
+                    write_performative(
+                        env.out,
+                        channel,
+                        &Performative::End(End { error: None }),
+                        &[],
+                    );
+                }
+                true
+            }
+            other => {
+                let (sessions, mut env) = self.split(&vhost);
+                let Some(session) = sessions.get_mut(&channel) else {
+                    self.close_with(codec::error(
+                        AmqpError::IllegalState,
+                        format!("frame on channel {channel}, which has no session"),
+                    ));
+                    return false;
+                };
+                let mut drain = None;
+                let result = match other {
+                    Performative::Attach(a) => session.attach(a, &mut env),
+                    Performative::Flow(f) => session.flow(f, &mut env).map(|h| drain = h),
+                    Performative::Transfer(t) => session.transfer(t, payload, &mut env),
+                    Performative::Disposition(d) => {
+                        session.disposition(d, &mut env);
+                        Ok(())
+                    }
+                    Performative::Detach(d) => {
+                        session.detach(d, &mut env);
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                };
+                if let Some(handle) = drain {
+                    self.drain_events();
+                    let (sessions, mut env) = self.split(&vhost);
+                    if let Some(session) = sessions.get_mut(&channel) {
+                        session.finish_drain(handle, &mut env);
+                    }
+                }
+                self.on_fail(channel, result, &vhost)
+            }
+        }
+    }
+
+    /// Turns a handler's failure into a detach, an end or a close; false when the
+    /// connection is done.
+    fn on_fail(&mut self, channel: u16, result: Result<(), Fail>, vhost: &Arc<VHost>) -> bool {
+        match result {
+            Ok(()) => true,
+            Err(Fail::Link(handle, error)) => {
+                let (sessions, mut env) = self.split(vhost);
+                if let Some(session) = sessions.get_mut(&channel) {
+                    session.detach_with_error(handle, error, &mut env);
+                }
+                true
+            }
+            Err(Fail::Session(error)) => {
+                tracing::info!(peer = %self.peer, channel, error = ?error.description, "AMQP 1.0 session ended");
+                let (sessions, mut env) = self.split(vhost);
+                if let Some(mut session) = sessions.remove(&channel) {
+                    session.release(&mut env);
+                    write_performative(
+                        env.out,
+                        channel,
+                        &Performative::End(End { error: Some(error) }),
+                        &[],
+                    );
+                }
+                true
+            }
+            Err(Fail::Connection(error)) => {
+                self.close_with(error);
+                false
+            }
+        }
+    }
+
+    /// Hands every delivery already in the event channel to its session (a drain needs
+    /// them before it may give credit back).
+    fn drain_events(&mut self) {
+        while let Ok(event) = self.events_rx.try_recv() {
+            self.on_event(event);
+        }
+    }
+
+    fn on_event(&mut self, event: ConnectionEvent) {
+        match event {
+            ConnectionEvent::Deliver(d) => {
+                let Some(vhost) = self.vhost.clone() else {
+                    session::return_delivery(d);
+                    return;
+                };
+                let channel = d.consumer.channel;
+                let (sessions, mut env) = self.split(&vhost);
+                match sessions.get_mut(&channel) {
+                    Some(session) => session.on_delivery(d, &mut env),
+                    None => session::return_delivery(d),
+                }
+            }
+            ConnectionEvent::ConsumerCancelled {
+                channel,
+                consumer_tag,
+            } => {
+                // The queue was deleted: the link ends with not-found, as RabbitMQ 4 does.
+                let Some(vhost) = self.vhost.clone() else {
+                    return;
+                };
+                let handle = consumer_tag
+                    .as_str()
+                    .rsplit('-')
+                    .next()
+                    .and_then(|h| h.parse::<u32>().ok());
+                let (sessions, mut env) = self.split(&vhost);
+                if let (Some(session), Some(handle)) = (sessions.get_mut(&channel), handle) {
+                    session.detach_with_error(
+                        handle,
+                        codec::error(AmqpError::ResourceDeleted, "the queue was deleted"),
+                        &mut env,
+                    );
+                }
+            }
+            ConnectionEvent::Close { text, .. } => {
+                self.close_with(codec::error(ConnectionError::ConnectionForced, text));
+            }
+        }
+    }
+
+    /// Connection teardown: every session's links leave their queues, unsettled and
+    /// undelivered messages go back.
+    fn release(&mut self) {
+        if let Some(info) = self.info.take() {
+            self.broker.registry.unregister(info.id);
+        }
+        let Some(vhost) = self.vhost.clone() else {
+            return;
+        };
+        churn::bump(&self.broker.counters.connections.connections_closed);
+        let (sessions, mut env) = self.split(&vhost);
+        for session in sessions.values_mut() {
+            session.release(&mut env);
+        }
+        self.sessions.clear();
+        self.events_rx.close();
+        while let Ok(event) = self.events_rx.try_recv() {
+            if let ConnectionEvent::Deliver(d) = event {
+                session::return_delivery(d);
+            }
+        }
+        vhost.close_connection(self.id);
+    }
+}
+
+/// Completes when the store's durable sequence moves; never without a store.
+async fn durable_advanced(durable: &mut Option<watch::Receiver<DurableState>>) {
+    match durable {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *durable = None;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,607 @@
+//! Messages across the protocols, as RabbitMQ 4 converts them (docs "Inter-Protocol
+//! Property Conversions"). The broker keeps every message in 0-9-1 shape (properties and a
+//! body), so an AMQP 1.0 message is converted once when it is published and back when an
+//! AMQP 1.0 consumer takes it:
+//!
+//! - header: durable ⇄ delivery-mode 2/1, priority ⇄ priority, ttl ⇄ expiration;
+//! - properties: message-id / correlation-id (string ≤ 255 bytes, ulong and uuid as text;
+//!   longer strings and binaries as the x-message-id / x-correlation-id headers), user-id,
+//!   reply-to, content-type, content-encoding, creation-time ⇄ timestamp (ms ⇄ s),
+//!   group-id ⇄ app-id;
+//! - application-properties ⇄ headers (not x-), message-annotations x-* ⇄ headers x-*,
+//!   the 0-9-1 `type` ⇄ annotation x-basic-type;
+//! - body: one data section ⇄ the body bytes. Any other body (amqp-value, amqp-sequence,
+//!   several data sections) becomes its AMQP encoding with type "amqp-1.0", which is turned
+//!   back into the same sections for an AMQP 1.0 consumer, so a 1.0 → 1.0 message keeps its
+//!   body exactly.
+//!
+//! Deliveries to AMQP 1.0 consumers carry the x-exchange and x-routing-key annotations, as
+//! RabbitMQ 4 sets them. Properties no 0-9-1 field holds (to, subject, absolute-expiry-time,
+//! group-sequence, reply-to-group-id) are not kept; nor are delivery annotations and
+//! footers, as RabbitMQ drops them.
+
+use crate::codec::value_len;
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp_types::messaging::{
+    annotations::OwnedKey, ApplicationProperties, Data, Header, MessageAnnotations, MessageId,
+    Priority, Properties,
+};
+use fe2o3_amqp_types::primitives::{
+    Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
+};
+use ordered_float::OrderedFloat;
+use warren_broker::message::parse_expiration;
+use warren_broker::Message;
+use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader, ShortStr};
+
+/// The 0-9-1 `type` of a message whose body is AMQP 1.0 encoded sections.
+pub const AMQP10_BODY_TYPE: &str = "amqp-1.0";
+
+const HEADER: u64 = 0x70;
+const DELIVERY_ANNOTATIONS: u64 = 0x71;
+const MESSAGE_ANNOTATIONS: u64 = 0x72;
+const PROPERTIES: u64 = 0x73;
+const APPLICATION_PROPERTIES: u64 = 0x74;
+const DATA: u64 = 0x75;
+const AMQP_SEQUENCE: u64 = 0x76;
+const AMQP_VALUE: u64 = 0x77;
+const FOOTER: u64 = 0x78;
+
+/// An AMQP 1.0 message in the broker's shape, and what routing needs of it.
+#[derive(Debug)]
+pub struct Incoming {
+    pub properties: BasicProperties,
+    pub body: Bytes,
+    /// properties.to: the destination for the null target.
+    pub to: Option<String>,
+}
+
+/// One section of a message: its descriptor code and its bytes (descriptor included).
+fn sections(payload: &Bytes) -> Result<Vec<(u64, Bytes)>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        let rest = &payload[at..];
+        let len = value_len(rest).ok_or("truncated message section")?;
+        if rest[0] != 0x00 {
+            return Err("message section without a descriptor".into());
+        }
+        out.push((descriptor_code(&rest[1..])?, payload.slice(at..at + len)));
+        at += len;
+    }
+    Ok(out)
+}
+
+fn descriptor_code(b: &[u8]) -> Result<u64, String> {
+    let named = |name: &[u8]| {
+        Ok(match name {
+            b"amqp:header:list" => HEADER,
+            b"amqp:delivery-annotations:map" => DELIVERY_ANNOTATIONS,
+            b"amqp:message-annotations:map" => MESSAGE_ANNOTATIONS,
+            b"amqp:properties:list" => PROPERTIES,
+            b"amqp:application-properties:map" => APPLICATION_PROPERTIES,
+            b"amqp:data:binary" => DATA,
+            b"amqp:amqp-sequence:list" => AMQP_SEQUENCE,
+            b"amqp:amqp-value:*" => AMQP_VALUE,
+            b"amqp:footer:map" => FOOTER,
+            _ => return Err("unknown message section".to_owned()),
+        })
+    };
+    match b {
+        [0x53, code, ..] => Ok(u64::from(*code)),
+        [0x44, ..] => Ok(0),
+        [0x80, rest @ ..] if rest.len() >= 8 => {
+            Ok(u64::from_be_bytes(rest[..8].try_into().unwrap_or_default()))
+        }
+        [0xa3, n, rest @ ..] if rest.len() >= usize::from(*n) => named(&rest[..usize::from(*n)]),
+        _ => Err("unsupported section descriptor".into()),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(section: &[u8], what: &str) -> Result<T, String> {
+    serde_amqp::from_slice(section).map_err(|e| format!("bad {what} section: {e}"))
+}
+
+/// The bytes of a data section's binary (after its descriptor, in whichever form).
+fn data_contents(section: &Bytes) -> Result<Bytes, String> {
+    let not_binary = || "data section is not binary".to_owned();
+    let start = 1 + value_len(&section[1..]).ok_or_else(not_binary)?;
+    let header = match section.get(start) {
+        Some(0xa0) => 2,
+        Some(0xb0) => 5,
+        _ => return Err(not_binary()),
+    };
+    section
+        .get(start + header..)
+        .map(|_| section.slice(start + header..))
+        .ok_or_else(not_binary)
+}
+
+/// A string that fits a 0-9-1 shortstr (RabbitMQ's `shortstr` condition).
+fn short(s: &str) -> Option<ShortStr> {
+    (s.len() < 256 && !s.contains('\0')).then(|| ShortStr::from(s))
+}
+
+fn uuid_text(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "urn:uuid:{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn parse_uuid_text(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.strip_prefix("urn:uuid:")?.split('-').collect();
+    if hex.len() != 32 || s.len() != 45 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// message-id / correlation-id: the property when it fits, else the x- header.
+fn id_to_091(id: MessageId, header: &str, headers: &mut FieldTable) -> Option<ShortStr> {
+    match id {
+        MessageId::String(s) => match short(&s) {
+            Some(v) => return Some(v),
+            None => headers.insert(header, FieldValue::LongStr(Bytes::from(s))),
+        },
+        MessageId::Ulong(n) => return Some(ShortStr::from(n.to_string())),
+        MessageId::Uuid(u) => return Some(ShortStr::from(uuid_text(u.as_inner()))),
+        MessageId::Binary(b) => {
+            headers.insert(header, FieldValue::Bytes(Bytes::from(b.into_vec())))
+        }
+    }
+    None
+}
+
+fn simple_to_field(v: SimpleValue) -> Option<FieldValue> {
+    Some(match v {
+        SimpleValue::Null => FieldValue::Void,
+        SimpleValue::Bool(b) => FieldValue::Bool(b),
+        SimpleValue::Ubyte(n) => FieldValue::U8(n),
+        SimpleValue::Ushort(n) => FieldValue::U16(n),
+        SimpleValue::Uint(n) => FieldValue::U32(n),
+        SimpleValue::Ulong(n) => FieldValue::I64(n as i64),
+        SimpleValue::Byte(n) => FieldValue::I8(n),
+        SimpleValue::Short(n) => FieldValue::I16(n),
+        SimpleValue::Int(n) => FieldValue::I32(n),
+        SimpleValue::Long(n) => FieldValue::I64(n),
+        SimpleValue::Float(f) => FieldValue::F32(f.0),
+        SimpleValue::Double(f) => FieldValue::F64(f.0),
+        SimpleValue::Timestamp(t) => FieldValue::Timestamp((t.milliseconds() / 1000) as u64),
+        SimpleValue::Binary(b) => FieldValue::Bytes(Bytes::from(b.into_vec())),
+        SimpleValue::String(s) => FieldValue::LongStr(Bytes::from(s)),
+        SimpleValue::Symbol(s) => FieldValue::LongStr(Bytes::from(s.0)),
+        _ => return None,
+    })
+}
+
+fn value_to_field(v: Value) -> Option<FieldValue> {
+    Some(match v {
+        Value::Null => FieldValue::Void,
+        Value::Bool(b) => FieldValue::Bool(b),
+        Value::Ubyte(n) => FieldValue::U8(n),
+        Value::Ushort(n) => FieldValue::U16(n),
+        Value::Uint(n) => FieldValue::U32(n),
+        Value::Ulong(n) => FieldValue::I64(n as i64),
+        Value::Byte(n) => FieldValue::I8(n),
+        Value::Short(n) => FieldValue::I16(n),
+        Value::Int(n) => FieldValue::I32(n),
+        Value::Long(n) => FieldValue::I64(n),
+        Value::Float(f) => FieldValue::F32(f.0),
+        Value::Double(f) => FieldValue::F64(f.0),
+        Value::Timestamp(t) => FieldValue::Timestamp((t.milliseconds() / 1000) as u64),
+        Value::Binary(b) => FieldValue::Bytes(Bytes::from(b.into_vec())),
+        Value::String(s) => FieldValue::LongStr(Bytes::from(s)),
+        Value::Symbol(s) => FieldValue::LongStr(Bytes::from(s.0)),
+        Value::List(items) => {
+            FieldValue::Array(items.into_iter().filter_map(value_to_field).collect())
+        }
+        Value::Array(items) => {
+            FieldValue::Array(items.0.into_iter().filter_map(value_to_field).collect())
+        }
+        Value::Map(map) => {
+            let mut t = FieldTable::new();
+            for (k, v) in map.into_inner() {
+                let key = match k {
+                    Value::String(s) => s,
+                    Value::Symbol(s) => s.0,
+                    _ => continue,
+                };
+                if let (Some(key), Some(v)) = (short(&key), value_to_field(v)) {
+                    t.push(key, v);
+                }
+            }
+            FieldValue::Table(t)
+        }
+        _ => return None,
+    })
+}
+
+/// Converts a published AMQP 1.0 message (the transfer payload) to the broker's shape.
+pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
+    let mut props = BasicProperties::default();
+    let mut headers = FieldTable::new();
+    let mut to = None;
+    let mut body_sections: Vec<(u64, Bytes)> = Vec::new();
+    for (code, section) in sections(payload)? {
+        match code {
+            HEADER => {
+                let h: Header = decode(&section, "header")?;
+                props.delivery_mode = Some(if h.durable { 2 } else { 1 });
+                props.priority = Some(h.priority.0);
+                props.expiration = h.ttl.map(|ttl| ShortStr::from(ttl.to_string()));
+            }
+            MESSAGE_ANNOTATIONS => {
+                let a: MessageAnnotations = decode(&section, "message-annotations")?;
+                for (k, v) in a.0.into_inner() {
+                    let OwnedKey::Symbol(k) = k else { continue };
+                    if k.as_str() == "x-cc" {
+                        if let Some(FieldValue::Array(keys)) = value_to_field(v) {
+                            headers.insert("CC", FieldValue::Array(keys));
+                        }
+                        continue;
+                    }
+                    if !k.as_str().starts_with("x-") {
+                        continue;
+                    }
+                    if let (Some(key), Some(v)) = (short(k.as_str()), value_to_field(v)) {
+                        headers.push(key, v);
+                    }
+                }
+            }
+            PROPERTIES => {
+                let p: Properties = decode(&section, "properties")?;
+                if let Some(id) = p.message_id {
+                    props.message_id = id_to_091(id, "x-message-id", &mut headers);
+                }
+                if let Some(id) = p.correlation_id {
+                    props.correlation_id = id_to_091(id, "x-correlation-id", &mut headers);
+                }
+                props.user_id = p
+                    .user_id
+                    .and_then(|u| String::from_utf8(u.into_vec()).ok())
+                    .and_then(|u| short(&u));
+                props.reply_to = p.reply_to.as_deref().and_then(short);
+                props.content_type = p.content_type.as_ref().and_then(|s| short(s.as_str()));
+                props.content_encoding =
+                    p.content_encoding.as_ref().and_then(|s| short(s.as_str()));
+                props.timestamp = p
+                    .creation_time
+                    .map(|t| (t.milliseconds().max(0) / 1000) as u64);
+                props.app_id = p.group_id.as_deref().and_then(short);
+                to = p.to;
+            }
+            APPLICATION_PROPERTIES => {
+                let a: ApplicationProperties = decode(&section, "application-properties")?;
+                for (k, v) in a.0.into_inner() {
+                    if let (Some(key), Some(v)) = (short(&k), simple_to_field(v)) {
+                        headers.push(key, v);
+                    }
+                }
+            }
+            DATA | AMQP_SEQUENCE | AMQP_VALUE => body_sections.push((code, section)),
+            DELIVERY_ANNOTATIONS | FOOTER => {}
+            _ => return Err("unknown message section".into()),
+        }
+    }
+    let body = match body_sections.as_slice() {
+        [] => Bytes::new(),
+        [(DATA, section)] => data_contents(section)?,
+        [(_, first), .., (_, last)] | [(_, first @ last)] => {
+            // Every body section, contiguous in the payload: one slice from the first to
+            // the end of the last.
+            let start = first.as_ptr() as usize - payload.as_ptr() as usize;
+            let end = last.as_ptr() as usize - payload.as_ptr() as usize + last.len();
+            props.message_type = Some(ShortStr::from_static(AMQP10_BODY_TYPE));
+            payload.slice(start..end)
+        }
+    };
+    if !headers.is_empty() {
+        props.headers = Some(headers);
+    }
+    Ok(Incoming {
+        properties: props,
+        body,
+        to,
+    })
+}
+
+fn id_to_amqp10(s: &ShortStr) -> MessageId {
+    match parse_uuid_text(s.as_str()) {
+        Some(u) => MessageId::Uuid(Uuid::from(u)),
+        None => MessageId::String(s.as_str().to_owned()),
+    }
+}
+
+/// A 0-9-1 header value as an application property, as RabbitMQ 4 maps it (arrays and
+/// tables are not converted).
+fn field_to_simple(v: &FieldValue) -> Option<SimpleValue> {
+    Some(match v {
+        FieldValue::Bool(b) => SimpleValue::Bool(*b),
+        FieldValue::I8(n) => SimpleValue::Byte(*n),
+        FieldValue::U8(n) => SimpleValue::Ubyte(*n),
+        FieldValue::I16(n) => SimpleValue::Short(*n),
+        FieldValue::U16(n) => SimpleValue::Ushort(*n),
+        FieldValue::I32(n) => SimpleValue::Int(*n),
+        FieldValue::U32(n) => SimpleValue::Uint(*n),
+        FieldValue::I64(n) => SimpleValue::Long(*n),
+        FieldValue::F32(f) => SimpleValue::Float(OrderedFloat(*f)),
+        FieldValue::F64(f) => SimpleValue::Double(OrderedFloat(*f)),
+        FieldValue::LongStr(b) => match std::str::from_utf8(b).ok().and_then(short) {
+            Some(s) => SimpleValue::String(s.as_str().to_owned()),
+            None => SimpleValue::Binary(Binary::from(b.to_vec())),
+        },
+        FieldValue::Bytes(b) => SimpleValue::Binary(Binary::from(b.to_vec())),
+        FieldValue::Timestamp(s) => SimpleValue::Timestamp(Timestamp::from_milliseconds(
+            (*s as i64).saturating_mul(1000),
+        )),
+        FieldValue::Void => SimpleValue::Null,
+        FieldValue::Decimal { .. } | FieldValue::Array(_) | FieldValue::Table(_) => return None,
+    })
+}
+
+fn field_to_value(v: &FieldValue) -> Option<Value> {
+    Some(match v {
+        FieldValue::Array(items) => Value::List(items.iter().filter_map(field_to_value).collect()),
+        FieldValue::Table(t) => {
+            let mut map = OrderedMap::new();
+            for (k, v) in t.iter() {
+                if let Some(v) = field_to_value(v) {
+                    map.as_inner_mut()
+                        .insert(Value::String(k.as_str().to_owned()), v);
+                }
+            }
+            Value::Map(map)
+        }
+        other => match field_to_simple(other)? {
+            SimpleValue::Null => Value::Null,
+            SimpleValue::Bool(b) => Value::Bool(b),
+            SimpleValue::Byte(n) => Value::Byte(n),
+            SimpleValue::Ubyte(n) => Value::Ubyte(n),
+            SimpleValue::Short(n) => Value::Short(n),
+            SimpleValue::Ushort(n) => Value::Ushort(n),
+            SimpleValue::Int(n) => Value::Int(n),
+            SimpleValue::Uint(n) => Value::Uint(n),
+            SimpleValue::Long(n) => Value::Long(n),
+            SimpleValue::Float(f) => Value::Float(f),
+            SimpleValue::Double(f) => Value::Double(f),
+            SimpleValue::String(s) => Value::String(s),
+            SimpleValue::Binary(b) => Value::Binary(b),
+            SimpleValue::Timestamp(t) => Value::Timestamp(t),
+            _ => return None,
+        },
+    })
+}
+
+fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
+    if let Ok(bytes) = serde_amqp::to_vec(section) {
+        out.extend_from_slice(&bytes);
+    }
+}
+
+/// The AMQP 1.0 message an AMQP 1.0 consumer receives for `m`. `redelivered`: the queue
+/// delivered it before (first-acquirer false).
+pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
+    let props =
+        BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(m.body.len() + 128);
+    encode(
+        &mut out,
+        &Header {
+            durable: m.persistent,
+            priority: Priority(props.priority.unwrap_or(4)),
+            ttl: props
+                .expiration
+                .as_ref()
+                .and_then(|e| parse_expiration(e).ok())
+                .map(|ms| ms.min(u64::from(u32::MAX)) as u32),
+            first_acquirer: !redelivered,
+            delivery_count: 0,
+        },
+    );
+    let amqp10_body = props
+        .message_type
+        .as_ref()
+        .is_some_and(|t| t.as_str() == AMQP10_BODY_TYPE);
+    let mut annotations = OrderedMap::new();
+    let mut annotate = |k: &str, v: Value| {
+        annotations
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from(k)), v);
+    };
+    annotate("x-exchange", Value::String(m.exchange.as_str().to_owned()));
+    annotate(
+        "x-routing-key",
+        Value::String(m.routing_key.as_str().to_owned()),
+    );
+    if let Some(t) = props.message_type.as_ref().filter(|_| !amqp10_body) {
+        annotate("x-basic-type", Value::String(t.as_str().to_owned()));
+    }
+    let mut application = OrderedMap::new();
+    if let Some(headers) = &props.headers {
+        for (k, v) in headers.iter() {
+            if k.as_str().starts_with("x-") {
+                if let Some(v) = field_to_value(v) {
+                    annotate(k.as_str(), v);
+                }
+            } else if let Some(v) = field_to_simple(v) {
+                application.as_inner_mut().insert(k.as_str().to_owned(), v);
+            }
+        }
+    }
+    encode(&mut out, &MessageAnnotations(annotations));
+    let properties = Properties {
+        message_id: props.message_id.as_ref().map(id_to_amqp10),
+        user_id: props
+            .user_id
+            .as_ref()
+            .map(|u| Binary::from(u.as_bytes().to_vec())),
+        to: None,
+        subject: None,
+        reply_to: props.reply_to.as_ref().map(|r| r.as_str().to_owned()),
+        correlation_id: props.correlation_id.as_ref().map(id_to_amqp10),
+        content_type: props
+            .content_type
+            .as_ref()
+            .map(|c| Symbol::from(c.as_str())),
+        content_encoding: props
+            .content_encoding
+            .as_ref()
+            .map(|c| Symbol::from(c.as_str())),
+        absolute_expiry_time: None,
+        creation_time: props
+            .timestamp
+            .map(|s| Timestamp::from_milliseconds((s as i64).saturating_mul(1000))),
+        group_id: props.app_id.as_ref().map(|a| a.as_str().to_owned()),
+        group_sequence: None,
+        reply_to_group_id: None,
+    };
+    encode(&mut out, &properties);
+    if !application.is_empty() {
+        encode(&mut out, &ApplicationProperties(application));
+    }
+    if amqp10_body && sections(&m.body).is_ok() {
+        out.extend_from_slice(&m.body);
+    } else {
+        encode(&mut out, &Data(Binary::from(m.body.to_vec())));
+    }
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp_types::messaging::AmqpValue;
+    use warren_codec::{ContentHeader, BASIC_CLASS_ID};
+
+    fn message(props: &BasicProperties, body: &'static [u8]) -> Message {
+        let raw = ContentHeader::new(BASIC_CLASS_ID, 0, props).properties;
+        Message::new(
+            ShortStr::from("amq.direct"),
+            ShortStr::from("k"),
+            props,
+            raw,
+            Bytes::from_static(body),
+        )
+    }
+
+    #[test]
+    fn amqp091_properties_reach_amqp10_and_back() {
+        let mut headers = FieldTable::new();
+        headers.insert("color", FieldValue::LongStr(Bytes::from_static(b"red")));
+        headers.insert("n", FieldValue::I32(7));
+        headers.insert("x-custom", FieldValue::LongStr(Bytes::from_static(b"a")));
+        headers.insert("nested", FieldValue::Table(FieldTable::new()));
+        let props = BasicProperties {
+            content_type: Some("text/plain".into()),
+            delivery_mode: Some(2),
+            priority: Some(3),
+            message_id: Some("urn:uuid:550e8400-e29b-41d4-a716-446655440000".into()),
+            correlation_id: Some("corr".into()),
+            reply_to: Some("replies".into()),
+            expiration: Some("60000".into()),
+            timestamp: Some(1_700_000_000),
+            message_type: Some("order".into()),
+            app_id: Some("shop".into()),
+            headers: Some(headers),
+            ..Default::default()
+        };
+        let payload = to_amqp10(&message(&props, b"hello"), true);
+        // Back through the publish conversion: the same 0-9-1 shape.
+        let back = from_amqp10(&payload).unwrap();
+        assert_eq!(&back.body[..], b"hello");
+        let p = back.properties;
+        assert_eq!(p.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(p.delivery_mode, Some(2));
+        assert_eq!(p.priority, Some(3));
+        assert_eq!(
+            p.message_id.as_deref(),
+            Some("urn:uuid:550e8400-e29b-41d4-a716-446655440000")
+        );
+        assert_eq!(p.correlation_id.as_deref(), Some("corr"));
+        assert_eq!(p.reply_to.as_deref(), Some("replies"));
+        assert_eq!(p.expiration.as_deref(), Some("60000"));
+        assert_eq!(p.timestamp, Some(1_700_000_000));
+        assert_eq!(p.app_id.as_deref(), Some("shop"));
+        let h = p.headers.unwrap();
+        assert_eq!(
+            h.get("color"),
+            Some(&FieldValue::LongStr(Bytes::from_static(b"red")))
+        );
+        assert_eq!(h.get("n"), Some(&FieldValue::I32(7)));
+        assert_eq!(
+            h.get("x-custom"),
+            Some(&FieldValue::LongStr(Bytes::from_static(b"a")))
+        );
+        assert_eq!(
+            h.get("x-basic-type"),
+            Some(&FieldValue::LongStr(Bytes::from_static(b"order")))
+        );
+        assert_eq!(
+            h.get("nested"),
+            None,
+            "tables are not application properties"
+        );
+    }
+
+    #[test]
+    fn a_non_data_body_survives_amqp10_to_amqp10() {
+        let mut payload = serde_amqp::to_vec(&AmqpValue(Value::String("hi".into()))).unwrap();
+        payload.splice(0..0, serde_amqp::to_vec(&Header::default()).unwrap());
+        let payload = Bytes::from(payload);
+        let incoming = from_amqp10(&payload).unwrap();
+        assert_eq!(
+            incoming.properties.message_type.as_deref(),
+            Some(AMQP10_BODY_TYPE)
+        );
+        let out = to_amqp10(&message(&incoming.properties, b""), false);
+        let _ = out; // the body of the rebuilt message:
+        let m = Message::new(
+            ShortStr::from(""),
+            ShortStr::from("q"),
+            &incoming.properties,
+            ContentHeader::new(BASIC_CLASS_ID, 0, &incoming.properties).properties,
+            incoming.body.clone(),
+        );
+        let out = to_amqp10(&m, false);
+        let value_section = sections(&out)
+            .unwrap()
+            .into_iter()
+            .find(|(c, _)| *c == AMQP_VALUE);
+        let value: AmqpValue<Value> = decode(&value_section.unwrap().1, "value").unwrap();
+        assert_eq!(value.0, Value::String("hi".into()));
+    }
+
+    #[test]
+    fn a_data_section_with_a_symbolic_descriptor() {
+        let mut section = vec![0x00, 0xa3, 16];
+        section.extend_from_slice(b"amqp:data:binary");
+        section.extend_from_slice(&[0xa0, 2, b'h', b'i']);
+        let got = from_amqp10(&Bytes::from(section)).unwrap();
+        assert_eq!(&got.body[..], b"hi");
+        assert!(from_amqp10(&Bytes::from_static(&[0x00, 0x53, 0x75, 0x40])).is_err());
+    }
+
+    #[test]
+    fn long_and_binary_ids_go_to_headers() {
+        let p = Properties {
+            message_id: Some(MessageId::String("x".repeat(300))),
+            correlation_id: Some(MessageId::Ulong(42)),
+            ..Default::default()
+        };
+        let payload = Bytes::from(serde_amqp::to_vec(&p).unwrap());
+        let got = from_amqp10(&payload).unwrap().properties;
+        assert_eq!(got.message_id, None);
+        assert_eq!(got.correlation_id.as_deref(), Some("42"));
+        assert!(got.headers.unwrap().get("x-message-id").is_some());
+    }
+}

@@ -1,0 +1,292 @@
+//! The protocol state machine end to end over an in-memory stream, with frames written by
+//! hand: SASL, open, begin, a refused attach, a publish settled with accepted, and a
+//! consumer that receives exactly its credit. (Real clients are in tests/interop.)
+
+use crate::codec::*;
+use crate::{serve, Amqp10Config, Endpoints};
+use bytes::BytesMut;
+use fe2o3_amqp_types::messaging::{Data, Source, Target};
+use fe2o3_amqp_types::primitives::Binary;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use warren_broker::vhost::QueueDeclaration;
+use warren_broker::Broker;
+use warren_codec::{FieldTable, ShortStr};
+
+struct Client {
+    stream: DuplexStream,
+    rbuf: BytesMut,
+}
+
+impl Client {
+    async fn send(&mut self, channel: u16, p: Performative, payload: &[u8]) {
+        let mut out = BytesMut::new();
+        write_performative(&mut out, channel, &p, payload);
+        self.stream.write_all(&out).await.unwrap();
+    }
+
+    async fn frame(&mut self) -> RawFrame {
+        loop {
+            if let Some(f) = parse_frame(&mut self.rbuf, 1 << 20).unwrap() {
+                if f.body.is_empty() {
+                    continue;
+                }
+                return f;
+            }
+            let n = tokio::time::timeout(
+                Duration::from_secs(10),
+                self.stream.read_buf(&mut self.rbuf),
+            )
+            .await
+            .expect("the server answers within 10 s")
+            .unwrap();
+            assert!(n > 0, "the server closed the stream");
+        }
+    }
+
+    async fn performative(&mut self) -> (Performative, bytes::Bytes) {
+        let f = self.frame().await;
+        decode_performative(&f.body).unwrap()
+    }
+
+    async fn header(&mut self) -> [u8; 8] {
+        while self.rbuf.len() < 8 {
+            self.stream.read_buf(&mut self.rbuf).await.unwrap();
+        }
+        let h = self.rbuf.split_to(8);
+        h[..].try_into().unwrap()
+    }
+}
+
+fn attach(name: &str, handle: u32, role: Role, address: &str) -> Performative {
+    let (source, target) = match role {
+        Role::Sender => (
+            None,
+            Some(Box::new(TargetArchetype::Target(Target {
+                address: Some(address.into()),
+                ..Default::default()
+            }))),
+        ),
+        Role::Receiver => (
+            Some(Box::new(Source {
+                address: Some(address.into()),
+                ..Default::default()
+            })),
+            None,
+        ),
+    };
+    Performative::Attach(Attach {
+        name: name.into(),
+        handle: handle.into(),
+        role,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source,
+        target,
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
+fn flow(handle: u32, credit: u32) -> Performative {
+    Performative::Flow(Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 1000,
+        next_outgoing_id: 1,
+        outgoing_window: 1000,
+        handle: Some(handle.into()),
+        delivery_count: Some(0),
+        link_credit: Some(credit),
+        available: None,
+        drain: false,
+        echo: false,
+        properties: None,
+    })
+}
+
+fn transfer(handle: u32, delivery_id: u32) -> Performative {
+    Performative::Transfer(Transfer {
+        handle: handle.into(),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(serde_bytes::ByteBuf::from(
+            delivery_id.to_be_bytes().to_vec(),
+        )),
+        message_format: Some(0),
+        settled: Some(false),
+        more: false,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    })
+}
+
+async fn open_client(broker: Arc<Broker>) -> Client {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(server);
+    let endpoints = Endpoints {
+        peer: "127.0.0.1:5555".parse().unwrap(),
+        local: "127.0.0.1:5672".parse().unwrap(),
+    };
+    let mut read = BytesMut::new();
+    read.extend_from_slice(&PROTOCOL_HEADER_SASL);
+    tokio::spawn(serve(
+        reader,
+        writer,
+        read,
+        endpoints,
+        broker,
+        Arc::new(Amqp10Config::default()),
+        false,
+    ));
+    let mut c = Client {
+        stream: client,
+        rbuf: BytesMut::new(),
+    };
+    assert_eq!(c.header().await, PROTOCOL_HEADER_SASL);
+    let mechanisms = c.frame().await;
+    assert_eq!(mechanisms.kind, FRAME_SASL);
+    let init = SaslInit {
+        mechanism: Symbol::from("PLAIN"),
+        initial_response: Some(Binary::from(b"\0guest\0guest".to_vec())),
+        hostname: None,
+    };
+    let mut out = BytesMut::new();
+    let body = serde_amqp::to_vec(&init).unwrap();
+    out.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&[2, FRAME_SASL, 0, 0]);
+    out.extend_from_slice(&body);
+    c.stream.write_all(&out).await.unwrap();
+    let outcome = c.frame().await;
+    let outcome: SaslOutcome = serde_amqp::from_slice(&outcome.body).unwrap();
+    assert_eq!(outcome.code, SaslCode::Ok);
+    c.stream.write_all(&PROTOCOL_HEADER_AMQP).await.unwrap();
+    assert_eq!(c.header().await, PROTOCOL_HEADER_AMQP);
+    c.send(
+        0,
+        Performative::Open(Open {
+            container_id: "test".into(),
+            hostname: None,
+            max_frame_size: MaxFrameSize(65536),
+            channel_max: ChannelMax(10),
+            idle_time_out: None,
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        }),
+        &[],
+    )
+    .await;
+    assert!(matches!(c.performative().await.0, Performative::Open(_)));
+    c.send(
+        0,
+        Performative::Begin(Begin {
+            remote_channel: None,
+            next_outgoing_id: 0,
+            incoming_window: 1000,
+            outgoing_window: 1000,
+            handle_max: 100.into(),
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        }),
+        &[],
+    )
+    .await;
+    assert!(matches!(c.performative().await.0, Performative::Begin(_)));
+    c
+}
+
+#[tokio::test]
+async fn publish_accepted_and_consume_within_credit() {
+    let broker = Broker::new(1 << 30, None);
+    broker.seed_defaults("guest", "guest", "/").unwrap();
+    let vhost = broker.vhost("/").unwrap();
+    vhost
+        .declare_queue(
+            QueueDeclaration {
+                name: ShortStr::from("q"),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: FieldTable::new(),
+            },
+            0,
+        )
+        .unwrap();
+    let mut c = open_client(broker.clone()).await;
+
+    // A missing queue: attach without a terminus, then a detach with amqp:not-found.
+    c.send(0, attach("missing", 0, Role::Receiver, "/queues/nope"), &[])
+        .await;
+    let Performative::Attach(a) = c.performative().await.0 else {
+        panic!("attach")
+    };
+    assert!(a.source.is_none());
+    let Performative::Detach(d) = c.performative().await.0 else {
+        panic!("detach")
+    };
+    assert_eq!(
+        d.error.unwrap().condition,
+        ErrorCondition::AmqpError(AmqpError::NotFound)
+    );
+    c.send(
+        0,
+        Performative::Detach(Detach {
+            handle: 0.into(),
+            closed: true,
+            error: None,
+        }),
+        &[],
+    )
+    .await;
+
+    // Publish three messages; each is settled with accepted.
+    c.send(0, attach("out", 1, Role::Sender, "/queues/q"), &[])
+        .await;
+    assert!(matches!(c.performative().await.0, Performative::Attach(_)));
+    let Performative::Flow(f) = c.performative().await.0 else {
+        panic!("credit flow")
+    };
+    assert!(f.link_credit.unwrap() >= 3);
+    let body = serde_amqp::to_vec(&Data(Binary::from(b"hi".to_vec()))).unwrap();
+    for id in 0..3 {
+        c.send(0, transfer(1, id), &body).await;
+    }
+    let mut accepted = 0;
+    while accepted < 3 {
+        let Performative::Disposition(d) = c.performative().await.0 else {
+            continue;
+        };
+        assert!(d.settled && matches!(d.state, Some(DeliveryState::Accepted(_))));
+        accepted += d.last.unwrap_or(d.first) - d.first + 1;
+    }
+    assert_eq!(vhost.queue("q").unwrap().message_count(), 3);
+
+    // A receiver with credit 2 gets exactly two; the third stays in the queue.
+    c.send(0, attach("in", 2, Role::Receiver, "/queues/q"), &[])
+        .await;
+    assert!(matches!(c.performative().await.0, Performative::Attach(_)));
+    c.send(0, flow(2, 2), &[]).await;
+    for _ in 0..2 {
+        let (p, payload) = c.performative().await;
+        let Performative::Transfer(t) = p else {
+            panic!("transfer")
+        };
+        assert_eq!(t.handle.0, 2);
+        assert!(payload.ends_with(b"hi"));
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(300), c.frame()).await;
+    assert!(extra.is_err(), "nothing beyond the credit");
+    assert_eq!(vhost.queue("q").unwrap().message_count(), 1);
+}
