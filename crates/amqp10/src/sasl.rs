@@ -4,7 +4,7 @@
 
 use crate::Amqp10Config;
 use std::net::IpAddr;
-use warren_broker::access::AccessControl;
+use warren_broker::access::{parse_plain, AccessControl};
 
 /// The mechanisms offered, in the client's order of preference.
 pub fn mechanisms(config: &Amqp10Config) -> Vec<&'static str> {
@@ -25,18 +25,7 @@ pub fn login(
 ) -> Result<String, String> {
     let user = match mechanism {
         "PLAIN" => {
-            // authzid NUL authcid NUL password (RFC 4616); an authzid must name the user.
-            let mut parts = response.split(|&b| b == 0);
-            let (Some(authzid), Some(user), Some(pass), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
-                return Err("PLAIN response is not authzid NUL user NUL password".into());
-            };
-            if !authzid.is_empty() && authzid != user {
-                return Err("PLAIN authzid differs from the user".into());
-            }
-            let user = std::str::from_utf8(user).map_err(|_| "user is not UTF-8")?;
-            let pass = std::str::from_utf8(pass).map_err(|_| "password is not UTF-8")?;
+            let (user, pass) = parse_plain(response)?;
             if pass.is_empty() {
                 return Err(format!("empty password for user '{user}'"));
             }

@@ -5,7 +5,7 @@
 use crate::config::ServerConfig;
 use bytes::Bytes;
 use std::net::IpAddr;
-use warren_broker::access::AccessControl;
+use warren_broker::access::{parse_plain, AccessControl};
 use warren_codec::{Reader, ShortStr};
 
 /// Mechanisms offered on plain connections and on TLS without a client certificate.
@@ -16,22 +16,13 @@ pub const MECHANISMS_WITH_EXTERNAL: &str = "PLAIN AMQPLAIN EXTERNAL";
 
 /// (user, password) from a start-ok response, or why it is refused (for the log).
 ///
-/// PLAIN is `authzid NUL authcid NUL password` (RFC 4616) with nothing after the password;
-/// an authzid, when given, must name the user itself (Warren does not let one user act for
-/// another), and an empty password is refused as RabbitMQ's internal backend refuses it.
+/// PLAIN as `access::parse_plain` reads it; an empty password is refused as RabbitMQ's
+/// internal backend refuses it.
 pub fn parse_credentials(mechanism: &str, response: &Bytes) -> Result<(String, String), String> {
     let (user, pass) = match mechanism {
         "PLAIN" => {
-            let mut parts = response.split(|&b| b == 0);
-            let (Some(authzid), Some(user), Some(pass), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
-                return Err("PLAIN response is not authzid NUL user NUL password".into());
-            };
-            if !authzid.is_empty() && authzid != user {
-                return Err("PLAIN authzid differs from the user".into());
-            }
-            (utf8(user)?, utf8(pass)?)
+            let (user, pass) = parse_plain(response)?;
+            (user.to_owned(), pass.to_owned())
         }
         "AMQPLAIN" => {
             // A field table without its length prefix.
@@ -55,10 +46,6 @@ pub fn parse_credentials(mechanism: &str, response: &Bytes) -> Result<(String, S
         return Err(format!("empty password for user '{user}'"));
     }
     Ok((user, pass))
-}
-
-fn utf8(bytes: &[u8]) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| "credentials are not UTF-8".to_owned())
 }
 
 /// Checks the password against the user database; why a login was refused goes to the

@@ -7,9 +7,11 @@
 
 mod password;
 mod permission;
+mod sasl_plain;
 
 pub use password::{Hashing, SHA256, SHA512};
 pub use permission::{AccessKind, Permission, TopicPermission};
+pub use sasl_plain::parse_plain;
 
 use parking_lot::RwLock;
 use permission::{CompiledPermission, CompiledTopicPermission};
