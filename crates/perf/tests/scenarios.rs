@@ -107,6 +107,7 @@ fn pairs_config(uri: &str, senders: u32, per_receiver: u32) -> StepConfig {
         attach_timeout: Duration::from_secs(30),
         confirm_wait: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(30),
+        protocol: Protocol::Amqp091,
     }
 }
 
@@ -154,38 +155,20 @@ async fn many_pairs_accounts_for_every_message() {
     assert_pairs_step_exact(&r);
 }
 
-#[tokio::test]
-async fn many_pairs_over_amqp10_says_it_is_not_supported_yet() {
-    let out = std::env::temp_dir().join(format!("warren-perf-amqp10-{}", std::process::id()));
-    let args = ScenarioArgs {
-        name: "many-pairs".into(),
-        // Nothing listens here: the protocol is refused before any connection.
-        uri: "amqp://guest:guest@127.0.0.1:1".into(),
-        compare: None,
-        label: None,
-        compare_label: None,
-        duration: Some(1.0),
-        out: out.clone(),
-        quick: true,
-        steps: None,
-        credit_label: "server default".into(),
-        progress: false,
-        protocol: Protocol::Amqp10,
-        senders_per_receiver: 1,
-        workers: None,
-        drain_timeout: None,
-    };
-    let err = scenario::run_scenario("many-pairs", &args, &[])
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("amqp10 is not supported yet"), "{err}");
-    let err = scenario::run_scenario("oslo-rpc", &args, &[])
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("many-pairs only"), "{err}");
-    let _ = std::fs::remove_dir_all(out);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pairs_over_amqp10_accounts_for_every_message() {
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    // Pairs and a shared receiver (3 + 2 senders), every client an AMQP 1.0 connection on the
+    // broker's one AMQP port; queues declared over 0-9-1, links to /queues/<q>.
+    for (senders, per_receiver, receivers) in [(4, 1, 4), (5, 3, 2)] {
+        let mut cfg = pairs_config(&uri, senders, per_receiver);
+        cfg.protocol = Protocol::Amqp10;
+        let r = many_pairs::step(&cfg).await.unwrap();
+        assert_eq!((r.senders, r.receivers), (u64::from(senders), receivers));
+        assert!(r.capped.is_empty(), "{:?}", r.capped);
+        assert_pairs_step_exact(&r);
+    }
 }
 
 /// Every data cell of every table in a report, as numbers where they parse.

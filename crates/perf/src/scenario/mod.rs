@@ -86,13 +86,23 @@ pub struct ScenarioArgs {
 }
 
 /// The clients' wire protocol.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    clap::ValueEnum,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub enum Protocol {
     /// AMQP 0-9-1: a connection and one channel per client.
     #[default]
     #[value(name = "amqp091")]
     Amqp091,
-    /// AMQP 1.0: a connection, a session and one link per client (not supported yet).
+    /// AMQP 1.0: a connection, a session and one link per client.
     #[value(name = "amqp10")]
     Amqp10,
 }

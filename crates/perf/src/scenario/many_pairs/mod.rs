@@ -11,6 +11,7 @@
 //! worker in this process or in a worker process of its own, for the descriptor limit) and
 //! `step` (one N: sizing, attach, send, drain, accounting).
 
+mod amqp10;
 mod link;
 mod pacing;
 pub mod step;
@@ -19,9 +20,9 @@ mod worker;
 pub use link::{worker_main, WORKER_ARG};
 pub use step::{step, StepConfig, StepResult};
 
-use super::{Ctx, Protocol};
+use super::Ctx;
 use crate::report::{PlotSpec, Report, Section, Table, Unit};
-use anyhow::{bail, Result};
+use anyhow::Result;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -53,16 +54,11 @@ pub fn config(ctx: &Ctx, uri: &str, senders: u32) -> StepConfig {
         attach_timeout: Duration::from_secs(30),
         confirm_wait: Duration::from_secs(30),
         drain_timeout: Duration::from_secs_f64(ctx.args.drain_timeout.unwrap_or(30.0)),
+        protocol: ctx.args.protocol,
     }
 }
 
 pub async fn run(ctx: &mut Ctx) -> Result<Report> {
-    if ctx.args.protocol == Protocol::Amqp10 {
-        bail!(
-            "many-pairs --protocol amqp10 is not supported yet: warren perf has no AMQP 1.0 \
-             client so far; use --protocol amqp091"
-        );
-    }
     let k = ctx.args.senders_per_receiver.max(1);
     let ns = ctx.steps(REPORT_STEPS, QUICK_STEPS);
     let mut table = Table::new(

@@ -11,9 +11,10 @@
 use super::link::Link;
 use super::worker::{queue_name, Plan, Sent};
 use crate::broker_proc::BrokerProcess;
-use crate::client::{AmqpUri, Connection};
+use crate::client::{AmqpUri, Connection, QueueOptions};
 use crate::fd_limit;
 use crate::payload;
+use crate::scenario::Protocol;
 use crate::stats::{new_histogram, Percentiles};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::PathBuf;
@@ -46,6 +47,7 @@ pub struct StepConfig {
     pub attach_timeout: Duration,
     pub confirm_wait: Duration,
     pub drain_timeout: Duration,
+    pub protocol: Protocol,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -192,7 +194,20 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
         body_bytes: cfg.body_bytes,
         prefetch: cfg.prefetch,
         attach_timeout_ms: cfg.attach_timeout.as_millis() as u64,
+        protocol: cfg.protocol,
     };
+    // AMQP 1.0 links attach to existing queues only: declare them first, over 0-9-1.
+    if cfg.protocol == Protocol::Amqp10 {
+        declare_queues(
+            &control,
+            &all_groups
+                .iter()
+                .map(|&g| queue_name(&run_tag, g))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .context("declaring the step's queues")?;
+    }
 
     // Attach every client before any sender starts (the report's note on speed).
     let attach_started = Instant::now();
@@ -395,6 +410,32 @@ async fn queued_total(control: &Connection, queues: &[String]) -> Result<u64> {
             .context("counting queued messages (passive queue.declare)")?;
     }
     Ok(total)
+}
+
+/// Declares `queues` (durable defaults, as a 0-9-1 receiver does), several channels at once.
+async fn declare_queues(control: &Connection, queues: &[String]) -> Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for part in 0..CONTROL_CHANNELS.min(queues.len()) {
+        let control = control.clone();
+        let names: Vec<String> = queues
+            .iter()
+            .skip(part)
+            .step_by(CONTROL_CHANNELS)
+            .cloned()
+            .collect();
+        tasks.spawn(async move {
+            let ch = control.channel().await?;
+            for q in &names {
+                ch.queue_declare(q, &QueueOptions::default()).await?;
+            }
+            let _ = ch.close().await;
+            Ok::<(), crate::client::ClientError>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.map_err(|e| anyhow!(e))??;
+    }
+    Ok(())
 }
 
 async fn delete_queues(control: &Connection, queues: &[String]) {

@@ -9,12 +9,14 @@
 //! pre-settled. Senders publish in confirm mode (unsettled), so "confirmed" is what the broker
 //! took responsibility for.
 
+use super::amqp10;
 use super::pacing::Wheel;
 use crate::client::{
     encode_properties, AmqpUri, Channel, ChannelHooks, Connection, Delivery, DeliveryHook,
     PublishTemplate, QueueOptions,
 };
 use crate::payload;
+use crate::scenario::Protocol;
 use crate::stats::new_histogram;
 use anyhow::{anyhow, Context, Result};
 use parking_lot::Mutex;
@@ -46,6 +48,7 @@ pub struct Plan {
     pub body_bytes: usize,
     pub prefetch: u16,
     pub attach_timeout_ms: u64,
+    pub protocol: Protocol,
 }
 
 impl Plan {
@@ -92,10 +95,10 @@ pub struct Closed {
 }
 
 #[derive(Default)]
-struct Counters {
-    received: AtomicU64,
-    confirmed: AtomicU64,
-    nacked: AtomicU64,
+pub struct Counters {
+    pub received: AtomicU64,
+    pub confirmed: AtomicU64,
+    pub nacked: AtomicU64,
 }
 
 struct Receiver {
@@ -130,17 +133,40 @@ impl ChannelHooks for ConfirmCounter {
     }
 }
 
+/// A client of either protocol; the rest of the worker does not tell them apart.
+enum Client {
+    Amqp091(Connection),
+    Amqp10(amqp10::Client),
+}
+
+impl Client {
+    async fn close(self) {
+        match self {
+            Client::Amqp091(c) => c.close().await,
+            Client::Amqp10(c) => c.close().await,
+        }
+    }
+}
+
+/// Where a sender publishes: a confirm-mode channel, or an AMQP 1.0 sender link's task.
+enum Publisher {
+    Amqp091 {
+        channel: Channel,
+        template: PublishTemplate,
+    },
+    Amqp10(amqp10::Publisher),
+}
+
 struct Sender {
-    channel: Channel,
-    template: PublishTemplate,
+    publisher: Publisher,
     id: u32,
     seq: u64,
 }
 
-/// A group's connections, once all of them are up.
+/// A group's clients, once all of them are up.
 struct Group {
     id: u32,
-    connections: Vec<Connection>,
+    connections: Vec<Client>,
     senders: Vec<Sender>,
 }
 
@@ -148,7 +174,7 @@ pub struct Worker {
     plan: Plan,
     counters: Arc<Counters>,
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
-    connections: Vec<Connection>,
+    connections: Vec<Client>,
     senders: Vec<Sender>,
 }
 
@@ -256,8 +282,15 @@ impl Worker {
             let next = wheel.run_due(now, |s| {
                 let sent_ns = payload::now_ns();
                 payload::stamp(&mut body, sent_ns, s.id, s.seq);
-                match s.channel.publish(&s.template, &props, &body, sent_ns) {
-                    Ok(_) => {
+                let result = match &s.publisher {
+                    Publisher::Amqp091 { channel, template } => channel
+                        .publish(template, &props, &body, sent_ns)
+                        .map(|_| ())
+                        .map_err(|_| ()),
+                    Publisher::Amqp10(p) => p.publish(&body),
+                };
+                match result {
+                    Ok(()) => {
                         s.seq += 1;
                         published += 1;
                     }
@@ -332,54 +365,91 @@ async fn attach_group(
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
 ) -> Result<Group> {
     let timeout = Duration::from_millis(plan.attach_timeout_ms);
-    let queue = queue_name(&plan.run_tag, group);
     let mut g = Group {
         id: group,
         connections: vec![],
         senders: vec![],
     };
-    let result = tokio::time::timeout(timeout, async {
-        let conn = Connection::open_named(uri, "many-pairs receiver").await?;
-        g.connections.push(conn.clone());
-        let ch = conn.channel().await?;
-        ch.queue_declare(&queue, &QueueOptions::default()).await?;
-        ch.basic_qos(plan.prefetch, false).await?;
-        let hook = Arc::new(Receiver {
-            channel: ch.clone(),
-            counters: counters.clone(),
-            latency,
-        });
-        ch.basic_consume_hook(&queue, "receiver", false, hook)
-            .await?;
-        for id in plan.senders_of(group) {
-            let conn = Connection::open_named(uri, "many-pairs sender").await?;
-            g.connections.push(conn.clone());
-            let ch = conn.channel().await?;
-            ch.set_hooks(Arc::new(ConfirmCounter(counters.clone())));
-            ch.confirm_select().await?;
-            let template = ch.publish_template("", &queue, false);
-            g.senders.push(Sender {
-                channel: ch,
-                template,
-                id,
-                seq: 0,
-            });
+    let attaching = async {
+        match plan.protocol {
+            Protocol::Amqp091 => attach_amqp091(uri, plan, &mut g, counters, latency).await,
+            Protocol::Amqp10 => attach_amqp10(uri, plan, &mut g, counters, latency).await,
         }
-        Ok::<(), crate::client::ClientError>(())
-    })
-    .await;
-    let err = match result {
+    };
+    let err = match tokio::time::timeout(timeout, attaching).await {
         Ok(Ok(())) => return Ok(g),
-        Ok(Err(e)) => anyhow!(e),
+        Ok(Err(e)) => e,
         Err(_) => anyhow!("no answer within {} ms", plan.attach_timeout_ms),
     };
-    for c in &g.connections {
+    let clients = g.connections.len();
+    for c in g.connections {
         c.close().await;
     }
-    Err(err).with_context(|| {
-        format!(
-            "attaching group {group} (client {} of it)",
-            g.connections.len().max(1)
-        )
-    })
+    Err(err).with_context(|| format!("attaching group {group} (client {} of it)", clients.max(1)))
+}
+
+/// The receiver declares its queue, then consumes with `prefetch`; senders publish in
+/// confirm mode to the default exchange.
+async fn attach_amqp091(
+    uri: &AmqpUri,
+    plan: &Plan,
+    g: &mut Group,
+    counters: Arc<Counters>,
+    latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
+) -> Result<()> {
+    let queue = queue_name(&plan.run_tag, g.id);
+    let conn = Connection::open_named(uri, "many-pairs receiver").await?;
+    g.connections.push(Client::Amqp091(conn.clone()));
+    let ch = conn.channel().await?;
+    ch.queue_declare(&queue, &QueueOptions::default()).await?;
+    ch.basic_qos(plan.prefetch, false).await?;
+    let hook = Arc::new(Receiver {
+        channel: ch.clone(),
+        counters: counters.clone(),
+        latency,
+    });
+    ch.basic_consume_hook(&queue, "receiver", false, hook)
+        .await?;
+    for id in plan.senders_of(g.id) {
+        let conn = Connection::open_named(uri, "many-pairs sender").await?;
+        g.connections.push(Client::Amqp091(conn.clone()));
+        let ch = conn.channel().await?;
+        ch.set_hooks(Arc::new(ConfirmCounter(counters.clone())));
+        ch.confirm_select().await?;
+        let template = ch.publish_template("", &queue, false);
+        g.senders.push(Sender {
+            publisher: Publisher::Amqp091 {
+                channel: ch,
+                template,
+            },
+            id,
+            seq: 0,
+        });
+    }
+    Ok(())
+}
+
+/// The queue is already declared (by the step, over 0-9-1: AMQP 1.0 has no declare); the
+/// receiver and the senders attach links to its `/queues/` address.
+async fn attach_amqp10(
+    uri: &AmqpUri,
+    plan: &Plan,
+    g: &mut Group,
+    counters: Arc<Counters>,
+    latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
+) -> Result<()> {
+    let queue = queue_name(&plan.run_tag, g.id);
+    let receiver =
+        amqp10::attach_receiver(uri, &queue, plan.prefetch, counters.clone(), latency).await?;
+    g.connections.push(Client::Amqp10(receiver));
+    for id in plan.senders_of(g.id) {
+        let (client, publisher) = amqp10::attach_sender(uri, &queue, counters.clone()).await?;
+        g.connections.push(Client::Amqp10(client));
+        g.senders.push(Sender {
+            publisher: Publisher::Amqp10(publisher),
+            id,
+            seq: 0,
+        });
+    }
+    Ok(())
 }
