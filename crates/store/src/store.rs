@@ -243,7 +243,7 @@ pub(crate) fn complete_below(st: &LogState) -> u32 {
         && st
             .segments
             .get(&segment)
-            .map_or(true, |info| written_end >= info.end_bytes);
+            .is_none_or(|info| written_end >= info.end_bytes);
     if complete {
         segment.saturating_add(1)
     } else {

@@ -51,7 +51,7 @@ fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
             let points = table
                 .rows
                 .iter()
-                .filter(|r| spec.x_max.map_or(true, |max| r.x <= max))
+                .filter(|r| spec.x_max.is_none_or(|max| r.x <= max))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
             out.push((name, points));
