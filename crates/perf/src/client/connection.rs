@@ -264,10 +264,7 @@ impl Connection {
             for _ in 0..max {
                 let candidate = *next;
                 *next = if candidate >= max { 1 } else { candidate + 1 };
-                if channels
-                    .get(candidate as usize)
-                    .map_or(true, |c| c.is_none())
-                {
+                if channels.get(candidate as usize).is_none_or(|c| c.is_none()) {
                     id = Some(candidate);
                     break;
                 }
