@@ -327,7 +327,7 @@ impl Harness {
                 prop_assert!(
                     self.messages
                         .values()
-                        .all(|m| m.pending_seq.map_or(true, |s| s <= state.seq)),
+                        .all(|m| m.pending_seq.is_none_or(|s| s <= state.seq)),
                     "close settles everything"
                 );
                 self.settle(&state);
