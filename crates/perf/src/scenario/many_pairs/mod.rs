@@ -100,7 +100,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             );
             let r = step(&config(ctx, &t.uri, n as u32)).await?;
             eprintln!(
-                "   {} senders, {} receivers; offered {:.0} msg/s, achieved {:.0} msg/s; published {} confirmed {} received {} undelivered {} lost {}{}; mean {:.3} ms p99 {:.3} ms; RSS {:?} MiB",
+                "   {} senders, {} receivers; offered {:.0} msg/s, achieved {:.0} msg/s; published {} confirmed {} received {} undelivered {} lost {}{}; mean {:.3} ms p99 {:.3} ms; broker RSS {}",
                 r.senders,
                 r.receivers,
                 r.offered_per_s,
@@ -113,7 +113,8 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 if r.drained { "" } else { " (drain deadline)" },
                 r.latency.mean_us / 1000.0,
                 r.latency.p99_us as f64 / 1000.0,
-                r.broker_rss_bytes.map(|b| b >> 20)
+                r.broker_rss_bytes
+                    .map_or("unknown".to_owned(), |b| format!("{} MiB", b >> 20))
             );
             for why in &r.capped {
                 eprintln!("   capped: {why}");
