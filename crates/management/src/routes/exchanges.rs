@@ -2,7 +2,7 @@
 //! POST …/publish, which routes a message as a basic.publish would. Declaring and deleting
 //! need configure on the exchange, publishing write (`acting`).
 
-use super::{body_bool, body_json, rate_key};
+use super::{across_vhosts, body_bool, body_json, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
@@ -67,12 +67,7 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let items = api
-        .used_vhosts(&who)
-        .iter()
-        .flat_map(|v| all_in(&api, v))
-        .collect();
-    respond(items, &query)
+    respond(across_vhosts(&api, &who, all_in), &query)
 }
 
 pub async fn in_vhost(

@@ -402,3 +402,16 @@ pub async fn sample_forever(api: Weak<Api>) {
 fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {
     counts.fields().iter().map(|(_, v)| *v).collect()
 }
+
+/// What `all_in` lists per vhost, over every vhost the user may use (the list endpoints that
+/// take no vhost, as /api/queues and /api/exchanges).
+pub(crate) fn across_vhosts(
+    api: &Api,
+    who: &Identity,
+    all_in: impl Fn(&Api, &VHost) -> Vec<Value>,
+) -> Vec<Value> {
+    api.used_vhosts(who)
+        .iter()
+        .flat_map(|v| all_in(api, v))
+        .collect()
+}
