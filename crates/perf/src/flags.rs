@@ -10,6 +10,7 @@ use warren_codec::{FieldTable, FieldValue};
 /// PerfTest short options and their long forms.
 const SHORT_TO_LONG: &[(&str, &str)] = &[
     ("h", "uri"),
+    ("H", "uris"),
     ("x", "producers"),
     ("y", "consumers"),
     ("s", "size"),
@@ -66,8 +67,9 @@ pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
     about = "PerfTest-compatible AMQP 0-9-1 load generator"
 )]
 pub struct PerfArgs {
-    /// Broker URI (`-h` in PerfTest).
-    #[arg(long, default_value = "amqp://localhost")]
+    /// Broker URI (`-h` in PerfTest), or a cluster's nodes as a comma-separated list (`-H` /
+    /// `--uris` in PerfTest): connections are spread over them round-robin.
+    #[arg(long, alias = "uris", default_value = "amqp://localhost")]
     pub uri: String,
     /// Producer count; each has its own connection and channel.
     #[arg(long, default_value_t = 1)]

@@ -4,7 +4,9 @@
 
 use crate::accounting::Accounting;
 use crate::broker_proc::{self, BrokerProcess};
-use crate::client::{encode_properties, AmqpUri, Channel, ChannelHooks, Connection, QueueOptions};
+use crate::client::{
+    encode_properties, BrokerUris, Channel, ChannelHooks, Connection, QueueOptions,
+};
 use crate::flags::PerfArgs;
 use crate::output::{self, IntervalRecord, RunResult};
 use crate::payload;
@@ -85,7 +87,8 @@ fn declares_exchange(name: &str) -> bool {
 }
 
 pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
-    let uri = AmqpUri::parse(&args.uri).map_err(|e| anyhow!(e))?;
+    let uris = BrokerUris::parse(&args.uri).map_err(|e| anyhow!(e))?;
+    let uri = uris.first();
     let queues = args.queue_names();
     let routing_key = default_routing_key(args, &queues);
     let queue_args = args.queue_arguments().map_err(|e| anyhow!(e))?;
@@ -93,7 +96,7 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
     let label = args.id.clone().unwrap_or_else(|| "perf".to_owned());
 
     // Topology, on a connection of its own.
-    let admin = Connection::open_named(&uri, "perf-admin")
+    let admin = Connection::open_named(uri, "perf-admin")
         .await
         .with_context(|| format!("connecting to {uri}"))?;
     let ch = admin.channel().await?;
@@ -154,7 +157,8 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
     let mut consumer_conns = vec![];
     let mut consumer_tasks = vec![];
     for i in 0..args.consumers {
-        let conn = Connection::open_named(&uri, &format!("perf-consumer-{i}")).await?;
+        let conn =
+            Connection::open_named(uris.for_client(i), &format!("perf-consumer-{i}")).await?;
         let ch = conn.channel().await?;
         let queue = if queues.is_empty() {
             let name = ch.declare_private_queue().await?;
@@ -197,7 +201,11 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
     let mut producer_tasks = vec![];
     let mut producer_channels = vec![];
     for i in 0..args.producers {
-        let conn = Connection::open_named(&uri, &format!("perf-producer-{i}")).await?;
+        let conn = Connection::open_named(
+            uris.for_client(args.consumers + i),
+            &format!("perf-producer-{i}"),
+        )
+        .await?;
         let ch = conn.channel().await?;
         ch.set_hooks(Arc::new(ProducerHooks {
             shared: shared.clone(),
@@ -358,7 +366,7 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
     };
     Ok(RunResult {
         label,
-        uri: uri.to_string(),
+        uri: uris.to_string(),
         duration_s: send_s,
         counts,
         lost,

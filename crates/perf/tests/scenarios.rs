@@ -78,6 +78,29 @@ async fn load_generator_counts_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uri_list_spreads_clients_and_keeps_exact_counts() {
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    // The same broker twice stands in for two nodes: PerfTest's -H takes the list, and every
+    // client of the run (2 consumers, 3 producers) still accounts for every message.
+    let r = runner::run(
+        &perf(&format!(
+            "-H {uri},{uri} -x 3 -y 2 -s 100 -C 500 -c 50 -q 50 -u perf-it-uris --quiet"
+        )),
+        &runner::RunOptions {
+            delete_queues: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.counts.sent, 1500);
+    assert_eq!(r.counts.received, 1500, "{r:?}");
+    assert_eq!(r.lost, Some(0));
+    assert_eq!(r.uri.matches("amqp://").count(), 2, "{}", r.uri);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oslo_call_accounts_round_trips() {
     let Some(uri) = broker() else { return };
     let _serial = SERIAL.lock().await;

@@ -18,7 +18,7 @@ pub use channel::{
     encode_properties, Channel, ChannelHooks, Delivery, DeliveryHook, PublishTemplate, QueueOptions,
 };
 pub use connection::Connection;
-pub use uri::AmqpUri;
+pub use uri::{AmqpUri, BrokerUris};
 
 /// Why a client operation failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! AMQP URIs (`amqp://user:pass@host:port/vhost`, the form PerfTest's `--uri` takes), with the
-//! vhost percent-decoded (`%2F` is `/`).
+//! vhost percent-decoded (`%2F` is `/`), and lists of them (PerfTest's `--uris`): the nodes
+//! of a cluster, over which a run spreads its connections.
 
 use std::fmt;
 
@@ -79,6 +80,61 @@ impl fmt::Display for AmqpUri {
     }
 }
 
+/// The brokers a run connects to: one URI, or a cluster's nodes given as a comma-separated
+/// list. Client `i` (consumers first, then producers; receivers, then senders) connects to
+/// node `i mod n`, so every node serves clients and a publisher and its consumer usually sit
+/// on different nodes, as in the reports' cluster runs. Invariant: never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerUris {
+    nodes: Vec<AmqpUri>,
+}
+
+impl BrokerUris {
+    pub fn parse(list: &str) -> Result<BrokerUris, String> {
+        let nodes = list
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(AmqpUri::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.is_empty() {
+            return Err("no broker URI given".to_owned());
+        }
+        Ok(BrokerUris { nodes })
+    }
+
+    /// The first node: where topology is declared and whose process is measured.
+    pub fn first(&self) -> &AmqpUri {
+        &self.nodes[0]
+    }
+
+    /// The node client number `index` connects to.
+    pub fn for_client(&self, index: usize) -> &AmqpUri {
+        &self.nodes[index % self.nodes.len()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for BrokerUris {
+    /// Every node, without passwords.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{node}")?;
+        }
+        Ok(())
+    }
+}
+
 fn decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -120,5 +176,20 @@ mod tests {
         let u = AmqpUri::parse("amqp://guest:guest@127.0.0.1:5681/").unwrap();
         assert_eq!((u.port, u.vhost.as_str()), (5681, "/"));
         assert!(u.is_local());
+    }
+
+    #[test]
+    fn a_list_of_nodes_spreads_clients_round_robin() {
+        let uris = BrokerUris::parse("amqp://a:5672, amqp://b:5673,amqp://c:5674,").unwrap();
+        assert_eq!(uris.len(), 3);
+        assert_eq!(uris.first().host, "a");
+        let hosts: Vec<_> = (0..5).map(|i| uris.for_client(i).host.clone()).collect();
+        assert_eq!(hosts, ["a", "b", "c", "a", "b"]);
+        assert_eq!(
+            uris.to_string(),
+            "amqp://guest@a:5672,amqp://guest@b:5673,amqp://guest@c:5674"
+        );
+        assert!(BrokerUris::parse(" , ").is_err());
+        assert!(BrokerUris::parse("amqp://a,http://b").is_err());
     }
 }

@@ -39,10 +39,16 @@ pub struct ScenarioArgs {
     /// publish-rate, credit-flow, consumers, producers, queues, queue-types, confirms, acks,
     /// exchange-types, mqperf, oslo-rpc, many-pairs, or all.
     pub name: String,
-    /// The broker under test.
-    #[arg(long, default_value = "amqp://guest:guest@localhost:5672")]
+    /// The broker under test: a URI, or a cluster's nodes as a comma-separated list (clients
+    /// are spread over them).
+    #[arg(
+        long,
+        alias = "uris",
+        default_value = "amqp://guest:guest@localhost:5672"
+    )]
     pub uri: String,
-    /// A second broker: every step runs against both, back to back, and the tables get ratios.
+    /// A second broker (a URI or a comma-separated list of nodes): every step runs against
+    /// both, back to back, and the tables get ratios.
     #[arg(long)]
     pub compare: Option<String>,
     /// Name of the first broker in tables (default: host:port).
@@ -165,8 +171,8 @@ impl Ctx {
 }
 
 fn default_label(uri: &str) -> String {
-    crate::client::AmqpUri::parse(uri)
-        .map(|u| u.addr())
+    crate::client::BrokerUris::parse(uri)
+        .map(|u| u.first().addr())
         .unwrap_or_else(|_| uri.to_owned())
 }
 
@@ -301,7 +307,7 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
             format!(
                 "`{}` at {}",
                 t.label,
-                crate::client::AmqpUri::parse(&t.uri)
+                crate::client::BrokerUris::parse(&t.uri)
                     .map(|u| u.to_string())
                     .unwrap_or_default()
             )

@@ -5,7 +5,7 @@
 //! connection for its senders and one for its receivers, one channel per thread.
 
 use super::Ctx;
-use crate::client::{encode_properties, AmqpUri, Channel, Connection, QueueOptions};
+use crate::client::{encode_properties, BrokerUris, Channel, Connection, QueueOptions};
 use crate::payload;
 use crate::report::{PlotSpec, Report, Section, Table, Unit};
 use anyhow::{anyhow, Result};
@@ -39,8 +39,8 @@ pub async fn step(
     max_batch: usize,
     duration: Duration,
 ) -> Result<MqResult> {
-    let uri = AmqpUri::parse(uri).map_err(|e| anyhow!(e))?;
-    let admin = Connection::open_named(&uri, "mqperf-admin").await?;
+    let uris = BrokerUris::parse(uri).map_err(|e| anyhow!(e))?;
+    let admin = Connection::open_named(uris.first(), "mqperf-admin").await?;
     let ach = admin.channel().await?;
     ach.queue_declare(
         QUEUE,
@@ -59,9 +59,10 @@ pub async fn step(
     let mut conns = vec![];
     let mut receivers = vec![];
     let mut senders = vec![];
-    for _ in 0..nodes {
-        let rconn = Connection::open_named(&uri, "mqperf-receiver").await?;
-        let sconn = Connection::open_named(&uri, "mqperf-sender").await?;
+    // Client node k receives through broker node k and sends through the next one.
+    for k in 0..nodes {
+        let rconn = Connection::open_named(uris.for_client(k), "mqperf-receiver").await?;
+        let sconn = Connection::open_named(uris.for_client(k + 1), "mqperf-sender").await?;
         for t in 0..threads {
             let ch = rconn.channel().await?;
             ch.basic_qos(100, false).await?;

@@ -12,7 +12,7 @@
 use super::Ctx;
 use crate::accounting::Accounting;
 use crate::broker_proc::{self, BrokerProcess};
-use crate::client::{encode_properties, AmqpUri, Channel, Connection, QueueOptions};
+use crate::client::{encode_properties, AmqpUri, BrokerUris, Channel, Connection, QueueOptions};
 use crate::payload;
 use crate::report::{PlotSpec, Report, Section, Table, Unit};
 use crate::stats::{new_histogram, Percentiles};
@@ -82,8 +82,8 @@ struct Shared {
 
 /// Runs one (mode, sender count) step against one broker.
 pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> Result<OsloResult> {
-    let uri = AmqpUri::parse(uri).map_err(|e| anyhow!(e))?;
-    let admin = Connection::open_named(&uri, "oslo-admin").await?;
+    let uris = BrokerUris::parse(uri).map_err(|e| anyhow!(e))?;
+    let admin = Connection::open_named(uris.first(), "oslo-admin").await?;
     let ach = admin.channel().await?;
     ach.exchange_declare(EXCHANGE, "topic", false, false)
         .await?;
@@ -108,14 +108,16 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
     });
 
     // The server: consumes the topic queue, replies to calls.
-    let server = ServerThread::start(&uri, queue, mode, shared.clone()).await?;
+    let server = ServerThread::start(uris.first(), queue, mode, shared.clone()).await?;
 
     // The clients: senders spread over connections, one reply queue per connection.
     let mut conns = vec![];
     let mut sender_channels: Vec<(usize, Channel, Option<String>)> = vec![];
     let mut reply_tasks = vec![];
-    for first in (0..senders).step_by(CHANNELS_PER_CONNECTION) {
-        let conn = Connection::open_named(&uri, "oslo-client").await?;
+    // With several nodes the server consumes through the first and client connection c
+    // connects through node c + 1, so calls and replies cross nodes.
+    for (c, first) in (0..senders).step_by(CHANNELS_PER_CONNECTION).enumerate() {
+        let conn = Connection::open_named(uris.for_client(c + 1), "oslo-client").await?;
         let reply_queue = if mode == Mode::Call {
             let rch = conn.channel().await?;
             let name = rch.declare_private_queue().await?;
@@ -135,9 +137,10 @@ pub async fn step(uri: &str, mode: Mode, senders: usize, duration: Duration) -> 
         conns.push(conn);
     }
 
-    let broker = uri
+    let broker = uris
+        .first()
         .is_local()
-        .then(|| BrokerProcess::find_by_port(uri.port))
+        .then(|| BrokerProcess::find_by_port(uris.first().port))
         .flatten();
     let cpu_start = broker.and_then(|b| b.sample());
     let started = Instant::now();

@@ -11,7 +11,7 @@
 use super::link::Link;
 use super::worker::{queue_name, Plan, Sent};
 use crate::broker_proc::BrokerProcess;
-use crate::client::{AmqpUri, Connection, QueueOptions};
+use crate::client::{BrokerUris, Connection, QueueOptions};
 use crate::fd_limit;
 use crate::payload;
 use crate::scenario::Protocol;
@@ -111,7 +111,9 @@ pub fn default_worker_exe() -> Option<PathBuf> {
 }
 
 pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
-    let uri = AmqpUri::parse(&cfg.uri).map_err(|e| anyhow!(e))?;
+    let uris = BrokerUris::parse(&cfg.uri).map_err(|e| anyhow!(e))?;
+    // Topology and the measured broker process: the first node.
+    let uri = uris.first();
     let k = u64::from(cfg.senders_per_receiver.max(1));
     let n = u64::from(cfg.senders);
     if n == 0 {
@@ -178,7 +180,7 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
     }
     result.worker_processes = processes as u32;
 
-    let control = Connection::open_named(&uri, "many-pairs control")
+    let control = Connection::open_named(uri, "many-pairs control")
         .await
         .context("opening the control connection")?;
     let run_tag = format!("{:x}", payload::now_ns() / 1000 % (1 << 40));

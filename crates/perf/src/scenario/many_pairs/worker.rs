@@ -12,8 +12,8 @@
 use super::amqp10;
 use super::pacing::Wheel;
 use crate::client::{
-    encode_properties, AmqpUri, Channel, ChannelHooks, Connection, Delivery, DeliveryHook,
-    PublishTemplate, QueueOptions,
+    encode_properties, AmqpUri, BrokerUris, Channel, ChannelHooks, Connection, Delivery,
+    DeliveryHook, PublishTemplate, QueueOptions,
 };
 use crate::payload;
 use crate::scenario::Protocol;
@@ -183,7 +183,7 @@ impl Worker {
     /// a failure is almost always a descriptor or connection limit, which later groups would
     /// hit too). The step runs with the groups that attached.
     pub async fn attach(plan: Plan) -> (Worker, Attached) {
-        let uri = match AmqpUri::parse(&plan.uri) {
+        let uris = match BrokerUris::parse(&plan.uri) {
             Ok(u) => u,
             Err(e) => {
                 let worker = Worker::empty(plan);
@@ -204,13 +204,13 @@ impl Worker {
         loop {
             while tasks.len() < ATTACH_IN_FLIGHT && !failed.load(Ordering::Acquire) {
                 let Some(g) = pending.next() else { break };
-                let (uri, plan, counters, latency) = (
-                    uri.clone(),
+                let (uris, plan, counters, latency) = (
+                    uris.clone(),
                     plan.clone(),
                     worker.counters.clone(),
                     worker.latency.clone(),
                 );
-                tasks.spawn(async move { attach_group(&uri, &plan, g, counters, latency).await });
+                tasks.spawn(async move { attach_group(&uris, &plan, g, counters, latency).await });
             }
             let Some(done) = tasks.join_next().await else {
                 break;
@@ -358,7 +358,7 @@ impl Worker {
 }
 
 async fn attach_group(
-    uri: &AmqpUri,
+    uris: &BrokerUris,
     plan: &Plan,
     group: u32,
     counters: Arc<Counters>,
@@ -372,8 +372,8 @@ async fn attach_group(
     };
     let attaching = async {
         match plan.protocol {
-            Protocol::Amqp091 => attach_amqp091(uri, plan, &mut g, counters, latency).await,
-            Protocol::Amqp10 => attach_amqp10(uri, plan, &mut g, counters, latency).await,
+            Protocol::Amqp091 => attach_amqp091(uris, plan, &mut g, counters, latency).await,
+            Protocol::Amqp10 => attach_amqp10(uris, plan, &mut g, counters, latency).await,
         }
     };
     let err = match tokio::time::timeout(timeout, attaching).await {
@@ -388,17 +388,27 @@ async fn attach_group(
     Err(err).with_context(|| format!("attaching group {group} (client {} of it)", clients.max(1)))
 }
 
+/// The node a group's receiver connects to; with several nodes its senders connect to the
+/// next ones (`sender_node`), so messages cross nodes as in the report's cluster runs.
+fn receiver_node(uris: &BrokerUris, group: u32) -> &AmqpUri {
+    uris.for_client(group as usize)
+}
+
+fn sender_node(uris: &BrokerUris, sender: u32) -> &AmqpUri {
+    uris.for_client(sender as usize + 1)
+}
+
 /// The receiver declares its queue, then consumes with `prefetch`; senders publish in
 /// confirm mode to the default exchange.
 async fn attach_amqp091(
-    uri: &AmqpUri,
+    uris: &BrokerUris,
     plan: &Plan,
     g: &mut Group,
     counters: Arc<Counters>,
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
 ) -> Result<()> {
     let queue = queue_name(&plan.run_tag, g.id);
-    let conn = Connection::open_named(uri, "many-pairs receiver").await?;
+    let conn = Connection::open_named(receiver_node(uris, g.id), "many-pairs receiver").await?;
     g.connections.push(Client::Amqp091(conn.clone()));
     let ch = conn.channel().await?;
     ch.queue_declare(&queue, &QueueOptions::default()).await?;
@@ -411,7 +421,7 @@ async fn attach_amqp091(
     ch.basic_consume_hook(&queue, "receiver", false, hook)
         .await?;
     for id in plan.senders_of(g.id) {
-        let conn = Connection::open_named(uri, "many-pairs sender").await?;
+        let conn = Connection::open_named(sender_node(uris, id), "many-pairs sender").await?;
         g.connections.push(Client::Amqp091(conn.clone()));
         let ch = conn.channel().await?;
         ch.set_hooks(Arc::new(ConfirmCounter(counters.clone())));
@@ -432,18 +442,25 @@ async fn attach_amqp091(
 /// The queue is already declared (by the step, over 0-9-1: AMQP 1.0 has no declare); the
 /// receiver and the senders attach links to its `/queues/` address.
 async fn attach_amqp10(
-    uri: &AmqpUri,
+    uris: &BrokerUris,
     plan: &Plan,
     g: &mut Group,
     counters: Arc<Counters>,
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
 ) -> Result<()> {
     let queue = queue_name(&plan.run_tag, g.id);
-    let receiver =
-        amqp10::attach_receiver(uri, &queue, plan.prefetch, counters.clone(), latency).await?;
+    let receiver = amqp10::attach_receiver(
+        receiver_node(uris, g.id),
+        &queue,
+        plan.prefetch,
+        counters.clone(),
+        latency,
+    )
+    .await?;
     g.connections.push(Client::Amqp10(receiver));
     for id in plan.senders_of(g.id) {
-        let (client, publisher) = amqp10::attach_sender(uri, &queue, counters.clone()).await?;
+        let (client, publisher) =
+            amqp10::attach_sender(sender_node(uris, id), &queue, counters.clone()).await?;
         g.connections.push(Client::Amqp10(client));
         g.senders.push(Sender {
             publisher: Publisher::Amqp10(publisher),
