@@ -17,6 +17,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use warren_store::Store;
 
+/// The global runtime parameter holding the cluster's name, where RabbitMQ keeps it too.
+pub const CLUSTER_NAME_PARAMETER: &str = "cluster_name";
+
+/// "warren@HOSTNAME", as RabbitMQ's "rabbit@HOSTNAME".
+pub fn default_node_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("warren@{host}")
+}
+
 /// The user a fresh broker has (password "guest", loopback only: see the server's config).
 pub const DEFAULT_USER: &str = "guest";
 
@@ -47,6 +58,8 @@ pub struct Broker {
     pub counters: Arc<NodeCounters>,
     /// The disk alarm's monitor, once the binary has started one.
     disk: OnceLock<Arc<DiskMonitor>>,
+    /// This node's name (`warren@host` unless the binary names it).
+    node_name: OnceLock<String>,
 }
 
 impl Broker {
@@ -75,10 +88,17 @@ impl Broker {
             started_at: std::time::Instant::now(),
             counters,
             disk: OnceLock::new(),
+            node_name: OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let weak = Arc::downgrade(&broker);
         broker.access.set_change_hook(move || {
+            if let Some(broker) = weak.upgrade() {
+                broker.persist();
+            }
+        });
+        let weak = Arc::downgrade(&broker);
+        broker.parameters.set_change_hook(move || {
             if let Some(broker) = weak.upgrade() {
                 broker.persist();
             }
@@ -179,7 +199,35 @@ impl Broker {
         Snapshot {
             vhosts,
             access: Some(access),
+            parameters: self.parameters.list(),
+            global_parameters: self.parameters.list_global(),
         }
+    }
+
+    /// Names this node; the first name given sticks (before it, the node is
+    /// `default_node_name()`).
+    pub fn name_node(&self, name: &str) {
+        let _ = self.node_name.set(name.to_owned());
+    }
+
+    pub fn node_name(&self) -> &str {
+        self.node_name.get_or_init(default_node_name)
+    }
+
+    /// The cluster's name: the `cluster_name` global parameter, else this node's name (as
+    /// RabbitMQ). Clients see it in connection.start, the HTTP API in /api/cluster-name and
+    /// /api/overview, Prometheus in `rabbitmq_identity_info`.
+    pub fn cluster_name(&self) -> String {
+        self.parameters
+            .global(CLUSTER_NAME_PARAMETER)
+            .and_then(|json| serde_json::from_str::<String>(&json).ok())
+            .unwrap_or_else(|| self.node_name().to_owned())
+    }
+
+    /// Renames the cluster (a durable change).
+    pub fn set_cluster_name(&self, name: &str) {
+        let json = serde_json::Value::String(name.to_owned()).to_string();
+        self.parameters.set_global(CLUSTER_NAME_PARAMETER, json);
     }
 
     /// Brings back what the store kept: the vhosts with their durable topology, each durable
@@ -216,6 +264,8 @@ impl Broker {
             vhost.set_metadata(v.metadata);
             vhost.restore_definitions(v.definitions);
         }
+        self.parameters
+            .restore(snapshot.parameters, snapshot.global_parameters);
         self.restore_messages(recovered.queues);
         self.persisting.store(true, Ordering::Release);
         // Written in the current version at once (a version 1 blob is upgraded).

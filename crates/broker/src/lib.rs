@@ -33,7 +33,7 @@ pub mod topic;
 pub mod vhost;
 
 pub use alarm::{Alarm, AlarmSet, Alarms};
-pub use broker::Broker;
+pub use broker::{default_node_name, Broker};
 pub use churn::{ConnectionChurn, NodeCounters, QueueChurn};
 pub use consumer::{ChannelFlow, ConnectionEvent, ConnectionId, Consumer, Delivery};
 pub use disk::DiskMonitor;

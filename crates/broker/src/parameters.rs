@@ -4,10 +4,17 @@
 //! import/export unchanged. Values are JSON texts; this crate does not interpret them.
 //!
 //! Components Warren does act on are not kept here: policies and operator policies live with
-//! their vhost, and `vhost-limits` are the vhost's limits.
+//! their vhost, and `vhost-limits` are the vhost's limits. The cluster's name is a global
+//! parameter (`cluster_name`), as in RabbitMQ.
+//!
+//! Parameters are durable: a change hook lets the broker persist them with the rest of its
+//! definitions (snapshot.rs).
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+type ChangeHook = Box<dyn Fn() + Send + Sync>;
 
 /// A vhost-scoped runtime parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,27 +26,55 @@ pub struct Parameter {
     pub value_json: String,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RuntimeParameters {
     /// (vhost, component, name) → JSON text.
     scoped: RwLock<BTreeMap<(String, String, String), String>>,
     /// name → JSON text.
     global: RwLock<BTreeMap<String, String>>,
+    on_change: OnceLock<ChangeHook>,
+}
+
+impl std::fmt::Debug for RuntimeParameters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeParameters")
+            .field("scoped", &self.scoped.read().len())
+            .field("global", &self.global.read().len())
+            .finish()
+    }
 }
 
 impl RuntimeParameters {
+    /// Called (outside the locks) after every set or clear; the broker persists from it.
+    /// Set once.
+    pub fn set_change_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_change.set(Box::new(hook));
+    }
+
+    fn changed(&self) {
+        if let Some(hook) = self.on_change.get() {
+            hook();
+        }
+    }
+
     pub fn set(&self, vhost: &str, component: &str, name: &str, value_json: String) {
         self.scoped.write().insert(
             (vhost.to_owned(), component.to_owned(), name.to_owned()),
             value_json,
         );
+        self.changed();
     }
 
     pub fn clear(&self, vhost: &str, component: &str, name: &str) -> bool {
-        self.scoped
+        let removed = self
+            .scoped
             .write()
             .remove(&(vhost.to_owned(), component.to_owned(), name.to_owned()))
-            .is_some()
+            .is_some();
+        if removed {
+            self.changed();
+        }
+        removed
     }
 
     /// Every vhost-scoped parameter, ordered by vhost, component, name.
@@ -58,10 +93,29 @@ impl RuntimeParameters {
 
     pub fn set_global(&self, name: &str, value_json: String) {
         self.global.write().insert(name.to_owned(), value_json);
+        self.changed();
     }
 
     pub fn clear_global(&self, name: &str) -> bool {
-        self.global.write().remove(name).is_some()
+        let removed = self.global.write().remove(name).is_some();
+        if removed {
+            self.changed();
+        }
+        removed
+    }
+
+    /// One global parameter's JSON text.
+    pub fn global(&self, name: &str) -> Option<String> {
+        self.global.read().get(name).cloned()
+    }
+
+    /// Replaces every parameter with what a snapshot held (recovery; no change hook).
+    pub fn restore(&self, scoped: Vec<Parameter>, global: Vec<(String, String)>) {
+        *self.scoped.write() = scoped
+            .into_iter()
+            .map(|p| ((p.vhost, p.component, p.name), p.value_json))
+            .collect();
+        *self.global.write() = global.into_iter().collect();
     }
 
     /// Every global parameter as (name, JSON text), by name.
@@ -73,7 +127,7 @@ impl RuntimeParameters {
             .collect()
     }
 
-    /// Drops the parameters of a deleted vhost.
+    /// Drops the parameters of a deleted vhost (the vhost's deletion persists; no hook).
     pub fn forget_vhost(&self, vhost: &str) {
         self.scoped.write().retain(|(v, _, _), _| v != vhost);
     }

@@ -2,11 +2,15 @@
 //! metadata, limits and durable topology) and the user database (users with their password
 //! hashes and tags, permissions, topic permissions). docs/STORAGE.md §2 describes the layout.
 //!
+//! Runtime parameters (vhost-scoped and global, the cluster name among them) are kept too; a
+//! blob from before they were has none.
+//!
 //! Version 1 blobs (before vhosts) held one vhost's `Definitions`; they decode as vhost "/"
 //! with no user database, which the broker then treats as a first boot for users.
 
 use crate::access::{Permission, TopicPermission, User};
 use crate::definitions::{get_str, get_table, tables, text, Definitions};
+use crate::parameters::Parameter;
 use crate::vhost::{VHostLimits, VHostMetadata};
 use bytes::{Bytes, BytesMut};
 use warren_codec::{FieldTable, FieldValue, Reader, Writer};
@@ -35,10 +39,19 @@ pub struct Snapshot {
     pub vhosts: Vec<VHostSnapshot>,
     /// None in a version 1 blob.
     pub access: Option<AccessSnapshot>,
+    /// Vhost-scoped runtime parameters.
+    pub parameters: Vec<Parameter>,
+    /// Global runtime parameters as (name, JSON text).
+    pub global_parameters: Vec<(String, String)>,
 }
 
+/// A text field at any length (descriptions, permission patterns and parameter values may be
+/// longer than a short string's 255 bytes).
 fn string(t: &FieldTable, key: &str) -> String {
-    get_str(t, key).map(|s| s.to_string()).unwrap_or_default()
+    t.get(key)
+        .and_then(FieldValue::as_str)
+        .map(str::to_owned)
+        .unwrap_or_default()
 }
 
 fn strings(t: &FieldTable, key: &str) -> Vec<String> {
@@ -133,6 +146,25 @@ impl Snapshot {
             top.insert("permissions", FieldValue::Array(permissions));
             top.insert("topic_permissions", FieldValue::Array(topic_permissions));
         }
+        let parameters = self
+            .parameters
+            .iter()
+            .map(|p| {
+                table(&[
+                    ("vhost", text(&p.vhost)),
+                    ("component", text(&p.component)),
+                    ("name", text(&p.name)),
+                    ("value", text(&p.value_json)),
+                ])
+            })
+            .collect();
+        let global_parameters = self
+            .global_parameters
+            .iter()
+            .map(|(name, value)| table(&[("name", text(name)), ("value", text(value))]))
+            .collect();
+        top.insert("parameters", FieldValue::Array(parameters));
+        top.insert("global_parameters", FieldValue::Array(global_parameters));
         let mut out = BytesMut::new();
         Writer::new(&mut out).table(&top);
         out.freeze()
@@ -152,6 +184,7 @@ impl Snapshot {
                     definitions: Definitions::from_table(&top),
                 }],
                 access: None,
+                ..Snapshot::default()
             });
         }
         let vhosts = tables(&top, "vhosts")
@@ -204,6 +237,19 @@ impl Snapshot {
                 (string(t, "vhost"), string(t, "user"), p)
             })
             .collect();
+        let parameters = tables(&top, "parameters")
+            .iter()
+            .map(|t| Parameter {
+                vhost: string(t, "vhost"),
+                component: string(t, "component"),
+                name: string(t, "name"),
+                value_json: string(t, "value"),
+            })
+            .collect();
+        let global_parameters = tables(&top, "global_parameters")
+            .iter()
+            .map(|t| (string(t, "name"), string(t, "value")))
+            .collect();
         Ok(Snapshot {
             vhosts,
             access: Some(AccessSnapshot {
@@ -211,6 +257,8 @@ impl Snapshot {
                 permissions,
                 topic_permissions,
             }),
+            parameters,
+            global_parameters,
         })
     }
 }
@@ -226,7 +274,7 @@ mod tests {
             vhosts: vec![VHostSnapshot {
                 name: "prod".into(),
                 metadata: VHostMetadata {
-                    description: "d".into(),
+                    description: "d".repeat(400),
                     tags: vec!["t".into()],
                 },
                 limits: VHostLimits {
@@ -249,7 +297,15 @@ mod tests {
                     hashing_algorithm: "rabbit_password_hashing_sha256".into(),
                     tags: vec!["administrator".into()],
                 }],
-                permissions: vec![("prod".into(), "u".into(), Permission::full())],
+                permissions: vec![(
+                    "prod".into(),
+                    "u".into(),
+                    Permission {
+                        configure: format!("^({})$", ["queue"; 80].join("|")),
+                        write: ".*".into(),
+                        read: ".*".into(),
+                    },
+                )],
                 topic_permissions: vec![(
                     "prod".into(),
                     "u".into(),
@@ -260,6 +316,13 @@ mod tests {
                     },
                 )],
             }),
+            parameters: vec![Parameter {
+                vhost: "prod".into(),
+                component: "federation-upstream".into(),
+                name: "up".into(),
+                value_json: format!(r#"{{"uri":"amqp://{}"}}"#, "h".repeat(300)),
+            }],
+            global_parameters: vec![("cluster_name".into(), r#""east""#.into())],
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
     }
@@ -279,5 +342,6 @@ mod tests {
         assert_eq!(snapshot.vhosts[0].name, "/");
         assert_eq!(snapshot.vhosts[0].definitions, v1);
         assert!(snapshot.access.is_none());
+        assert!(snapshot.parameters.is_empty() && snapshot.global_parameters.is_empty());
     }
 }

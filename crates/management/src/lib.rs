@@ -19,7 +19,6 @@ pub use accounts::Accounts;
 
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
-use parking_lot::RwLock;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,13 +68,7 @@ pub struct ListenerInfo {
     pub address: SocketAddr,
 }
 
-/// "warren@HOSTNAME", as RabbitMQ's "rabbit@HOSTNAME".
-pub fn default_node_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("warren@{host}")
-}
+pub use warren_broker::default_node_name;
 
 /// Shared state of every request.
 pub struct Api {
@@ -87,7 +80,6 @@ pub struct Api {
     pub listeners: Vec<ListenerInfo>,
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
-    pub cluster_name: RwLock<String>,
     pub rates: rates::Rates,
 }
 
@@ -107,10 +99,10 @@ pub async fn run(
         });
     }
     known.sort_by_key(|l| (l.protocol, l.address.port()));
+    broker.name_node(&config.node_name);
     let api = Arc::new(Api {
         accounts: Accounts::new(broker.access.clone(), config.loopback_users),
         broker,
-        cluster_name: RwLock::new(config.node_name.clone()),
         node: config.node_name,
         listeners: known,
         data_dir: config.data_dir,

@@ -36,24 +36,14 @@ use std::sync::Arc;
 use warren_broker::Broker;
 use warren_server::http_listener::{self, HttpListener};
 
-/// Who this node is, for `rabbitmq_identity_info`.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    /// `rabbitmq_node`, e.g. `warren@host`.
-    pub node: String,
-    /// `rabbitmq_cluster`: the `cluster_name` server property.
-    pub cluster: String,
-}
-
 struct Scraped {
     broker: Arc<Broker>,
-    identity: Identity,
 }
 
 /// The text of one scrape of `endpoint`.
-pub fn render(broker: &Broker, identity: &Identity, endpoint: Endpoint) -> String {
+pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
     if endpoint == Endpoint::Detailed {
-        return render_detailed(broker, identity, Selection::default());
+        return render_detailed(broker, Selection::default());
     }
     let mut out = Exposition::new();
     let per_object = endpoint == Endpoint::PerObject;
@@ -82,14 +72,14 @@ pub fn render(broker: &Broker, identity: &Identity, endpoint: Endpoint) -> Strin
     if per_object {
         queues::info(&mut out, &queues);
     }
-    node::identity(&mut out, identity, endpoint);
+    node::identity(&mut out, broker, endpoint);
     node::store(&mut out, broker);
     out.into_text()
 }
 
 /// `/metrics/detailed`: the groups `selection` names, per object, `rabbitmq_detailed_*`,
 /// then the identity families.
-pub fn render_detailed(broker: &Broker, identity: &Identity, selection: Selection) -> String {
+pub fn render_detailed(broker: &Broker, selection: Selection) -> String {
     let mut out = Exposition::detailed(selection);
     node::churn(&mut out, broker);
     node::resources(&mut out, broker);
@@ -104,7 +94,7 @@ pub fn render_detailed(broker: &Broker, identity: &Identity, selection: Selectio
     if out.selected(&["exchange_metrics"]) {
         exchanges(&mut out, broker, true);
     }
-    node::identity(&mut out, identity, Endpoint::Detailed);
+    node::identity(&mut out, broker, Endpoint::Detailed);
     out.into_text()
 }
 
@@ -186,8 +176,8 @@ fn exchanges(out: &mut Exposition, broker: &Broker, per_object: bool) {
     }
 }
 
-pub fn router(broker: Arc<Broker>, identity: Identity) -> Router {
-    let state = Arc::new(Scraped { broker, identity });
+pub fn router(broker: Arc<Broker>) -> Router {
+    let state = Arc::new(Scraped { broker });
     Router::new()
         .route("/metrics", get(aggregated))
         .route("/metrics/per-object", get(per_object))
@@ -205,11 +195,11 @@ async fn per_object(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
 
 async fn detailed(State(s): State<Arc<Scraped>>, RawQuery(query): RawQuery) -> impl IntoResponse {
     let selection = Selection::from_query(query.as_deref().unwrap_or(""));
-    text(render_detailed(&s.broker, &s.identity, selection))
+    text(render_detailed(&s.broker, selection))
 }
 
 fn respond(s: &Scraped, endpoint: Endpoint) -> impl IntoResponse {
-    text(render(&s.broker, &s.identity, endpoint))
+    text(render(&s.broker, endpoint))
 }
 
 fn text(body: String) -> impl IntoResponse {
@@ -221,8 +211,7 @@ fn text(body: String) -> impl IntoResponse {
 pub async fn run(
     listeners: Vec<HttpListener>,
     broker: Arc<Broker>,
-    identity: Identity,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    http_listener::serve(listeners, router(broker, identity), shutdown).await
+    http_listener::serve(listeners, router(broker), shutdown).await
 }

@@ -5,7 +5,6 @@
 
 use crate::exposition::{Exposition, Kind};
 use crate::process;
-use crate::Identity;
 use warren_broker::churn::read;
 use warren_broker::{Alarm, Broker};
 
@@ -29,7 +28,7 @@ impl Endpoint {
 
 /// `rabbitmq_build_info` and `rabbitmq_identity_info`: the series dashboards join every
 /// other one with (`* on(instance, job) group_left(rabbitmq_cluster, rabbitmq_node)`).
-pub fn identity(out: &mut Exposition, identity: &Identity, endpoint: Endpoint) {
+pub fn identity(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
     out.group(None);
     let version = env!("CARGO_PKG_VERSION");
     out.family(
@@ -55,8 +54,8 @@ pub fn identity(out: &mut Exposition, identity: &Identity, endpoint: Endpoint) {
     out.sample(
         "rabbitmq_identity_info",
         &[
-            ("rabbitmq_node", &identity.node),
-            ("rabbitmq_cluster", &identity.cluster),
+            ("rabbitmq_node", broker.node_name()),
+            ("rabbitmq_cluster", &broker.cluster_name()),
             ("rabbitmq_endpoint", endpoint.label()),
         ],
         1u64,

@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::{Broker, Message, QueueDeclaration};
 use warren_codec::{BasicProperties, FieldTable, ShortStr};
-use warren_prometheus::{Endpoint, Identity};
+use warren_prometheus::Endpoint;
 use warren_server::http_listener::HttpListener;
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
@@ -50,6 +50,8 @@ fn publish(queue: &Arc<warren_broker::Queue>, body: &'static [u8]) {
 #[tokio::test]
 async fn scrapes_show_queue_depth_per_object_and_summed() {
     let broker = Broker::new(1 << 30, None);
+    broker.name_node("warren@test");
+    broker.set_cluster_name("test-cluster");
     let vhost = broker.vhost("/").unwrap();
     for name in ["orders", "audit"] {
         declare(&vhost, name);
@@ -65,10 +67,6 @@ async fn scrapes_show_queue_depth_per_object_and_summed() {
     let server = tokio::spawn(warren_prometheus::run(
         vec![HttpListener::plain(listener)],
         broker.clone(),
-        Identity {
-            node: "warren@test".into(),
-            cluster: "test-cluster".into(),
-        },
         async move {
             let _ = stopped.await;
         },
@@ -148,14 +146,10 @@ async fn scrapes_show_queue_depth_per_object_and_summed() {
 #[test]
 fn node_totals_outlive_a_deleted_vhost() {
     let broker = Broker::new(1 << 30, None);
-    let identity = Identity {
-        node: "warren@test".into(),
-        cluster: "c".into(),
-    };
     let vhost = broker.add_vhost("staging").unwrap();
     declare(&vhost, "jobs");
     publish(&vhost.queue("jobs").unwrap(), b"job");
-    let before = warren_prometheus::render(&broker, &identity, Endpoint::Aggregated);
+    let before = warren_prometheus::render(&broker, Endpoint::Aggregated);
     assert!(
         before.contains("\nrabbitmq_queues_created_total 1\n"),
         "{before}"
@@ -166,7 +160,7 @@ fn node_totals_outlive_a_deleted_vhost() {
     );
 
     assert!(broker.delete_vhost("staging"));
-    let after = warren_prometheus::render(&broker, &identity, Endpoint::Aggregated);
+    let after = warren_prometheus::render(&broker, Endpoint::Aggregated);
     for line in [
         "rabbitmq_queues_created_total 1",
         "rabbitmq_queues_deleted_total 1",

@@ -388,7 +388,11 @@ where
             return Ok(false);
         }
         self.rbuf.advance(8);
-        let start = handshake::connection_start(&self.config, self.mechanisms());
+        let start = handshake::connection_start(
+            &self.config,
+            &self.broker.cluster_name(),
+            self.mechanisms(),
+        );
         write_method(&mut self.wbuf, 0, &start.into());
         self.flush().await?;
 

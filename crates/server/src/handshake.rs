@@ -20,11 +20,12 @@ const CAPABILITIES: &[&str] = &[
 
 /// Warren's own server properties; `ServerConfig::server_properties` may replace any of
 /// them or add others (RabbitMQ's `server_properties` setting), but not the capabilities.
+/// `cluster_name` is the broker's current cluster name unless configured here (the binary
+/// also makes a configured one the broker's at boot, so the API and metrics agree).
 const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
     ("product", "Warren"),
     ("version", env!("CARGO_PKG_VERSION")),
     ("platform", "Rust"),
-    ("cluster_name", "warren"),
     ("copyright", "Warren contributors"),
     (
         "information",
@@ -33,7 +34,11 @@ const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
 ];
 
 /// connection.start offering `mechanisms` (space-separated, as the field carries them).
-pub fn connection_start(config: &ServerConfig, mechanisms: &'static str) -> ConnectionStart {
+pub fn connection_start(
+    config: &ServerConfig,
+    cluster_name: &str,
+    mechanisms: &'static str,
+) -> ConnectionStart {
     let mut capabilities = FieldTable::new();
     for c in CAPABILITIES {
         capabilities.insert(*c, FieldValue::Bool(true));
@@ -45,6 +50,7 @@ pub fn connection_start(config: &ServerConfig, mechanisms: &'static str) -> Conn
             props.insert(*key, FieldValue::string(*value));
         }
     }
+    props.insert("cluster_name", FieldValue::string(cluster_name));
     for (key, value) in &config.server_properties {
         if key != "capabilities" {
             props.insert(key.as_str(), FieldValue::string(value.as_str()));

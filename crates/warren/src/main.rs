@@ -338,6 +338,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             "definitions loaded"
         );
     }
+    // A configured cluster name becomes the cluster's at every boot, so the HTTP API and the
+    // metrics agree with what clients see in connection.start.
+    if let Some((_, name)) = config
+        .server_properties
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "cluster_name")
+    {
+        if broker.cluster_name() != *name {
+            broker.set_cluster_name(name);
+        }
+    }
     broker.memory.spawn_sampler();
     let disk = warren_broker::DiskMonitor::new(
         &args.data_dir,
@@ -431,13 +443,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let management = start_management(&args, &config, &broker, management_listeners, listening);
-    let cluster_name = config
-        .server_properties
-        .iter()
-        .rev()
-        .find(|(key, _)| key == "cluster_name")
-        .map_or("warren", |(_, value)| value.as_str());
-    let prometheus = start_prometheus(&broker, cluster_name, prometheus_listeners);
+    let prometheus = start_prometheus(&broker, prometheus_listeners);
     warren_server::run_shared(listener, broker, config, stopped(stop_rx)).await;
     if let Some(amqps) = amqps {
         let _ = amqps.await;
@@ -552,7 +558,7 @@ fn start_management(
     listening: Vec<ListenerInfo>,
 ) -> Option<HttpTask> {
     let management = warren_management::ManagementConfig {
-        node_name: warren_management::default_node_name(),
+        node_name: broker.node_name().to_owned(),
         loopback_users: config.loopback_users.clone(),
         listeners: listening,
         data_dir: Some(args.data_dir.clone()),
@@ -567,16 +573,11 @@ fn start_management(
 /// Starts the Prometheus endpoint (/metrics) on `listeners`.
 fn start_prometheus(
     broker: &Arc<warren_broker::Broker>,
-    cluster_name: &str,
     listeners: Vec<HttpListener>,
 ) -> Option<HttpTask> {
-    let identity = warren_prometheus::Identity {
-        node: warren_management::default_node_name(),
-        cluster: cluster_name.to_owned(),
-    };
     let broker = broker.clone();
     start_http(listeners, "Prometheus", |listeners, stopped| {
-        warren_prometheus::run(listeners, broker, identity, stopped)
+        warren_prometheus::run(listeners, broker, stopped)
     })
 }
 

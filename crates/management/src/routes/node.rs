@@ -91,7 +91,7 @@ pub async fn overview(
         "product_version": env!("CARGO_PKG_VERSION"),
         "rates_mode": "basic",
         "exchange_types": exchange_types(),
-        "cluster_name": *api.cluster_name.read(),
+        "cluster_name": api.broker.cluster_name(),
         "node": api.node,
         "disable_stats": false,
         "enable_queue_totals": false,
@@ -142,7 +142,7 @@ fn contexts(api: &Api) -> Value {
 }
 
 pub async fn cluster_name(State(api): State<Arc<Api>>) -> Json<Value> {
-    Json(json!({"name": *api.cluster_name.read()}))
+    Json(json!({"name": api.broker.cluster_name()}))
 }
 
 pub async fn set_cluster_name(
@@ -157,7 +157,7 @@ pub async fn set_cluster_name(
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("name is required"))?;
-    *api.cluster_name.write() = name.to_owned();
+    api.broker.set_cluster_name(name);
     Ok(super::no_content())
 }
 
