@@ -425,13 +425,18 @@ async fn boot(world: Arc<World>, id: NodeId) -> turmoil::Result {
     };
     let disk = world.disks[&id].clone();
     let log = MemLog::recover(disk.clone());
-    // The disk: each flush takes 0.1–4 ms, as the seed says.
+    // The disk: a flush takes 0.1–4 ms, one in ten stalls for up to 80 ms, as the seed says.
     let mut disk_rng = Rng::new(world.seed, id * 1_000 + boot);
     let flusher = log.clone();
     tokio::task::spawn_local(async move {
         loop {
             flusher.wait_for_writes().await;
-            tokio::time::sleep(Duration::from_micros(disk_rng.range(100, 4_000))).await;
+            let micros = if disk_rng.chance(10) {
+                disk_rng.range(5_000, 80_000)
+            } else {
+                disk_rng.range(100, 4_000)
+            };
+            tokio::time::sleep(Duration::from_micros(micros)).await;
             flusher.flush();
         }
     });
@@ -785,25 +790,22 @@ impl Faults {
         self.next_at = now + self.rng.range(200, 1_500);
         let id = NODES[self.rng.below(NODES.len() as u64) as usize];
         let until = now + self.rng.range(200, 3_000);
-        match self.rng.below(6) {
+        match self.rng.below(8) {
             0 | 1 => {
                 // Mostly one node down at a time; sometimes two (no majority for a while).
                 if self.down.contains_key(&id) || (!self.down.is_empty() && self.rng.chance(70)) {
                     return;
                 }
-                let torn = self.rng.chance(50);
-                let mut cut = Rng::new(self.rng.next(), 0);
-                world.disks[&id].power_loss(|unflushed| {
-                    if torn {
-                        cut.below(unflushed as u64 + 1) as usize
-                    } else {
-                        0
+                self.crash(sim, world, now, id, until);
+            }
+            6 => {
+                // A power cut takes every node down at once; each comes back on its own.
+                for id in NODES {
+                    if !self.down.contains_key(&id) {
+                        let until = now + self.rng.range(200, 2_000);
+                        self.crash(sim, world, now, id, until);
                     }
-                });
-                world.members.lock().remove(&id);
-                sim.crash(host(id));
-                world.trace_at(now, format!("crash n{id} (torn {torn}) until {until}"));
-                self.down.insert(id, until);
+                }
             }
             2 => {
                 for other in NODES.into_iter().filter(|n| *n != id) {
@@ -836,6 +838,31 @@ impl Faults {
                 );
             }
         }
+    }
+
+    /// Power loss on one node: of its unflushed writes none, or (half the time) a prefix
+    /// ending in a torn record, reach its disk.
+    fn crash(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        world: &World,
+        now: u64,
+        id: NodeId,
+        until: u64,
+    ) {
+        let torn = self.rng.chance(50);
+        let mut cut = Rng::new(self.rng.next(), 0);
+        world.disks[&id].power_loss(|unflushed| {
+            if torn {
+                cut.below(unflushed as u64 + 1) as usize
+            } else {
+                0
+            }
+        });
+        world.members.lock().remove(&id);
+        sim.crash(host(id));
+        world.trace_at(now, format!("crash n{id} (torn {torn}) until {until}"));
+        self.down.insert(id, until);
     }
 
     fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>, world: &World, now: u64) {
@@ -907,11 +934,13 @@ fn run(seed: u64) -> Outcome {
 }
 
 fn report(seed: u64, outcome: &Outcome) -> String {
+    let shown = outcome.violations.len().min(10);
     format!(
-        "seed {seed} failed ({} events, trace {:016x}):\n  {}\nlast events:\n  {}\nreplay: WARREN_SIM_SEED={seed} cargo test -p warren-quorum --test sim",
+        "seed {seed} failed ({} events, trace {:016x}), {} violations:\n  {}\nlast events:\n  {}\nreplay: WARREN_SIM_SEED={seed} cargo test -p warren-quorum --test sim",
         outcome.events,
         outcome.trace_hash,
-        outcome.violations.join("\n  "),
+        outcome.violations.len(),
+        outcome.violations[..shown].join("\n  "),
         outcome.recent.join("\n  ")
     )
 }
