@@ -30,7 +30,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use warren_quorum::backend::SnapshotStore;
-use warren_quorum::machine::{Command, ConsumerKey, Effect, PublisherSeq, QueueConfig, Reply};
+use warren_quorum::machine::{
+    Command, ConsumerKey, Effect, PublisherSeq, QueueConfig, QueueState, Reply,
+};
 use warren_quorum::memlog::{MemDisk, MemLog};
 use warren_quorum::network::{GroupRegistry, RaftRequest, RaftResponse, Transport, TransportError};
 use warren_quorum::node::{QueueGroup, QuorumNode};
@@ -135,6 +137,9 @@ impl Trace {
     }
 }
 
+/// Who applied a log index first, and how: every later application must match.
+type FirstApplied = (NodeId, LogId, Vec<Effect>);
+
 /// What the simulated world shares between the driver, the hosts and the client.
 struct World {
     seed: u64,
@@ -143,7 +148,7 @@ struct World {
     members: Mutex<BTreeMap<NodeId, Arc<QueueGroup>>>,
     boots: Mutex<BTreeMap<NodeId, u64>>,
     /// Per log index: the first member that applied it, with the log id and effects.
-    applied: Mutex<BTreeMap<u64, (NodeId, LogId, Vec<Effect>)>>,
+    applied: Mutex<BTreeMap<u64, FirstApplied>>,
     violations: Mutex<Vec<String>>,
     trace: Mutex<Trace>,
     healed: AtomicBool,
@@ -187,6 +192,33 @@ impl World {
             .iter()
             .find(|(_, group)| group.is_leader())
             .map(|(id, group)| (*id, group.clone()))
+    }
+
+    /// Members that applied the log up to the same entry must hold equal queues.
+    fn check_agreement(&self) {
+        let members: Vec<(NodeId, Arc<QueueGroup>)> = self
+            .members
+            .lock()
+            .iter()
+            .map(|(id, group)| (*id, group.clone()))
+            .collect();
+        let mut by_applied: BTreeMap<Option<LogId>, (NodeId, QueueState)> = BTreeMap::new();
+        for (id, group) in members {
+            let state = group.with_queue(|q| q.clone());
+            match by_applied.get(&group.last_applied()) {
+                Some((other, other_state)) if *other_state != state => {
+                    let what = format!(
+                        "n{id} and n{other} applied up to {:?} but hold different queues",
+                        group.last_applied()
+                    );
+                    self.violation(what);
+                }
+                Some(_) => {}
+                None => {
+                    by_applied.insert(group.last_applied(), (id, state));
+                }
+            }
+        }
     }
 
     /// Every member must compute the same effects for the same committed entry, in every boot.
@@ -646,6 +678,7 @@ async fn workload(world: Arc<World>) -> turmoil::Result {
         } else {
             consume(&world, &mut books, &mut rng, &mut healed_at).await;
         }
+        world.check_agreement();
     }
     let healed_at = *healed_at.get_or_insert_with(sim_ms);
     final_checks(&world, &mut books, healed_at).await;
