@@ -12,7 +12,8 @@
 //!
 //! Each run prints nothing unless it fails; a failure names its seed, and
 //! `WARREN_SIM_SEED=<n> cargo test -p warren-quorum --test sim` replays exactly that run
-//! (same trace hash). `WARREN_SIM_SEEDS=<count>` runs seeds 1..=count (default 50).
+//! (same trace hash). `WARREN_SIM_SEEDS=<count>` runs that many seeds (default 50) from
+//! `WARREN_SIM_FIRST_SEED` (default 1).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -1032,7 +1033,11 @@ fn quorum_queue_survives_seeded_faults() {
     let single = env_u64("WARREN_SIM_SEED");
     let seeds: Vec<u64> = match single {
         Some(seed) => vec![seed],
-        None => (1..=env_u64("WARREN_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        None => {
+            let first = env_u64("WARREN_SIM_FIRST_SEED").unwrap_or(1);
+            let count = env_u64("WARREN_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
+            (first..first.saturating_add(count)).collect()
+        }
     };
     let failures = run_seeds(seeds, single.is_some());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
