@@ -1,14 +1,15 @@
 //! Deterministic simulation of a quorum queue: three nodes running the real openraft group,
 //! storage glue and queue state machine on turmoil's simulated hosts, network and clock, all
-//! on one thread, under crashes (unflushed writes lost, possibly a torn record), partitions,
-//! lossy links, latency spikes that reorder messages, and held-then-released links — every
-//! fault, delay and drop drawn from the seed.
+//! on one thread, under crashes of one node or all (unflushed writes lost, possibly a torn
+//! record), slow flushes, partitions, lossy links, latency spikes that reorder messages, and
+//! held-then-released links — every fault, delay and drop drawn from the seed.
 //!
 //! A client publishes with publisher sequence numbers, consumes (checkout, settle, return)
 //! through whoever leads, and keeps books. Checked: no confirmed message is lost (settled, or
 //! still in the queue once the cluster heals), no message is delivered again after its settle
-//! was confirmed, every member applies the same effects at each log index, members end with
-//! equal queues, and a leader is elected and a publish commits within a bound after healing.
+//! was confirmed, every member applies the same effects at each log index, members that applied
+//! up to the same entry hold equal queues, and a leader is elected and a publish commits within
+//! a bound after healing.
 //!
 //! Each run prints nothing unless it fails; a failure names its seed, and
 //! `WARREN_SIM_SEED=<n> cargo test -p warren-quorum --test sim` replays exactly that run
