@@ -627,6 +627,18 @@ async fn consume(world: &World, books: &mut Books, rng: &mut Rng, healed_at: &mu
         tokio::time::sleep(Duration::from_millis(rng.range(5, 40))).await;
         return;
     }
+    if rng.chance(4) {
+        // The consumer goes away (what it holds is returned) and subscribes again.
+        let cancel = Command::Cancel { consumer: CONSUMER };
+        let checkout = Command::Checkout {
+            consumer: CONSUMER,
+            prefetch: 4,
+        };
+        if commit(world, cancel, healed_at).await.is_some() {
+            commit(world, checkout, healed_at).await;
+        }
+        return;
+    }
     let (msg_id, seq) = held[rng.below(held.len() as u64) as usize];
     let settle = rng.chance(80);
     let command = if settle {
@@ -658,7 +670,8 @@ async fn consume(world: &World, books: &mut Books, rng: &mut Rng, healed_at: &mu
                 world.violation(format!("message {seq} settled twice"));
             }
         }
-        Some((_, Reply::Handled { .. })) | None => {}
+        // Not held any more (returned by a cancel whose answer was lost, say): nothing happened.
+        Some((_, Reply::Handled { .. })) | Some((_, Reply::UnknownConsumer)) | None => {}
         Some((_, other)) => world.violation(format!("{command:?} answered {other:?}")),
     }
 }
