@@ -19,11 +19,19 @@
 //! once the command is committed by a majority and applied on the leader — a publisher
 //! confirm.
 //!
+//! The storage glue is written once against [`backend::LogBackend`] and
+//! [`backend::SnapshotStore`]: the WAL and snapshot files on a real node, [`memlog`]'s in-memory
+//! disk with explicit flush points in the deterministic simulation (`tests/sim.rs`), whose
+//! election timeouts follow its seed through [`runtime::QuorumRuntime`].
+//!
 //! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
 
+pub mod backend;
 pub mod machine;
+pub mod memlog;
 pub mod network;
 pub mod node;
+pub mod runtime;
 pub mod storage;
 pub mod types;
 pub mod wal;

@@ -260,6 +260,14 @@ impl QueueState {
             .map(|c| c.checked_out.keys().copied().collect())
     }
 
+    /// The messages a consumer holds, by ascending id (none for an unknown consumer).
+    pub fn checked_out_messages(&self, consumer: ConsumerKey) -> impl Iterator<Item = &Message> {
+        self.consumers
+            .get(&consumer)
+            .into_iter()
+            .flat_map(|c| c.checked_out.values())
+    }
+
     /// The consumers, ascending.
     pub fn consumer_keys(&self) -> Vec<ConsumerKey> {
         self.consumers.keys().copied().collect()

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,6 +16,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
 use crate::storage::{Applied, GroupLogStore, QueueStateMachine};
@@ -49,11 +50,11 @@ pub fn default_raft_config() -> Config {
     }
 }
 
-/// One node's quorum-queue host.
-pub struct QuorumNode<T: Transport> {
+/// One node's quorum-queue host: its groups' logs in `L` (the shared [`Wal`] on a real node).
+pub struct QuorumNode<T: Transport, L: LogBackend = Wal> {
     id: NodeId,
-    snapshot_dir: PathBuf,
-    wal: Arc<Wal>,
+    snapshots: Arc<dyn SnapshotStore>,
+    wal: Arc<L>,
     transport: Arc<T>,
     registry: GroupRegistry,
     raft_config: Arc<Config>,
@@ -68,13 +69,36 @@ impl<T: Transport> QuorumNode<T> {
         raft_config: Config,
         transport: Arc<T>,
     ) -> Result<Self, QuorumError> {
+        Self::with_storage(
+            id,
+            Wal::open(&dir.join("wal"), wal_options)?,
+            Arc::new(SnapshotDir::open(&dir.join("snapshots"))?),
+            raft_config,
+            transport,
+        )
+    }
+
+    pub fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+}
+
+impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
+    /// A node over a log and snapshot store of the caller's (the simulation's in-memory disk).
+    pub fn with_storage(
+        id: NodeId,
+        log: Arc<L>,
+        snapshots: Arc<dyn SnapshotStore>,
+        raft_config: Config,
+        transport: Arc<T>,
+    ) -> Result<Self, QuorumError> {
         let raft_config = raft_config
             .validate()
             .map_err(|e| QuorumError::Config(e.to_string()))?;
         Ok(Self {
             id,
-            snapshot_dir: dir.join("snapshots"),
-            wal: Wal::open(&dir.join("wal"), wal_options)?,
+            snapshots,
+            wal: log,
             transport,
             registry: GroupRegistry::new(id),
             raft_config: Arc::new(raft_config),
@@ -83,10 +107,6 @@ impl<T: Transport> QuorumNode<T> {
 
     pub fn id(&self) -> NodeId {
         self.id
-    }
-
-    pub fn wal(&self) -> &Arc<Wal> {
-        &self.wal
     }
 
     /// Where a transport hands this node's incoming RPCs.
@@ -104,7 +124,7 @@ impl<T: Transport> QuorumNode<T> {
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> Result<QueueGroup, QuorumError> {
-        let machine = QueueStateMachine::open(&self.snapshot_dir, group, config, effects)?;
+        let machine = QueueStateMachine::open_in(self.snapshots.clone(), group, config, effects)?;
         let raft = Raft::new(
             self.id,
             self.raft_config.clone(),

@@ -7,10 +7,9 @@
 //! owner of the group acts on them when it leads.
 
 use std::fmt::Debug;
-use std::fs;
 use std::io;
 use std::ops::RangeBounds;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -22,6 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Effect, QueueConfig, QueueState, Reply};
 use crate::types::{
     GroupId, LogEntry, LogId, QueueRaft, SnapshotMeta, StorageError, StoredMembership, Vote,
@@ -32,20 +32,29 @@ fn wal_error(verb: ErrorVerb, e: WalError) -> StorageError {
     StorageError::from_io_error(ErrorSubject::Logs, verb, io::Error::other(e.to_string()))
 }
 
-/// One group's view of the shared log; cheap to clone (it is also the log reader).
-#[derive(Clone)]
-pub struct GroupLogStore {
-    wal: Arc<Wal>,
+/// One group's view of the node's log (the shared [`Wal`] unless told otherwise); cheap to
+/// clone (it is also the log reader).
+pub struct GroupLogStore<L: LogBackend = Wal> {
+    wal: Arc<L>,
     group: GroupId,
 }
 
-impl GroupLogStore {
-    pub fn new(wal: Arc<Wal>, group: GroupId) -> Self {
+impl<L: LogBackend> Clone for GroupLogStore<L> {
+    fn clone(&self) -> Self {
+        Self {
+            wal: self.wal.clone(),
+            group: self.group,
+        }
+    }
+}
+
+impl<L: LogBackend> GroupLogStore<L> {
+    pub fn new(wal: Arc<L>, group: GroupId) -> Self {
         Self { wal, group }
     }
 }
 
-impl RaftLogReader<QueueRaft> for GroupLogStore {
+impl<L: LogBackend> RaftLogReader<QueueRaft> for GroupLogStore<L> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -54,7 +63,7 @@ impl RaftLogReader<QueueRaft> for GroupLogStore {
     }
 }
 
-impl RaftLogStorage<QueueRaft> for GroupLogStore {
+impl<L: LogBackend> RaftLogStorage<QueueRaft> for GroupLogStore<L> {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<QueueRaft>, StorageError> {
@@ -145,7 +154,8 @@ struct MachineInner {
 #[derive(Clone)]
 pub struct QueueStateMachine {
     inner: Arc<Mutex<MachineInner>>,
-    snapshot_path: PathBuf,
+    snapshots: Arc<dyn SnapshotStore>,
+    group: GroupId,
     /// Serialises snapshot writes (openraft builds snapshots in a task of their own, so a build
     /// and an install can overlap) and remembers the newest written, which is never replaced by
     /// an older one.
@@ -162,16 +172,30 @@ impl QueueStateMachine {
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> io::Result<Self> {
-        fs::create_dir_all(snapshot_dir)?;
-        let snapshot_path = snapshot_dir.join(format!("{group:016x}.snapshot"));
+        Self::open_in(
+            Arc::new(SnapshotDir::open(snapshot_dir)?),
+            group,
+            config,
+            effects,
+        )
+    }
+
+    /// Opens the group's state machine from its last snapshot in `snapshots`, or empty with
+    /// `config`.
+    pub fn open_in(
+        snapshots: Arc<dyn SnapshotStore>,
+        group: GroupId,
+        config: QueueConfig,
+        effects: Option<UnboundedSender<Applied>>,
+    ) -> io::Result<Self> {
         let mut inner = MachineInner {
             queue: QueueState::new(config),
             last_applied: None,
             membership: StoredMembership::default(),
             current: None,
         };
-        match fs::read(&snapshot_path) {
-            Ok(bytes) => {
+        if let Some(bytes) = snapshots.load(group)? {
+            {
                 let file: SnapshotFile = bincode::deserialize(&bytes)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 inner.queue = QueueState::from_snapshot(&file.data)
@@ -180,13 +204,12 @@ impl QueueStateMachine {
                 inner.membership = file.meta.last_membership.clone();
                 inner.current = Some(file);
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
         }
         let persisted = inner.last_applied;
         Ok(Self {
             inner: Arc::new(Mutex::new(inner)),
-            snapshot_path,
+            snapshots,
+            group,
             persisted: Arc::new(Mutex::new(persisted)),
             effects,
         })
@@ -203,10 +226,7 @@ impl QueueStateMachine {
 
     /// Removes the group's snapshot file (the queue was deleted).
     pub fn delete_snapshot(&self) -> io::Result<()> {
-        match fs::remove_file(&self.snapshot_path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        self.snapshots.remove(self.group)
     }
 
     /// Writes the snapshot file unless a newer one is already written; says whether it wrote.
@@ -216,13 +236,7 @@ impl QueueStateMachine {
             return Ok(false);
         }
         let bytes = bincode::serialize(file).map_err(io::Error::other)?;
-        let tmp = self.snapshot_path.with_extension("snapshot.tmp");
-        fs::write(&tmp, &bytes)?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, &self.snapshot_path)?;
-        if let Some(dir) = self.snapshot_path.parent() {
-            fs::File::open(dir)?.sync_all()?;
-        }
+        self.snapshots.store(self.group, &bytes)?;
         *persisted = file.meta.last_log_id;
         Ok(true)
     }

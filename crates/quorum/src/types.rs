@@ -29,7 +29,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<QueueRaft>,
         SnapshotData = Vec<u8>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::runtime::QuorumRuntime,
 );
 
 pub type LogEntry = openraft::Entry<QueueRaft>;

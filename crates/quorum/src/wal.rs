@@ -29,6 +29,7 @@ use openraft::storage::LogFlushed;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::LogBackend;
 use crate::types::{GroupId, LogEntry, LogId, QueueRaft, Vote};
 
 /// Sizing of the write-ahead log.
@@ -78,7 +79,7 @@ pub enum Completion {
 }
 
 impl Completion {
-    fn complete(self, result: &Result<(), String>) {
+    pub(crate) fn complete(self, result: &Result<(), String>) {
         match self {
             Completion::Flushed(callback) => {
                 callback.log_io_completed(result.clone().map_err(io::Error::other))
@@ -92,7 +93,7 @@ impl Completion {
 }
 
 #[derive(Serialize, Deserialize)]
-enum Record<'a> {
+pub(crate) enum Record<'a> {
     Append {
         group: GroupId,
         entries: Cow<'a, [LogEntry]>,
@@ -124,7 +125,7 @@ enum Record<'a> {
 
 /// One group's log as replayed from disk and updated by submissions.
 #[derive(Clone, Default)]
-struct GroupLog {
+pub(crate) struct GroupLog {
     vote: Option<Vote>,
     committed: Option<LogId>,
     last_purged: Option<LogId>,
@@ -163,6 +164,32 @@ impl GroupLog {
         self.live_bytes -= removed.values().map(|(_, size)| size).sum::<u64>();
         self.last_purged = Some(upto);
     }
+
+    pub(crate) fn vote(&self) -> Option<Vote> {
+        self.vote
+    }
+
+    pub(crate) fn committed(&self) -> Option<LogId> {
+        self.committed
+    }
+
+    /// `(last purged, last present)` log ids.
+    pub(crate) fn log_state(&self) -> (Option<LogId>, Option<LogId>) {
+        let last = self
+            .entries
+            .values()
+            .next_back()
+            .map(|(entry, _)| entry.log_id)
+            .or(self.last_purged);
+        (self.last_purged, last)
+    }
+
+    pub(crate) fn entries(&self, range: impl RangeBounds<u64>) -> Vec<LogEntry> {
+        self.entries
+            .range(range)
+            .map(|(_, (entry, _))| entry.clone())
+            .collect()
+    }
 }
 
 #[derive(Default)]
@@ -175,7 +202,7 @@ struct State {
     paused: bool,
 }
 
-fn apply(groups: &mut HashMap<GroupId, GroupLog>, record: &Record<'_>) {
+pub(crate) fn apply(groups: &mut HashMap<GroupId, GroupLog>, record: &Record<'_>) {
     match record {
         Record::Append { group, entries } => groups.entry(*group).or_default().append(entries),
         Record::Truncate { group, since } => groups.entry(*group).or_default().truncate(*since),
@@ -191,7 +218,7 @@ fn apply(groups: &mut HashMap<GroupId, GroupLog>, record: &Record<'_>) {
     }
 }
 
-fn frame(record: &Record<'_>) -> Vec<u8> {
+pub(crate) fn frame(record: &Record<'_>) -> Vec<u8> {
     // Encoding owned in-memory values into a Vec cannot fail.
     let payload = bincode::serialize(record).unwrap_or_default();
     let mut framed = Vec::with_capacity(payload.len() + 8);
@@ -378,37 +405,28 @@ impl Wal {
     }
 
     pub fn vote(&self, group: GroupId) -> Option<Vote> {
-        self.shared.state.lock().groups.get(&group)?.vote
+        self.shared.state.lock().groups.get(&group)?.vote()
     }
 
     pub fn committed(&self, group: GroupId) -> Option<LogId> {
-        self.shared.state.lock().groups.get(&group)?.committed
+        self.shared.state.lock().groups.get(&group)?.committed()
     }
 
     /// `(last purged, last present)` log ids of a group.
     pub fn log_state(&self, group: GroupId) -> (Option<LogId>, Option<LogId>) {
         let state = self.shared.state.lock();
-        let Some(log) = state.groups.get(&group) else {
-            return (None, None);
-        };
-        let last = log
-            .entries
-            .values()
-            .next_back()
-            .map(|(entry, _)| entry.log_id)
-            .or(log.last_purged);
-        (log.last_purged, last)
+        state
+            .groups
+            .get(&group)
+            .map(GroupLog::log_state)
+            .unwrap_or((None, None))
     }
 
     /// The group's entries whose index falls in `range`.
     pub fn entries(&self, group: GroupId, range: impl RangeBounds<u64>) -> Vec<LogEntry> {
         let state = self.shared.state.lock();
         match state.groups.get(&group) {
-            Some(log) => log
-                .entries
-                .range(range)
-                .map(|(_, (entry, _))| entry.clone())
-                .collect(),
+            Some(log) => log.entries(range),
             None => Vec::new(),
         }
     }
@@ -450,6 +468,53 @@ impl Wal {
     }
 }
 
+impl LogBackend for Wal {
+    fn append(
+        &self,
+        group: GroupId,
+        entries: Vec<LogEntry>,
+        completion: Completion,
+    ) -> Result<(), WalError> {
+        Wal::append(self, group, entries, completion)
+    }
+
+    fn truncate(&self, group: GroupId, since: u64) -> Result<(), WalError> {
+        Wal::truncate(self, group, since)
+    }
+
+    fn purge(&self, group: GroupId, upto: LogId) -> Result<(), WalError> {
+        Wal::purge(self, group, upto)
+    }
+
+    async fn save_vote(&self, group: GroupId, vote: Vote) -> Result<(), WalError> {
+        Wal::save_vote(self, group, vote).await
+    }
+
+    fn save_committed(&self, group: GroupId, committed: Option<LogId>) -> Result<(), WalError> {
+        Wal::save_committed(self, group, committed)
+    }
+
+    fn vote(&self, group: GroupId) -> Option<Vote> {
+        Wal::vote(self, group)
+    }
+
+    fn committed(&self, group: GroupId) -> Option<LogId> {
+        Wal::committed(self, group)
+    }
+
+    fn log_state(&self, group: GroupId) -> (Option<LogId>, Option<LogId>) {
+        Wal::log_state(self, group)
+    }
+
+    fn entries(&self, group: GroupId, range: impl RangeBounds<u64>) -> Vec<LogEntry> {
+        Wal::entries(self, group, range)
+    }
+
+    fn close(&self) {
+        Wal::close(self)
+    }
+}
+
 impl Drop for Wal {
     fn drop(&mut self) {
         self.close();
@@ -474,7 +539,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Applies the complete records of one segment; returns how many bytes were good.
-fn replay(bytes: &[u8], groups: &mut HashMap<GroupId, GroupLog>) -> usize {
+pub(crate) fn replay(bytes: &[u8], groups: &mut HashMap<GroupId, GroupLog>) -> usize {
     let mut offset = 0;
     while bytes.len() - offset >= 8 {
         let len = u32::from_le_bytes([
