@@ -17,12 +17,14 @@
 //! node-to-node [`network::Transport`] (Raft RPCs tagged with the group id) with an in-process
 //! implementation for tests; [`tcp`] is the real one between nodes (one authenticated
 //! connection per peer node, [`wire`] frames, the [`handshake`] over a shared secret, and the
-//! node-level failure detector's [`liveness`] table), and [`node`] hosts groups: [`node::QueueGroup::propose`] returns
+//! node-level failure detector's [`liveness`] table, which [`failover`] turns into elections in
+//! place of per-group heartbeats), and [`node`] hosts groups: [`node::QueueGroup::propose`] returns
 //! once the command is committed by a majority and applied on the leader — a publisher
 //! confirm.
 //!
 //! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
 
+pub mod failover;
 pub mod handshake;
 pub mod liveness;
 pub mod machine;
