@@ -1,7 +1,8 @@
 //! Three nodes, each with its own runtime, over real loopback TCP with the cluster transport:
 //! a group commits and confirms; the leader's node shuts down and another leads with the
 //! committed data; a node with the wrong secret is refused and applies nothing; a stopped peer
-//! does not hang proposals to the majority; many groups share one connection per node pair.
+//! does not hang proposals to the majority; a bad frame closes only its connection; many groups
+//! share one connection per node pair.
 
 mod tcp_support;
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use tcp_support::{enqueue, raft_config, transport_config, FreezableProxy, TcpCluster, DEADLINE};
 use warren_quorum::handshake::{self, HandshakeError};
 use warren_quorum::machine::{QueueState, Reply};
+use warren_quorum::tcp::TcpTransportConfig;
 
 const NODES: [u64; 3] = [1, 2, 3];
 
@@ -192,6 +194,65 @@ async fn a_stopped_peer_does_not_hang_proposals_to_the_majority() {
     }
     cluster.propose(7, enqueue(1, 21, vec![5; 32])).await;
     cluster.wait_for_queue(3, 7, "21 ready", ready(21)).await;
+    cluster.shutdown().await;
+}
+
+/// Reads until the other side closes the connection; false if it stays open past the deadline.
+async fn closed_by_peer(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 1024];
+    let started = Instant::now();
+    while started.elapsed() < DEADLINE {
+        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_bad_frame_closes_that_connection_and_nothing_else() {
+    use tokio::io::AsyncWriteExt;
+    // Silence alone must not be what closes the connections here: the detector waits longer
+    // than the test's deadline.
+    let cluster = TcpCluster::start_unwired(
+        &NODES,
+        |id| TcpTransportConfig {
+            peer_down_after: DEADLINE * 2,
+            ..transport_config(id, b"test-cookie")
+        },
+        raft_config(),
+    )
+    .await;
+    cluster.wire(|_, to| cluster.addr(to)).await;
+    cluster.create_group(7, &NODES).await;
+    for seq in 1..=5 {
+        cluster.propose(7, enqueue(1, seq, vec![1; 8])).await;
+    }
+    // An authenticated peer (with an id the cluster does not use) misbehaves in three ways.
+    let oversized = u32::MAX.to_be_bytes().to_vec();
+    let empty = 0u32.to_be_bytes().to_vec();
+    let mut garbage = 6u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&[0xff; 6]);
+    for bad in [oversized, empty, garbage] {
+        let mut stream = tokio::net::TcpStream::connect(cluster.addr(1))
+            .await
+            .expect("connect");
+        handshake::dial(&mut stream, 9, 1, b"test-cookie")
+            .await
+            .expect("authenticated");
+        stream.write_all(&bad).await.expect("write");
+        assert!(closed_by_peer(&mut stream).await, "{bad:?} was not refused");
+    }
+    // The node carries on: peer 9 is down, the group commits through every node.
+    cluster.wait_for_peer(1, 9, false).await;
+    for seq in 6..=10 {
+        cluster.propose(7, enqueue(1, seq, vec![1; 8])).await;
+    }
+    for id in NODES {
+        cluster.wait_for_queue(id, 7, "10 ready", ready(10)).await;
+    }
     cluster.shutdown().await;
 }
 
