@@ -13,7 +13,8 @@
 //! the peer and the reason.
 //!
 //! Every connection starts with the [`handshake`]: nothing is parsed as a frame before both
-//! sides proved they know the cluster secret.
+//! sides proved they know the cluster secret. With [`ClusterTls`] configured, TLS wraps the
+//! connection first and the handshake and frames run inside it.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rand::Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
@@ -40,13 +42,25 @@ const OUTBOUND_QUEUE_FRAMES: usize = 4096;
 /// The reader's buffer: many small frames per read system call.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// TLS around every peer connection: each node accepts with `acceptor` and dials with
+/// `connector`, checking the peer's certificate against `server_name` (one name for the
+/// cluster's node certificate, or a name every node's certificate carries).
+#[derive(Clone)]
+pub struct ClusterTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub connector: tokio_rustls::TlsConnector,
+    pub server_name: rustls_pki_types::ServerName<'static>,
+}
+
 /// How a node's cluster transport behaves; [`TcpTransportConfig::new`] gives the defaults.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct TcpTransportConfig {
     pub node: NodeId,
     pub listen: SocketAddr,
     /// The cluster secret every node shares (the Erlang cookie's role); never sent.
     pub secret: Vec<u8>,
+    /// TLS around the connections, if any; the secret is checked inside it either way.
+    pub tls: Option<ClusterTls>,
     /// The largest frame sent or accepted; a whole snapshot must fit.
     pub max_frame_bytes: u32,
     /// How long one RPC may take before the caller gets "unreachable".
@@ -73,6 +87,7 @@ impl TcpTransportConfig {
             node,
             listen,
             secret: secret.into(),
+            tls: None,
             max_frame_bytes: wire::DEFAULT_MAX_FRAME_BYTES,
             rpc_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(3),
@@ -87,6 +102,26 @@ impl TcpTransportConfig {
         }
     }
 }
+
+// By hand, to keep the secret out of logs.
+impl std::fmt::Debug for TcpTransportConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransportConfig")
+            .field("node", &self.node)
+            .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("peer_down_after", &self.peer_down_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A peer connection's byte stream: plain TCP or TLS over it.
+trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for S {}
+type BoxedStream = Box<dyn PeerStream>;
 
 /// One authenticated connection to a peer, as senders see it.
 struct Link {
@@ -229,6 +264,9 @@ impl TcpTransport {
                     Err(DialError::Handshake(e)) => {
                         tracing::error!(peer, %addr, error = %e, "cluster handshake failed");
                     }
+                    Err(DialError::Tls(e)) => {
+                        tracing::error!(peer, %addr, error = %e, "cluster TLS handshake failed");
+                    }
                     // An absent peer is normal during restarts: say so once per outage.
                     Err(DialError::Connect(e)) if !failing => {
                         failing = true;
@@ -248,31 +286,40 @@ impl TcpTransport {
         }
     }
 
-    async fn dial(&self, peer: NodeId, addr: SocketAddr) -> Result<TcpStream, DialError> {
-        let mut stream =
-            tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
-                .await
-                .map_err(|_| DialError::Connect("connect timed out".into()))?
-                .map_err(|e| DialError::Connect(e.to_string()))?;
+    async fn dial(&self, peer: NodeId, addr: SocketAddr) -> Result<BoxedStream, DialError> {
+        let stream = tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| DialError::Connect("connect timed out".into()))?
+            .map_err(|e| DialError::Connect(e.to_string()))?;
         stream
             .set_nodelay(true)
             .map_err(|e| DialError::Connect(e.to_string()))?;
-        tokio::time::timeout(
-            self.config.handshake_timeout,
-            handshake::dial(&mut stream, self.config.node, peer, &self.config.secret),
-        )
-        .await
-        .map_err(|_| {
-            DialError::Connect(format!(
-                "no handshake answer within {:?}",
-                self.config.handshake_timeout
-            ))
-        })?
-        .map_err(|e| match e {
-            handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
-            other => DialError::Handshake(other),
-        })?;
-        Ok(stream)
+        let handshake = async {
+            let mut stream: BoxedStream = match &self.config.tls {
+                Some(tls) => Box::new(
+                    tls.connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| DialError::Tls(e.to_string()))?,
+                ),
+                None => Box::new(stream),
+            };
+            handshake::dial(&mut stream, self.config.node, peer, &self.config.secret)
+                .await
+                .map_err(|e| match e {
+                    handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
+                    other => DialError::Handshake(other),
+                })?;
+            Ok(stream)
+        };
+        tokio::time::timeout(self.config.handshake_timeout, handshake)
+            .await
+            .map_err(|_| {
+                DialError::Connect(format!(
+                    "no handshake answer within {:?}",
+                    self.config.handshake_timeout
+                ))
+            })?
     }
 
     async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
@@ -305,24 +352,30 @@ impl TcpTransport {
 
     async fn handle_inbound(
         self: Arc<Self>,
-        mut stream: TcpStream,
+        stream: TcpStream,
         remote: SocketAddr,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         let _ = stream.set_nodelay(true);
-        let accepted = tokio::time::timeout(
-            self.config.handshake_timeout,
-            handshake::accept(&mut stream, self.config.node, &self.config.secret),
-        )
-        .await;
+        let handshake = async {
+            let mut stream: BoxedStream = match &self.config.tls {
+                Some(tls) => match tls.acceptor.accept(stream).await {
+                    Ok(stream) => Box::new(stream),
+                    Err(e) => return Err(format!("TLS handshake failed: {e}")),
+                },
+                None => Box::new(stream),
+            };
+            match handshake::accept(&mut stream, self.config.node, &self.config.secret).await {
+                Ok(peer) => Ok((peer, stream)),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let accepted = tokio::time::timeout(self.config.handshake_timeout, handshake).await;
         drop(permit);
         match accepted {
-            Ok(Ok(peer)) => self.run_link(peer, stream).await,
-            Ok(Err(handshake::HandshakeError::Io(e))) => {
-                tracing::warn!(%remote, error = %e, "cluster connection closed during the handshake");
-            }
-            Ok(Err(e)) => {
-                tracing::error!(%remote, error = %e, "refused a cluster connection");
+            Ok(Ok((peer, stream))) => self.run_link(peer, stream).await,
+            Ok(Err(reason)) => {
+                tracing::error!(%remote, "refused a cluster connection: {reason}");
             }
             Err(_) => tracing::warn!(
                 %remote,
@@ -334,7 +387,7 @@ impl TcpTransport {
 
     /// Runs one authenticated connection until it fails, goes silent, is replaced by a newer
     /// connection to the same peer, or the transport shuts down.
-    async fn run_link(self: Arc<Self>, peer: NodeId, stream: TcpStream) {
+    async fn run_link(self: Arc<Self>, peer: NodeId, stream: BoxedStream) {
         if self.is_shut_down() {
             return;
         }
@@ -354,7 +407,7 @@ impl TcpTransport {
         self.liveness.connected(peer);
         tracing::info!(peer, link = link.id, "cluster link up");
 
-        let (reader, writer) = stream.into_split();
+        let (reader, writer) = tokio::io::split(stream);
         let mut shutdown = self.shutdown.subscribe();
         let reason = tokio::select! {
             reason = self.read_loop(&link, reader) => reason,
@@ -387,7 +440,7 @@ impl TcpTransport {
         tracing::warn!(peer, link = link.id, "cluster link closed: {reason}");
     }
 
-    async fn read_loop(&self, link: &Arc<Link>, reader: OwnedReadHalf) -> String {
+    async fn read_loop(&self, link: &Arc<Link>, reader: ReadHalf<BoxedStream>) -> String {
         let peer = link.peer;
         let max_frame_bytes = self.config.max_frame_bytes;
         let in_flight = Arc::new(Semaphore::new(self.config.max_in_flight));
@@ -489,13 +542,14 @@ impl TcpTransport {
 
 enum DialError {
     Connect(String),
+    Tls(String),
     Handshake(handshake::HandshakeError),
 }
 
 /// Drains the connection's queue into one write per batch.
 async fn write_loop(
     mut queued: mpsc::Receiver<Vec<u8>>,
-    mut writer: OwnedWriteHalf,
+    mut writer: WriteHalf<BoxedStream>,
     batch_bytes: usize,
     write_timeout: Duration,
 ) -> String {
@@ -512,7 +566,12 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        match tokio::time::timeout(write_timeout, writer.write_all(&batch)).await {
+        // The flush matters under TLS: it pushes the encrypted records out.
+        let write = async {
+            writer.write_all(&batch).await?;
+            writer.flush().await
+        };
+        match tokio::time::timeout(write_timeout, write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return format!("write failed: {e}"),
             Err(_) => {

@@ -2,16 +2,17 @@
 //! a group commits and confirms; the leader's node shuts down and another leads with the
 //! committed data; a node with the wrong secret is refused and applies nothing; a stopped peer
 //! does not hang proposals to the majority; a bad frame closes only its connection; many groups
-//! share one connection per node pair.
+//! share one connection per node pair; a group commits inside TLS.
 
 mod tcp_support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcp_support::{enqueue, raft_config, transport_config, FreezableProxy, TcpCluster, DEADLINE};
 use warren_quorum::handshake::{self, HandshakeError};
 use warren_quorum::machine::{QueueState, Reply};
-use warren_quorum::tcp::TcpTransportConfig;
+use warren_quorum::tcp::{ClusterTls, TcpTransportConfig};
 
 const NODES: [u64; 3] = [1, 2, 3];
 
@@ -194,6 +195,76 @@ async fn a_stopped_peer_does_not_hang_proposals_to_the_majority() {
     }
     cluster.propose(7, enqueue(1, 21, vec![5; 32])).await;
     cluster.wait_for_queue(3, 7, "21 ready", ready(21)).await;
+    cluster.shutdown().await;
+}
+
+/// A cluster CA and one node certificate for the name "warren-cluster", which every node
+/// presents and checks.
+fn cluster_tls() -> ClusterTls {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    let mut ca_params = CertificateParams::default();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let node_key = KeyPair::generate().expect("key");
+    let node_cert = CertificateParams::new(vec!["warren-cluster".to_owned()])
+        .expect("params")
+        .signed_by(&node_key, &ca)
+        .expect("node certificate");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![node_cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(node_key.serialize_der())),
+        )
+        .expect("server config");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).expect("root");
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    ClusterTls {
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+        connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+        server_name: ServerName::try_from("warren-cluster").expect("name"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn three_nodes_over_tls_commit_and_a_plain_connection_is_refused() {
+    let tls = cluster_tls();
+    let cluster = TcpCluster::start_unwired(
+        &NODES,
+        |id| TcpTransportConfig {
+            tls: Some(tls.clone()),
+            ..transport_config(id, b"test-cookie")
+        },
+        raft_config(),
+    )
+    .await;
+    cluster.wire(|_, to| cluster.addr(to)).await;
+    cluster.create_group(7, &NODES).await;
+    for seq in 1..=10 {
+        let reply = cluster.propose(7, enqueue(1, seq, vec![3; 100])).await;
+        assert!(matches!(reply, Reply::Enqueued { .. }), "{reply:?}");
+    }
+    for id in NODES {
+        cluster.wait_for_queue(id, 7, "10 ready", ready(10)).await;
+    }
+    // The right secret without TLS gets nowhere.
+    let mut stream = tokio::net::TcpStream::connect(cluster.addr(1))
+        .await
+        .expect("connect");
+    let plain = tokio::time::timeout(DEADLINE, handshake::dial(&mut stream, 9, 1, b"test-cookie"))
+        .await
+        .expect("answered");
+    assert!(plain.is_err(), "{plain:?}");
     cluster.shutdown().await;
 }
 
