@@ -42,12 +42,12 @@ async fn three_nodes_commit_and_confirm_over_tcp() {
         cluster.propose(7, enqueue(1, 30, vec![0])).await,
         Reply::Duplicate
     );
-    // Every node sees both peers up, each over the one connection it was first given.
+    // Every node's failure detector sees both peers up and recently heard from.
     for id in NODES {
         for peer in NODES.into_iter().filter(|peer| *peer != id) {
+            cluster.wait_for_peer(id, peer, true).await;
             let status = cluster.node(id).transport.peer_status(peer).expect("known");
-            assert!(status.up, "node {id} sees {status:?}");
-            assert_eq!(status.connections, 1, "node {id} sees {status:?}");
+            assert!(status.connections >= 1, "node {id} sees {status:?}");
             assert!(status.silent_for().expect("heard from") < DEADLINE);
         }
     }
@@ -389,17 +389,25 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
     assert!(leaders.len() > 1, "leaders all on {leaders:?}");
     for id in NODES {
         for peer in NODES.into_iter().filter(|peer| *peer != id) {
-            let status = cluster.node(id).transport.peer_status(peer).expect("known");
-            assert!(
-                status.up && status.connections == 1,
-                "node {id}: {status:?}"
-            );
+            cluster.wait_for_peer(id, peer, true).await;
         }
     }
+    // What the kernel sees: one connection per node pair, whatever the number of groups.
     #[cfg(target_os = "linux")]
     {
         let ports: Vec<u16> = NODES.iter().map(|id| cluster.addr(*id).port()).collect();
-        assert_eq!(established_connections_to(&ports), 3, "one per node pair");
+        let started = Instant::now();
+        loop {
+            let established = established_connections_to(&ports);
+            if established == 3 {
+                break;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{established} connections between 3 nodes"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     cluster.shutdown().await;
 }

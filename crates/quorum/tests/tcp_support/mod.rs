@@ -41,7 +41,7 @@ pub fn raft_config() -> Config {
 pub fn transport_config(node: NodeId, secret: &[u8]) -> TcpTransportConfig {
     TcpTransportConfig {
         heartbeat_interval: Duration::from_millis(200),
-        peer_down_after: Duration::from_secs(3),
+        peer_down_after: Duration::from_secs(5),
         handshake_timeout: Duration::from_secs(3),
         rpc_timeout: Duration::from_secs(5),
         reconnect_backoff_max: Duration::from_secs(1),
