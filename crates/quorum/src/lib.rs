@@ -15,7 +15,10 @@
 //! it and the state machine over `QueueState`, with snapshots in a file per group so the log
 //! is purged and the WAL checkpointed down to its live data. [`network`] defines the
 //! node-to-node [`network::Transport`] (Raft RPCs tagged with the group id) with an in-process
-//! implementation for tests, and [`node`] hosts groups: [`node::QueueGroup::propose`] returns
+//! implementation for tests; [`tcp`] is the real one between nodes (one authenticated
+//! connection per peer node, [`wire`] frames, the [`handshake`] over a shared secret, and the
+//! node-level failure detector's [`liveness`] table, which [`failover`] turns into elections in
+//! place of per-group heartbeats), and [`node`] hosts groups: [`node::QueueGroup::propose`] returns
 //! once the command is committed by a majority and applied on the leader — a publisher
 //! confirm.
 //!
@@ -27,11 +30,16 @@
 //! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
 
 pub mod backend;
+pub mod failover;
+pub mod handshake;
+pub mod liveness;
 pub mod machine;
 pub mod memlog;
 pub mod network;
 pub mod node;
 pub mod runtime;
 pub mod storage;
+pub mod tcp;
 pub mod types;
 pub mod wal;
+pub mod wire;

@@ -1,0 +1,205 @@
+//! Leader failover driven by the node-level failure detector instead of per-group heartbeats.
+//!
+//! With openraft's own timers every group's leader sends a heartbeat to every follower per
+//! `heartbeat_interval` and every follower runs an election timer: 10,000 idle queues on 3 nodes
+//! would be tens of thousands of RPCs a second doing nothing. Groups started with
+//! [`detector_driven_config`] turn both off (`enable_heartbeat = false`, `enable_elect = false`);
+//! one [`FailoverDriver`] per node watches [`Liveness`] instead:
+//!
+//! - a group whose known leader is on a node the detector reports down gets an election from
+//!   one of its live voters: the lowest-id live voter at once, the next after one `stagger`,
+//!   and so on, each only if the group still has no live leader by then (no split votes in the
+//!   common case, and progress when a candidate's log turns out to be behind);
+//! - a group that has known no leader for `leaderless_after` (a split vote, a failed election)
+//!   gets the same treatment;
+//! - when a peer comes up, this node's leaders send that peer's groups one heartbeat, so a
+//!   restarted node learns its leaders at once instead of electing itself.
+//!
+//! Replication itself is unchanged: entries still flow on writes, and commits still need a
+//! majority. What idle groups cost is openraft's tick timer per group (every 1.5 ×
+//! `heartbeat_interval`, which [`detector_driven_config`] raises to 3 s) and one scan of the
+//! groups' metrics per `check_interval`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::{Config, ServerState};
+
+use crate::liveness::Liveness;
+use crate::network::GroupRegistry;
+use crate::types::{GroupId, NodeId};
+
+/// openraft settings for groups whose failures the node-level detector handles.
+pub fn detector_driven_config(base: Config) -> Config {
+    // With neither heartbeats nor election timers, `heartbeat_interval` only paces openraft's
+    // per-group tick (every 1.5 × interval), the main cost of an idle group. The election
+    // timeouts must exceed it; the largest is also the leader lease, which the detector's
+    // `peer_down_after` (5 s) outlasts, so a dead leader's lease has run out when it is noticed.
+    let heartbeat_interval = base.heartbeat_interval.max(3000);
+    Config {
+        enable_heartbeat: false,
+        enable_elect: false,
+        heartbeat_interval,
+        election_timeout_min: base.election_timeout_min.max(heartbeat_interval + 500),
+        election_timeout_max: base.election_timeout_max.max(heartbeat_interval + 1000),
+        ..base
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FailoverOptions {
+    /// How often every group is checked.
+    pub check_interval: Duration,
+    /// Between the elections of successive candidates for one group.
+    pub stagger: Duration,
+    /// A group knowing no leader this long gets an election.
+    pub leaderless_after: Duration,
+}
+
+impl Default for FailoverOptions {
+    fn default() -> Self {
+        Self {
+            check_interval: Duration::from_secs(1),
+            stagger: Duration::from_secs(1),
+            leaderless_after: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One node's failover loop over its groups.
+pub struct FailoverDriver {
+    node: NodeId,
+    registry: GroupRegistry,
+    liveness: Arc<Liveness>,
+    options: FailoverOptions,
+    /// Since when each group has lacked a live leader, while it does.
+    leaderless_since: HashMap<GroupId, Instant>,
+    up: BTreeSet<NodeId>,
+}
+
+impl FailoverDriver {
+    pub fn new(
+        node: NodeId,
+        registry: GroupRegistry,
+        liveness: Arc<Liveness>,
+        options: FailoverOptions,
+    ) -> Self {
+        Self {
+            node,
+            registry,
+            liveness,
+            options,
+            leaderless_since: HashMap::new(),
+            up: BTreeSet::new(),
+        }
+    }
+
+    /// Runs until the liveness table is dropped; spawn it on the node's runtime.
+    pub async fn run(mut self) {
+        let mut changes = self.liveness.subscribe();
+        let mut ticker = tokio::time::interval(self.options.check_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    self.on_liveness_change().await;
+                }
+                _ = ticker.tick() => {}
+            }
+            self.check_groups(Instant::now()).await;
+        }
+    }
+
+    /// Leaders greet peers that just came up, so their groups learn who leads.
+    async fn on_liveness_change(&mut self) {
+        let up: BTreeSet<NodeId> = self
+            .liveness
+            .all()
+            .into_iter()
+            .filter(|peer| peer.up)
+            .map(|peer| peer.node)
+            .collect();
+        let arrived: Vec<NodeId> = up.difference(&self.up).copied().collect();
+        self.up = up;
+        if arrived.is_empty() {
+            return;
+        }
+        for (group, raft) in self.registry.all() {
+            let metrics = raft.metrics().borrow().clone();
+            let has_arrived_member = metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .any(|(id, _)| arrived.contains(id));
+            if metrics.state == ServerState::Leader && has_arrived_member {
+                if let Err(e) = raft.trigger().heartbeat().await {
+                    tracing::debug!(group, error = %e, "heartbeat to a returning peer failed");
+                }
+            }
+        }
+    }
+
+    async fn check_groups(&mut self, now: Instant) {
+        let groups = self.registry.all();
+        let running: BTreeSet<GroupId> = groups.iter().map(|(group, _)| *group).collect();
+        self.leaderless_since
+            .retain(|group, _| running.contains(group));
+        for (group, raft) in groups {
+            let (state, leader, voters) = {
+                let metrics = raft.metrics();
+                let metrics = metrics.borrow();
+                let voters: Vec<NodeId> = metrics.membership_config.voter_ids().collect();
+                (metrics.state, metrics.current_leader, voters)
+            };
+            if state == ServerState::Leader
+                || state == ServerState::Learner
+                || !voters.contains(&self.node)
+            {
+                self.leaderless_since.remove(&group);
+                continue;
+            }
+            let leader_alive = leader.is_some_and(|leader| {
+                leader == self.node || self.liveness.status(leader).is_none_or(|s| s.up)
+            });
+            if leader_alive {
+                self.leaderless_since.remove(&group);
+                continue;
+            }
+            let since = *self.leaderless_since.entry(group).or_insert(now);
+            // A known leader on a down node is acted on at once; an unknown one only after a
+            // grace period, in which a live leader's heartbeat or first entry would arrive.
+            let grace = if leader.is_some() {
+                Duration::ZERO
+            } else {
+                self.options.leaderless_after
+            };
+            let candidates: Vec<NodeId> = voters
+                .iter()
+                .copied()
+                .filter(|voter| {
+                    Some(*voter) != leader && (*voter == self.node || self.liveness.is_up(*voter))
+                })
+                .collect();
+            let rank = candidates
+                .iter()
+                .position(|voter| *voter == self.node)
+                .unwrap_or(candidates.len()) as u32;
+            if now.saturating_duration_since(since) < grace + self.options.stagger * rank {
+                continue;
+            }
+            tracing::info!(group, ?leader, rank, "no live leader: starting an election");
+            if let Err(e) = raft.trigger().elect().await {
+                tracing::warn!(group, error = %e, "could not start an election");
+            }
+            // The next attempt, if this one fails, waits for the others' turns first.
+            self.leaderless_since.insert(
+                group,
+                now + self.options.stagger * (candidates.len() as u32).saturating_sub(rank),
+            );
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The inter-node [`Transport`] over TCP: one authenticated connection per pair of nodes,
+//! multiplexing every group's Raft RPCs, with a node-level heartbeat feeding [`Liveness`].
+//!
+//! The node with the lower id dials (and redials, with jittered exponential backoff, while the
+//! peer is away); the other accepts. Either side then sends requests on the same connection:
+//! [`wire`] frames carry a request id, so any number of RPCs from any number of groups are in
+//! flight at once (up to `max_in_flight`) and answers come back in any order. Each connection
+//! has one writer task that drains its queue into one `write_all` per batch, one reader task,
+//! and one heartbeat task that sends a beat per `heartbeat_interval` and closes the connection
+//! when nothing has arrived for `peer_down_after` — so a stopped (SIGSTOP) or partitioned peer
+//! fails its callers' RPCs instead of hanging them, the same as a dead one. A frame over
+//! `max_frame_bytes` or one that does not decode closes the connection with a log line naming
+//! the peer and the reason.
+//!
+//! Every connection starts with the [`handshake`]: nothing is parsed as a frame before both
+//! sides proved they know the cluster secret. With [`ClusterTls`] configured, TLS wraps the
+//! connection first and the handshake and frames run inside it.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+
+use crate::handshake;
+use crate::liveness::{Liveness, PeerStatus};
+use crate::network::{GroupRegistry, RaftRequest, RaftResponse, Transport, TransportError};
+use crate::types::{GroupId, NodeId};
+use crate::wire::{self, Frame, WireResponse};
+
+/// Frames queued for one connection's writer before senders wait.
+const OUTBOUND_QUEUE_FRAMES: usize = 4096;
+/// The reader's buffer: many small frames per read system call.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// TLS around every peer connection: each node accepts with `acceptor` and dials with
+/// `connector`, checking the peer's certificate against `server_name` (one name for the
+/// cluster's node certificate, or a name every node's certificate carries).
+#[derive(Clone)]
+pub struct ClusterTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub connector: tokio_rustls::TlsConnector,
+    pub server_name: rustls_pki_types::ServerName<'static>,
+}
+
+/// How a node's cluster transport behaves; [`TcpTransportConfig::new`] gives the defaults.
+#[derive(Clone)]
+pub struct TcpTransportConfig {
+    pub node: NodeId,
+    pub listen: SocketAddr,
+    /// The cluster secret every node shares (the Erlang cookie's role); never sent.
+    pub secret: Vec<u8>,
+    /// TLS around the connections, if any; the secret is checked inside it either way.
+    pub tls: Option<ClusterTls>,
+    /// The largest frame sent or accepted; a whole snapshot must fit.
+    pub max_frame_bytes: u32,
+    /// How long one RPC may take before the caller gets "unreachable".
+    pub rpc_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub heartbeat_interval: Duration,
+    /// Silence (no frame at all) after which a peer is down and its connection closed; also
+    /// how long one batch write may block on a peer that does not read.
+    pub peer_down_after: Duration,
+    pub reconnect_backoff_min: Duration,
+    pub reconnect_backoff_max: Duration,
+    /// RPCs awaiting an answer per connection, each direction.
+    pub max_in_flight: usize,
+    /// Connections accepted but not yet authenticated.
+    pub max_pending_handshakes: usize,
+    /// Bytes of queued frames gathered into one write.
+    pub write_batch_bytes: usize,
+}
+
+impl TcpTransportConfig {
+    pub fn new(node: NodeId, listen: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
+        Self {
+            node,
+            listen,
+            secret: secret.into(),
+            tls: None,
+            max_frame_bytes: wire::DEFAULT_MAX_FRAME_BYTES,
+            rpc_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_millis(500),
+            peer_down_after: Duration::from_secs(5),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(5),
+            max_in_flight: 4096,
+            max_pending_handshakes: 64,
+            write_batch_bytes: 1024 * 1024,
+        }
+    }
+}
+
+// By hand, to keep the secret out of logs.
+impl std::fmt::Debug for TcpTransportConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransportConfig")
+            .field("node", &self.node)
+            .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("peer_down_after", &self.peer_down_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A peer connection's byte stream: plain TCP or TLS over it.
+trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for S {}
+type BoxedStream = Box<dyn PeerStream>;
+
+/// One authenticated connection to a peer, as senders see it.
+struct Link {
+    id: u64,
+    peer: NodeId,
+    outbound: mpsc::Sender<Vec<u8>>,
+    /// Our requests awaiting the peer's answer, by request id.
+    pending: Mutex<HashMap<u64, oneshot::Sender<WireResponse>>>,
+    last_seen: Mutex<Instant>,
+    closed: watch::Sender<bool>,
+}
+
+/// Removes a request from its link's pending table however the caller's wait ends.
+struct PendingGuard<'a> {
+    link: &'a Link,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.link.pending.lock().remove(&self.id);
+    }
+}
+
+/// A node's cluster transport.
+pub struct TcpTransport {
+    config: TcpTransportConfig,
+    local_addr: SocketAddr,
+    runtime: tokio::runtime::Handle,
+    liveness: Arc<Liveness>,
+    registry: OnceLock<GroupRegistry>,
+    listener: Mutex<Option<TcpListener>>,
+    addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+    links: Mutex<HashMap<NodeId, Arc<Link>>>,
+    dialing: Mutex<HashSet<NodeId>>,
+    next_request_id: AtomicU64,
+    next_link_id: AtomicU64,
+    shutdown: watch::Sender<bool>,
+}
+
+impl TcpTransport {
+    /// Binds the cluster port; the transport sends at once, and answers peers once
+    /// [`TcpTransport::serve`] gave it the node's groups. Tasks run on the calling runtime.
+    pub async fn bind(config: TcpTransportConfig) -> io::Result<Arc<Self>> {
+        if config.secret.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the cluster secret is empty",
+            ));
+        }
+        let listener = TcpListener::bind(config.listen).await?;
+        Ok(Arc::new(Self {
+            local_addr: listener.local_addr()?,
+            runtime: tokio::runtime::Handle::current(),
+            liveness: Arc::default(),
+            registry: OnceLock::new(),
+            listener: Mutex::new(Some(listener)),
+            addrs: Mutex::default(),
+            links: Mutex::default(),
+            dialing: Mutex::default(),
+            next_request_id: AtomicU64::new(1),
+            next_link_id: AtomicU64::new(1),
+            shutdown: watch::channel(false).0,
+            config,
+        }))
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// The address the cluster port is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The failure detector's table of peers.
+    pub fn liveness(&self) -> &Arc<Liveness> {
+        &self.liveness
+    }
+
+    pub fn peer_status(&self, node: NodeId) -> Option<PeerStatus> {
+        self.liveness.status(node)
+    }
+
+    /// Starts answering peers with the node's groups (call once; later calls are ignored).
+    pub fn serve(self: &Arc<Self>, registry: GroupRegistry) {
+        if self.registry.set(registry).is_err() {
+            return;
+        }
+        if let Some(listener) = self.listener.lock().take() {
+            let transport = self.clone();
+            self.runtime.spawn(transport.accept_loop(listener));
+        }
+    }
+
+    /// Tells the transport where a peer listens. The node with the lower id dials, so this
+    /// starts a connection (kept up with reconnects) when `node` is above this node's id.
+    pub fn add_peer(self: &Arc<Self>, node: NodeId, addr: SocketAddr) {
+        if node == self.config.node {
+            return;
+        }
+        self.addrs.lock().insert(node, addr);
+        self.liveness.know(node, Some(addr));
+        if node > self.config.node && self.dialing.lock().insert(node) {
+            let transport = self.clone();
+            self.runtime.spawn(transport.dial_loop(node));
+        }
+    }
+
+    /// Closes every connection and the cluster port; RPCs fail from now on.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+        self.listener.lock().take();
+        let links: Vec<Arc<Link>> = self.links.lock().drain().map(|(_, link)| link).collect();
+        for link in links {
+            link.closed.send_replace(true);
+            self.liveness.down(link.peer);
+        }
+    }
+
+    fn is_shut_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn dial_loop(self: Arc<Self>, peer: NodeId) {
+        let mut shutdown = self.shutdown.subscribe();
+        let mut backoff = self.config.reconnect_backoff_min;
+        let mut failing = false;
+        while !self.is_shut_down() {
+            let addr = self.addrs.lock().get(&peer).copied();
+            if let Some(addr) = addr {
+                match self.dial(peer, addr).await {
+                    Ok(stream) => {
+                        failing = false;
+                        backoff = self.config.reconnect_backoff_min;
+                        self.clone().run_link(peer, stream).await;
+                    }
+                    // Authentication failures are configuration errors: say so every time.
+                    Err(DialError::Handshake(e)) => {
+                        tracing::error!(peer, %addr, error = %e, "cluster handshake failed");
+                    }
+                    Err(DialError::Tls(e)) => {
+                        tracing::error!(peer, %addr, error = %e, "cluster TLS handshake failed");
+                    }
+                    // An absent peer is normal during restarts: say so once per outage.
+                    Err(DialError::Connect(e)) if !failing => {
+                        failing = true;
+                        tracing::warn!(peer, %addr, error = %e, "cannot reach cluster peer; retrying with backoff");
+                    }
+                    Err(DialError::Connect(e)) => {
+                        tracing::debug!(peer, %addr, error = %e, "cannot reach cluster peer");
+                    }
+                }
+            }
+            let jittered = backoff.mul_f64(rand::thread_rng().gen_range(0.5..1.0));
+            tokio::select! {
+                _ = tokio::time::sleep(jittered) => {}
+                _ = shutdown.wait_for(|stopped| *stopped) => return,
+            }
+            backoff = (backoff * 2).min(self.config.reconnect_backoff_max);
+        }
+    }
+
+    async fn dial(&self, peer: NodeId, addr: SocketAddr) -> Result<BoxedStream, DialError> {
+        let stream = tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| DialError::Connect("connect timed out".into()))?
+            .map_err(|e| DialError::Connect(e.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| DialError::Connect(e.to_string()))?;
+        let handshake = async {
+            let mut stream: BoxedStream = match &self.config.tls {
+                Some(tls) => Box::new(
+                    tls.connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| DialError::Tls(e.to_string()))?,
+                ),
+                None => Box::new(stream),
+            };
+            handshake::dial(&mut stream, self.config.node, peer, &self.config.secret)
+                .await
+                .map_err(|e| match e {
+                    handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
+                    other => DialError::Handshake(other),
+                })?;
+            Ok(stream)
+        };
+        tokio::time::timeout(self.config.handshake_timeout, handshake)
+            .await
+            .map_err(|_| {
+                DialError::Connect(format!(
+                    "no handshake answer within {:?}",
+                    self.config.handshake_timeout
+                ))
+            })?
+    }
+
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+        let mut shutdown = self.shutdown.subscribe();
+        let handshakes = Arc::new(Semaphore::new(self.config.max_pending_handshakes));
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = shutdown.wait_for(|stopped| *stopped) => return,
+            };
+            match accepted {
+                Ok((stream, remote)) => {
+                    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                        tracing::warn!(%remote, "too many cluster handshakes in progress; dropping the connection");
+                        continue;
+                    };
+                    let transport = self.clone();
+                    self.runtime.spawn(async move {
+                        transport.handle_inbound(stream, remote, permit).await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::warn!(error = %e, "accepting a cluster connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    async fn handle_inbound(
+        self: Arc<Self>,
+        stream: TcpStream,
+        remote: SocketAddr,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let _ = stream.set_nodelay(true);
+        let handshake = async {
+            let mut stream: BoxedStream = match &self.config.tls {
+                Some(tls) => match tls.acceptor.accept(stream).await {
+                    Ok(stream) => Box::new(stream),
+                    Err(e) => return Err(format!("TLS handshake failed: {e}")),
+                },
+                None => Box::new(stream),
+            };
+            match handshake::accept(&mut stream, self.config.node, &self.config.secret).await {
+                Ok(peer) => Ok((peer, stream)),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let accepted = tokio::time::timeout(self.config.handshake_timeout, handshake).await;
+        drop(permit);
+        match accepted {
+            Ok(Ok((peer, stream))) => self.run_link(peer, stream).await,
+            Ok(Err(reason)) => {
+                tracing::error!(%remote, "refused a cluster connection: {reason}");
+            }
+            Err(_) => tracing::warn!(
+                %remote,
+                "cluster connection did not complete the handshake within {:?}",
+                self.config.handshake_timeout
+            ),
+        }
+    }
+
+    /// Runs one authenticated connection until it fails, goes silent, is replaced by a newer
+    /// connection to the same peer, or the transport shuts down.
+    async fn run_link(self: Arc<Self>, peer: NodeId, stream: BoxedStream) {
+        if self.is_shut_down() {
+            return;
+        }
+        let (outbound, queued) = mpsc::channel(OUTBOUND_QUEUE_FRAMES);
+        let (closed, mut closed_signal) = watch::channel(false);
+        let link = Arc::new(Link {
+            id: self.next_link_id.fetch_add(1, Ordering::Relaxed),
+            peer,
+            outbound,
+            pending: Mutex::default(),
+            last_seen: Mutex::new(Instant::now()),
+            closed,
+        });
+        if let Some(previous) = self.links.lock().insert(peer, link.clone()) {
+            previous.closed.send_replace(true);
+        }
+        self.liveness.connected(peer);
+        tracing::info!(peer, link = link.id, "cluster link up");
+
+        let (reader, writer) = tokio::io::split(stream);
+        let mut shutdown = self.shutdown.subscribe();
+        let reason = tokio::select! {
+            reason = self.read_loop(&link, reader) => reason,
+            reason = write_loop(
+                queued,
+                writer,
+                self.config.write_batch_bytes,
+                self.config.peer_down_after,
+            ) => reason,
+            reason = self.heartbeat_loop(&link) => reason,
+            _ = closed_signal.wait_for(|closed| *closed) => "replaced by a newer connection".into(),
+            _ = shutdown.wait_for(|stopped| *stopped) => "this node is shutting down".into(),
+        };
+
+        let current = {
+            let mut links = self.links.lock();
+            let current = links
+                .get(&peer)
+                .is_some_and(|other| Arc::ptr_eq(other, &link));
+            if current {
+                links.remove(&peer);
+            }
+            current
+        };
+        // Waiting callers see their answer channel close: "unreachable" at once.
+        link.pending.lock().clear();
+        if current {
+            self.liveness.down(peer);
+        }
+        tracing::warn!(peer, link = link.id, "cluster link closed: {reason}");
+    }
+
+    async fn read_loop(&self, link: &Arc<Link>, reader: ReadHalf<BoxedStream>) -> String {
+        let peer = link.peer;
+        let max_frame_bytes = self.config.max_frame_bytes;
+        let in_flight = Arc::new(Semaphore::new(self.config.max_in_flight));
+        let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
+        loop {
+            let length = match reader.read_u32().await {
+                Ok(length) => length as usize,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return "the peer closed the connection".into();
+                }
+                Err(e) => return format!("read failed: {e}"),
+            };
+            if let Err(e) = wire::check_length(length, max_frame_bytes) {
+                tracing::error!(peer, "closing the cluster connection: bad frame: {e}");
+                return format!("bad frame: {e}");
+            }
+            let mut body = vec![0u8; length];
+            if let Err(e) = reader.read_exact(&mut body).await {
+                return format!("read failed inside a frame: {e}");
+            }
+            *link.last_seen.lock() = Instant::now();
+            let frame = match wire::decode(&body, max_frame_bytes) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::error!(peer, "closing the cluster connection: bad frame: {e}");
+                    return format!("bad frame: {e}");
+                }
+            };
+            match frame {
+                Frame::Heartbeat => {}
+                Frame::Response { id, answer } => {
+                    if let Some(waiter) = link.pending.lock().remove(&id) {
+                        let _ = waiter.send(answer);
+                    }
+                }
+                Frame::Request { id, group, rpc } => {
+                    // Past the limit, stop reading: TCP pushes back on the peer.
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        return "request limiter closed".into();
+                    };
+                    let registry = self.registry.get().cloned();
+                    let outbound = link.outbound.clone();
+                    let me = self.config.node;
+                    self.runtime.spawn(async move {
+                        let result = match registry {
+                            Some(registry) => registry.handle(group, rpc.into()).await,
+                            None => Err(TransportError::NoSuchGroup { node: me, group }),
+                        };
+                        let answer = Frame::Response {
+                            id,
+                            answer: WireResponse::from_result(result),
+                        };
+                        let frame = wire::encode(&answer, max_frame_bytes).or_else(|e| {
+                            tracing::warn!(peer, group, error = %e, "an answer could not be sent");
+                            wire::encode(
+                                &Frame::Response {
+                                    id,
+                                    answer: WireResponse::Failed(e.to_string()),
+                                },
+                                max_frame_bytes,
+                            )
+                        });
+                        if let Ok(frame) = frame {
+                            let _ = outbound.send(frame).await;
+                        }
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    }
+
+    async fn heartbeat_loop(&self, link: &Arc<Link>) -> String {
+        let Ok(beat) = wire::encode(&Frame::Heartbeat, self.config.max_frame_bytes) else {
+            return "cannot encode a heartbeat".into();
+        };
+        let mut ticker = tokio::time::interval(self.config.heartbeat_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let last_seen = *link.last_seen.lock();
+            self.liveness.seen(link.peer, last_seen);
+            let silent = last_seen.elapsed();
+            if silent > self.config.peer_down_after {
+                return format!(
+                    "nothing heard for {silent:?} (limit {:?}): peer down",
+                    self.config.peer_down_after
+                );
+            }
+            // A full queue means frames are flowing, or the write timeout will close the link.
+            let _ = link.outbound.try_send(beat.clone());
+        }
+    }
+
+    fn link_to(&self, node: NodeId) -> Option<Arc<Link>> {
+        self.links.lock().get(&node).cloned()
+    }
+}
+
+enum DialError {
+    Connect(String),
+    Tls(String),
+    Handshake(handshake::HandshakeError),
+}
+
+/// Drains the connection's queue into one write per batch.
+async fn write_loop(
+    mut queued: mpsc::Receiver<Vec<u8>>,
+    mut writer: WriteHalf<BoxedStream>,
+    batch_bytes: usize,
+    write_timeout: Duration,
+) -> String {
+    let mut batch = Vec::with_capacity(batch_bytes.min(64 * 1024));
+    loop {
+        let Some(frame) = queued.recv().await else {
+            return "outbound queue closed".into();
+        };
+        batch.clear();
+        batch.extend_from_slice(&frame);
+        while batch.len() < batch_bytes {
+            match queued.try_recv() {
+                Ok(frame) => batch.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        // The flush matters under TLS: it pushes the encrypted records out.
+        let write = async {
+            writer.write_all(&batch).await?;
+            writer.flush().await
+        };
+        match tokio::time::timeout(write_timeout, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return format!("write failed: {e}"),
+            Err(_) => {
+                return format!("a write stalled for {write_timeout:?}: the peer is not reading")
+            }
+        }
+        // A snapshot-sized batch should not pin its buffer for the connection's lifetime.
+        if batch.capacity() > 4 * batch_bytes {
+            batch = Vec::with_capacity(batch_bytes.min(64 * 1024));
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    async fn send(
+        &self,
+        _from: NodeId,
+        to: NodeId,
+        group: GroupId,
+        request: RaftRequest,
+    ) -> Result<RaftResponse, TransportError> {
+        let link = self.link_to(to).ok_or(TransportError::Unreachable(to))?;
+        if link.pending.lock().len() >= self.config.max_in_flight {
+            return Err(TransportError::Unreachable(to));
+        }
+        let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let frame = wire::encode(
+            &Frame::Request {
+                id,
+                group,
+                rpc: request.into(),
+            },
+            self.config.max_frame_bytes,
+        )
+        .map_err(|e| TransportError::Remote {
+            node: to,
+            reason: e.to_string(),
+        })?;
+        let (waiter, answer) = oneshot::channel();
+        link.pending.lock().insert(id, waiter);
+        let _guard = PendingGuard { link: &link, id };
+        let exchange = async {
+            link.outbound.send(frame).await.ok()?;
+            answer.await.ok()
+        };
+        match tokio::time::timeout(self.config.rpc_timeout, exchange).await {
+            Ok(Some(answer)) => answer.into_result(to, group),
+            Ok(None) | Err(_) => Err(TransportError::Unreachable(to)),
+        }
+    }
+}
