@@ -1,7 +1,13 @@
 //! Messages across the protocols, as RabbitMQ 4 converts them (docs "Inter-Protocol
-//! Property Conversions"). The broker keeps every message in 0-9-1 shape (properties and a
-//! body), so an AMQP 1.0 message is converted once when it is published and back when an
-//! AMQP 1.0 consumer takes it:
+//! Property Conversions"). A message published over AMQP 1.0 keeps its sections as
+//! published (`Message::amqp10`: message-annotations, bare message and footer; the header
+//! is rebuilt on delivery and delivery-annotations, hop-by-hop, are dropped), so an AMQP 1.0
+//! consumer gets it back unchanged — properties no 0-9-1 field holds (to, subject,
+//! absolute-expiry-time, group-sequence, reply-to-group-id), footers, every annotation and
+//! the exact encoding of the bare message — with the x-exchange and x-routing-key
+//! annotations added, as RabbitMQ 4's `mc_amqp` does. Its 0-9-1 view (routing, the headers
+//! exchange, TTL, dead-lettering, 0-9-1 consumers) is built once at publish, the body a
+//! slice of the same bytes:
 //!
 //! - header: durable ⇄ delivery-mode 2/1, priority ⇄ priority, ttl ⇄ expiration;
 //! - properties: message-id / correlation-id (string ≤ 255 bytes, ulong and uuid as text;
@@ -11,14 +17,14 @@
 //! - application-properties ⇄ headers (not x-), message-annotations x-* ⇄ headers x-*,
 //!   the 0-9-1 `type` ⇄ annotation x-basic-type;
 //! - body: one data section ⇄ the body bytes. Any other body (amqp-value, amqp-sequence,
-//!   several data sections) becomes its AMQP encoding with type "amqp-1.0", which is turned
-//!   back into the same sections for an AMQP 1.0 consumer, so a 1.0 → 1.0 message keeps its
-//!   body exactly.
+//!   several data sections) becomes its AMQP encoding with type "amqp-1.0" for 0-9-1, which
+//!   is turned back into the same sections for an AMQP 1.0 consumer of a converted message.
 //!
-//! Deliveries to AMQP 1.0 consumers carry the x-exchange and x-routing-key annotations, as
-//! RabbitMQ 4 sets them. Properties no 0-9-1 field holds (to, subject, absolute-expiry-time,
-//! group-sequence, reply-to-group-id) are not kept; nor are delivery annotations and
-//! footers, as RabbitMQ drops them.
+//! A message published over 0-9-1 (or re-published by the broker, as dead-lettering does)
+//! has no AMQP 1.0 form and is converted for an AMQP 1.0 consumer by the table above.
+//! The header's first-acquirer is false on a redelivery and its delivery-count counts the
+//! deliveries settled as failed (modified with delivery-failed); released and 0-9-1
+//! requeues leave it as it was.
 
 use crate::codec::value_len;
 use bytes::{Bytes, BytesMut};
@@ -30,7 +36,6 @@ use fe2o3_amqp_types::primitives::{
     Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
 };
 use ordered_float::OrderedFloat;
-use warren_broker::message::parse_expiration;
 use warren_broker::Message;
 use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader, ShortStr};
 
@@ -54,6 +59,10 @@ pub struct Incoming {
     pub body: Bytes,
     /// properties.to: the destination for the null target.
     pub to: Option<String>,
+    /// The sections kept for AMQP 1.0 consumers: everything but the header and the
+    /// delivery-annotations, as published (a slice of the payload when those two lead it,
+    /// as the specification orders them).
+    pub sections: Bytes,
 }
 
 /// One section of a message: its descriptor code and its bytes (descriptor included).
@@ -232,7 +241,9 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
     let mut headers = FieldTable::new();
     let mut to = None;
     let mut body_sections: Vec<(u64, Bytes)> = Vec::new();
-    for (code, section) in sections(payload)? {
+    let all = sections(payload)?;
+    let kept_sections = kept(payload, &all);
+    for (code, section) in all {
         match code {
             HEADER => {
                 let h: Header = decode(&section, "header")?;
@@ -312,7 +323,26 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
         properties: props,
         body,
         to,
+        sections: kept_sections,
     })
+}
+
+/// The sections an AMQP 1.0 consumer gets back: all but the header and the
+/// delivery-annotations. Zero-copy when the kept ones are the payload's tail.
+fn kept(payload: &Bytes, all: &[(u64, Bytes)]) -> Bytes {
+    let dropped = |code: u64| code == HEADER || code == DELIVERY_ANNOTATIONS;
+    let Some(first_kept) = all.iter().position(|(code, _)| !dropped(*code)) else {
+        return Bytes::new();
+    };
+    if all[first_kept..].iter().all(|(code, _)| !dropped(*code)) {
+        let start = all[first_kept].1.as_ptr() as usize - payload.as_ptr() as usize;
+        return payload.slice(start..);
+    }
+    let mut out = BytesMut::with_capacity(payload.len());
+    for (_, section) in all.iter().filter(|(code, _)| !dropped(*code)) {
+        out.extend_from_slice(section);
+    }
+    out.freeze()
 }
 
 fn id_to_amqp10(s: &ShortStr) -> MessageId {
@@ -388,26 +418,29 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     }
 }
 
+/// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message
+/// (priority 4, the default, when it had none), first-acquirer and delivery-count from its
+/// deliveries so far.
+fn header(m: &Message, props: &BasicProperties, redelivered: bool) -> Header {
+    Header {
+        durable: m.persistent,
+        priority: Priority(props.priority.unwrap_or(4)),
+        ttl: m.expiration_ms.map(|ms| ms.min(u64::from(u32::MAX)) as u32),
+        first_acquirer: !redelivered,
+        delivery_count: m.failed_deliveries(),
+    }
+}
+
 /// The AMQP 1.0 message an AMQP 1.0 consumer receives for `m`. `redelivered`: the queue
 /// delivered it before (first-acquirer false).
 pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
     let props =
         BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
+    if let Some(sections) = m.amqp10.as_deref() {
+        return as_published(m, &props, sections, redelivered);
+    }
     let mut out = BytesMut::with_capacity(m.body.len() + 128);
-    encode(
-        &mut out,
-        &Header {
-            durable: m.persistent,
-            priority: Priority(props.priority.unwrap_or(4)),
-            ttl: props
-                .expiration
-                .as_ref()
-                .and_then(|e| parse_expiration(e).ok())
-                .map(|ms| ms.min(u64::from(u32::MAX)) as u32),
-            first_acquirer: !redelivered,
-            delivery_count: 0,
-        },
-    );
+    encode(&mut out, &header(m, &props, redelivered));
     let amqp10_body = props
         .message_type
         .as_ref()
@@ -474,6 +507,37 @@ pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
     } else {
         encode(&mut out, &Data(Binary::from(m.body.to_vec())));
     }
+    out.freeze()
+}
+
+/// A message published over AMQP 1.0, as it was published: a new header, its
+/// message-annotations with x-exchange and x-routing-key set, then its bare message and
+/// footer byte for byte.
+fn as_published(m: &Message, props: &BasicProperties, kept: &Bytes, redelivered: bool) -> Bytes {
+    let mut out = BytesMut::with_capacity(kept.len() + 96);
+    encode(&mut out, &header(m, props, redelivered));
+    let mut rest = &kept[..];
+    let mut annotations = OrderedMap::new();
+    if let Some(len) = value_len(rest) {
+        let is_annotations = matches!(descriptor_code(&rest[1..]), Ok(MESSAGE_ANNOTATIONS));
+        if rest[0] == 0x00 && is_annotations {
+            if let Ok(MessageAnnotations(published)) = decode(&rest[..len], "message-annotations") {
+                annotations = published;
+            }
+            rest = &rest[len..];
+        }
+    }
+    let inner = annotations.as_inner_mut();
+    inner.insert(
+        OwnedKey::Symbol(Symbol::from("x-exchange")),
+        Value::String(m.exchange.as_str().to_owned()),
+    );
+    inner.insert(
+        OwnedKey::Symbol(Symbol::from("x-routing-key")),
+        Value::String(m.routing_key.as_str().to_owned()),
+    );
+    encode(&mut out, &MessageAnnotations(annotations));
+    out.extend_from_slice(rest);
     out.freeze()
 }
 
@@ -579,6 +643,114 @@ mod tests {
             .find(|(c, _)| *c == AMQP_VALUE);
         let value: AmqpValue<Value> = decode(&value_section.unwrap().1, "value").unwrap();
         assert_eq!(value.0, Value::String("hi".into()));
+    }
+
+    /// Publishes `payload` as the AMQP 1.0 publish path does and returns what an AMQP 1.0
+    /// consumer receives.
+    fn through_the_broker(payload: &Bytes, redelivered: bool) -> (Message, Bytes) {
+        let incoming = from_amqp10(payload).unwrap();
+        let m = Message::new(
+            ShortStr::from("amq.topic"),
+            ShortStr::from("a.b"),
+            &incoming.properties,
+            ContentHeader::new(BASIC_CLASS_ID, 0, &incoming.properties).properties,
+            incoming.body.clone(),
+        )
+        .with_amqp10(incoming.sections);
+        let out = to_amqp10(&m, redelivered);
+        (m, out)
+    }
+
+    #[test]
+    fn an_amqp10_message_keeps_its_sections_amqp10_to_amqp10() {
+        use fe2o3_amqp_types::messaging::{DeliveryAnnotations, Footer};
+        let mut header = Vec::new();
+        header.extend(
+            serde_amqp::to_vec(&Header {
+                durable: true,
+                priority: Priority(7),
+                ttl: Some(60_000),
+                first_acquirer: true,
+                delivery_count: 0,
+            })
+            .unwrap(),
+        );
+        let mut delivery = OrderedMap::new();
+        delivery
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("hop")), Value::Int(1));
+        header.extend(serde_amqp::to_vec(&DeliveryAnnotations(delivery)).unwrap());
+        let mut annotations = OrderedMap::new();
+        annotations
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("custom")), Value::Int(5));
+        let mut bare = Vec::new();
+        bare.extend(serde_amqp::to_vec(&MessageAnnotations(annotations)).unwrap());
+        let bare_start = bare.len();
+        bare.extend(
+            serde_amqp::to_vec(&Properties {
+                to: Some("/queues/q".into()),
+                subject: Some("topic".into()),
+                group_sequence: Some(3),
+                reply_to_group_id: Some("rg".into()),
+                absolute_expiry_time: Some(Timestamp::from_milliseconds(1_900_000_000_000)),
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        bare.extend(serde_amqp::to_vec(&AmqpValue(Value::String("hi".into()))).unwrap());
+        let mut footer = OrderedMap::new();
+        footer
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("sig")), Value::Int(9));
+        bare.extend(serde_amqp::to_vec(&Footer(footer)).unwrap());
+        let payload = Bytes::from([header, bare.clone()].concat());
+        let (m, out) = through_the_broker(&payload, false);
+        let got = sections(&out).unwrap();
+        let codes: Vec<u64> = got.iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            codes,
+            [HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, AMQP_VALUE, FOOTER],
+            "no delivery-annotations"
+        );
+        let h: Header = decode(&got[0].1, "header").unwrap();
+        assert!(h.durable && h.first_acquirer);
+        assert_eq!(
+            (h.priority.0, h.ttl, h.delivery_count),
+            (7, Some(60_000), 0)
+        );
+        let a: MessageAnnotations = decode(&got[1].1, "annotations").unwrap();
+        let get = |k: &str| a.0.get(&OwnedKey::Symbol(Symbol::from(k))).cloned();
+        assert_eq!(get("custom"), Some(Value::Int(5)));
+        assert_eq!(get("x-exchange"), Some(Value::String("amq.topic".into())));
+        assert_eq!(get("x-routing-key"), Some(Value::String("a.b".into())));
+        // The bare message and the footer, byte for byte.
+        assert!(out.ends_with(&bare[bare_start..]));
+        // A redelivery after a failed one: first-acquirer false, delivery-count 1.
+        m.delivery_failed();
+        let again = to_amqp10(&m, true);
+        let h: Header = decode(&sections(&again).unwrap()[0].1, "header").unwrap();
+        assert!(!h.first_acquirer);
+        assert_eq!(h.delivery_count, 1);
+    }
+
+    #[test]
+    fn a_plain_data_message_is_stored_without_copies() {
+        let payload = Bytes::from(
+            [
+                serde_amqp::to_vec(&Header::default()).unwrap(),
+                serde_amqp::to_vec(&Data(Binary::from(b"hello".to_vec()))).unwrap(),
+            ]
+            .concat(),
+        );
+        let incoming = from_amqp10(&payload).unwrap();
+        let inside = |b: &Bytes| {
+            let start = b.as_ptr() as usize;
+            let outer = payload.as_ptr() as usize;
+            start >= outer && start + b.len() <= outer + payload.len()
+        };
+        assert!(inside(&incoming.body) && inside(&incoming.sections));
+        assert_eq!(&incoming.body[..], b"hello");
     }
 
     #[test]
