@@ -121,7 +121,9 @@ pub fn decode_sasl_init(body: &[u8]) -> Result<SaslInit, String> {
     serde_amqp::from_slice(body).map_err(|e| format!("bad sasl-init: {e}"))
 }
 
-/// Appends a frame of `kind` on `channel` whose body is `value` then `payload`.
+/// Appends a frame of `kind` on `channel` whose body is `value` then `payload`. The value
+/// is serialised straight into `out` (no buffer of its own per frame) and the size field
+/// written afterwards.
 fn write_frame<T: serde::Serialize>(
     out: &mut BytesMut,
     kind: u8,
@@ -129,20 +131,23 @@ fn write_frame<T: serde::Serialize>(
     value: &T,
     payload: &[u8],
 ) {
-    // Serialising into memory cannot fail for these types; an error would be a bug in the
-    // type definitions, and the frame is then simply not sent.
-    let Ok(encoded) = serde_amqp::to_vec(value) else {
-        tracing::error!("AMQP 1.0: a frame failed to encode");
-        return;
-    };
-    let size = 8 + encoded.len() + payload.len();
-    out.reserve(size);
-    out.put_u32(size as u32);
+    let start = out.len();
+    out.reserve(64 + payload.len());
+    out.put_u32(0); // the size, known once the value is written
     out.put_u8(2);
     out.put_u8(kind);
     out.put_u16(channel);
-    out.extend_from_slice(&encoded);
+    let mut serializer = serde_amqp::ser::Serializer::new((&mut *out).writer());
+    // Serialising into memory cannot fail for these types; an error would be a bug in the
+    // type definitions, and the frame is then simply not sent.
+    if value.serialize(&mut serializer).is_err() {
+        tracing::error!("AMQP 1.0: a frame failed to encode");
+        out.truncate(start);
+        return;
+    }
     out.extend_from_slice(payload);
+    let size = (out.len() - start) as u32;
+    out[start..start + 4].copy_from_slice(&size.to_be_bytes());
 }
 
 /// Appends a performative frame; `payload` follows a transfer.

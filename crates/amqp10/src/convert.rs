@@ -27,7 +27,7 @@
 //! requeues leave it as it was.
 
 use crate::codec::value_len;
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::messaging::{
     annotations::OwnedKey, ApplicationProperties, Data, Header, MessageAnnotations, MessageId,
     Priority, Properties,
@@ -418,29 +418,46 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     }
 }
 
-/// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message
-/// (priority 4, the default, when it had none), first-acquirer and delivery-count from its
-/// deliveries so far.
-fn header(m: &Message, props: &BasicProperties, redelivered: bool) -> Header {
+/// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message,
+/// first-acquirer and delivery-count from its deliveries so far.
+fn header(m: &Message, priority: u8, redelivered: bool) -> Header {
     Header {
         durable: m.persistent,
-        priority: Priority(props.priority.unwrap_or(4)),
+        priority: Priority(priority),
         ttl: m.expiration_ms.map(|ms| ms.min(u64::from(u32::MAX)) as u32),
         first_acquirer: !redelivered,
         delivery_count: m.failed_deliveries(),
     }
 }
 
+/// The priority for the header: the message's, or 4 (the default) when it has none. Read
+/// from the 0-9-1 property flags, without decoding the properties.
+fn header_priority(m: &Message) -> u8 {
+    const PRIORITY_FLAG: u16 = 1 << 11;
+    let flags = match m.properties_raw.get(..2) {
+        Some(b) => u16::from_be_bytes([b[0], b[1]]),
+        None => 0,
+    };
+    if flags & PRIORITY_FLAG != 0 {
+        m.priority
+    } else {
+        4
+    }
+}
+
 /// The AMQP 1.0 message an AMQP 1.0 consumer receives for `m`. `redelivered`: the queue
 /// delivered it before (first-acquirer false).
 pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
+    if let Some(sections) = m.amqp10.as_deref() {
+        return as_published(m, sections, redelivered);
+    }
     let props =
         BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
-    if let Some(sections) = m.amqp10.as_deref() {
-        return as_published(m, &props, sections, redelivered);
-    }
     let mut out = BytesMut::with_capacity(m.body.len() + 128);
-    encode(&mut out, &header(m, &props, redelivered));
+    encode(
+        &mut out,
+        &header(m, props.priority.unwrap_or(4), redelivered),
+    );
     let amqp10_body = props
         .message_type
         .as_ref()
@@ -512,33 +529,128 @@ pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
 
 /// A message published over AMQP 1.0, as it was published: a new header, its
 /// message-annotations with x-exchange and x-routing-key set, then its bare message and
-/// footer byte for byte.
-fn as_published(m: &Message, props: &BasicProperties, kept: &Bytes, redelivered: bool) -> Bytes {
+/// footer byte for byte. The annotations are spliced at the byte level (the published ones
+/// are not decoded) unless they already hold one of the two keys.
+fn as_published(m: &Message, kept: &Bytes, redelivered: bool) -> Bytes {
     let mut out = BytesMut::with_capacity(kept.len() + 96);
-    encode(&mut out, &header(m, props, redelivered));
-    let mut rest = &kept[..];
-    let mut annotations = OrderedMap::new();
-    if let Some(len) = value_len(rest) {
-        let is_annotations = matches!(descriptor_code(&rest[1..]), Ok(MESSAGE_ANNOTATIONS));
-        if rest[0] == 0x00 && is_annotations {
-            if let Ok(MessageAnnotations(published)) = decode(&rest[..len], "message-annotations") {
-                annotations = published;
-            }
-            rest = &rest[len..];
-        }
+    encode(&mut out, &header(m, header_priority(m), redelivered));
+    let (published, rest) = split_annotations(kept);
+    if !annotate_routing(&mut out, published, m) {
+        let mut annotations = published
+            .and_then(|a| decode::<MessageAnnotations>(a, "message-annotations").ok())
+            .map(|a| a.0)
+            .unwrap_or_default();
+        let inner = annotations.as_inner_mut();
+        inner.insert(
+            OwnedKey::Symbol(Symbol::from(X_EXCHANGE)),
+            Value::String(m.exchange.as_str().to_owned()),
+        );
+        inner.insert(
+            OwnedKey::Symbol(Symbol::from(X_ROUTING_KEY)),
+            Value::String(m.routing_key.as_str().to_owned()),
+        );
+        encode(&mut out, &MessageAnnotations(annotations));
     }
-    let inner = annotations.as_inner_mut();
-    inner.insert(
-        OwnedKey::Symbol(Symbol::from("x-exchange")),
-        Value::String(m.exchange.as_str().to_owned()),
-    );
-    inner.insert(
-        OwnedKey::Symbol(Symbol::from("x-routing-key")),
-        Value::String(m.routing_key.as_str().to_owned()),
-    );
-    encode(&mut out, &MessageAnnotations(annotations));
     out.extend_from_slice(rest);
     out.freeze()
+}
+
+const X_EXCHANGE: &str = "x-exchange";
+const X_ROUTING_KEY: &str = "x-routing-key";
+
+/// The message-annotations section at the start of the kept sections (whole, descriptor
+/// included), if there is one, and what follows it.
+fn split_annotations(kept: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    match value_len(kept) {
+        Some(len)
+            if kept[0] == 0x00
+                && matches!(descriptor_code(&kept[1..]), Ok(MESSAGE_ANNOTATIONS)) =>
+        {
+            (Some(&kept[..len]), &kept[len..])
+        }
+        _ => (None, kept),
+    }
+}
+
+/// Writes the message-annotations section: the published entries as they are, then
+/// x-exchange and x-routing-key. False (nothing written) when the published map is not one
+/// this can splice — it already has either key, or does not parse as a map.
+fn annotate_routing(out: &mut BytesMut, published: Option<&[u8]>, m: &Message) -> bool {
+    let mut entries: &[u8] = &[];
+    let mut count: u32 = 0;
+    if let Some(section) = published {
+        let Some(descriptor) = value_len(&section[1..]) else {
+            return false;
+        };
+        let map = &section[1 + descriptor..];
+        (entries, count) = match map.first() {
+            Some(0xc1) if map.len() >= 3 => (&map[3..], u32::from(map[2])),
+            Some(0xd1) if map.len() >= 9 => (
+                &map[9..],
+                u32::from_be_bytes([map[5], map[6], map[7], map[8]]),
+            ),
+            _ => return false,
+        };
+        // Walk the keys: either routing key present → the general path upserts it.
+        let mut at = 0;
+        for i in 0..count {
+            let Some(len) = value_len(&entries[at..]) else {
+                return false;
+            };
+            if i % 2 == 0 {
+                let key = &entries[at..at + len];
+                if symbol_is(key, X_EXCHANGE) || symbol_is(key, X_ROUTING_KEY) {
+                    return false;
+                }
+            }
+            at += len;
+        }
+        if at != entries.len() {
+            return false;
+        }
+    }
+    out.extend_from_slice(&[0x00, 0x53, 0x72, 0xd1]);
+    let size_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.put_u32(count + 4);
+    out.extend_from_slice(entries);
+    put_symbol(out, X_EXCHANGE);
+    put_string(out, m.exchange.as_str());
+    put_symbol(out, X_ROUTING_KEY);
+    put_string(out, m.routing_key.as_str());
+    // map32's size counts the bytes after the size field: the count and the entries.
+    let size = (out.len() - size_at - 4) as u32;
+    out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
+    true
+}
+
+fn symbol_is(encoded: &[u8], name: &str) -> bool {
+    match encoded {
+        [0xa3, n, rest @ ..] => usize::from(*n) == rest.len() && rest == name.as_bytes(),
+        [0xb3, a, b, c, d, rest @ ..] => {
+            u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() && rest == name.as_bytes()
+        }
+        _ => false,
+    }
+}
+
+/// A symbol of at most 255 bytes (the annotation keys above).
+fn put_symbol(out: &mut BytesMut, s: &str) {
+    out.put_u8(0xa3);
+    out.put_u8(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A string (str8 up to 255 bytes, else str32).
+fn put_string(out: &mut BytesMut, s: &str) {
+    if s.len() <= 255 {
+        out.put_u8(0xa1);
+        out.put_u8(s.len() as u8);
+    } else {
+        out.put_u8(0xb1);
+        out.put_u32(s.len() as u32);
+    }
+    out.extend_from_slice(s.as_bytes());
 }
 
 #[cfg(test)]
@@ -732,6 +844,40 @@ mod tests {
         let h: Header = decode(&sections(&again).unwrap()[0].1, "header").unwrap();
         assert!(!h.first_acquirer);
         assert_eq!(h.delivery_count, 1);
+    }
+
+    #[test]
+    fn routing_annotations_are_added_to_any_published_annotations() {
+        let annotated = |entries: &[(&str, Value)]| {
+            let mut map = OrderedMap::new();
+            for (k, v) in entries {
+                map.as_inner_mut()
+                    .insert(OwnedKey::Symbol(Symbol::from(*k)), v.clone());
+            }
+            let mut payload = serde_amqp::to_vec(&MessageAnnotations(map)).unwrap();
+            payload.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap());
+            Bytes::from(payload)
+        };
+        let cases = [
+            // No annotations published; a small map (map8); one with the routing key
+            // already (the general path replaces it); a large one (map32).
+            Bytes::from(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap()),
+            annotated(&[("a", Value::Int(1))]),
+            annotated(&[("x-routing-key", Value::String("old".into()))]),
+            annotated(&[("big", Value::String("v".repeat(300)))]),
+        ];
+        for (payload, expected_len) in cases.into_iter().zip([2, 3, 2, 3]) {
+            let (_, out) = through_the_broker(&payload, false);
+            let got = sections(&out).unwrap();
+            let a: MessageAnnotations = decode(&got[1].1, "annotations").unwrap();
+            let get = |k: &str| a.0.get(&OwnedKey::Symbol(Symbol::from(k))).cloned();
+            assert_eq!(get("x-exchange"), Some(Value::String("amq.topic".into())));
+            assert_eq!(get("x-routing-key"), Some(Value::String("a.b".into())));
+            assert_eq!(a.0.len(), expected_len);
+            let h: Header = decode(&got[0].1, "header").unwrap();
+            assert_eq!(h.priority.0, 4, "no priority published: the default");
+            assert!(out.ends_with(&sections(&payload).unwrap().last().unwrap().1));
+        }
     }
 
     #[test]
