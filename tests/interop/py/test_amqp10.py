@@ -394,6 +394,20 @@ def test_10_to_10_headers_exchange_matches_application_properties(names, ch, c10
     assert received.endswith(bare_and_footer)
 
 
+def test_10_message_expires_by_its_ttl_and_is_dead_lettered(names, ch, c10):
+    q, dlq = dead_letter_pair(ch, names)
+    payload, _ = published_sections()
+    # The same sections with a header ttl of 50 ms (proton writes it from `ttl` in seconds).
+    header = Message(durable=True, priority=6, ttl=0.05).encode()
+    header = header[:header.index(b"\x00\x53\x73")]
+    send_raw(c10, addr_queue(q), header + payload[payload.index(b"\x00\x53\x71"):])
+    assert eventually(c10, lambda: ready(ch, dlq) == 1)
+    m, props, body = get_one(ch, dlq, timeout=10)
+    assert props.headers["x-death"][0]["reason"] == "expired"
+    assert props.headers["color"] in ("green", b"green")
+    assert ready(ch, q) == 0
+
+
 @needs_warren_bin
 def test_10_to_10_message_is_kept_as_published_across_a_restart(tmp_path):
     data = str(tmp_path)
