@@ -1,7 +1,13 @@
 //! Messages across the protocols, as RabbitMQ 4 converts them (docs "Inter-Protocol
-//! Property Conversions"). The broker keeps every message in 0-9-1 shape (properties and a
-//! body), so an AMQP 1.0 message is converted once when it is published and back when an
-//! AMQP 1.0 consumer takes it:
+//! Property Conversions"). A message published over AMQP 1.0 keeps its sections as
+//! published (`Message::amqp10`: message-annotations, bare message and footer; the header
+//! is rebuilt on delivery and delivery-annotations, hop-by-hop, are dropped), so an AMQP 1.0
+//! consumer gets it back unchanged — properties no 0-9-1 field holds (to, subject,
+//! absolute-expiry-time, group-sequence, reply-to-group-id), footers, every annotation and
+//! the exact encoding of the bare message — with the x-exchange and x-routing-key
+//! annotations added, as RabbitMQ 4's `mc_amqp` does. Its 0-9-1 view (routing, the headers
+//! exchange, TTL, dead-lettering, 0-9-1 consumers) is built once at publish, the body a
+//! slice of the same bytes:
 //!
 //! - header: durable ⇄ delivery-mode 2/1, priority ⇄ priority, ttl ⇄ expiration;
 //! - properties: message-id / correlation-id (string ≤ 255 bytes, ulong and uuid as text;
@@ -11,17 +17,17 @@
 //! - application-properties ⇄ headers (not x-), message-annotations x-* ⇄ headers x-*,
 //!   the 0-9-1 `type` ⇄ annotation x-basic-type;
 //! - body: one data section ⇄ the body bytes. Any other body (amqp-value, amqp-sequence,
-//!   several data sections) becomes its AMQP encoding with type "amqp-1.0", which is turned
-//!   back into the same sections for an AMQP 1.0 consumer, so a 1.0 → 1.0 message keeps its
-//!   body exactly.
+//!   several data sections) becomes its AMQP encoding with type "amqp-1.0" for 0-9-1, which
+//!   is turned back into the same sections for an AMQP 1.0 consumer of a converted message.
 //!
-//! Deliveries to AMQP 1.0 consumers carry the x-exchange and x-routing-key annotations, as
-//! RabbitMQ 4 sets them. Properties no 0-9-1 field holds (to, subject, absolute-expiry-time,
-//! group-sequence, reply-to-group-id) are not kept; nor are delivery annotations and
-//! footers, as RabbitMQ drops them.
+//! A message published over 0-9-1 (or re-published by the broker, as dead-lettering does)
+//! has no AMQP 1.0 form and is converted for an AMQP 1.0 consumer by the table above.
+//! The header's first-acquirer is false on a redelivery and its delivery-count counts the
+//! deliveries settled as failed (modified with delivery-failed); released and 0-9-1
+//! requeues leave it as it was.
 
 use crate::codec::value_len;
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::messaging::{
     annotations::OwnedKey, ApplicationProperties, Data, Header, MessageAnnotations, MessageId,
     Priority, Properties,
@@ -30,7 +36,6 @@ use fe2o3_amqp_types::primitives::{
     Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
 };
 use ordered_float::OrderedFloat;
-use warren_broker::message::parse_expiration;
 use warren_broker::Message;
 use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader, ShortStr};
 
@@ -54,6 +59,10 @@ pub struct Incoming {
     pub body: Bytes,
     /// properties.to: the destination for the null target.
     pub to: Option<String>,
+    /// The sections kept for AMQP 1.0 consumers: everything but the header and the
+    /// delivery-annotations, as published (a slice of the payload when those two lead it,
+    /// as the specification orders them).
+    pub sections: Bytes,
 }
 
 /// One section of a message: its descriptor code and its bytes (descriptor included).
@@ -232,7 +241,9 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
     let mut headers = FieldTable::new();
     let mut to = None;
     let mut body_sections: Vec<(u64, Bytes)> = Vec::new();
-    for (code, section) in sections(payload)? {
+    let all = sections(payload)?;
+    let kept_sections = kept(payload, &all);
+    for (code, section) in all {
         match code {
             HEADER => {
                 let h: Header = decode(&section, "header")?;
@@ -312,7 +323,26 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
         properties: props,
         body,
         to,
+        sections: kept_sections,
     })
+}
+
+/// The sections an AMQP 1.0 consumer gets back: all but the header and the
+/// delivery-annotations. Zero-copy when the kept ones are the payload's tail.
+fn kept(payload: &Bytes, all: &[(u64, Bytes)]) -> Bytes {
+    let dropped = |code: u64| code == HEADER || code == DELIVERY_ANNOTATIONS;
+    let Some(first_kept) = all.iter().position(|(code, _)| !dropped(*code)) else {
+        return Bytes::new();
+    };
+    if all[first_kept..].iter().all(|(code, _)| !dropped(*code)) {
+        let start = all[first_kept].1.as_ptr() as usize - payload.as_ptr() as usize;
+        return payload.slice(start..);
+    }
+    let mut out = BytesMut::with_capacity(payload.len());
+    for (_, section) in all.iter().filter(|(code, _)| !dropped(*code)) {
+        out.extend_from_slice(section);
+    }
+    out.freeze()
 }
 
 fn id_to_amqp10(s: &ShortStr) -> MessageId {
@@ -388,25 +418,45 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     }
 }
 
+/// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message,
+/// first-acquirer and delivery-count from its deliveries so far.
+fn header(m: &Message, priority: u8, redelivered: bool) -> Header {
+    Header {
+        durable: m.persistent,
+        priority: Priority(priority),
+        ttl: m.expiration_ms.map(|ms| ms.min(u64::from(u32::MAX)) as u32),
+        first_acquirer: !redelivered,
+        delivery_count: m.failed_deliveries(),
+    }
+}
+
+/// The priority for the header: the message's, or 4 (the default) when it has none. Read
+/// from the 0-9-1 property flags, without decoding the properties.
+fn header_priority(m: &Message) -> u8 {
+    const PRIORITY_FLAG: u16 = 1 << 11;
+    let flags = match m.properties_raw.get(..2) {
+        Some(b) => u16::from_be_bytes([b[0], b[1]]),
+        None => 0,
+    };
+    if flags & PRIORITY_FLAG != 0 {
+        m.priority
+    } else {
+        4
+    }
+}
+
 /// The AMQP 1.0 message an AMQP 1.0 consumer receives for `m`. `redelivered`: the queue
 /// delivered it before (first-acquirer false).
 pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
+    if let Some(sections) = m.amqp10.as_deref() {
+        return as_published(m, sections, redelivered);
+    }
     let props =
         BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
     let mut out = BytesMut::with_capacity(m.body.len() + 128);
     encode(
         &mut out,
-        &Header {
-            durable: m.persistent,
-            priority: Priority(props.priority.unwrap_or(4)),
-            ttl: props
-                .expiration
-                .as_ref()
-                .and_then(|e| parse_expiration(e).ok())
-                .map(|ms| ms.min(u64::from(u32::MAX)) as u32),
-            first_acquirer: !redelivered,
-            delivery_count: 0,
-        },
+        &header(m, props.priority.unwrap_or(4), redelivered),
     );
     let amqp10_body = props
         .message_type
@@ -475,6 +525,132 @@ pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
         encode(&mut out, &Data(Binary::from(m.body.to_vec())));
     }
     out.freeze()
+}
+
+/// A message published over AMQP 1.0, as it was published: a new header, its
+/// message-annotations with x-exchange and x-routing-key set, then its bare message and
+/// footer byte for byte. The annotations are spliced at the byte level (the published ones
+/// are not decoded) unless they already hold one of the two keys.
+fn as_published(m: &Message, kept: &Bytes, redelivered: bool) -> Bytes {
+    let mut out = BytesMut::with_capacity(kept.len() + 96);
+    encode(&mut out, &header(m, header_priority(m), redelivered));
+    let (published, rest) = split_annotations(kept);
+    if !annotate_routing(&mut out, published, m) {
+        let mut annotations = published
+            .and_then(|a| decode::<MessageAnnotations>(a, "message-annotations").ok())
+            .map(|a| a.0)
+            .unwrap_or_default();
+        let inner = annotations.as_inner_mut();
+        inner.insert(
+            OwnedKey::Symbol(Symbol::from(X_EXCHANGE)),
+            Value::String(m.exchange.as_str().to_owned()),
+        );
+        inner.insert(
+            OwnedKey::Symbol(Symbol::from(X_ROUTING_KEY)),
+            Value::String(m.routing_key.as_str().to_owned()),
+        );
+        encode(&mut out, &MessageAnnotations(annotations));
+    }
+    out.extend_from_slice(rest);
+    out.freeze()
+}
+
+const X_EXCHANGE: &str = "x-exchange";
+const X_ROUTING_KEY: &str = "x-routing-key";
+
+/// The message-annotations section at the start of the kept sections (whole, descriptor
+/// included), if there is one, and what follows it.
+fn split_annotations(kept: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    match value_len(kept) {
+        Some(len)
+            if kept[0] == 0x00
+                && matches!(descriptor_code(&kept[1..]), Ok(MESSAGE_ANNOTATIONS)) =>
+        {
+            (Some(&kept[..len]), &kept[len..])
+        }
+        _ => (None, kept),
+    }
+}
+
+/// Writes the message-annotations section: the published entries as they are, then
+/// x-exchange and x-routing-key. False (nothing written) when the published map is not one
+/// this can splice — it already has either key, or does not parse as a map.
+fn annotate_routing(out: &mut BytesMut, published: Option<&[u8]>, m: &Message) -> bool {
+    let mut entries: &[u8] = &[];
+    let mut count: u32 = 0;
+    if let Some(section) = published {
+        let Some(descriptor) = value_len(&section[1..]) else {
+            return false;
+        };
+        let map = &section[1 + descriptor..];
+        (entries, count) = match map.first() {
+            Some(0xc1) if map.len() >= 3 => (&map[3..], u32::from(map[2])),
+            Some(0xd1) if map.len() >= 9 => (
+                &map[9..],
+                u32::from_be_bytes([map[5], map[6], map[7], map[8]]),
+            ),
+            _ => return false,
+        };
+        // Walk the keys: either routing key present → the general path upserts it.
+        let mut at = 0;
+        for i in 0..count {
+            let Some(len) = value_len(&entries[at..]) else {
+                return false;
+            };
+            if i % 2 == 0 {
+                let key = &entries[at..at + len];
+                if symbol_is(key, X_EXCHANGE) || symbol_is(key, X_ROUTING_KEY) {
+                    return false;
+                }
+            }
+            at += len;
+        }
+        if at != entries.len() {
+            return false;
+        }
+    }
+    out.extend_from_slice(&[0x00, 0x53, 0x72, 0xd1]);
+    let size_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.put_u32(count + 4);
+    out.extend_from_slice(entries);
+    put_symbol(out, X_EXCHANGE);
+    put_string(out, m.exchange.as_str());
+    put_symbol(out, X_ROUTING_KEY);
+    put_string(out, m.routing_key.as_str());
+    // map32's size counts the bytes after the size field: the count and the entries.
+    let size = (out.len() - size_at - 4) as u32;
+    out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
+    true
+}
+
+fn symbol_is(encoded: &[u8], name: &str) -> bool {
+    match encoded {
+        [0xa3, n, rest @ ..] => usize::from(*n) == rest.len() && rest == name.as_bytes(),
+        [0xb3, a, b, c, d, rest @ ..] => {
+            u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() && rest == name.as_bytes()
+        }
+        _ => false,
+    }
+}
+
+/// A symbol of at most 255 bytes (the annotation keys above).
+fn put_symbol(out: &mut BytesMut, s: &str) {
+    out.put_u8(0xa3);
+    out.put_u8(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A string (str8 up to 255 bytes, else str32).
+fn put_string(out: &mut BytesMut, s: &str) {
+    if s.len() <= 255 {
+        out.put_u8(0xa1);
+        out.put_u8(s.len() as u8);
+    } else {
+        out.put_u8(0xb1);
+        out.put_u32(s.len() as u32);
+    }
+    out.extend_from_slice(s.as_bytes());
 }
 
 #[cfg(test)]
@@ -579,6 +755,148 @@ mod tests {
             .find(|(c, _)| *c == AMQP_VALUE);
         let value: AmqpValue<Value> = decode(&value_section.unwrap().1, "value").unwrap();
         assert_eq!(value.0, Value::String("hi".into()));
+    }
+
+    /// Publishes `payload` as the AMQP 1.0 publish path does and returns what an AMQP 1.0
+    /// consumer receives.
+    fn through_the_broker(payload: &Bytes, redelivered: bool) -> (Message, Bytes) {
+        let incoming = from_amqp10(payload).unwrap();
+        let m = Message::new(
+            ShortStr::from("amq.topic"),
+            ShortStr::from("a.b"),
+            &incoming.properties,
+            ContentHeader::new(BASIC_CLASS_ID, 0, &incoming.properties).properties,
+            incoming.body.clone(),
+        )
+        .with_amqp10(incoming.sections);
+        let out = to_amqp10(&m, redelivered);
+        (m, out)
+    }
+
+    #[test]
+    fn an_amqp10_message_keeps_its_sections_amqp10_to_amqp10() {
+        use fe2o3_amqp_types::messaging::{DeliveryAnnotations, Footer};
+        let mut header = Vec::new();
+        header.extend(
+            serde_amqp::to_vec(&Header {
+                durable: true,
+                priority: Priority(7),
+                ttl: Some(60_000),
+                first_acquirer: true,
+                delivery_count: 0,
+            })
+            .unwrap(),
+        );
+        let mut delivery = OrderedMap::new();
+        delivery
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("hop")), Value::Int(1));
+        header.extend(serde_amqp::to_vec(&DeliveryAnnotations(delivery)).unwrap());
+        let mut annotations = OrderedMap::new();
+        annotations
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("custom")), Value::Int(5));
+        let mut bare = Vec::new();
+        bare.extend(serde_amqp::to_vec(&MessageAnnotations(annotations)).unwrap());
+        let bare_start = bare.len();
+        bare.extend(
+            serde_amqp::to_vec(&Properties {
+                to: Some("/queues/q".into()),
+                subject: Some("topic".into()),
+                group_sequence: Some(3),
+                reply_to_group_id: Some("rg".into()),
+                absolute_expiry_time: Some(Timestamp::from_milliseconds(1_900_000_000_000)),
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        bare.extend(serde_amqp::to_vec(&AmqpValue(Value::String("hi".into()))).unwrap());
+        let mut footer = OrderedMap::new();
+        footer
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("sig")), Value::Int(9));
+        bare.extend(serde_amqp::to_vec(&Footer(footer)).unwrap());
+        let payload = Bytes::from([header, bare.clone()].concat());
+        let (m, out) = through_the_broker(&payload, false);
+        let got = sections(&out).unwrap();
+        let codes: Vec<u64> = got.iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            codes,
+            [HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, AMQP_VALUE, FOOTER],
+            "no delivery-annotations"
+        );
+        let h: Header = decode(&got[0].1, "header").unwrap();
+        assert!(h.durable && h.first_acquirer);
+        assert_eq!(
+            (h.priority.0, h.ttl, h.delivery_count),
+            (7, Some(60_000), 0)
+        );
+        let a: MessageAnnotations = decode(&got[1].1, "annotations").unwrap();
+        let get = |k: &str| a.0.get(&OwnedKey::Symbol(Symbol::from(k))).cloned();
+        assert_eq!(get("custom"), Some(Value::Int(5)));
+        assert_eq!(get("x-exchange"), Some(Value::String("amq.topic".into())));
+        assert_eq!(get("x-routing-key"), Some(Value::String("a.b".into())));
+        // The bare message and the footer, byte for byte.
+        assert!(out.ends_with(&bare[bare_start..]));
+        // A redelivery after a failed one: first-acquirer false, delivery-count 1.
+        m.delivery_failed();
+        let again = to_amqp10(&m, true);
+        let h: Header = decode(&sections(&again).unwrap()[0].1, "header").unwrap();
+        assert!(!h.first_acquirer);
+        assert_eq!(h.delivery_count, 1);
+    }
+
+    #[test]
+    fn routing_annotations_are_added_to_any_published_annotations() {
+        let annotated = |entries: &[(&str, Value)]| {
+            let mut map = OrderedMap::new();
+            for (k, v) in entries {
+                map.as_inner_mut()
+                    .insert(OwnedKey::Symbol(Symbol::from(*k)), v.clone());
+            }
+            let mut payload = serde_amqp::to_vec(&MessageAnnotations(map)).unwrap();
+            payload.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap());
+            Bytes::from(payload)
+        };
+        let cases = [
+            // No annotations published; a small map (map8); one with the routing key
+            // already (the general path replaces it); a large one (map32).
+            Bytes::from(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap()),
+            annotated(&[("a", Value::Int(1))]),
+            annotated(&[("x-routing-key", Value::String("old".into()))]),
+            annotated(&[("big", Value::String("v".repeat(300)))]),
+        ];
+        for (payload, expected_len) in cases.into_iter().zip([2, 3, 2, 3]) {
+            let (_, out) = through_the_broker(&payload, false);
+            let got = sections(&out).unwrap();
+            let a: MessageAnnotations = decode(&got[1].1, "annotations").unwrap();
+            let get = |k: &str| a.0.get(&OwnedKey::Symbol(Symbol::from(k))).cloned();
+            assert_eq!(get("x-exchange"), Some(Value::String("amq.topic".into())));
+            assert_eq!(get("x-routing-key"), Some(Value::String("a.b".into())));
+            assert_eq!(a.0.len(), expected_len);
+            let h: Header = decode(&got[0].1, "header").unwrap();
+            assert_eq!(h.priority.0, 4, "no priority published: the default");
+            assert!(out.ends_with(&sections(&payload).unwrap().last().unwrap().1));
+        }
+    }
+
+    #[test]
+    fn a_plain_data_message_is_stored_without_copies() {
+        let payload = Bytes::from(
+            [
+                serde_amqp::to_vec(&Header::default()).unwrap(),
+                serde_amqp::to_vec(&Data(Binary::from(b"hello".to_vec()))).unwrap(),
+            ]
+            .concat(),
+        );
+        let incoming = from_amqp10(&payload).unwrap();
+        let inside = |b: &Bytes| {
+            let start = b.as_ptr() as usize;
+            let outer = payload.as_ptr() as usize;
+            start >= outer && start + b.len() <= outer + payload.len()
+        };
+        assert!(inside(&incoming.body) && inside(&incoming.sections));
+        assert_eq!(&incoming.body[..], b"hello");
     }
 
     #[test]

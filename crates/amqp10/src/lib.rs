@@ -9,7 +9,9 @@
 //! are the protocol state machine, one task per connection as for 0-9-1.
 
 mod address;
-mod codec;
+/// Public for the frame benchmark (benches/frames.rs); not an API of the broker.
+#[doc(hidden)]
+pub mod codec;
 mod connection;
 mod convert;
 mod sasl;

@@ -1,8 +1,16 @@
 //! `Message`: one published message, shared by every queue it was routed to (`Arc`), with
 //! its body as a `Bytes` slice of the publisher's read buffer — never copied per queue.
+//!
+//! A message published over AMQP 1.0 also keeps its sections as published (`amqp10`), as
+//! RabbitMQ 4's message container does: an AMQP 1.0 consumer gets them back unchanged
+//! (properties no 0-9-1 field holds, footers, annotations, the exact bare message), while
+//! routing, TTL, dead-lettering and 0-9-1 consumers use the 0-9-1 view (`properties_raw`
+//! and `body`, the latter a slice of the same bytes). A 0-9-1 message pays one null
+//! pointer for this.
 
 use crate::queue_args::MAX_EXPIRY_MS;
 use bytes::Bytes;
+use std::sync::atomic::{AtomicU32, Ordering};
 use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
 /// What a queued message costs beyond its bytes: the `Message` and its `Arc`, the
@@ -22,6 +30,13 @@ pub struct Message {
     pub priority: u8,
     /// Per-message TTL from the `expiration` property, when it parsed as an integer.
     pub expiration_ms: Option<u64>,
+    /// The AMQP 1.0 sections as published (delivery-annotations dropped: they are
+    /// hop-by-hop); None for a message that did not come over AMQP 1.0. Boxed so that a
+    /// 0-9-1 message carries a null pointer only.
+    pub amqp10: Option<Box<Bytes>>,
+    /// Deliveries an AMQP 1.0 consumer settled as failed (modified, delivery-failed): the
+    /// header's delivery-count. Counted per message, not per queue it was routed to.
+    failed_deliveries: AtomicU32,
 }
 
 impl Message {
@@ -44,7 +59,26 @@ impl Message {
                 .expiration
                 .as_ref()
                 .and_then(|e| parse_expiration(e).ok()),
+            amqp10: None,
+            failed_deliveries: AtomicU32::new(0),
         }
+    }
+
+    /// The message with its AMQP 1.0 sections kept (the 0-9-1 view already built from
+    /// them); empty sections keep none.
+    pub fn with_amqp10(mut self, sections: Bytes) -> Message {
+        self.amqp10 = (!sections.is_empty()).then(|| Box::new(sections));
+        self
+    }
+
+    /// The header's delivery-count for an AMQP 1.0 consumer.
+    pub fn failed_deliveries(&self) -> u32 {
+        self.failed_deliveries.load(Ordering::Relaxed)
+    }
+
+    /// An AMQP 1.0 consumer settled a delivery as failed (it is requeued or dead-lettered).
+    pub fn delivery_failed(&self) {
+        self.failed_deliveries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Rebuilds a message the store kept; None if its stored fields no longer parse.
@@ -55,13 +89,14 @@ impl Message {
             properties: stored.properties,
         };
         let properties = header.properties().ok()?;
-        Some(Message::new(
+        let message = Message::new(
             ShortStr::from_bytes(stored.exchange)?,
             ShortStr::from_bytes(stored.routing_key)?,
             &properties,
             header.properties,
             stored.body,
-        ))
+        );
+        Some(message.with_amqp10(stored.amqp10))
     }
 
     /// What the store keeps of this message, stamped with the time it is written (TTLs of
@@ -76,6 +111,7 @@ impl Message {
             routing_key: self.routing_key.to_bytes(),
             properties: self.properties_raw.clone(),
             body: self.body.clone(),
+            amqp10: self.amqp10.as_deref().cloned().unwrap_or_default(),
             published_at_ms,
             transient: !self.persistent,
         }
@@ -97,6 +133,10 @@ impl Message {
             + self.properties_raw.len()
             + self.exchange.len()
             + self.routing_key.len()
+            + self
+                .amqp10
+                .as_ref()
+                .map_or(0, |s| s.len().saturating_sub(self.body.len()))
     }
 }
 
@@ -138,7 +178,41 @@ pub fn parse_expiration(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_expiration;
+    use super::*;
+
+    #[test]
+    fn amqp10_sections_survive_the_store_record() {
+        let sections = Bytes::from_static(b"\x00\x53\x73\x45\x00\x53\x75\xa0\x02hi");
+        let properties = BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties;
+        let m = Message::new(
+            ShortStr::from("amq.direct"),
+            ShortStr::from("k"),
+            &properties,
+            raw,
+            sections.slice(9..),
+        )
+        .with_amqp10(sections.clone());
+        let back = Message::from_stored(m.to_stored()).unwrap();
+        assert_eq!(back.amqp10.as_deref(), Some(&sections));
+        assert_eq!(&back.body[..], b"hi");
+        assert!(back.persistent);
+        let plain = Message::from_stored(
+            Message::new(
+                ShortStr::from(""),
+                ShortStr::from("q"),
+                &properties,
+                ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties,
+                Bytes::from_static(b"x"),
+            )
+            .to_stored(),
+        )
+        .unwrap();
+        assert!(plain.amqp10.is_none());
+    }
 
     #[test]
     fn expiration_as_rabbitmq_reads_it() {

@@ -27,8 +27,16 @@ const PUBLISH_FIXED_BYTES: usize = 8 + 1 + 8 + 2 + 1 + 1 + 4;
 
 /// PUBLISH flags bit 0: the message is transient (not recovered after a restart).
 pub const FLAG_TRANSIENT: u8 = 1;
+/// PUBLISH flags bit 1: the record also holds the message's AMQP 1.0 sections, as
+/// published (docs/STORAGE.md §3.3). Records without it read as before.
+pub const FLAG_AMQP10: u8 = 2;
 /// Every flag bit this version defines; a record with any other bit set does not decode.
-const KNOWN_FLAGS: u8 = FLAG_TRANSIENT;
+const KNOWN_FLAGS: u8 = FLAG_TRANSIENT | FLAG_AMQP10;
+/// After the AMQP 1.0 sections: the body follows as the rest of the record.
+const BODY_FOLLOWS: u8 = 0;
+/// After the AMQP 1.0 sections: the body is a byte range of them (offset and length, u32
+/// each), not written a second time.
+const BODY_IN_AMQP10: u8 = 1;
 
 /// Why a frame or record was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +66,33 @@ pub fn publish_record_bytes(queue_count: usize, msg: &StoredMessage) -> usize {
         + msg.exchange.len()
         + msg.routing_key.len()
         + msg.properties.len()
-        + msg.body.len()
+        + body_and_amqp10_bytes(msg)
+}
+
+/// Bytes the body takes, with the AMQP 1.0 sections when the message has them.
+fn body_and_amqp10_bytes(msg: &StoredMessage) -> usize {
+    if msg.amqp10.is_empty() {
+        return msg.body.len();
+    }
+    4 + msg.amqp10.len()
+        + 1
+        + match body_in_amqp10(msg) {
+            Some(_) => 8,
+            None => msg.body.len(),
+        }
+}
+
+/// Where the body lies inside the AMQP 1.0 sections, when it is a slice of them (a data
+/// section's bytes, as the AMQP 1.0 publish path builds it): then it is stored once.
+fn body_in_amqp10(msg: &StoredMessage) -> Option<(u32, u32)> {
+    let outer = msg.amqp10.as_ptr() as usize;
+    let inner = msg.body.as_ptr() as usize;
+    let offset = inner.checked_sub(outer)?;
+    let end = offset.checked_add(msg.body.len())?;
+    if end > msg.amqp10.len() || msg.amqp10.len() > u32::MAX as usize {
+        return None;
+    }
+    Some((offset as u32, msg.body.len() as u32))
 }
 
 /// Checks that `msg` and `queues` fit the format. Called before anything is
@@ -70,7 +104,7 @@ pub fn validate_publish(queues: &[QueueId], msg: &StoredMessage) -> Result<(), S
     if msg.exchange.len() > 255 || msg.routing_key.len() > 255 {
         return Err("exchange and routing key must be at most 255 bytes".into());
     }
-    if msg.properties.len() > u32::MAX as usize {
+    if msg.properties.len() > u32::MAX as usize || msg.amqp10.len() > u32::MAX as usize {
         return Err("properties too large".into());
     }
     // The whole framed record must fit `Location::len` (u32).
@@ -91,7 +125,11 @@ pub fn encode_publish(buf: &mut Vec<u8>, id: MessageId, queues: &[QueueId], msg:
     buf.extend_from_slice(&((framed - FRAME_PREFIX_BYTES) as u32).to_le_bytes());
     buf.push(TYPE_PUBLISH);
     buf.extend_from_slice(&id.0.to_le_bytes());
-    buf.push(if msg.transient { FLAG_TRANSIENT } else { 0 });
+    let mut flags = if msg.transient { FLAG_TRANSIENT } else { 0 };
+    if !msg.amqp10.is_empty() {
+        flags |= FLAG_AMQP10;
+    }
+    buf.push(flags);
     buf.extend_from_slice(&msg.published_at_ms.to_le_bytes());
     buf.extend_from_slice(&(queues.len() as u16).to_le_bytes());
     for q in queues {
@@ -103,6 +141,18 @@ pub fn encode_publish(buf: &mut Vec<u8>, id: MessageId, queues: &[QueueId], msg:
     buf.extend_from_slice(&msg.routing_key);
     buf.extend_from_slice(&(msg.properties.len() as u32).to_le_bytes());
     buf.extend_from_slice(&msg.properties);
+    if !msg.amqp10.is_empty() {
+        buf.extend_from_slice(&(msg.amqp10.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&msg.amqp10);
+        if let Some((offset, len)) = body_in_amqp10(msg) {
+            buf.push(BODY_IN_AMQP10);
+            buf.extend_from_slice(&offset.to_le_bytes());
+            buf.extend_from_slice(&len.to_le_bytes());
+            seal(buf, start);
+            return;
+        }
+        buf.push(BODY_FOLLOWS);
+    }
     buf.extend_from_slice(&msg.body);
     seal(buf, start);
 }
@@ -158,6 +208,8 @@ pub struct PublishView<'a> {
     routing_key: Range<usize>,
     properties: Range<usize>,
     body: Range<usize>,
+    /// Empty for a message without AMQP 1.0 sections.
+    amqp10: Range<usize>,
 }
 
 impl PublishView<'_> {
@@ -181,6 +233,7 @@ impl PublishView<'_> {
             routing_key: record.slice(self.routing_key.clone()),
             properties: record.slice(self.properties.clone()),
             body: record.slice(self.body.clone()),
+            amqp10: record.slice(self.amqp10.clone()),
             published_at_ms: self.published_at_ms,
             transient: self.transient,
         }
@@ -242,7 +295,29 @@ pub fn decode(record: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             let routing_key = r.range(routing_key_len)?;
             let properties_len = r.u32()? as usize;
             let properties = r.range(properties_len)?;
-            let body = r.pos..record.len();
+            let (amqp10, body) = if flags & FLAG_AMQP10 != 0 {
+                let amqp10_len = r.u32()? as usize;
+                let amqp10 = r.range(amqp10_len)?;
+                let body = match r.u8()? {
+                    BODY_FOLLOWS => r.pos..record.len(),
+                    BODY_IN_AMQP10 => {
+                        let offset = r.u32()? as usize;
+                        let len = r.u32()? as usize;
+                        if r.pos != record.len() || offset.saturating_add(len) > amqp10_len {
+                            return Err(DecodeError::Invalid(
+                                "body range outside the AMQP 1.0 sections".into(),
+                            ));
+                        }
+                        amqp10.start + offset..amqp10.start + offset + len
+                    }
+                    other => {
+                        return Err(DecodeError::Invalid(format!("unknown body kind {other}")))
+                    }
+                };
+                (amqp10, body)
+            } else {
+                (0..0, r.pos..record.len())
+            };
             Ok(Decoded::Publish(PublishView {
                 id,
                 published_at_ms,
@@ -252,6 +327,7 @@ pub fn decode(record: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 routing_key,
                 properties,
                 body,
+                amqp10,
             }))
         }
         TYPE_ACK => {
@@ -360,7 +436,7 @@ mod tests {
 
     #[test]
     fn unknown_flag_bits_do_not_decode() {
-        for bit in 1..8 {
+        for bit in 2..8 {
             let mut buf = Vec::new();
             encode_publish(&mut buf, MessageId(5), &[QueueId(2)], &sample());
             buf[FRAME_PREFIX_BYTES + 1 + 8] |= 1 << bit;
@@ -370,6 +446,69 @@ mod tests {
                 "flag bit {bit} accepted"
             );
         }
+    }
+
+    #[test]
+    fn amqp10_sections_round_trip_with_the_body_stored_once() {
+        // The body is the data section's bytes inside the sections, as the AMQP 1.0
+        // publish path slices it.
+        let sections = Bytes::from_static(b"\x00\x53\x73\x45\x00\x53\x75\xa0\x05hello");
+        let msg = StoredMessage {
+            amqp10: sections.clone(),
+            body: sections.slice(9..),
+            ..sample()
+        };
+        let mut buf = Vec::new();
+        encode_publish(&mut buf, MessageId(9), &[QueueId(3)], &msg);
+        assert_eq!(buf.len(), publish_record_bytes(1, &msg));
+        assert_eq!(
+            buf.len(),
+            publish_record_bytes(1, &sample()) - 1000 + 4 + sections.len() + 1 + 8,
+            "the body is not written twice"
+        );
+        assert_eq!(buf[FRAME_PREFIX_BYTES + 1 + 8], FLAG_AMQP10);
+        let record = Bytes::from(buf);
+        let Decoded::Publish(view) = decode(&record).unwrap() else {
+            panic!("not a publish")
+        };
+        assert_eq!(view.body_len(), 5);
+        let back = view.message(&record);
+        assert_eq!(back, msg);
+        assert_eq!(&back.body[..], b"hello");
+    }
+
+    #[test]
+    fn amqp10_sections_with_a_separate_body_round_trip() {
+        let msg = StoredMessage {
+            amqp10: Bytes::from_static(b"\x00\x53\x77\xa1\x02hi"),
+            transient: true,
+            ..sample()
+        };
+        let mut buf = Vec::new();
+        encode_publish(&mut buf, MessageId(9), &[QueueId(3)], &msg);
+        assert_eq!(buf.len(), publish_record_bytes(1, &msg));
+        let record = Bytes::from(buf);
+        let Decoded::Publish(view) = decode(&record).unwrap() else {
+            panic!("not a publish")
+        };
+        assert_eq!(view.body_len(), 1000);
+        assert_eq!(view.message(&record), msg);
+    }
+
+    #[test]
+    fn a_body_range_outside_the_amqp10_sections_does_not_decode() {
+        let sections = Bytes::from_static(b"\x00\x53\x75\xa0\x02hi");
+        let msg = StoredMessage {
+            amqp10: sections.clone(),
+            body: sections.slice(5..),
+            ..StoredMessage::default()
+        };
+        let mut buf = Vec::new();
+        encode_publish(&mut buf, MessageId(1), &[QueueId(1)], &msg);
+        let len_at = buf.len() - 4;
+        buf[len_at..].copy_from_slice(&100u32.to_le_bytes());
+        seal(&mut buf, 0);
+        assert!(matches!(decode(&buf), Err(DecodeError::Invalid(_))));
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct StoredMessage {
     pub properties: Bytes,
     /// Message body.
     pub body: Bytes,
+    /// The message's AMQP 1.0 sections as published (empty for an AMQP 0-9-1 message),
+    /// opaque. When `body` is a slice of them, the record holds it only once.
+    pub amqp10: Bytes,
     /// Wall-clock publish time in ms since the Unix epoch; queue and message TTLs count
     /// from it when a message is read back from disk.
     pub published_at_ms: u64,
@@ -64,6 +67,7 @@ impl StoredMessage {
             routing_key: routing_key.into(),
             properties: properties.into(),
             body: body.into(),
+            amqp10: Bytes::new(),
             published_at_ms: 0,
             transient: false,
         }

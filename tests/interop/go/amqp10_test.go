@@ -191,3 +191,52 @@ func amqpErr10(err error) *amqp10.Error {
 	}
 	return nil
 }
+
+// A message published and consumed over AMQP 1.0 comes back as published: properties no
+// 0-9-1 field holds, message annotations that are not x-*, an amqp-value body and the footer.
+func TestAMQP10MessageKeepsItsSectionsAcrossTheBroker(t *testing.T) {
+	n := newNames(t)
+	ch := channel(t, dial(t))
+	q := n.queue("amqp10-kept")
+	_, err := ch.QueueDeclare(q, false, false, false, false, nil)
+	must(t, err, "declare")
+	s := dial10(t)
+	ctx := ctx10(t)
+	sender, err := s.NewSender(ctx, "/queues/"+url.PathEscape(q), nil)
+	must(t, err, "attach sender")
+	to, subject, replyGroup := "/queues/elsewhere", "the subject", "rg-7"
+	sequence := uint32(9)
+	expiry := time.UnixMilli(1_900_000_000_000).UTC()
+	msg := &amqp10.Message{
+		Annotations: amqp10.Annotations{"custom": "kept"},
+		Properties: &amqp10.MessageProperties{
+			To: &to, Subject: &subject, ReplyToGroupID: &replyGroup,
+			GroupSequence: &sequence, AbsoluteExpiryTime: &expiry,
+		},
+		Value:  map[string]any{"k": int64(42)},
+		Footer: amqp10.Annotations{"sig": "abc"},
+	}
+	must(t, sender.Send(ctx, msg, nil), "send")
+	receiver, err := s.NewReceiver(ctx, "/queues/"+url.PathEscape(q), nil)
+	must(t, err, "attach receiver")
+	got, err := receiver.Receive(ctx, nil)
+	must(t, err, "receive")
+	must(t, receiver.AcceptMessage(ctx, got), "accept")
+	p := got.Properties
+	if p == nil || p.To == nil || *p.To != to || p.Subject == nil || *p.Subject != subject ||
+		p.ReplyToGroupID == nil || *p.ReplyToGroupID != replyGroup ||
+		p.GroupSequence == nil || *p.GroupSequence != sequence ||
+		p.AbsoluteExpiryTime == nil || !p.AbsoluteExpiryTime.Equal(expiry) {
+		t.Fatalf("properties not kept: %+v", p)
+	}
+	if got.Annotations["custom"] != "kept" || got.Annotations["x-routing-key"] != q {
+		t.Fatalf("annotations: %v", got.Annotations)
+	}
+	if got.Footer["sig"] != "abc" {
+		t.Fatalf("footer: %v", got.Footer)
+	}
+	value, ok := got.Value.(map[string]any)
+	if !ok || value["k"] != int64(42) {
+		t.Fatalf("amqp-value body: %#v", got.Value)
+	}
+}

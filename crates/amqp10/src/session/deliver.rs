@@ -161,6 +161,10 @@ impl Session {
             return;
         }
         let last = d.last.unwrap_or(d.first);
+        // modified with delivery-failed counts in the header's delivery-count of the
+        // message's next deliveries; released (and a 0-9-1 requeue) does not.
+        let failed =
+            matches!(&d.state, Some(DeliveryState::Modified(m)) if m.delivery_failed == Some(true));
         let settle = match &d.state {
             Some(DeliveryState::Accepted(_)) => Settle::Ack,
             Some(DeliveryState::Rejected(_)) => Settle::DeadLetter,
@@ -190,6 +194,9 @@ impl Session {
         };
         for id in ids {
             if let Some(u) = self.unsettled.remove(&id) {
+                if failed {
+                    u.message.message.delivery_failed();
+                }
                 settled.push((u, settle));
             }
         }

@@ -361,13 +361,16 @@ fn route_and_enqueue(
             "routing key longer than 255 bytes",
         ));
     };
-    let message = Arc::new(Message::new(
-        exchange.name.clone(),
-        routing_key,
-        &props,
-        raw,
-        incoming.body,
-    ));
+    let message = Arc::new(
+        Message::new(
+            exchange.name.clone(),
+            routing_key,
+            &props,
+            raw,
+            incoming.body,
+        )
+        .with_amqp10(incoming.sections),
+    );
     MessageStats::add(&exchange.stats.publish_in, 1);
     env.vhost
         .counters
