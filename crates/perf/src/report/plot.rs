@@ -2,7 +2,7 @@
 //! so no fonts are needed), PNG when a TrueType font is found on the machine (plotters'
 //! pure-Rust ab_glyph renderer needs the font bytes; Debian's fonts-dejavu-core provides one).
 
-use super::{PlotSpec, Table};
+use super::{PlotSpec, Row, Table};
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -41,17 +41,30 @@ type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
     let mut out = vec![];
+    let shown = |r: &Row| spec.x_max.is_none_or(|max| r.x <= max);
     for (b, broker) in brokers.iter().enumerate() {
         for &m in &spec.metric_indexes {
-            let name = if brokers.len() > 1 {
-                format!("{} ({broker})", table.metrics[m].0)
-            } else {
-                table.metrics[m].0.clone()
+            let Some(metric) = table.metrics.get(m) else {
+                continue;
+            };
+            let name = match brokers {
+                [_] => metric.name.clone(),
+                // The first broker's line carries the ratio over the points drawn.
+                [_, other] if b == 0 => match table.spread(m, shown) {
+                    Some(spread) => format!(
+                        "{} ({broker}: {} better than {other}, {})",
+                        metric.name,
+                        spread.range(),
+                        metric.better.phrase()
+                    ),
+                    None => format!("{} ({broker})", metric.name),
+                },
+                _ => format!("{} ({broker})", metric.name),
             };
             let points = table
                 .rows
                 .iter()
-                .filter(|r| spec.x_max.is_none_or(|max| r.x <= max))
+                .filter(|r| shown(r))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
             out.push((name, points));
@@ -177,14 +190,20 @@ pub fn draw(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Table, Unit};
+    use super::super::{Metric, Table, Unit};
     use super::*;
 
     #[test]
     fn writes_svg_and_png() {
         let dir = std::env::temp_dir().join(format!("warren-perf-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut t = Table::new(&["Rate"], &[("Max 99th", Unit::Ms), ("Max 95th", Unit::Ms)]);
+        let mut t = Table::new(
+            &["Rate"],
+            &[
+                Metric::lower("Max 99th", Unit::Ms),
+                Metric::lower("Max 95th", Unit::Ms),
+            ],
+        );
         for (i, r) in [100.0, 1000.0, 10000.0].iter().enumerate() {
             t.push(
                 vec![format!("{r}")],
@@ -215,7 +234,7 @@ mod tests {
 
     #[test]
     fn x_max_leaves_out_the_larger_rows() {
-        let mut t = Table::new(&["N"], &[("Mean", Unit::Ms)]);
+        let mut t = Table::new(&["N"], &[Metric::lower("Mean", Unit::Ms)]);
         for n in [1000.0, 9000.0, 9500.0, 10000.0] {
             t.push(vec![format!("{n}")], n, vec![vec![Some(n / 1000.0)]]);
         }
@@ -238,5 +257,52 @@ mod tests {
         assert_eq!(xs(&spec), vec![1000.0, 9000.0]);
         spec.x_max = None;
         assert_eq!(xs(&spec).len(), 4);
+    }
+
+    #[test]
+    fn legend_carries_both_brokers_and_the_ratio() {
+        let mut t = Table::new(
+            &["Rate"],
+            &[
+                Metric::lower("Max 99th", Unit::Ms),
+                Metric::higher("Msg/s", Unit::Count),
+            ],
+        );
+        for (rate, warren, rabbit) in [(100.0, 1.0, 4.0), (1000.0, 1.0, 2.0)] {
+            t.push(
+                vec![format!("{rate}")],
+                rate,
+                vec![vec![Some(warren), Some(rate)], vec![Some(rabbit), Some(rate / 8.0)]],
+            );
+        }
+        let spec = PlotSpec {
+            file_stem: "test".into(),
+            title: "t".into(),
+            x_label: "msg/s".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0, 1],
+            log_x: false,
+            x_max: None,
+        };
+        let names: Vec<String> = series(&spec, &t, &["warren".into(), "rabbitmq".into()])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Max 99th (warren: 2.00×–4.00× (median 3.00×) better than rabbitmq, lower is better)",
+                "Msg/s (warren: 8.00× better than rabbitmq, higher is better)",
+                "Max 99th (rabbitmq)",
+                "Msg/s (rabbitmq)",
+            ]
+        );
+        // Leaving out the row at 1000 msg/s leaves one ratio, 4.
+        let first = PlotSpec {
+            x_max: Some(100.0),
+            ..spec
+        };
+        let legend = &series(&first, &t, &["warren".into(), "rabbitmq".into()])[0].0;
+        assert!(legend.contains("warren: 4.00× better"), "{legend}");
     }
 }
