@@ -141,7 +141,7 @@ pub struct RatioSpread {
     pub min: f64,
     pub median: f64,
     pub max: f64,
-    /// Rows where the first broker was better (ratio above 1).
+    /// Rows where the first broker was better (ratio above 1 to two decimals).
     pub better_rows: usize,
     pub rows: usize,
 }
@@ -163,7 +163,8 @@ impl RatioSpread {
             min: sorted[0],
             median,
             max: sorted[n - 1],
-            better_rows: sorted.iter().filter(|&&r| r > 1.0).count(),
+            // Above 1 as printed: 1.004 reads "1.00×", which is no better.
+            better_rows: sorted.iter().filter(|&&r| r >= 1.005).count(),
             rows: n,
         })
     }
@@ -265,10 +266,7 @@ impl Table {
                 if compare {
                     cells.push(fmt(Table::value(row, 1, i)));
                     if m.better != Better::Neither {
-                        cells.push(
-                            self.ratio(row, i)
-                                .map_or("–".to_owned(), format_ratio),
-                        );
+                        cells.push(self.ratio(row, i).map_or("–".to_owned(), format_ratio));
                     }
                 }
             }
@@ -481,12 +479,18 @@ mod tests {
         );
         let single = t.markdown(&["warren".into()]);
         assert!(single.starts_with("| Publish Rate | Msg/s | Max 99th | Offered msg/s |\n"));
-        assert!(single.contains("| MAX | 800 | 0.50 ms | 1000 |"), "{single}");
+        assert!(
+            single.contains("| MAX | 800 | 0.50 ms | 1000 |"),
+            "{single}"
+        );
     }
 
     #[test]
     fn times_better_inverts_lower_is_better_and_refuses_zero_divisors() {
-        assert_eq!(times_better(Better::Higher, 868.0, 122.0), Some(868.0 / 122.0));
+        assert_eq!(
+            times_better(Better::Higher, 868.0, 122.0),
+            Some(868.0 / 122.0)
+        );
         assert_eq!(times_better(Better::Lower, 1.3, 14.0), Some(14.0 / 1.3));
         // Warren slower: below 1 either way.
         assert_eq!(times_better(Better::Higher, 50.0, 100.0), Some(0.5));
@@ -508,16 +512,25 @@ mod tests {
                 Metric::lower("Max 95th", Unit::Ms),
             ],
         );
-        for (rate, warren, rabbit) in [(100.0, 0.5, 1.0), (1000.0, 1.0, 4.0), (10000.0, 2.0, 1.0)]
-        {
+        for (rate, warren, rabbit) in [(100.0, 0.5, 1.0), (1000.0, 1.0, 4.0), (10000.0, 2.0, 1.0)] {
             latency.push(
                 vec![format!("{rate}")],
                 rate,
-                vec![vec![Some(warren), Some(warren)], vec![Some(rabbit), Some(rabbit)]],
+                vec![
+                    vec![Some(warren), Some(warren)],
+                    vec![Some(rabbit), Some(rabbit)],
+                ],
             );
         }
-        let mut throughput = Table::new(&["Threads"], &[Metric::higher("msg/s", Unit::Count).headline()]);
-        throughput.push(vec!["50".into()], 50.0, vec![vec![Some(88486.0)], vec![Some(12466.0)]]);
+        let mut throughput = Table::new(
+            &["Threads"],
+            &[Metric::higher("msg/s", Unit::Count).headline()],
+        );
+        throughput.push(
+            vec!["50".into()],
+            50.0,
+            vec![vec![Some(88486.0)], vec![Some(12466.0)]],
+        );
         Report {
             title: "t".into(),
             brokers,
@@ -543,7 +556,9 @@ mod tests {
     fn summary_quotes_the_headline_ratios() {
         let s = report(brokers()).summary();
         assert!(
-            s.starts_with("**Summary.** Each ratio is how many times better `warren` is than `rabbitmq`"),
+            s.starts_with(
+                "**Summary.** Each ratio is how many times better `warren` is than `rabbitmq`"
+            ),
             "{s}"
         );
         // Ratios 2, 4 and 0.5: the spread, the median and how often Warren was better.
@@ -554,9 +569,15 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("Max 95th"), "not a headline: {s}");
-        assert!(s.contains("Throughput: msg/s (higher is better) 7.10×."), "{s}");
+        assert!(
+            s.contains("Throughput: msg/s (higher is better) 7.10×."),
+            "{s}"
+        );
         let single = report(vec!["warren".into()]).summary();
-        assert!(single.contains("Latency: Max 99th 0.50 ms–2.00 ms over 3 steps"), "{single}");
+        assert!(
+            single.contains("Latency: Max 99th 0.50 ms–2.00 ms over 3 steps"),
+            "{single}"
+        );
     }
 
     #[test]

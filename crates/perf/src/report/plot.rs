@@ -1,8 +1,11 @@
 //! Line charts of a report table with plotters: SVG always (text is rendered by the viewer,
 //! so no fonts are needed), PNG when a TrueType font is found on the machine (plotters'
 //! pure-Rust ab_glyph renderer needs the font bytes; Debian's fonts-dejavu-core provides one).
+//! With two brokers a metric keeps one color: solid for the first broker, dashed for the
+//! compared one, whose ratio the first broker's legend entry carries.
 
 use super::{PlotSpec, Row, Table};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -37,13 +40,22 @@ fn font_available() -> bool {
     })
 }
 
-type Series = Vec<(String, Vec<(f64, f64)>)>;
+/// One line: its legend, its points, its color slot (the metric's place in the plot, so a
+/// metric has one color for both brokers) and whether it is dashed (the compared broker).
+struct Line {
+    name: String,
+    points: Vec<(f64, f64)>,
+    color_slot: usize,
+    dashed: bool,
+}
+
+type Series = Vec<Line>;
 
 fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
     let mut out = vec![];
     let shown = |r: &Row| spec.x_max.is_none_or(|max| r.x <= max);
     for (b, broker) in brokers.iter().enumerate() {
-        for &m in &spec.metric_indexes {
+        for (slot, &m) in spec.metric_indexes.iter().enumerate() {
             let Some(metric) = table.metrics.get(m) else {
                 continue;
             };
@@ -67,7 +79,12 @@ fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
                 .filter(|r| shown(r))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
-            out.push((name, points));
+            out.push(Line {
+                name,
+                points,
+                color_slot: slot,
+                dashed: b > 0,
+            });
         }
     }
     out
@@ -84,11 +101,11 @@ where
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let xs: Vec<f64> = data
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .flat_map(|l| l.points.iter().map(|(x, _)| *x))
         .collect();
     let ys: Vec<f64> = data
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
+        .flat_map(|l| l.points.iter().map(|(_, y)| *y))
         .collect();
     let (x0, x1) = xs
         .iter()
@@ -113,18 +130,39 @@ where
                 .y_desc(spec.y_label.as_str())
                 .draw()
                 .map_err(err)?;
-            for (i, (name, points)) in data.iter().enumerate() {
-                let color = colors[i % colors.len()];
-                chart
-                    .draw_series(LineSeries::new(
-                        points.iter().cloned(),
-                        color.stroke_width(2),
-                    ))
-                    .map_err(err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
+            for line in data {
+                let color = colors[line.color_slot % colors.len()];
+                let points = &line.points;
+                if line.dashed {
+                    chart
+                        .draw_series(DashedLineSeries::new(
+                            points.iter().cloned(),
+                            8,
+                            5,
+                            color.stroke_width(2),
+                        ))
+                        .map_err(err)?
+                        .label(line.name.as_str())
+                        .legend(move |(x, y)| {
+                            DashedPathElement::new(
+                                vec![(x, y), (x + 20, y)],
+                                6,
+                                3,
+                                color.stroke_width(2),
+                            )
+                        });
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(
+                            points.iter().cloned(),
+                            color.stroke_width(2),
+                        ))
+                        .map_err(err)?
+                        .label(line.name.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                }
                 chart
                     .draw_series(
                         points
@@ -249,7 +287,7 @@ mod tests {
         };
         let xs = |spec: &PlotSpec| -> Vec<f64> {
             series(spec, &t, &["warren".into()])[0]
-                .1
+                .points
                 .iter()
                 .map(|p| p.0)
                 .collect()
@@ -272,7 +310,10 @@ mod tests {
             t.push(
                 vec![format!("{rate}")],
                 rate,
-                vec![vec![Some(warren), Some(rate)], vec![Some(rabbit), Some(rate / 8.0)]],
+                vec![
+                    vec![Some(warren), Some(rate)],
+                    vec![Some(rabbit), Some(rate / 8.0)],
+                ],
             );
         }
         let spec = PlotSpec {
@@ -286,7 +327,7 @@ mod tests {
         };
         let names: Vec<String> = series(&spec, &t, &["warren".into(), "rabbitmq".into()])
             .into_iter()
-            .map(|(name, _)| name)
+            .map(|line| line.name)
             .collect();
         assert_eq!(
             names,
@@ -302,7 +343,7 @@ mod tests {
             x_max: Some(100.0),
             ..spec
         };
-        let legend = &series(&first, &t, &["warren".into(), "rabbitmq".into()])[0].0;
+        let legend = &series(&first, &t, &["warren".into(), "rabbitmq".into()])[0].name;
         assert!(legend.contains("warren: 4.00× better"), "{legend}");
     }
 }
