@@ -15,10 +15,13 @@ test:
 codegen:
     python3 tools/codegen/gen_methods.py
 
-# Micro-benchmarks (criterion) and the side-by-side PerfTest run against RabbitMQ.
+# Micro-benchmarks (criterion: codec, routing, one queue, store), the publish→deliver
+# instruction count against its baseline, and the side-by-side run against RabbitMQ.
 bench:
     cargo bench -p warren-codec
+    cargo bench -p warren-broker --bench routing --bench queue
     cargo bench -p warren-store --bench append
+    tools/bench/instructions.sh
     tools/bench/side_by_side.sh 20
 
 # Long fuzz run of every decoder (seconds per target; stable Rust, see docs/FUZZING.md).

@@ -36,6 +36,13 @@ echo "== building the release broker"
 cargo build --release -p warren --quiet
 warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
+echo "== instruction count of the publish→deliver path (tools/bench/instructions.sh, ~10 s)"
+if command -v valgrind >/dev/null; then
+  tools/bench/instructions.sh || { echo "the publish→deliver path costs more instructions than its baseline"; exit 1; }
+else
+  echo "skipped: valgrind is not installed"
+fi
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 mgmt_port=$(free_port)

@@ -2,7 +2,8 @@
 # Side-by-side PerfTest runs, Warren against RabbitMQ, in one go on this machine (the figures
 # in docs/benchmarks.md). Starts a Warren release build and a throw-away RabbitMQ
 # (../shared/tools/rabbitmq.sh), runs each experiment against both back to back, prints
-# the load tool's summary lines and the ratio.
+# the load tool's summary lines and how many times better Warren's receive rate is than
+# RabbitMQ's (above 1: Warren is better).
 # Usage: tools/bench/side_by_side.sh [SECONDS] [perftest|warren]
 #   perftest (default): RabbitMQ's PerfTest (Java) as the client;
 #   warren: `warren perf` (same flags) as the client — it needs ~4× less CPU per message,
@@ -23,7 +24,7 @@ trap 'kill $wpid 2>/dev/null; $tools/rabbitmq.sh stop $rabbit_port; rm -rf "$dat
 $tools/rabbitmq.sh start $rabbit_port >/dev/null
 sleep 1
 
-# run NAME FLAGS...: PerfTest against both brokers; prints receive rates and the ratio.
+# run NAME FLAGS...: PerfTest against both brokers; prints receive rates and Warren's ratio.
 run() {
   local name=$1; shift
   local rates=()
@@ -41,7 +42,7 @@ run() {
     echo "$out" | grep -E "^id: .*time" | tail -1 | sed 's/^/    last interval: /'
     rates+=("${recv:-0}")
   done
-  python3 -c "w,r=$((rates[0])),$((rates[1])); print('$name: Warren/RabbitMQ receive ratio %.1fx' % (w/max(r,1)))"
+  python3 -c "w,r=$((rates[0])),$((rates[1])); print('$name: Warren %.1fx better than RabbitMQ (receive rate, higher is better)' % (w/max(r,1)))"
 }
 
 echo "== machine: $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -208,33 +208,105 @@ fn numbers(md: &str) -> Vec<f64> {
         .collect()
 }
 
+fn quick_args(name: &str, uri: &str, out: &std::path::Path) -> ScenarioArgs {
+    ScenarioArgs {
+        name: name.to_string(),
+        uri: uri.to_owned(),
+        compare: None,
+        label: Some("warren".into()),
+        compare_label: None,
+        duration: Some(2.0),
+        out: out.to_owned(),
+        quick: true,
+        steps: None,
+        credit_label: "server default".into(),
+        progress: false,
+        protocol: Protocol::Amqp091,
+        senders_per_receiver: 1,
+        workers: None,
+        drain_timeout: None,
+    }
+}
+
+/// The cells of the table whose header row starts with `first_header`.
+fn table_rows(md: &str, first_header: &str) -> Vec<Vec<String>> {
+    md.lines()
+        .skip_while(|l| !l.starts_with(&format!("| {first_header} |")))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.contains("-: |"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compared_report_reads_as_times_better() {
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    let out = std::env::temp_dir().join(format!("warren-perf-compare-{}", std::process::id()));
+    // The same broker twice, under two names: the report's shape is what is checked here.
+    let mut args = quick_args("mqperf", &uri, &out);
+    args.compare = Some(uri.clone());
+    args.compare_label = Some("other".into());
+    args.duration = Some(1.0);
+    let path = scenario::run_scenario("mqperf", &args, &["mqperf".into()])
+        .await
+        .unwrap();
+    let md = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    let paragraphs: Vec<&str> = md.split("\n\n").collect();
+    assert!(
+        paragraphs[1].starts_with(
+            "**Summary.** Each ratio is how many times better `warren` is than `other`"
+        ) && paragraphs[1].contains("Send msgs/s (higher is better)"),
+        "{md}"
+    );
+    let rows = table_rows(&md, "Nodes");
+    assert_eq!(
+        rows[0][3..],
+        [
+            "Send msgs/s (warren)",
+            "Send msgs/s (other)",
+            "Send msgs/s: warren × better than other (higher is better)",
+            "Receive msgs/s (warren)",
+            "Receive msgs/s (other)",
+            "Receive msgs/s: warren × better than other (higher is better)",
+        ],
+        "{md}"
+    );
+    assert_eq!(rows.len(), 4, "a header and three quick rows:\n{md}");
+    for row in &rows[1..] {
+        let num = |i: usize| -> f64 { row[i].trim_end_matches('×').parse().unwrap() };
+        for first in [3, 6] {
+            let (a, b, ratio) = (num(first), num(first + 1), num(first + 2));
+            assert!(a > 0.0 && b > 0.0, "{row:?}");
+            // The ratio is the first broker's rate over the second's (to its printed digits).
+            assert!((ratio - a / b).abs() <= 0.01 * (a / b), "{row:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_runs_quick() {
     let Some(uri) = broker() else { return };
     let _serial = SERIAL.lock().await;
     let out = std::env::temp_dir().join(format!("warren-perf-it-{}", std::process::id()));
     for name in scenario::SCENARIOS {
-        let args = ScenarioArgs {
-            name: name.to_string(),
-            uri: uri.clone(),
-            compare: None,
-            label: Some("warren".into()),
-            compare_label: None,
-            duration: Some(2.0),
-            out: out.clone(),
-            quick: true,
-            steps: None,
-            credit_label: "server default".into(),
-            progress: false,
-            protocol: Protocol::Amqp091,
-            senders_per_receiver: 1,
-            workers: None,
-            drain_timeout: None,
-        };
+        let args = quick_args(name, &uri, &out);
         let path = scenario::run_scenario(name, &args, &[name.to_string(), "--quick".into()])
             .await
             .unwrap();
         let md = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            md.starts_with(&format!(
+                "# warren perf scenario {name}\n\n**Summary.** `warren` alone"
+            )),
+            "{name}: no summary first:\n{md}"
+        );
         let nums = numbers(&md);
         assert!(
             nums.iter().any(|&n| n > 0.0),

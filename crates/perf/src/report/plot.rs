@@ -1,8 +1,11 @@
 //! Line charts of a report table with plotters: SVG always (text is rendered by the viewer,
 //! so no fonts are needed), PNG when a TrueType font is found on the machine (plotters'
 //! pure-Rust ab_glyph renderer needs the font bytes; Debian's fonts-dejavu-core provides one).
+//! With two brokers a metric keeps one color: solid for the first broker, dashed for the
+//! compared one, whose ratio the first broker's legend entry carries.
 
-use super::{PlotSpec, Table};
+use super::{PlotSpec, Row, Table};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -37,24 +40,51 @@ fn font_available() -> bool {
     })
 }
 
-type Series = Vec<(String, Vec<(f64, f64)>)>;
+/// One line: its legend, its points, its color slot (the metric's place in the plot, so a
+/// metric has one color for both brokers) and whether it is dashed (the compared broker).
+struct Line {
+    name: String,
+    points: Vec<(f64, f64)>,
+    color_slot: usize,
+    dashed: bool,
+}
+
+type Series = Vec<Line>;
 
 fn series(spec: &PlotSpec, table: &Table, brokers: &[String]) -> Series {
     let mut out = vec![];
+    let shown = |r: &Row| spec.x_max.is_none_or(|max| r.x <= max);
     for (b, broker) in brokers.iter().enumerate() {
-        for &m in &spec.metric_indexes {
-            let name = if brokers.len() > 1 {
-                format!("{} ({broker})", table.metrics[m].0)
-            } else {
-                table.metrics[m].0.clone()
+        for (slot, &m) in spec.metric_indexes.iter().enumerate() {
+            let Some(metric) = table.metrics.get(m) else {
+                continue;
+            };
+            let name = match brokers {
+                [_] => metric.name.clone(),
+                // The first broker's line carries the ratio over the points drawn.
+                [_, other] if b == 0 => match table.spread(m, shown) {
+                    Some(spread) => format!(
+                        "{} ({broker}: {} better than {other}, {})",
+                        metric.name,
+                        spread.range(),
+                        metric.better.phrase()
+                    ),
+                    None => format!("{} ({broker})", metric.name),
+                },
+                _ => format!("{} ({broker})", metric.name),
             };
             let points = table
                 .rows
                 .iter()
-                .filter(|r| spec.x_max.is_none_or(|max| r.x <= max))
+                .filter(|r| shown(r))
                 .filter_map(|r| Some((r.x, r.values.get(b)?.get(m).copied().flatten()?)))
                 .collect();
-            out.push((name, points));
+            out.push(Line {
+                name,
+                points,
+                color_slot: slot,
+                dashed: b > 0,
+            });
         }
     }
     out
@@ -71,11 +101,11 @@ where
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let xs: Vec<f64> = data
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .flat_map(|l| l.points.iter().map(|(x, _)| *x))
         .collect();
     let ys: Vec<f64> = data
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
+        .flat_map(|l| l.points.iter().map(|(_, y)| *y))
         .collect();
     let (x0, x1) = xs
         .iter()
@@ -100,18 +130,39 @@ where
                 .y_desc(spec.y_label.as_str())
                 .draw()
                 .map_err(err)?;
-            for (i, (name, points)) in data.iter().enumerate() {
-                let color = colors[i % colors.len()];
-                chart
-                    .draw_series(LineSeries::new(
-                        points.iter().cloned(),
-                        color.stroke_width(2),
-                    ))
-                    .map_err(err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
+            for line in data {
+                let color = colors[line.color_slot % colors.len()];
+                let points = &line.points;
+                if line.dashed {
+                    chart
+                        .draw_series(DashedLineSeries::new(
+                            points.iter().cloned(),
+                            8,
+                            5,
+                            color.stroke_width(2),
+                        ))
+                        .map_err(err)?
+                        .label(line.name.as_str())
+                        .legend(move |(x, y)| {
+                            DashedPathElement::new(
+                                vec![(x, y), (x + 20, y)],
+                                6,
+                                3,
+                                color.stroke_width(2),
+                            )
+                        });
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(
+                            points.iter().cloned(),
+                            color.stroke_width(2),
+                        ))
+                        .map_err(err)?
+                        .label(line.name.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                }
                 chart
                     .draw_series(
                         points
@@ -177,14 +228,20 @@ pub fn draw(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Table, Unit};
+    use super::super::{Metric, Table, Unit};
     use super::*;
 
     #[test]
     fn writes_svg_and_png() {
         let dir = std::env::temp_dir().join(format!("warren-perf-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut t = Table::new(&["Rate"], &[("Max 99th", Unit::Ms), ("Max 95th", Unit::Ms)]);
+        let mut t = Table::new(
+            &["Rate"],
+            &[
+                Metric::lower("Max 99th", Unit::Ms),
+                Metric::lower("Max 95th", Unit::Ms),
+            ],
+        );
         for (i, r) in [100.0, 1000.0, 10000.0].iter().enumerate() {
             t.push(
                 vec![format!("{r}")],
@@ -215,7 +272,7 @@ mod tests {
 
     #[test]
     fn x_max_leaves_out_the_larger_rows() {
-        let mut t = Table::new(&["N"], &[("Mean", Unit::Ms)]);
+        let mut t = Table::new(&["N"], &[Metric::lower("Mean", Unit::Ms)]);
         for n in [1000.0, 9000.0, 9500.0, 10000.0] {
             t.push(vec![format!("{n}")], n, vec![vec![Some(n / 1000.0)]]);
         }
@@ -230,7 +287,7 @@ mod tests {
         };
         let xs = |spec: &PlotSpec| -> Vec<f64> {
             series(spec, &t, &["warren".into()])[0]
-                .1
+                .points
                 .iter()
                 .map(|p| p.0)
                 .collect()
@@ -238,5 +295,55 @@ mod tests {
         assert_eq!(xs(&spec), vec![1000.0, 9000.0]);
         spec.x_max = None;
         assert_eq!(xs(&spec).len(), 4);
+    }
+
+    #[test]
+    fn legend_carries_both_brokers_and_the_ratio() {
+        let mut t = Table::new(
+            &["Rate"],
+            &[
+                Metric::lower("Max 99th", Unit::Ms),
+                Metric::higher("Msg/s", Unit::Count),
+            ],
+        );
+        for (rate, warren, rabbit) in [(100.0, 1.0, 4.0), (1000.0, 1.0, 2.0)] {
+            t.push(
+                vec![format!("{rate}")],
+                rate,
+                vec![
+                    vec![Some(warren), Some(rate)],
+                    vec![Some(rabbit), Some(rate / 8.0)],
+                ],
+            );
+        }
+        let spec = PlotSpec {
+            file_stem: "test".into(),
+            title: "t".into(),
+            x_label: "msg/s".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0, 1],
+            log_x: false,
+            x_max: None,
+        };
+        let names: Vec<String> = series(&spec, &t, &["warren".into(), "rabbitmq".into()])
+            .into_iter()
+            .map(|line| line.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Max 99th (warren: 2.00×–4.00× (median 3.00×) better than rabbitmq, lower is better)",
+                "Msg/s (warren: 8.00× better than rabbitmq, higher is better)",
+                "Max 99th (rabbitmq)",
+                "Msg/s (rabbitmq)",
+            ]
+        );
+        // Leaving out the row at 1000 msg/s leaves one ratio, 4.
+        let first = PlotSpec {
+            x_max: Some(100.0),
+            ..spec
+        };
+        let legend = &series(&first, &t, &["warren".into(), "rabbitmq".into()])[0].name;
+        assert!(legend.contains("warren: 4.00× better"), "{legend}");
     }
 }

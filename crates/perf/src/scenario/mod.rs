@@ -1,7 +1,8 @@
 //! `warren perf scenario NAME`: one command per seed experiment. Each scenario runs its steps
 //! against one broker (or two, back to back per step, with `--compare`), prints progress as
-//! PerfTest-style interval lines, and writes a markdown report with the seed's tables (and
-//! ratio columns when comparing) plus SVG/PNG plots into `--out`.
+//! PerfTest-style interval lines, and writes a markdown report with the seed's tables (and,
+//! when comparing, ratio columns of how many times better the first broker is) plus SVG/PNG
+//! plots into `--out`. The report opens with a summary of its headline figures.
 
 pub mod many_pairs;
 pub mod mqperf;
@@ -323,5 +324,7 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
         started.elapsed().as_secs_f64(),
         machine_description()
     );
+    // The headline ratios on stdout too, so a terminal run reads at a glance.
+    println!("{}", report.summary());
     report.write(&ctx.args.out, name)
 }

@@ -7,7 +7,7 @@
 use super::Ctx;
 use crate::client::{encode_properties, BrokerUris, Channel, Connection, QueueOptions};
 use crate::payload;
-use crate::report::{PlotSpec, Report, Section, Table, Unit};
+use crate::report::{Metric, PlotSpec, Report, Section, Table, Unit};
 use anyhow::{anyhow, Result};
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -159,8 +159,8 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     let mut table = Table::new(
         &["Nodes", "Threads", "Notes"],
         &[
-            ("Send msgs/s", Unit::Count),
-            ("Receive msgs/s", Unit::Count),
+            Metric::higher("Send msgs/s", Unit::Count).headline(),
+            Metric::higher("Receive msgs/s", Unit::Count).headline(),
         ],
     );
     for (i, (nodes, threads, batch)) in rows.into_iter().enumerate() {

@@ -5,7 +5,7 @@
 
 use super::Ctx;
 use crate::output::RunResult;
-use crate::report::{PlotSpec, Report, Section, Table, Unit};
+use crate::report::{Metric, PlotSpec, Report, Section, Table, Unit};
 use crate::runner::ms;
 use anyhow::{bail, Result};
 
@@ -94,12 +94,12 @@ impl Sweep<'_> {
     ) -> Result<()> {
         let mut metrics = vec![];
         if shape == Shape::RateLatency {
-            metrics.push(("Msg/s", Unit::Count));
+            metrics.push(Metric::higher("Msg/s", Unit::Count).headline());
         }
         metrics.extend([
-            ("Max 99th", Unit::Ms),
-            ("Max 95th", Unit::Ms),
-            ("Max 75th", Unit::Ms),
+            Metric::lower("Max 99th", Unit::Ms).headline(),
+            Metric::lower("Max 95th", Unit::Ms),
+            Metric::lower("Max 75th", Unit::Ms),
         ]);
         let mut table = Table::new(key_headers, &metrics);
         for step in steps {
@@ -184,14 +184,17 @@ pub async fn run(name: &str, ctx: &mut Ctx) -> Result<Report> {
     let details = Table::new(
         &["Step"],
         &[
-            ("Sent msg/s", Unit::Count),
-            ("Received msg/s", Unit::Count),
-            ("Sent", Unit::Count),
-            ("Received", Unit::Count),
-            ("Lost", Unit::Count),
-            ("Median", Unit::Ms),
-            ("Broker CPU %", Unit::Percent),
-            ("warren perf CPU %", Unit::Percent),
+            // Paced steps send what they are asked to: the rates are higher-is-better only
+            // where a broker falls behind, which the ratio then shows.
+            Metric::higher("Sent msg/s", Unit::Count),
+            Metric::higher("Received msg/s", Unit::Count),
+            Metric::info("Sent", Unit::Count),
+            Metric::info("Received", Unit::Count),
+            Metric::lower("Lost", Unit::Count),
+            Metric::lower("Median", Unit::Ms),
+            Metric::lower("Broker CPU %", Unit::Percent).headline(),
+            // The load tool's own CPU: not a figure of the broker under test.
+            Metric::info("warren perf CPU %", Unit::Percent),
         ],
     );
     let quick = ctx.args.quick;
