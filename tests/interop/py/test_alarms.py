@@ -9,7 +9,6 @@ small tmpfs), so they need the broker binary: WARREN_BIN, which test.sh sets.
 """
 import os
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -116,8 +115,8 @@ def run_blocked_publisher_and_consumer(url, queue, count, body_size, clear_alarm
     return notified
 
 
-def test_memory_alarm_blocks_only_the_publisher():
-    data = tempfile.mkdtemp(prefix="warren-memalarm-")
+def test_memory_alarm_blocks_only_the_publisher(tmp_path):
+    data = str(tmp_path / "data")
     broker = Broker(data, "--memory-high-watermark-bytes", str(48 * 1024 * 1024))
     try:
         queue = uname("alarm.mem")

@@ -1,7 +1,6 @@
 """Resource tests: a peer must not be able to make the broker exceed its limits. Each drives
 a broker of its own with `warren perf` (pika would take minutes for a million messages)."""
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -14,13 +13,13 @@ pytestmark = needs_warren_bin
 
 @pytest.mark.parametrize("queue_args", [[], ["--queue-args", "x-max-priority=10"]],
                          ids=["plain", "priority"])
-def test_a_million_one_byte_publishes_stay_under_the_watermark(queue_args):
+def test_a_million_one_byte_publishes_stay_under_the_watermark(queue_args, tmp_path):
     """Counting only body bytes, a million 1-byte messages would count as 1 MB while holding
     far more. The publisher must be blocked, not killed, with RSS under the watermark + 10 %.
     Both a plain queue (which would page to disk past 64 MiB) and a priority queue (which
     keeps everything in memory)."""
     watermark = 64 * 1024 * 1024
-    broker = Broker(tempfile.mkdtemp(prefix="warren-1m-"),
+    broker = Broker(str(tmp_path / "data"),
                     "--memory-high-watermark-bytes", str(watermark))
     perf = None
     try:
@@ -46,11 +45,11 @@ def test_a_million_one_byte_publishes_stay_under_the_watermark(queue_args):
         broker.stop()
 
 
-def test_a_consumer_that_stops_reading_does_not_pull_its_queue_into_memory():
+def test_a_consumer_that_stops_reading_does_not_pull_its_queue_into_memory(tmp_path):
     """A consumer with no prefetch limit that stops reading its socket: the broker stops at
     a few MiB in flight for it (the pipeline bounds bytes, not only messages) and leaves the
     rest of a lazy queue on disk, instead of paging 2000 large messages into memory."""
-    broker = Broker(tempfile.mkdtemp(prefix="warren-stalled-"))
+    broker = Broker(str(tmp_path / "data"))
     try:
         uri = "amqp://guest:guest@127.0.0.1:%d" % broker.port
         subprocess.run(
