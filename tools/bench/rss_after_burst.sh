@@ -7,13 +7,15 @@
 # Usage: tools/bench/rss_after_burst.sh [MESSAGES] [SIZE_BYTES] [IDLE_S] [both|warren]
 #   WARREN_BIN=path: use that binary instead of building a release one
 #   WARREN_ENV="K=V ...": extra environment for the Warren broker only (e.g. LD_PRELOAD)
+#   SHARED_TOOLS=dir: where rabbitmq.sh is (default ../shared/tools)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 messages=${1:-1000000}
 size=${2:-1000}
 idle_s=${3:-30}
 which=${4:-both}
-tools=../shared/tools
+# The shared tools sit next to the main checkout; from a worktree elsewhere, set SHARED_TOOLS.
+tools=${SHARED_TOOLS:-../shared/tools}
 warren_port=${WARREN_PORT:-5747}
 rabbit_port=${RABBIT_PORT:-5748}
 if [ -z "${WARREN_BIN:-}" ]; then
