@@ -1,9 +1,19 @@
 //! `ReadyList`: a queue's messages waiting for a consumer, in delivery order. With
 //! `x-max-priority` it keeps one FIFO per priority and serves the highest first; within a
 //! priority, order is by message id, which is how requeued messages regain their place.
+//!
+//! A burst grows a level's ring buffer to the burst's size; when the level empties again its
+//! buffer goes back to a small base capacity, so an idle queue does not keep the memory of
+//! its deepest moment (a `VecDeque` never shrinks by itself).
 
 use crate::queue::QueuedMessage;
 use std::collections::VecDeque;
+
+/// Entries an emptied level keeps room for; a level that grew past `SHRINK_ABOVE` entries is
+/// brought back to this when it empties. Far enough apart that a queue hovering around empty
+/// under steady load never reallocates.
+const BASE_CAPACITY: usize = 256;
+const SHRINK_ABOVE: usize = 4096;
 
 #[derive(Debug)]
 pub struct ReadyList {
@@ -60,6 +70,19 @@ impl ReadyList {
         self.memory_bytes -= m.message.memory_bytes();
     }
 
+    /// Gives back a level's buffer once it is empty after having grown large.
+    fn shrink_if_emptied(&mut self, level: usize) {
+        let list = &mut self.levels[level];
+        if list.is_empty() && list.capacity() > SHRINK_ABOVE {
+            list.shrink_to(BASE_CAPACITY);
+        }
+    }
+
+    /// Room held by the ring buffers, in entries (what an idle queue keeps allocated).
+    pub fn capacity(&self) -> usize {
+        self.levels.iter().map(VecDeque::capacity).sum()
+    }
+
     pub fn push_back(&mut self, m: QueuedMessage) {
         let level = self.level_of(&m);
         self.count_in(&m);
@@ -89,6 +112,7 @@ impl ReadyList {
         let level = self.front_level()?;
         let m = self.levels[level].pop_front()?;
         self.count_out(&m);
+        self.shrink_if_emptied(level);
         Some(m)
     }
 
@@ -97,6 +121,7 @@ impl ReadyList {
         let level = (0..self.levels.len()).find(|&l| !self.levels[l].is_empty())?;
         let m = self.levels[level].pop_front()?;
         self.count_out(&m);
+        self.shrink_if_emptied(level);
         Some(m)
     }
 
@@ -110,6 +135,7 @@ impl ReadyList {
                 self.count_out(&m);
                 out.push(m);
             }
+            self.shrink_if_emptied(level);
         }
     }
 
@@ -125,6 +151,75 @@ impl ReadyList {
         self.len = 0;
         self.bytes = 0;
         self.memory_bytes = 0;
-        self.levels.iter_mut().flat_map(|l| l.drain(..)).collect()
+        let all = self.levels.iter_mut().flat_map(|l| l.drain(..)).collect();
+        for level in 0..self.levels.len() {
+            self.shrink_if_emptied(level);
+        }
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+    use bytes::Bytes;
+    use std::sync::Arc;
+    use warren_codec::{BasicProperties, ShortStr};
+
+    fn queued(id: u64) -> QueuedMessage {
+        QueuedMessage {
+            id,
+            message: Arc::new(Message::new(
+                ShortStr::from(""),
+                ShortStr::from("k"),
+                &BasicProperties::default(),
+                Bytes::new(),
+                Bytes::from_static(b"m"),
+            )),
+            redelivered: false,
+            expires_at: None,
+            store_ref: None,
+        }
+    }
+
+    #[test]
+    fn an_emptied_list_gives_back_what_a_burst_grew() {
+        let mut ready = ReadyList::new(0);
+        for id in 0..100_000 {
+            ready.push_back(queued(id));
+        }
+        assert!(ready.capacity() >= 100_000);
+        while ready.len() > 1 {
+            ready.pop_front();
+        }
+        // Not empty yet: the buffer stays (no reallocation while messages flow).
+        assert!(ready.capacity() >= 100_000);
+        ready.pop_front();
+        assert!(ready.is_empty());
+        assert!(ready.capacity() <= SHRINK_ABOVE, "{}", ready.capacity());
+    }
+
+    #[test]
+    fn a_list_hovering_around_empty_keeps_its_buffer() {
+        let mut ready = ReadyList::new(0);
+        for id in 0..1000 {
+            ready.push_back(queued(id));
+        }
+        let grown = ready.capacity();
+        while ready.pop_front().is_some() {}
+        assert_eq!(ready.capacity(), grown);
+    }
+
+    #[test]
+    fn draining_every_level_shrinks_them() {
+        let mut ready = ReadyList::new(2);
+        for id in 0..30_000 {
+            let mut m = queued(id);
+            Arc::get_mut(&mut m.message).expect("unshared").priority = (id % 3) as u8;
+            ready.push_back(m);
+        }
+        assert_eq!(ready.drain_all().len(), 30_000);
+        assert!(ready.capacity() <= 3 * SHRINK_ABOVE, "{}", ready.capacity());
     }
 }

@@ -50,6 +50,12 @@ use warren_store::DurableState;
 const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
 /// Read buffer reserve per read: big enough for many small frames at once.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// A buffer that grew past this (a burst of output, a large message) goes back to
+/// `READ_CHUNK_BYTES` once it is empty at an idle check, so an idle connection does not keep
+/// the memory of its busiest moment.
+const SHRINK_ABOVE_BYTES: usize = 4 * READ_CHUNK_BYTES;
+/// How often the loop looks for buffers to shrink (and, at most, for heartbeats).
+const IDLE_CHECK: Duration = Duration::from_secs(5);
 /// Deliveries taken per wake-up before the loop looks at the socket again.
 const EVENT_BATCH: usize = 512;
 /// How long we wait for close-ok after sending connection.close.
@@ -534,8 +540,7 @@ where
         }
         let tick = self
             .heartbeat
-            .map(|h| h / 2)
-            .unwrap_or(Duration::from_secs(3600));
+            .map_or(IDLE_CHECK, |h| (h / 2).min(IDLE_CHECK));
         let mut heartbeat = tokio::time::interval(tick);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let info = self.info.clone().expect("registered before run");
@@ -596,15 +601,17 @@ where
                         }
                     }
                 }
-                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
-                    let interval = self.heartbeat.expect("guarded");
-                    // A blocked client may be silent because we stopped reading it.
-                    if self.last_read.elapsed() > interval * 2 && !self.throttle.is_blocked() {
-                        tracing::warn!(peer = %self.peer, "missed heartbeats from client, timeout: {}s", interval.as_secs());
-                        return Ok(());
-                    }
-                    if self.last_write.elapsed() >= interval / 2 && self.wbuf.is_empty() {
-                        write_heartbeat(&mut self.wbuf);
+                _ = heartbeat.tick() => {
+                    self.shrink_idle_buffers();
+                    if let Some(interval) = self.heartbeat {
+                        // A blocked client may be silent because we stopped reading it.
+                        if self.last_read.elapsed() > interval * 2 && !self.throttle.is_blocked() {
+                            tracing::warn!(peer = %self.peer, "missed heartbeats from client, timeout: {}s", interval.as_secs());
+                            return Ok(());
+                        }
+                        if self.last_write.elapsed() >= interval / 2 && self.wbuf.is_empty() {
+                            write_heartbeat(&mut self.wbuf);
+                        }
                     }
                 }
                 _ = durable_advanced(&mut self.durable), if confirms_waiting => {
@@ -623,6 +630,17 @@ where
                     }
                 }
             }
+        }
+    }
+
+    /// Gives back buffer room a burst left behind, when the buffer holds nothing. Runs at the
+    /// idle check only, so a busy connection never reallocates for it.
+    fn shrink_idle_buffers(&mut self) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > SHRINK_ABOVE_BYTES {
+            self.rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > SHRINK_ABOVE_BYTES {
+            self.wbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
         }
     }
 

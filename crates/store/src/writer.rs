@@ -64,11 +64,24 @@ enum Next {
     Stop,
 }
 
+/// What each of the two pending buffers starts with and goes back to.
+pub(crate) const BASE_BUFFER_BYTES: usize = 1 << 20;
+
+/// A burst grows the pending buffers up to `max_pending_bytes` each (16 MiB by default), and
+/// a `Vec` never shrinks by itself. Once a batch is small again the load has passed: the
+/// buffer just written goes back to its base size (the other one follows on the next batch,
+/// as they alternate). Only well past the base, so a steady load never reallocates.
+fn shrink_after_burst(buf: &mut Vec<u8>, batch_bytes: usize) {
+    if buf.capacity() > 4 * BASE_BUFFER_BYTES && batch_bytes < BASE_BUFFER_BYTES {
+        buf.shrink_to(BASE_BUFFER_BYTES);
+    }
+}
+
 /// Body of the writer thread; returns when the store shuts down, after
 /// flushing everything pending (or failing it, if the store is in an outage
 /// and one more attempt fails).
 pub fn run(shared: Arc<Shared>) {
-    let mut spare_buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut spare_buf: Vec<u8> = Vec::with_capacity(BASE_BUFFER_BYTES);
     let mut spare_chunks: Vec<Chunk> = Vec::new();
     let mut retry_delay = RETRY_FIRST;
     let mut retry_at = Instant::now();
@@ -174,8 +187,10 @@ pub fn run(shared: Arc<Shared>) {
                         gave_up = shutdown;
                     }
                 }
+                let batch_bytes = spare_buf.len();
                 spare_buf.clear();
                 spare_chunks.clear();
+                shrink_after_burst(&mut spare_buf, batch_bytes);
                 reclaim
             }
         };
@@ -559,5 +574,20 @@ mod tests {
         // 1 freed: everything goes in one ascending pass.
         st.segments.get_mut(&1).unwrap().live_refs = 0;
         assert_eq!(next_step(&st, 0), Step::Remove(1));
+    }
+
+    #[test]
+    fn a_buffer_grown_by_a_burst_goes_back_to_its_base_size_once_batches_are_small() {
+        let mut buf: Vec<u8> = Vec::with_capacity(16 * BASE_BUFFER_BYTES);
+        // Batches still large: the room stays.
+        shrink_after_burst(&mut buf, 8 * BASE_BUFFER_BYTES);
+        assert!(buf.capacity() >= 16 * BASE_BUFFER_BYTES);
+        shrink_after_burst(&mut buf, 4096);
+        assert!(buf.capacity() >= BASE_BUFFER_BYTES);
+        assert!(buf.capacity() < 2 * BASE_BUFFER_BYTES, "{}", buf.capacity());
+        // A buffer a little over its base is left alone, whatever the batch.
+        let mut buf: Vec<u8> = Vec::with_capacity(2 * BASE_BUFFER_BYTES);
+        shrink_after_burst(&mut buf, 0);
+        assert!(buf.capacity() >= 2 * BASE_BUFFER_BYTES);
     }
 }

@@ -1,6 +1,7 @@
 //! The `warren` binary: parses the command line and hands off to the crates that do the work
 //! (`warren server` → warren-server, `warren perf` → warren-perf, `warren ctl` → warren-ctl).
 
+mod allocator;
 mod config_file;
 
 use anyhow::Context;
@@ -627,7 +628,10 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Server(args) => runtime.block_on(server(*args)),
+        Command::Server(args) => {
+            allocator::spawn_idle_trimmer();
+            runtime.block_on(server(*args))
+        }
         Command::Perf { .. } | Command::Ctl { .. } => unreachable!("handled above"),
     }
 }
