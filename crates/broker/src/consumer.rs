@@ -123,6 +123,9 @@ pub enum ConnectionEvent {
         code: ReplyCode,
         text: String,
     },
+    /// A quorum queue answered the last of some publish's confirms: the channels send the
+    /// confirms that are now ready.
+    ConfirmsSettled,
 }
 
 #[derive(Debug)]
@@ -337,7 +340,7 @@ mod tests {
     fn take(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Option<Delivery> {
         match rx.try_recv().ok()? {
             ConnectionEvent::Deliver(d) => Some(d),
-            ConnectionEvent::ConsumerCancelled { .. } | ConnectionEvent::Close { .. } => None,
+            _ => None,
         }
     }
 

@@ -125,6 +125,9 @@ pub enum Command {
     PublisherDown { publisher: u64 },
     /// A policy changed the queue's arguments.
     SetConfig(QueueConfig),
+    /// Stop handing messages to a consumer (basic.cancel) while it keeps what it holds until
+    /// it settles or returns them; a later `Cancel` removes it.
+    Suspend { consumer: ConsumerKey },
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -349,6 +352,15 @@ impl QueueState {
                 self.config = config;
                 self.enforce_drop_head(&mut effects);
                 Reply::Ok
+            }
+            Command::Suspend { consumer } => {
+                if !self.consumers.contains_key(&consumer) {
+                    Reply::UnknownConsumer
+                } else {
+                    // Out of the round-robin: `deliver` only serves consumers listed there.
+                    self.service_order.retain(|c| *c != consumer);
+                    Reply::Ok
+                }
             }
         };
         self.deliver(now_ms, &mut effects);
@@ -692,6 +704,35 @@ mod tests {
         assert_eq!(q.ready_ids(), vec![1]);
         assert_eq!(
             q.apply(0, Command::Cancel { consumer: 1 }).0,
+            Reply::UnknownConsumer
+        );
+    }
+
+    #[test]
+    fn suspended_consumer_keeps_what_it_holds_and_gets_nothing_more() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        assert_eq!(q.apply(0, Command::Suspend { consumer: 1 }).0, Reply::Ok);
+        q.apply(0, enqueue("b"));
+        let (_, effects) = q.apply(
+            0,
+            Command::Settle {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        assert!(delivered(&effects).is_empty(), "no delivery after suspend");
+        assert_eq!(q.ready_ids(), vec![1]);
+        assert_eq!(q.apply(0, Command::Cancel { consumer: 1 }).0, Reply::Ok);
+        assert_eq!(
+            q.apply(0, Command::Suspend { consumer: 1 }).0,
             Reply::UnknownConsumer
         );
     }

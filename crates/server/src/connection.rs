@@ -919,6 +919,7 @@ where
             ConnectionEvent::Close { code, text } => {
                 self.forced_close.get_or_insert(AmqpError::new(code, text));
             }
+            ConnectionEvent::ConfirmsSettled => self.flush_confirms(),
         }
     }
 
