@@ -2,7 +2,8 @@
 publisher confirms after commit, consume/ack/requeue with the redelivered flag and
 x-delivery-count, x-delivery-limit dead-lettering, length limits, TTL, and (with a broker of
 the test's own) restarts and kill -9 keeping every confirmed message. The tests that do not
-start a broker of their own pass against RabbitMQ 3.10.8 too."""
+start a broker of their own pass against RabbitMQ 3.10.8 too, except the exclusive-consumer
+one (see there)."""
 import os
 import signal
 import tempfile
@@ -143,6 +144,25 @@ def test_requeue_sets_redelivered_and_x_delivery_count(conn, names):
     third = consume(ch, q, 1)
     assert third[0][1].headers["x-delivery-count"] == 2
     ch.basic_ack(third[0][0].delivery_tag)
+
+
+def test_ack_after_cancel_settles(conn, names):
+    # basic.cancel leaves what the consumer received with the client: acking it afterwards
+    # settles it for good, and the cancelled consumer gets nothing more.
+    q = names.queue()
+    ch = conn.channel()
+    declare(ch, q)
+    ch.confirm_delivery()
+    for i in range(4):
+        ch.basic_publish("", q, b"%d" % i)
+    got = consume(ch, q, 2, prefetch=2)
+    assert [b for _, _, b in got] == [b"0", b"1"]
+    ch.basic_ack(got[-1][0].delivery_tag, multiple=True)
+    rest = consume(ch, q, 2, ack_each=True)
+    assert [b for _, _, b in rest] == [b"2", b"3"]
+    assert not any(m.redelivered for m, _, _ in rest)
+    assert wait_for(lambda: ready(ch, q) == 0, timeout=10)
+    assert consume(ch, q, 1, timeout=1.0) == []
 
 
 def test_channel_close_returns_unacked_redelivered(conn, names):
