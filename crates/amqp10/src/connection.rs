@@ -744,7 +744,7 @@ where
                 self.close_with(codec::error(ConnectionError::ConnectionForced, text));
             }
             // AMQP 1.0 publishes to quorum queues settle without waiting for the group.
-            ConnectionEvent::ConfirmsSettled => {}
+            ConnectionEvent::ConfirmsSettled | ConnectionEvent::QuorumGot { .. } => {}
         }
     }
 

@@ -126,6 +126,14 @@ pub enum ConnectionEvent {
     /// A quorum queue answered the last of some publish's confirms: the channels send the
     /// confirms that are now ready.
     ConfirmsSettled,
+    /// A quorum queue's answer to basic.get on `channel`: the message (held by the channel
+    /// unless `no_ack`) and how many remain, or none.
+    QuorumGot {
+        channel: u16,
+        queue: Arc<Queue>,
+        no_ack: bool,
+        got: Option<(QueuedMessage, u32)>,
+    },
 }
 
 #[derive(Debug)]

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
 use warren_codec::FieldTable;
 use warren_codec::FieldValue;
 use warren_quorum::machine::{
@@ -120,12 +121,15 @@ impl QuorumConfirm {
 struct Proposed {
     command: Command,
     confirm: Option<Arc<QuorumConfirm>>,
+    /// Told once the group answered (committed and applied, or failed).
+    answered: Option<oneshot::Sender<()>>,
 }
 
 /// An answer the group owes: whether the command was committed and accepted.
 type InFlight = (
     std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>,
     Option<Arc<QuorumConfirm>>,
+    Option<oneshot::Sender<()>>,
 );
 
 #[derive(Default)]
@@ -136,6 +140,8 @@ struct Consumers {
     /// Consumers cancelled while the client still held messages of theirs: suspended in the
     /// group (no more deliveries) until those are settled, then cancelled there too.
     cancelled: HashSet<ConsumerKey>,
+    /// basic.get in progress: the one-message consumer and where its message goes.
+    gets: HashMap<ConsumerKey, oneshot::Sender<QueuedMessage>>,
 }
 
 impl Consumers {
@@ -201,11 +207,24 @@ impl QuorumQueue {
     }
 
     fn propose(&self, command: Command, confirm: Option<Arc<QuorumConfirm>>) {
+        self.propose_answered(command, confirm, None)
+    }
+
+    fn propose_answered(
+        &self,
+        command: Command,
+        confirm: Option<Arc<QuorumConfirm>>,
+        answered: Option<oneshot::Sender<()>>,
+    ) {
         tracing::trace!(group = self.group_id, ?command, "quorum proposal");
         if let Some(c) = &confirm {
             c.expect_one();
         }
-        if let Err(refused) = self.commands.send(Proposed { command, confirm }) {
+        if let Err(refused) = self.commands.send(Proposed {
+            command,
+            confirm,
+            answered,
+        }) {
             // The queue's tasks are gone (deleted, shutting down): never leave a confirm
             // hanging.
             if let Some(c) = refused.0.confirm {
@@ -344,6 +363,57 @@ impl QuorumQueue {
         }
     }
 
+    /// basic.get: a consumer of prefetch 1 checks out the next message and is suspended at
+    /// once (so it takes at most that one); the message is then the channel's like any
+    /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
+    async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        let group = self.group.get()?.clone();
+        if self.is_deleted() {
+            return None;
+        }
+        let key = self.next_consumer_key.fetch_add(1, Ordering::Relaxed);
+        let (message_tx, message_rx) = oneshot::channel();
+        self.consumers.lock().gets.insert(key, message_tx);
+        self.propose(
+            Command::Checkout {
+                consumer: key,
+                prefetch: 1,
+            },
+            None,
+        );
+        let (answered_tx, answered_rx) = oneshot::channel();
+        self.propose_answered(Command::Suspend { consumer: key }, None, Some(answered_tx));
+        let _ = answered_rx.await;
+        let took = group
+            .with_queue(|q| q.checked_out_ids(key))
+            .unwrap_or_default();
+        if took.is_empty() {
+            self.consumers.lock().gets.remove(&key);
+            self.propose(Command::Cancel { consumer: key }, None);
+            return None;
+        }
+        // The effects task hands the delivery over (it may still be on its way).
+        let message = tokio::time::timeout(Duration::from_secs(30), message_rx)
+            .await
+            .ok()?
+            .ok()?;
+        if no_ack {
+            self.propose(
+                Command::Settle {
+                    consumer: key,
+                    msg_ids: vec![message.id],
+                },
+                None,
+            );
+            self.propose(Command::Cancel { consumer: key }, None);
+        } else {
+            let mut consumers = self.consumers.lock();
+            consumers.held.insert(message.id, key);
+            consumers.cancelled.insert(key);
+        }
+        Some((message, self.message_count()))
+    }
+
     /// queue.purge: drops the ready messages; answers how many there were.
     pub fn purge(&self) -> u32 {
         let count = self.message_count();
@@ -391,6 +461,7 @@ impl QuorumQueue {
             self.deleted.store(true, Ordering::Release);
             consumers.held.clear();
             consumers.cancelled.clear();
+            consumers.gets.clear();
             consumers.by_key.drain().map(|(_, c)| c).collect()
         };
         if let Some(group) = self.group.get() {
@@ -409,6 +480,13 @@ impl QuorumQueue {
 }
 
 impl Queue {
+    /// basic.get on a quorum queue (see `QuorumQueue::get`); None for an empty queue or a
+    /// classic one.
+    pub async fn get_quorum(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        self.touch();
+        self.quorum()?.get(no_ack).await
+    }
+
     /// Starts a quorum queue's group (recovering it from the log when it exists) and its
     /// tasks. Commands proposed before the group leads wait in order.
     pub(crate) fn start_quorum(self: &Arc<Self>) {
@@ -512,7 +590,9 @@ async fn run_group(
                 let accepted = Box::pin(async move {
                     matches!(answer.await, Ok(Ok(response)) if !matches!(response.data, Reply::Rejected))
                 });
-                if let Err(lost) = in_flight_tx.send((accepted, proposed.confirm)) {
+                if let Err(lost) =
+                    in_flight_tx.send((accepted, proposed.confirm, proposed.answered))
+                {
                     if let Some(c) = lost.0 .1 {
                         c.answered(false);
                     }
@@ -531,10 +611,13 @@ async fn run_group(
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.
 async fn complete(mut in_flight: UnboundedReceiver<InFlight>) {
-    while let Some((answer, confirm)) = in_flight.recv().await {
+    while let Some((answer, confirm, answered)) = in_flight.recv().await {
         let accepted = answer.await;
         if let Some(c) = confirm {
             c.answered(accepted);
+        }
+        if let Some(answered) = answered {
+            let _ = answered.send(());
         }
     }
 }
@@ -575,7 +658,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     qq.deliver(&queue, consumer, message, &mut auto_settle)
                 }
                 Effect::DeadLetter { reason, message } => {
-                    let Some(decoded) = codec::decode(message.body, 0) else {
+                    let Some(decoded) = codec::decode(message.body, 0, false) else {
                         continue;
                     };
                     let reason = match reason {
@@ -614,6 +697,19 @@ impl QuorumQueue {
     ) {
         let consumer = {
             let mut consumers = self.consumers.lock();
+            if let Some(get) = consumers.gets.remove(&key) {
+                drop(consumers);
+                if let Some(decoded) = codec::decode(message.body, message.delivery_count, true) {
+                    let _ = get.send(QueuedMessage {
+                        id: message.id,
+                        message: Arc::new(decoded),
+                        redelivered: message.delivered_before,
+                        expires_at: None,
+                        store_ref: None,
+                    });
+                }
+                return;
+            }
             let Some(consumer) = consumers.by_key.get(&key).cloned() else {
                 // Handed over in the group just before the consumer's cancel reached it (or to
                 // a consumer of an earlier run): the client never sees it, and the group's
@@ -628,7 +724,7 @@ impl QuorumQueue {
         if consumer.no_ack {
             auto_settle.entry(key).or_default().push(message.id);
         }
-        let Some(decoded) = codec::decode(message.body, message.delivery_count) else {
+        let Some(decoded) = codec::decode(message.body, message.delivery_count, false) else {
             tracing::warn!(queue = %queue.name, "unreadable message in a quorum queue's log");
             return;
         };

@@ -27,8 +27,9 @@ pub fn encode(message: &Message) -> Bytes {
 
 /// Rebuilds a message framed by [`encode`]; None for bytes that do not parse. A message the
 /// queue has returned `delivery_count` times carries RabbitMQ's `x-delivery-count` header
-/// (a long, as `rabbit_quorum_queue` adds it), so its properties are re-encoded then.
-pub fn decode(mut framed: Bytes, delivery_count: u32) -> Option<Message> {
+/// (a long, as `rabbit_quorum_queue` adds it), so its properties are re-encoded then; with
+/// `always_count` (basic.get, where RabbitMQ 3.10 sets it even to 0) in any case.
+pub fn decode(mut framed: Bytes, delivery_count: u32, always_count: bool) -> Option<Message> {
     let exchange = take_short(&mut framed)?;
     let routing_key = take_short(&mut framed)?;
     if framed.remaining() < 4 {
@@ -46,7 +47,7 @@ pub fn decode(mut framed: Bytes, delivery_count: u32) -> Option<Message> {
         properties: properties_raw.clone(),
     };
     let mut properties = header.properties().ok()?;
-    if delivery_count > 0 {
+    if delivery_count > 0 || always_count {
         properties
             .headers
             .get_or_insert_with(Default::default)
@@ -97,7 +98,7 @@ mod tests {
     #[test]
     fn round_trips_and_adds_the_delivery_count_when_returned() {
         let original = message();
-        let first = decode(encode(&original), 0).expect("decodes");
+        let first = decode(encode(&original), 0, false).expect("decodes");
         assert_eq!(first.exchange.as_str(), "amq.direct");
         assert_eq!(first.routing_key.as_str(), "key");
         assert_eq!(first.properties_raw, original.properties_raw);
@@ -105,7 +106,7 @@ mod tests {
         assert!(first.persistent);
         assert_eq!(first.expiration_ms, Some(60000));
 
-        let again = decode(encode(&original), 3).expect("decodes");
+        let again = decode(encode(&original), 3, false).expect("decodes");
         let header = ContentHeader {
             class_id: BASIC_CLASS_ID,
             body_size: 4,
@@ -122,7 +123,10 @@ mod tests {
     fn truncated_bytes_do_not_parse() {
         let framed = encode(&message());
         for cut in [0, 1, 5, 12] {
-            assert!(decode(framed.slice(..cut), 0).is_none(), "cut at {cut}");
+            assert!(
+                decode(framed.slice(..cut), 0, false).is_none(),
+                "cut at {cut}"
+            );
         }
     }
 }
