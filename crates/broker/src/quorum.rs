@@ -89,9 +89,11 @@ pub struct QuorumConfirm {
 }
 
 impl QuorumConfirm {
+    /// A confirm for one publish being routed; call [`QuorumConfirm::routed`] once every
+    /// queue has it, so a queue answering early cannot settle it while others still wait.
     pub fn new(wake: UnboundedSender<ConnectionEvent>) -> Arc<QuorumConfirm> {
         Arc::new(QuorumConfirm {
-            outstanding: AtomicUsize::new(0),
+            outstanding: AtomicUsize::new(1),
             refused: AtomicBool::new(false),
             wake,
         })
@@ -101,6 +103,11 @@ impl QuorumConfirm {
     pub fn outcome(&self) -> Option<bool> {
         (self.outstanding.load(Ordering::Acquire) == 0)
             .then(|| !self.refused.load(Ordering::Acquire))
+    }
+
+    /// Routing is done: the confirm now waits only for the queues' answers.
+    pub fn routed(&self) {
+        self.answered(true);
     }
 
     fn expect_one(&self) {
@@ -125,12 +132,17 @@ struct Proposed {
     answered: Option<oneshot::Sender<()>>,
 }
 
-/// An answer the group owes: whether the command was committed and accepted.
+/// An answer the group owes for one log entry (a command or a batch of them), and who
+/// waits on each of its commands.
 type InFlight = (
-    std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>,
-    Option<Arc<QuorumConfirm>>,
-    Option<oneshot::Sender<()>>,
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send>>,
+    Vec<Waiting>,
 );
+
+type Waiting = (Option<Arc<QuorumConfirm>>, Option<oneshot::Sender<()>>);
+
+/// Most commands one log entry carries.
+const MAX_BATCH: usize = 1024;
 
 #[derive(Default)]
 struct Consumers {
@@ -580,28 +592,53 @@ async fn run_group(
     tokio::spawn(tick(weak.clone(), group.clone()));
     let (in_flight_tx, in_flight_rx) = unbounded_channel::<InFlight>();
     tokio::spawn(complete(in_flight_rx));
-    while let Some(proposed) = commands.recv().await {
+    // Whatever arrived while the previous entry was being proposed goes into one entry:
+    // openraft 0.9 appends and flushes each client write on its own, so a batch is what lets
+    // one fsync cover many publishes.
+    while let Some(first) = commands.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match commands.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let mut waiting = Vec::with_capacity(batch.len());
+        let mut batched = Vec::with_capacity(batch.len());
+        for proposed in batch {
+            waiting.push((proposed.confirm, proposed.answered));
+            batched.push(proposed.command);
+        }
+        let command = match batched.len() {
+            1 => batched.pop().expect("one command"),
+            _ => Command::Batch(batched),
+        };
         let proposal = Proposal {
             now_ms: now_ms(),
-            command: proposed.command,
+            command,
         };
         match raft.client_write_ff(proposal).await {
             Ok(answer) => {
-                let accepted = Box::pin(async move {
-                    matches!(answer.await, Ok(Ok(response)) if !matches!(response.data, Reply::Rejected))
+                let reply = Box::pin(async move {
+                    match answer.await {
+                        Ok(Ok(response)) => Some(response.data),
+                        _ => None,
+                    }
                 });
-                if let Err(lost) =
-                    in_flight_tx.send((accepted, proposed.confirm, proposed.answered))
-                {
-                    if let Some(c) = lost.0 .1 {
-                        c.answered(false);
+                if let Err(lost) = in_flight_tx.send((reply, waiting)) {
+                    for (confirm, _) in lost.0 .1 {
+                        if let Some(c) = confirm {
+                            c.answered(false);
+                        }
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(queue = %name, error = %e, "quorum queue proposal failed");
-                if let Some(c) = proposed.confirm {
-                    c.answered(false);
+                for (confirm, _) in waiting {
+                    if let Some(c) = confirm {
+                        c.answered(false);
+                    }
                 }
             }
         }
@@ -611,13 +648,19 @@ async fn run_group(
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.
 async fn complete(mut in_flight: UnboundedReceiver<InFlight>) {
-    while let Some((answer, confirm, answered)) = in_flight.recv().await {
-        let accepted = answer.await;
-        if let Some(c) = confirm {
-            c.answered(accepted);
-        }
-        if let Some(answered) = answered {
-            let _ = answered.send(());
+    while let Some((answer, waiting)) = in_flight.recv().await {
+        let replies = match answer.await {
+            Some(Reply::Batch(replies)) => replies.into_iter().map(Some).collect(),
+            reply => vec![reply],
+        };
+        for (i, (confirm, answered)) in waiting.into_iter().enumerate() {
+            let accepted = matches!(replies.get(i), Some(Some(r)) if !matches!(r, Reply::Rejected));
+            if let Some(c) = confirm {
+                c.answered(accepted);
+            }
+            if let Some(answered) = answered {
+                let _ = answered.send(());
+            }
         }
     }
 }

@@ -108,6 +108,12 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     let confirm = QuorumConfirm::new(events_tx.clone());
     queue.publish_confirmed(message(b"one"), None, Some(&confirm));
     queue.publish_confirmed(message(b"two"), None, Some(&confirm));
+    assert_eq!(
+        confirm.outcome(),
+        None,
+        "not settled before routing is done"
+    );
+    confirm.routed();
     assert!(matches!(
         next_event(&mut events).await,
         ConnectionEvent::ConfirmsSettled

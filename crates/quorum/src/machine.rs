@@ -128,6 +128,9 @@ pub enum Command {
     /// Stop handing messages to a consumer (basic.cancel) while it keeps what it holds until
     /// it settles or returns them; a later `Cancel` removes it.
     Suspend { consumer: ConsumerKey },
+    /// Several commands in one log entry (one append, one fsync: openraft 0.9 flushes each
+    /// client write on its own), applied in order; the reply is `Reply::Batch`.
+    Batch(Vec<Command>),
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -175,6 +178,8 @@ pub enum Reply {
     },
     UnknownConsumer,
     Ok,
+    /// The replies to a `Command::Batch`, in order.
+    Batch(Vec<Reply>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,6 +357,15 @@ impl QueueState {
                 self.config = config;
                 self.enforce_drop_head(&mut effects);
                 Reply::Ok
+            }
+            Command::Batch(commands) => {
+                let mut replies = Vec::with_capacity(commands.len());
+                for command in commands {
+                    let (reply, more) = self.apply(now_ms, command);
+                    effects.extend(more);
+                    replies.push(reply);
+                }
+                Reply::Batch(replies)
             }
             Command::Suspend { consumer } => {
                 if !self.consumers.contains_key(&consumer) {
@@ -735,6 +749,31 @@ mod tests {
             q.apply(0, Command::Suspend { consumer: 1 }).0,
             Reply::UnknownConsumer
         );
+    }
+
+    #[test]
+    fn a_batch_applies_like_its_commands_one_by_one() {
+        let commands = vec![
+            enqueue("a"),
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+            enqueue("b"),
+        ];
+        let mut one_by_one = QueueState::new(QueueConfig::default());
+        let mut replies = Vec::new();
+        let mut effects = Vec::new();
+        for c in commands.clone() {
+            let (r, e) = one_by_one.apply(0, c);
+            replies.push(r);
+            effects.extend(e);
+        }
+        let mut batched = QueueState::new(QueueConfig::default());
+        let (reply, batch_effects) = batched.apply(0, Command::Batch(commands));
+        assert_eq!(reply, Reply::Batch(replies));
+        assert_eq!(batch_effects, effects);
+        assert_eq!(batched, one_by_one);
     }
 
     #[test]

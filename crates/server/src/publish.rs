@@ -387,6 +387,9 @@ impl Channel {
                     rejected = true;
                 }
             }
+            if let Some(confirm) = &quorum_confirm {
+                confirm.routed();
+            }
             self.route_buf = queues;
         }
 
