@@ -5,9 +5,9 @@
 //! The AMQP side talks to it through the same `Queue` methods as to a classic queue (publish,
 //! add/remove consumer, settle, purge, delete, counts); each becomes a command proposed to the
 //! group. Three tasks per queue do the asynchronous work, none per message:
-//! - the proposer takes commands in arrival order and hands each to openraft without waiting
-//!   (`client_write_ff`), so the publishes of one read batch are appended together and the
-//!   WAL writer covers them with one fsync;
+//! - the proposer takes commands in arrival order, everything that waits at once in one log
+//!   entry (`Command::Batch`: openraft 0.9 appends and fsyncs each client write on its own),
+//!   and hands it to openraft without waiting for the answer (`client_write_ff`);
 //! - the completer awaits the answers in log order and settles publisher confirms
 //!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
 //!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
@@ -137,7 +137,12 @@ struct Proposed {
 type InFlight = (
     std::pin::Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send>>,
     Vec<Waiting>,
+    tokio::sync::OwnedSemaphorePermit,
 );
+
+/// Log entries a queue has proposed and not yet seen answered. Few: while they are being
+/// flushed, new commands wait and then go together into the next entry.
+const MAX_ENTRIES_IN_FLIGHT: usize = 2;
 
 type Waiting = (Option<Arc<QuorumConfirm>>, Option<oneshot::Sender<()>>);
 
@@ -595,7 +600,11 @@ async fn run_group(
     // Whatever arrived while the previous entry was being proposed goes into one entry:
     // openraft 0.9 appends and flushes each client write on its own, so a batch is what lets
     // one fsync cover many publishes.
+    let in_flight_entries = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
     while let Some(first) = commands.recv().await {
+        let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
+            break;
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match commands.try_recv() {
@@ -625,7 +634,7 @@ async fn run_group(
                         _ => None,
                     }
                 });
-                if let Err(lost) = in_flight_tx.send((reply, waiting)) {
+                if let Err(lost) = in_flight_tx.send((reply, waiting, permit)) {
                     for (confirm, _) in lost.0 .1 {
                         if let Some(c) = confirm {
                             c.answered(false);
@@ -648,7 +657,7 @@ async fn run_group(
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.
 async fn complete(mut in_flight: UnboundedReceiver<InFlight>) {
-    while let Some((answer, waiting)) = in_flight.recv().await {
+    while let Some((answer, waiting, _permit)) = in_flight.recv().await {
         let replies = match answer.await {
             Some(Reply::Batch(replies)) => replies.into_iter().map(Some).collect(),
             reply => vec![reply],
