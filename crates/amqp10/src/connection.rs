@@ -743,6 +743,8 @@ where
             ConnectionEvent::Close { text, .. } => {
                 self.close_with(codec::error(ConnectionError::ConnectionForced, text));
             }
+            // AMQP 1.0 publishes to quorum queues settle without waiting for the group.
+            ConnectionEvent::ConfirmsSettled | ConnectionEvent::QuorumGot { .. } => {}
         }
     }
 

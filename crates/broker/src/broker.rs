@@ -60,6 +60,8 @@ pub struct Broker {
     disk: OnceLock<Arc<DiskMonitor>>,
     /// This node's name (`warren@host` unless the binary names it).
     node_name: OnceLock<String>,
+    /// Where quorum queues run, once `enable_quorum` opened it.
+    quorum: OnceLock<Arc<crate::quorum::QuorumHost>>,
 }
 
 impl Broker {
@@ -89,6 +91,7 @@ impl Broker {
             counters,
             disk: OnceLock::new(),
             node_name: OnceLock::new(),
+            quorum: OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let weak = Arc::downgrade(&broker);
@@ -369,6 +372,9 @@ impl Broker {
                         self.store.clone(),
                         self.counters.clone(),
                     );
+                    if let Some(host) = self.quorum.get() {
+                        vhost.set_quorum_host(host.clone());
+                    }
                     let weak = self.self_ref.get().cloned().unwrap_or_default();
                     vhost.set_durable_change_hook(move || {
                         if let Some(broker) = weak.upgrade() {
@@ -411,6 +417,21 @@ impl Broker {
         for vhost in self.vhosts() {
             vhost.force_close_connections(Some(name), &reason);
         }
+    }
+
+    /// Lets every vhost (present and future) create quorum queues on `host`. Call before
+    /// `recover`, so the quorum queues it recreates find their groups' logs.
+    pub fn enable_quorum(&self, host: Arc<crate::quorum::QuorumHost>) {
+        if self.quorum.set(host.clone()).is_err() {
+            return;
+        }
+        for vhost in self.vhosts() {
+            vhost.set_quorum_host(host.clone());
+        }
+    }
+
+    pub fn quorum(&self) -> Option<&Arc<crate::quorum::QuorumHost>> {
+        self.quorum.get()
     }
 
     pub fn store(&self) -> Option<&Store> {

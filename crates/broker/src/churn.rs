@@ -27,7 +27,7 @@ pub struct NodeCounters {
 #[derive(Debug, Default)]
 pub struct DeadLettered {
     /// [reason][0: to a dead-letter exchange, 1: dropped (no exchange set)]
-    counts: [[AtomicU64; 2]; 3],
+    counts: [[AtomicU64; 2]; 4],
 }
 
 impl DeadLettered {
@@ -36,6 +36,7 @@ impl DeadLettered {
             DeathReason::Rejected => &self.counts[0],
             DeathReason::Expired => &self.counts[1],
             DeathReason::MaxLen => &self.counts[2],
+            DeathReason::DeliveryLimit => &self.counts[3],
         };
         &by_reason[usize::from(!to_exchange)]
     }

@@ -123,6 +123,17 @@ pub enum ConnectionEvent {
         code: ReplyCode,
         text: String,
     },
+    /// A quorum queue answered the last of some publish's confirms: the channels send the
+    /// confirms that are now ready.
+    ConfirmsSettled,
+    /// A quorum queue's answer to basic.get on `channel`: the message (held by the channel
+    /// unless `no_ack`) and how many remain, or none.
+    QuorumGot {
+        channel: u16,
+        queue: Arc<Queue>,
+        no_ack: bool,
+        got: Option<(QueuedMessage, u32)>,
+    },
 }
 
 #[derive(Debug)]
@@ -337,7 +348,7 @@ mod tests {
     fn take(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Option<Delivery> {
         match rx.try_recv().ok()? {
             ConnectionEvent::Deliver(d) => Some(d),
-            ConnectionEvent::ConsumerCancelled { .. } | ConnectionEvent::Close { .. } => None,
+            _ => None,
         }
     }
 

@@ -25,6 +25,8 @@ pub enum DeathReason {
     Rejected,
     Expired,
     MaxLen,
+    /// A quorum queue returned the message more often than its `x-delivery-limit`.
+    DeliveryLimit,
 }
 
 impl DeathReason {
@@ -33,6 +35,7 @@ impl DeathReason {
             DeathReason::Rejected => "rejected",
             DeathReason::Expired => "expired",
             DeathReason::MaxLen => "maxlen",
+            DeathReason::DeliveryLimit => "delivery_limit",
         }
     }
 }

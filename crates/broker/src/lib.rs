@@ -23,6 +23,7 @@ pub mod policy;
 pub mod publish_counters;
 pub mod queue;
 pub mod queue_args;
+pub mod quorum;
 pub mod ready;
 pub mod registry;
 pub mod routing_keys;

@@ -12,8 +12,15 @@
 //!
 //! The ready messages are the oldest in memory (`ReadyList`) and, past a memory budget, the
 //! rest on disk only (the paged tail, `queue/paging.rs` and `tail.rs`); the store is where a
-//! durable queue's persistent messages live. A replicated (Raft) queue type would sit
-//! behind the same methods: publish, consume, get, settle, purge, delete.
+//! durable queue's persistent messages live.
+//!
+//! `Queue` is also the queue-type interface (RabbitMQ's `rabbit_queue_type`): vhosts,
+//! exchange routing and channels hold `Arc<Queue>` and call the same methods whatever the
+//! type; the fields every type shares (name, flags, arguments, statistics, policies) are
+//! here, and [`QueueKind`] says where the messages live. A classic queue's are in `state`
+//! below; a quorum queue's in its Raft group (`crate::quorum`). Each public method branches
+//! once on the kind — a field read, no allocation, lock or task hop — so the classic path
+//! is the same as before.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
@@ -22,6 +29,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
+use crate::quorum::{QuorumConfirm, QuorumQueue};
 use crate::ready::ReadyList;
 use crate::stats::MessageStats;
 use crate::tail::PagedTail;
@@ -92,7 +100,16 @@ pub enum Enqueued {
     Rejected,
 }
 
-type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+/// The queue types: where a queue's messages live and who delivers them.
+#[derive(Debug)]
+pub enum QueueKind {
+    /// In this process: the ready list, the paged tail and the message store.
+    Classic,
+    /// In a Raft group replicated over the node's shared write-ahead log.
+    Quorum(Box<QuorumQueue>),
+}
 
 #[derive(Debug)]
 struct QueueState {
@@ -145,6 +162,7 @@ pub struct Queue {
     state: Mutex<QueueState>,
     /// Messages routed here, delivered, got and acked (the API's message_stats).
     pub stats: MessageStats,
+    kind: QueueKind,
 }
 
 impl Queue {
@@ -194,6 +212,51 @@ impl Queue {
                 policies: AppliedPolicies::default(),
             }),
             stats: MessageStats::default(),
+            kind: QueueKind::Classic,
+        }
+    }
+
+    /// Makes this queue one of another type (at creation).
+    pub fn with_kind(mut self, kind: QueueKind) -> Queue {
+        self.kind = kind;
+        self
+    }
+
+    pub fn kind(&self) -> &QueueKind {
+        &self.kind
+    }
+
+    /// The quorum side of a quorum queue.
+    pub fn quorum(&self) -> Option<&QuorumQueue> {
+        match &self.kind {
+            QueueKind::Quorum(qq) => Some(qq.as_ref()),
+            QueueKind::Classic => None,
+        }
+    }
+
+    /// The type's name as RabbitMQ's API and `x-queue-type` spell it.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            QueueKind::Classic => "classic",
+            QueueKind::Quorum(_) => "quorum",
+        }
+    }
+
+    /// Publishes to a quorum queue with a publisher confirm: `confirm` is answered once the
+    /// group committed the message. A classic queue confirms through the store instead.
+    pub fn publish_confirmed(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        stored: Option<Appended>,
+        confirm: Option<&Arc<QuorumConfirm>>,
+    ) -> Enqueued {
+        match &self.kind {
+            QueueKind::Quorum(qq) => {
+                MessageStats::add(&self.stats.publish, 1);
+                qq.enqueue(&message, confirm);
+                Enqueued::Accepted
+            }
+            QueueKind::Classic => self.publish(message, stored),
         }
     }
 
@@ -231,6 +294,11 @@ impl Queue {
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
     /// `stored` is set when the caller appended the message to the store for this queue.
     pub fn publish(self: &Arc<Self>, message: Arc<Message>, stored: Option<Appended>) -> Enqueued {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            MessageStats::add(&self.stats.publish, 1);
+            qq.enqueue(&message, None);
+            return Enqueued::Accepted;
+        }
         let store_ref = stored.map(|a| StoreRef {
             id: a.id,
             location: a.location,
@@ -393,7 +461,7 @@ impl Queue {
     }
 
     /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
-    fn dead_letter(&self, dead: DeadLetters) {
+    pub(crate) fn dead_letter(&self, dead: DeadLetters) {
         if dead.is_empty() {
             return;
         }
@@ -533,6 +601,10 @@ impl Queue {
 
     /// Re-runs dispatch after credit was freed somewhere.
     pub fn kick(self: &Arc<Self>) {
+        if self.quorum().is_some() {
+            // The group's prefetch paces a quorum queue's deliveries, not pipeline credit.
+            return;
+        }
         self.with_state(|st, dead| self.dispatch(st, dead));
     }
 
@@ -552,6 +624,10 @@ impl Queue {
         requeued: Vec<QueuedMessage>,
         rejected: Vec<QueuedMessage>,
     ) {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.settle(&acked, &requeued, &rejected);
+            return;
+        }
         for m in &acked {
             self.forget(m);
         }
@@ -578,6 +654,10 @@ impl Queue {
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
+        if self.quorum().is_some() && !were_unacked {
+            // A no-ack quorum delivery was settled when it was handed over (at most once).
+            return;
+        }
         if were_unacked {
             self.settle(Vec::new(), messages, Vec::new());
             return;
@@ -595,13 +675,16 @@ impl Queue {
     }
 
     /// The name of the vhost this queue is in, for error texts.
-    fn vhost_name(&self) -> String {
+    pub(crate) fn vhost_name(&self) -> String {
         self.vhost
             .upgrade()
             .map_or_else(|| "/".to_owned(), |v| v.name.clone())
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            return qq.add_consumer(self, consumer);
+        }
         self.with_state(|st, dead| {
             if st.deleted {
                 return Err(AmqpError::not_found(format!(
@@ -634,6 +717,12 @@ impl Queue {
         channel: u16,
         tag: &str,
     ) -> Option<(Arc<Consumer>, bool)> {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            // A quorum queue is never auto-delete.
+            let consumer = qq.remove_consumer(connection, channel, tag)?;
+            self.touch();
+            return Some((consumer, false));
+        }
         let mut st = self.state.lock();
         let consumer = st.consumers.remove_where(|c| {
             c.connection == connection && c.channel == channel && c.tag.as_str() == tag
@@ -647,6 +736,10 @@ impl Queue {
     /// basic.get: the next ready message and how many remain.
     pub fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         self.touch();
+        if self.quorum().is_some() {
+            // basic.get on a quorum queue goes through `Queue::get_quorum` (asynchronous).
+            return None;
+        }
         self.with_state(|st, dead| {
             self.expire(st, dead);
             self.ensure_ready(st, dead);
@@ -667,6 +760,9 @@ impl Queue {
 
     /// Drops every ready message (in memory and paged); the store forgets them too.
     pub fn purge(&self) -> u32 {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            return qq.purge();
+        }
         let mut st = self.state.lock();
         self.memory.sub(st.ready.memory_bytes());
         let purged = st.ready.drain_all();
@@ -686,6 +782,10 @@ impl Queue {
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
         let mut st = self.state.lock();
         st.deleted = true;
+        if let QueueKind::Quorum(qq) = &self.kind {
+            drop(st);
+            return qq.mark_deleted();
+        }
         self.memory.sub(st.ready.memory_bytes());
         let n = Self::ready_count(&st);
         st.ready.drain_all();
@@ -700,6 +800,9 @@ impl Queue {
 
     /// Ready messages (expired ones leave first, as a client polling the count expects).
     pub fn message_count(self: &Arc<Self>) -> u32 {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            return qq.message_count();
+        }
         self.with_state(|st, dead| {
             self.expire(st, dead);
             Self::ready_count(st)
@@ -707,10 +810,16 @@ impl Queue {
     }
 
     pub fn consumer_count(&self) -> u32 {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            return qq.consumer_count();
+        }
         self.state.lock().consumers.len() as u32
     }
 
     pub fn unacked_count(&self) -> u32 {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            return qq.unacked_count();
+        }
         self.state.lock().unacked as u32
     }
 
@@ -729,7 +838,11 @@ impl Queue {
             return false;
         };
         let idle = self.last_used.lock().elapsed().as_millis() as u64;
-        idle >= expires_ms && self.state.lock().consumers.is_empty()
+        let unused = match &self.kind {
+            QueueKind::Quorum(qq) => !qq.has_consumers(),
+            QueueKind::Classic => self.state.lock().consumers.is_empty(),
+        };
+        idle >= expires_ms && unused
     }
 
     /// How long the queue may stay unused before it is deleted (`x-expires` / policy).

@@ -25,6 +25,26 @@ pub const CLASSIC_QUEUE_ARGS: &[&str] = &[
     "x-queue-master-locator",
 ];
 
+/// The arguments a quorum queue takes (`rabbit_quorum_queue:capabilities` in 3.10): a
+/// redeclare must repeat each with an equivalent value; other queue types' arguments are
+/// refused at declare.
+pub const QUORUM_QUEUE_ARGS: &[&str] = &[
+    "x-expires",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-overflow",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-message-ttl",
+];
+
 /// Arguments only quorum queues or streams take: a classic queue refuses them.
 const OTHER_QUEUE_TYPES_ARGS: &[&str] = &[
     "x-dead-letter-strategy",
@@ -168,7 +188,10 @@ pub fn check_declare_arguments(queue: &str, vhost: &str, args: &FieldTable) -> A
     if let Some(v) = args.get("x-queue-type") {
         check_declare_arg("x-queue-type", v, args)
             .map_err(|why| invalid_arg("x-queue-type", named, &why))?;
-        if let Some(t @ ("quorum" | "stream")) = v.as_str() {
+        if v.as_str() == Some("quorum") {
+            return check_quorum_arguments(named, args);
+        }
+        if let Some(t @ "stream") = v.as_str() {
             return Err(invalid_arg(
                 "x-queue-type",
                 named,
@@ -188,6 +211,35 @@ pub fn check_declare_arguments(queue: &str, vhost: &str, args: &FieldTable) -> A
         Some((key, _)) => Err(not_for_classic(key, named)),
         None => Ok(()),
     }
+}
+
+/// The rest of the checks for a quorum queue: the values of the arguments classic queues
+/// share with it, then any argument of another queue type refused with RabbitMQ's text.
+fn check_quorum_arguments(named: (&str, &str), args: &FieldTable) -> AmqpResult<()> {
+    for &key in QUORUM_QUEUE_ARGS {
+        if let Some(v) = args.get(key) {
+            check_declare_arg(key, v, args).map_err(|why| invalid_arg(key, named, &why))?;
+        }
+    }
+    let foreign = args.iter().find(|(k, _)| {
+        let k = k.as_str();
+        !QUORUM_QUEUE_ARGS.contains(&k)
+            && (CLASSIC_QUEUE_ARGS.contains(&k) || OTHER_QUEUE_TYPES_ARGS.contains(&k))
+    });
+    match foreign {
+        Some((key, _)) => {
+            let (queue, vhost) = named;
+            Err(AmqpError::precondition(format!(
+                "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}' of queue type rabbit_quorum_queue"
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Whether declare arguments ask for a quorum queue.
+pub fn is_quorum(args: &FieldTable) -> bool {
+    args.get("x-queue-type").and_then(FieldValue::as_str) == Some("quorum")
 }
 
 /// RabbitMQ's checks on basic.consume arguments for a classic queue: `x-priority` an

@@ -17,8 +17,11 @@ use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
-use crate::queue::{Queue, StoredQueue};
-use crate::queue_args::{check_declare_arguments, queue_limits, CLASSIC_QUEUE_ARGS};
+use crate::queue::{Queue, QueueKind, StoredQueue};
+use crate::queue_args::{
+    check_declare_arguments, is_quorum, queue_limits, CLASSIC_QUEUE_ARGS, QUORUM_QUEUE_ARGS,
+};
+use crate::quorum::{QuorumHost, QuorumQueue};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +68,8 @@ pub struct VHost {
     pub memory: Arc<MemoryMonitor>,
     /// The message store, when the broker runs with a data directory.
     pub store: Option<Store>,
+    /// Where quorum queues' Raft groups run, when the broker has a data directory.
+    quorum: OnceLock<Arc<QuorumHost>>,
     /// How durable changes reach the store: the owning broker's snapshot writer.
     on_durable_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
     connections: Mutex<HashMap<ConnectionId, lifecycle::OpenConnection>>,
@@ -110,6 +115,7 @@ impl VHost {
             reply_consumers: Mutex::new(HashMap::new()),
             memory,
             store,
+            quorum: OnceLock::new(),
             on_durable_change: OnceLock::new(),
             connections: Mutex::new(HashMap::new()),
             limits: RwLock::new(VHostLimits::default()),
@@ -282,6 +288,11 @@ impl VHost {
     // ---- queues ----------------------------------------------------------------------
 
     /// Checks an exclusive queue is used only by the connection that owns it.
+    /// Lets this vhost create quorum queues on `host` (set once, by the broker).
+    pub fn set_quorum_host(&self, host: Arc<QuorumHost>) {
+        let _ = self.quorum.set(host);
+    }
+
     pub fn check_exclusive(&self, queue: &Queue, connection: ConnectionId) -> AmqpResult<()> {
         match queue.exclusive_owner {
             Some(owner) if owner != connection => Err(locked(&self.name, &queue.name)),
@@ -354,9 +365,13 @@ impl VHost {
                     ("auto_delete", d.auto_delete, existing.auto_delete),
                 ],
             )?;
+            let type_args = match existing.quorum() {
+                Some(_) => QUORUM_QUEUE_ARGS,
+                None => CLASSIC_QUEUE_ARGS,
+            };
             check_args(
                 ("queue", &name, &self.name),
-                CLASSIC_QUEUE_ARGS,
+                type_args,
                 &d.arguments,
                 &existing.arguments,
             )?;
@@ -365,6 +380,28 @@ impl VHost {
             return Ok((name, m, c));
         }
         check_declare_arguments(&name, &self.name, &d.arguments)?;
+        if is_quorum(&d.arguments) {
+            // rabbit_quorum_queue:declare's checks, in its order.
+            let invalid = [
+                (d.auto_delete, "auto-delete"),
+                (d.exclusive, "exclusive-owner"),
+                (!d.durable, "non-durable"),
+            ]
+            .into_iter()
+            .find_map(|(refused, property)| refused.then_some(property));
+            if let Some(property) = invalid {
+                return Err(AmqpError::precondition(format!(
+                    "invalid property '{property}' for queue '{name}' in vhost '{}'",
+                    self.name
+                )));
+            }
+            if self.quorum.get().is_none() {
+                return Err(AmqpError::precondition(format!(
+                    "cannot declare quorum queue '{name}' in vhost '{}': the broker has no data directory",
+                    self.name
+                )));
+            }
+        }
         if let Some(limit) = self.limits().max_queues {
             if self.queues.read().len() >= limit as usize {
                 return Err(AmqpError::precondition(format!(
@@ -375,7 +412,7 @@ impl VHost {
         }
         let queue = self.create_queue(name, durable, owner, d.auto_delete, d.arguments)?;
         churn::bump(&self.counters.queues.created);
-        if queue.stored.is_some() {
+        if queue.stored.is_some() || queue.quorum().is_some() {
             self.persist_definitions();
         }
         Ok((queue.name.clone(), 0, 0))
@@ -392,6 +429,9 @@ impl VHost {
         arguments: FieldTable,
     ) -> AmqpResult<Arc<Queue>> {
         let limits = queue_limits(&arguments);
+        if is_quorum(&arguments) {
+            return self.create_quorum_queue(name, arguments, limits);
+        }
         let stored = match (&self.store, durable && owner.is_none()) {
             (Some(store), true) => {
                 let id = store
@@ -423,6 +463,52 @@ impl VHost {
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
             self.queues.write().entry(name).or_insert(queue).clone()
         };
+        if queue.expires_ms().is_some() {
+            self.watch_expiry(&queue);
+        }
+        Ok(queue)
+    }
+
+    /// Creates and registers a quorum queue and starts its Raft group (recovered from the
+    /// shared log when the queue existed before a restart).
+    fn create_quorum_queue(
+        self: &Arc<Self>,
+        name: ShortStr,
+        arguments: FieldTable,
+        limits: crate::queue::QueueLimits,
+    ) -> AmqpResult<Arc<Queue>> {
+        let Some(host) = self.quorum.get() else {
+            return Err(AmqpError::precondition(format!(
+                "cannot declare quorum queue '{name}' in vhost '{}': the broker has no data directory",
+                self.name
+            )));
+        };
+        let quorum = QuorumQueue::new(
+            host.clone(),
+            QuorumHost::group_id(&self.name, &name),
+            crate::quorum::queue_config(&arguments),
+        );
+        let queue = Arc::new(
+            Queue::new(
+                name.clone(),
+                true,
+                None,
+                false,
+                arguments,
+                limits,
+                self.memory.clone(),
+                Arc::downgrade(self),
+                None,
+                None,
+            )
+            .with_kind(QueueKind::Quorum(Box::new(quorum))),
+        );
+        let queue = {
+            let policies = self.policies.read();
+            queue.apply_policies(policies.applied(EntityKind::Queue, &name));
+            self.queues.write().entry(name).or_insert(queue).clone()
+        };
+        queue.start_quorum();
         if queue.expires_ms().is_some() {
             self.watch_expiry(&queue);
         }
@@ -523,7 +609,7 @@ impl VHost {
             });
         }
         let dest = Destination::Queue(queue.clone());
-        let mut durable_changed = queue.stored.is_some();
+        let mut durable_changed = queue.stored.is_some() || queue.quorum().is_some();
         for exchange in self.exchanges() {
             if exchange.unbind_destination(&dest) > 0 {
                 durable_changed |= self.source_lost_bindings(&exchange);

@@ -125,6 +125,12 @@ pub enum Command {
     PublisherDown { publisher: u64 },
     /// A policy changed the queue's arguments.
     SetConfig(QueueConfig),
+    /// Stop handing messages to a consumer (basic.cancel) while it keeps what it holds until
+    /// it settles or returns them; a later `Cancel` removes it.
+    Suspend { consumer: ConsumerKey },
+    /// Several commands in one log entry (one append, one fsync: openraft 0.9 flushes each
+    /// client write on its own), applied in order; the reply is `Reply::Batch`.
+    Batch(Vec<Command>),
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -172,6 +178,8 @@ pub enum Reply {
     },
     UnknownConsumer,
     Ok,
+    /// The replies to a `Command::Batch`, in order.
+    Batch(Vec<Reply>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,6 +365,24 @@ impl QueueState {
                 self.config = config;
                 self.enforce_drop_head(&mut effects);
                 Reply::Ok
+            }
+            Command::Batch(commands) => {
+                let mut replies = Vec::with_capacity(commands.len());
+                for command in commands {
+                    let (reply, more) = self.apply(now_ms, command);
+                    effects.extend(more);
+                    replies.push(reply);
+                }
+                Reply::Batch(replies)
+            }
+            Command::Suspend { consumer } => {
+                if !self.consumers.contains_key(&consumer) {
+                    Reply::UnknownConsumer
+                } else {
+                    // Out of the round-robin: `deliver` only serves consumers listed there.
+                    self.service_order.retain(|c| *c != consumer);
+                    Reply::Ok
+                }
             }
         };
         self.deliver(now_ms, &mut effects);
@@ -702,6 +728,60 @@ mod tests {
             q.apply(0, Command::Cancel { consumer: 1 }).0,
             Reply::UnknownConsumer
         );
+    }
+
+    #[test]
+    fn suspended_consumer_keeps_what_it_holds_and_gets_nothing_more() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+        );
+        assert_eq!(q.apply(0, Command::Suspend { consumer: 1 }).0, Reply::Ok);
+        q.apply(0, enqueue("b"));
+        let (_, effects) = q.apply(
+            0,
+            Command::Settle {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        assert!(delivered(&effects).is_empty(), "no delivery after suspend");
+        assert_eq!(q.ready_ids(), vec![1]);
+        assert_eq!(q.apply(0, Command::Cancel { consumer: 1 }).0, Reply::Ok);
+        assert_eq!(
+            q.apply(0, Command::Suspend { consumer: 1 }).0,
+            Reply::UnknownConsumer
+        );
+    }
+
+    #[test]
+    fn a_batch_applies_like_its_commands_one_by_one() {
+        let commands = vec![
+            enqueue("a"),
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 1,
+            },
+            enqueue("b"),
+        ];
+        let mut one_by_one = QueueState::new(QueueConfig::default());
+        let mut replies = Vec::new();
+        let mut effects = Vec::new();
+        for c in commands.clone() {
+            let (r, e) = one_by_one.apply(0, c);
+            replies.push(r);
+            effects.extend(e);
+        }
+        let mut batched = QueueState::new(QueueConfig::default());
+        let (reply, batch_effects) = batched.apply(0, Command::Batch(commands));
+        assert_eq!(reply, Reply::Batch(replies));
+        assert_eq!(batch_effects, effects);
+        assert_eq!(batched, one_by_one);
     }
 
     #[test]

@@ -243,3 +243,17 @@ impl QueueGroup {
         }
     }
 }
+
+impl<T: Transport> QuorumNode<T> {
+    /// Stops the node's member of a group and removes its data: the group's records in the
+    /// shared log and its snapshot file (the queue was deleted). Durable once this returns.
+    pub async fn remove_group(&self, group: &QueueGroup) -> Result<(), QuorumError> {
+        self.stop_group(group).await;
+        self.wal
+            .drop_group(group.group)
+            .await
+            .map_err(|e| QuorumError::Raft(e.to_string()))?;
+        group.machine.delete_snapshot()?;
+        Ok(())
+    }
+}

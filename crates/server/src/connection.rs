@@ -941,6 +941,23 @@ where
             ConnectionEvent::Close { code, text } => {
                 self.forced_close.get_or_insert(AmqpError::new(code, text));
             }
+            ConnectionEvent::ConfirmsSettled => self.flush_confirms(),
+            ConnectionEvent::QuorumGot {
+                channel: ch,
+                queue,
+                no_ack,
+                got,
+            } => match self.channel_and_ctx(ch) {
+                Some((channel, mut ctx)) if channel.state == crate::channel::ChannelState::Open => {
+                    channel.answer_get(queue, no_ack, got, &mut ctx)
+                }
+                // The channel went meanwhile: an acking get's message goes back.
+                _ => {
+                    if let (Some((message, _)), false) = (got, no_ack) {
+                        queue.settle(Vec::new(), vec![message], Vec::new());
+                    }
+                }
+            },
         }
     }
 

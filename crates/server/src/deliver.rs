@@ -10,7 +10,9 @@ use warren_broker::consumer::pipeline_cost;
 use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
 use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
-use warren_broker::{AmqpError, AmqpResult, Consumer, ConsumerInfo, Delivery, MessageStats, Queue};
+use warren_broker::{
+    AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, MessageStats, Queue,
+};
 use warren_codec::*;
 
 /// What happens to settled deliveries.
@@ -182,12 +184,40 @@ impl Channel {
         let name = self.queue_name(m.queue)?;
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
-        let Some((message, message_count)) = queue.get(m.no_ack) else {
+        if queue.quorum().is_some() {
+            // The group answers asynchronously: the connection gets the result as an event
+            // (`ConnectionEvent::QuorumGot`) and `answer_get` replies then.
+            let (events, channel, no_ack) = (ctx.events.clone(), self.id, m.no_ack);
+            tokio::spawn(async move {
+                let got = queue.get_quorum(no_ack).await;
+                let _ = events.send(ConnectionEvent::QuorumGot {
+                    channel,
+                    queue,
+                    no_ack,
+                    got,
+                });
+            });
+            return Ok(());
+        }
+        let got = queue.get(m.no_ack);
+        self.answer_get(queue, m.no_ack, got, ctx);
+        Ok(())
+    }
+
+    /// basic.get-ok with the message (an unacked delivery unless no-ack), or get-empty.
+    pub fn answer_get(
+        &mut self,
+        queue: Arc<Queue>,
+        no_ack: bool,
+        got: Option<(QueuedMessage, u32)>,
+        ctx: &mut Ctx,
+    ) {
+        let Some((message, message_count)) = got else {
             MessageStats::add(&self.info.stats.get_empty, 1);
             ctx.send(self.id, BasicGetEmpty);
-            return Ok(());
+            return;
         };
-        let counter = |s: &MessageStats| match m.no_ack {
+        let counter = |s: &MessageStats| match no_ack {
             true => MessageStats::add(&s.get_no_ack, 1),
             false => MessageStats::add(&s.get, 1),
         };
@@ -212,7 +242,7 @@ impl Channel {
             &msg.properties_raw,
             &msg.body,
         );
-        if !m.no_ack {
+        if !no_ack {
             self.unacked.push_back(Unacked {
                 tag,
                 queue,
@@ -221,7 +251,6 @@ impl Channel {
             });
             self.note_unacked();
         }
-        Ok(())
     }
 
     /// Writes one queue delivery to the client, or hands it back if its consumer is gone.

@@ -19,6 +19,7 @@ use warren_broker::consumer::pipeline_cost;
 use warren_broker::message::parse_expiration;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
 use warren_broker::queue::QueuedMessage;
+use warren_broker::quorum::QuorumConfirm;
 use warren_broker::routing_keys::{header_routes, strip_bcc};
 use warren_broker::{
     AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message, MessageStats,
@@ -106,13 +107,15 @@ enum Persisted {
 ///
 /// A persistent message routed to a durable queue is confirmed only once the store has
 /// fsync'd it (its store sequence is settled durable); others need nothing (store sequence
-/// 0). If its store batch failed, the confirm is a nack. Confirms go out in publish order,
-/// so a run of ready acks is one basic.ack(multiple).
+/// 0). If its store batch failed, the confirm is a nack. A message that reached quorum
+/// queues is confirmed once each of their Raft groups committed it (its `QuorumConfirm`).
+/// Confirms go out in publish order, so a run of ready acks is one basic.ack(multiple).
 #[derive(Debug, Default)]
 pub struct ConfirmState {
     pub next_seq: u64,
-    /// (publish seq, store seq that must be settled first, ack (true) or nack).
-    pending: VecDeque<(u64, u64, bool)>,
+    /// (publish seq, store seq that must be settled first, ack (true) or nack, the quorum
+    /// queues' answer when it reached any).
+    pending: VecDeque<(u64, u64, bool, Option<Arc<QuorumConfirm>>)>,
 }
 
 impl ConfirmState {
@@ -312,6 +315,7 @@ impl Channel {
         let mut routed = false;
         let mut rejected = false;
         let mut store_seq = 0;
+        let mut quorum_confirm: Option<Arc<QuorumConfirm>> = None;
         if exchange.name.is_empty() && p.method.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
             if let Some(consumer) = ctx.vhost.reply_consumer(&p.method.routing_key) {
                 // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
@@ -365,10 +369,26 @@ impl Channel {
                 }
             };
             for queue in queues.drain(..) {
-                let stored = stored.filter(|_| queue.stored.is_some());
-                if queue.publish(message.clone(), stored) == Enqueued::Rejected {
+                let outcome = match queue.quorum() {
+                    None => {
+                        let stored = stored.filter(|_| queue.stored.is_some());
+                        queue.publish(message.clone(), stored)
+                    }
+                    Some(_) => {
+                        // Confirmed once the queue's group committed it.
+                        let confirm = seq.map(|_| {
+                            &*quorum_confirm
+                                .get_or_insert_with(|| QuorumConfirm::new(ctx.events.clone()))
+                        });
+                        queue.publish_confirmed(message.clone(), None, confirm)
+                    }
+                };
+                if outcome == Enqueued::Rejected {
                     rejected = true;
                 }
+            }
+            if let Some(confirm) = &quorum_confirm {
+                confirm.routed();
             }
             self.route_buf = queues;
         }
@@ -394,7 +414,8 @@ impl Channel {
             );
         }
         if let (Some(seq), Some(c)) = (seq, self.confirm.as_mut()) {
-            c.pending.push_back((seq, store_seq, !rejected));
+            c.pending
+                .push_back((seq, store_seq, !rejected, quorum_confirm));
             self.info
                 .messages_unconfirmed
                 .store(c.pending.len() as u32, Relaxed);
@@ -468,11 +489,17 @@ impl Channel {
         };
         let mut run: Option<(u64, u64)> = None; // (first, last) acked publish seq
         let pending_before = c.pending.len();
-        while let Some(&(seq, store_seq, ok)) = c.pending.front() {
-            let ok = match outcome(store_seq) {
+        while let Some((seq, store_seq, ok, quorum)) = c.pending.front() {
+            let (seq, ok) = (*seq, *ok);
+            let ok = match outcome(*store_seq) {
                 Outcome::Pending => break,
                 Outcome::Durable => ok,
                 Outcome::Failed => false,
+            };
+            let ok = match quorum.as_ref().map(|q| q.outcome()) {
+                None => ok,
+                Some(None) => break,
+                Some(Some(accepted)) => ok && accepted,
             };
             c.pending.pop_front();
             if ok {

@@ -299,6 +299,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let (store, recovered) = warren_store::Store::open(&args.data_dir.join("store"), store_options)
         .with_context(|| format!("opening the message store in {}", args.data_dir.display()))?;
     let broker = warren_broker::Broker::new(watermark, Some(store.clone()));
+    // Quorum queues' Raft groups share one write-ahead log; open it before the definitions
+    // come back, so each recovered quorum queue finds its group's log and snapshot.
+    let quorum_dir = args.data_dir.join("quorum");
+    let quorum = warren_broker::quorum::QuorumHost::open(&quorum_dir)
+        .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?;
+    broker.enable_quorum(quorum.clone());
     if broker.recover(recovered) {
         broker
             .seed_defaults(&args.default_user, &args.default_pass, &args.default_vhost)
@@ -452,6 +458,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
     }
+    quorum.shutdown().await;
     let stats = store.stats();
     if let Err(e) = store.close() {
         tracing::warn!(error = %e, "closing the message store");

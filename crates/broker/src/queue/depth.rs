@@ -24,6 +24,21 @@ pub struct QueueDepth {
 
 impl Queue {
     pub fn depth(&self) -> QueueDepth {
+        if let Some(qq) = self.quorum() {
+            // A quorum queue's messages are all in memory (and in its log).
+            let ready = u64::from(qq.message_count());
+            let ready_bytes = qq.ready_bytes();
+            return QueueDepth {
+                ready,
+                ready_bytes,
+                ready_in_memory: ready,
+                ready_in_memory_bytes: ready_bytes,
+                paged_out: 0,
+                paged_out_bytes: 0,
+                unacked: u64::from(qq.unacked_count()),
+                consumers: u64::from(qq.consumer_count()),
+            };
+        }
         let st = self.state.lock();
         let ready_in_memory = st.ready.len() as u64;
         let ready_in_memory_bytes = st.ready.bytes() as u64;

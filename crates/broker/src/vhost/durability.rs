@@ -11,7 +11,7 @@ use std::sync::Arc;
 impl VHost {
     fn is_durable_destination(&self, dest: &Destination) -> bool {
         match dest {
-            Destination::Queue(q) => q.stored.is_some(),
+            Destination::Queue(q) => q.stored.is_some() || q.quorum().is_some(),
             Destination::Exchange(name) => self.exchange(name).is_some_and(|e| e.durable),
         }
     }
@@ -37,7 +37,7 @@ impl VHost {
             }
         }
         for q in self.queues() {
-            if q.stored.is_some() {
+            if q.stored.is_some() || q.quorum().is_some() {
                 defs.queues.push(QueueDefinition {
                     name: q.name.clone(),
                     auto_delete: q.auto_delete,

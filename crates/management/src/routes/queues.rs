@@ -54,7 +54,7 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
             .unwrap_or(0.0)
     };
     let [messages, ready, unacked] = message_totals(q);
-    json!({
+    let mut shown = json!({
         "name": q.name.as_str(),
         "vhost": vhost,
         "durable": q.durable,
@@ -62,7 +62,7 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
         "exclusive": q.exclusive_owner.is_some(),
         "arguments": table_to_json(&q.arguments),
         "node": api.node,
-        "type": "classic",
+        "type": q.type_name(),
         "state": "running",
         "consumers": q.consumer_count(),
         "messages": messages,
@@ -77,7 +77,16 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
         "exclusive_consumer_tag": null,
         "single_active_consumer_tag": null,
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
-    })
+    });
+    if let Some(qq) = q.quorum() {
+        // RabbitMQ's quorum queue fields: the leader and members by node name. One node:
+        // this one, leading once its group has elected itself.
+        let leading = qq.is_leading();
+        shown["leader"] = json!(if leading { Some(&api.node) } else { None });
+        shown["members"] = json!([api.node]);
+        shown["online"] = json!(if leading { vec![&api.node] } else { Vec::new() });
+    }
+    shown
 }
 
 fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {

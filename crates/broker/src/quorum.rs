@@ -1,0 +1,803 @@
+//! The quorum queue type: a [`Queue`] whose messages live in a Raft group of
+//! `warren-quorum` (rabbit_fifo-style state machine, the node's shared write-ahead log) instead
+//! of the classic ready list and message store.
+//!
+//! The AMQP side talks to it through the same `Queue` methods as to a classic queue (publish,
+//! add/remove consumer, settle, purge, delete, counts); each becomes a command proposed to the
+//! group. Three tasks per queue do the asynchronous work, none per message:
+//! - the proposer takes commands in arrival order, everything that waits at once in one log
+//!   entry (`Command::Batch`: openraft 0.9 appends and fsyncs each client write on its own),
+//!   and hands it to openraft without waiting for the answer (`client_write_ff`);
+//! - the completer awaits the answers in log order and settles publisher confirms
+//!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
+//!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
+//! - the effects task acts on what the applied commands produced: deliveries to consumers
+//!   (only the leader delivers; on one node that is this node) and dead-letters, routed to
+//!   the queue's dead-letter exchange by the classic queue's own dead-lettering.
+//!
+//! Consumers are identified to the group by a key; which consumer holds which message id is
+//! kept here so an ack, nack or reject (which names messages) becomes the group's settle,
+//! return or discard for the right consumer.
+
+mod codec;
+mod host;
+
+pub use host::{QuorumHost, LOCAL_NODE_ID};
+
+use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
+use crate::dead_letter::DeathReason;
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
+use crate::queue::{Queue, QueuedMessage};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
+use warren_codec::FieldTable;
+use warren_codec::FieldValue;
+use warren_quorum::machine::{
+    Command, ConsumerKey, DeadLetterReason, Effect, MsgId, Overflow, QueueConfig, Reply,
+    DEFAULT_DELIVERY_LIMIT,
+};
+use warren_quorum::node::QueueGroup;
+use warren_quorum::storage::Applied;
+use warren_quorum::types::{GroupId, Proposal};
+
+/// How often the leader lets time pass (`Tick`) while the head of the queue can expire.
+const TICK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The quorum arguments a queue was declared with, as the group's machine reads them.
+pub fn queue_config(args: &FieldTable) -> QueueConfig {
+    let non_negative = |key: &str| {
+        args.get(key)
+            .and_then(FieldValue::as_integer)
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    QueueConfig {
+        delivery_limit: Some(
+            non_negative("x-delivery-limit").map_or(DEFAULT_DELIVERY_LIMIT, |n| {
+                n.min(u64::from(u32::MAX)) as u32
+            }),
+        ),
+        max_length: non_negative("x-max-length"),
+        max_length_bytes: non_negative("x-max-length-bytes"),
+        overflow: match args.get("x-overflow").and_then(FieldValue::as_str) {
+            Some("reject-publish") | Some("reject-publish-dlx") => Overflow::RejectPublish,
+            _ => Overflow::DropHead,
+        },
+        message_ttl_ms: non_negative("x-message-ttl"),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One publish's confirm across the quorum queues it reached: an ack once every one of them
+/// committed it, a nack if any refused it. The channel keeps it with the publish's sequence
+/// number; the last queue to answer wakes the channel's connection to send the confirm.
+#[derive(Debug)]
+pub struct QuorumConfirm {
+    outstanding: AtomicUsize,
+    refused: AtomicBool,
+    wake: UnboundedSender<ConnectionEvent>,
+}
+
+impl QuorumConfirm {
+    /// A confirm for one publish being routed; call [`QuorumConfirm::routed`] once every
+    /// queue has it, so a queue answering early cannot settle it while others still wait.
+    pub fn new(wake: UnboundedSender<ConnectionEvent>) -> Arc<QuorumConfirm> {
+        Arc::new(QuorumConfirm {
+            outstanding: AtomicUsize::new(1),
+            refused: AtomicBool::new(false),
+            wake,
+        })
+    }
+
+    /// None while some queue has not answered; then whether the publish is confirmed (ack).
+    pub fn outcome(&self) -> Option<bool> {
+        (self.outstanding.load(Ordering::Acquire) == 0)
+            .then(|| !self.refused.load(Ordering::Acquire))
+    }
+
+    /// Routing is done: the confirm now waits only for the queues' answers.
+    pub fn routed(&self) {
+        self.answered(true);
+    }
+
+    fn expect_one(&self) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn answered(&self, accepted: bool) {
+        if !accepted {
+            self.refused.store(true, Ordering::Release);
+        }
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The connection may be gone; its confirms are then moot.
+            let _ = self.wake.send(ConnectionEvent::ConfirmsSettled);
+        }
+    }
+}
+
+struct Proposed {
+    command: Command,
+    confirm: Option<Arc<QuorumConfirm>>,
+    /// Told once the group answered (committed and applied, or failed).
+    answered: Option<oneshot::Sender<()>>,
+}
+
+/// An answer the group owes for one log entry (a command or a batch of them), and who
+/// waits on each of its commands.
+type InFlight = (
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send>>,
+    Vec<Waiting>,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+/// Log entries a queue has proposed and not yet seen answered. Few: while they are being
+/// flushed, new commands wait and then go together into the next entry.
+const MAX_ENTRIES_IN_FLIGHT: usize = 2;
+
+type Waiting = (Option<Arc<QuorumConfirm>>, Option<oneshot::Sender<()>>);
+
+/// Most commands one log entry carries.
+const MAX_BATCH: usize = 1024;
+
+#[derive(Default)]
+struct Consumers {
+    by_key: HashMap<ConsumerKey, Arc<Consumer>>,
+    /// Which consumer holds each delivered, unsettled message.
+    held: HashMap<MsgId, ConsumerKey>,
+    /// Consumers cancelled while the client still held messages of theirs: suspended in the
+    /// group (no more deliveries) until those are settled, then cancelled there too.
+    cancelled: HashSet<ConsumerKey>,
+    /// basic.get in progress: the one-message consumer and where its message goes.
+    gets: HashMap<ConsumerKey, oneshot::Sender<QueuedMessage>>,
+}
+
+impl Consumers {
+    fn holds_any(&self, key: ConsumerKey) -> bool {
+        self.held.values().any(|holder| *holder == key)
+    }
+}
+
+/// The quorum-specific part of a [`Queue`].
+pub struct QuorumQueue {
+    group_id: GroupId,
+    host: Arc<QuorumHost>,
+    config: QueueConfig,
+    commands: UnboundedSender<Proposed>,
+    /// Taken by `start`.
+    commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
+    /// Set once the group runs and this member leads it.
+    group: OnceLock<Arc<QueueGroup>>,
+    consumers: Mutex<Consumers>,
+    next_consumer_key: AtomicU64,
+    deleted: AtomicBool,
+    /// The group's data removal has been started (exactly once).
+    removal_started: AtomicBool,
+}
+
+impl std::fmt::Debug for QuorumQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumQueue")
+            .field("group_id", &self.group_id)
+            .finish()
+    }
+}
+
+impl QuorumQueue {
+    pub fn new(host: Arc<QuorumHost>, group_id: GroupId, config: QueueConfig) -> QuorumQueue {
+        let (commands, commands_rx) = unbounded_channel();
+        // Keys of consumers of an earlier run may still be in the group's state (they are
+        // cancelled at start); start this run's keys far from theirs.
+        let first_key = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        QuorumQueue {
+            group_id,
+            host,
+            config,
+            commands,
+            commands_rx: Mutex::new(Some(commands_rx)),
+            group: OnceLock::new(),
+            consumers: Mutex::new(Consumers::default()),
+            next_consumer_key: AtomicU64::new(first_key),
+            deleted: AtomicBool::new(false),
+            removal_started: AtomicBool::new(false),
+        }
+    }
+
+    pub fn group_id(&self) -> GroupId {
+        self.group_id
+    }
+
+    /// Whether this node's member runs and leads the group (the API's `leader`).
+    pub fn is_leading(&self) -> bool {
+        self.group.get().is_some_and(|g| g.is_leader())
+    }
+
+    fn propose(&self, command: Command, confirm: Option<Arc<QuorumConfirm>>) {
+        self.propose_answered(command, confirm, None)
+    }
+
+    fn propose_answered(
+        &self,
+        command: Command,
+        confirm: Option<Arc<QuorumConfirm>>,
+        answered: Option<oneshot::Sender<()>>,
+    ) {
+        tracing::trace!(group = self.group_id, ?command, "quorum proposal");
+        if let Some(c) = &confirm {
+            c.expect_one();
+        }
+        if let Err(refused) = self.commands.send(Proposed {
+            command,
+            confirm,
+            answered,
+        }) {
+            // The queue's tasks are gone (deleted, shutting down): never leave a confirm
+            // hanging.
+            if let Some(c) = refused.0.confirm {
+                c.answered(false);
+            }
+        }
+    }
+
+    /// Proposes an enqueue; `confirm` is answered once the group committed it.
+    pub fn enqueue(&self, message: &Message, confirm: Option<&Arc<QuorumConfirm>>) {
+        if self.deleted.load(Ordering::Acquire) {
+            if let Some(c) = confirm {
+                c.expect_one();
+                c.answered(true);
+            }
+            return;
+        }
+        self.propose(
+            Command::Enqueue {
+                publisher: None,
+                body: codec::encode(message),
+                ttl_ms: message.expiration_ms,
+            },
+            confirm.cloned(),
+        );
+    }
+
+    pub fn add_consumer(&self, queue: &Queue, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        let key = {
+            let mut consumers = self.consumers.lock();
+            if self.deleted.load(Ordering::Acquire) {
+                return Err(AmqpError::not_found(format!(
+                    "no queue '{}' in vhost '{}'",
+                    queue.name,
+                    queue.vhost_name()
+                )));
+            }
+            if consumers.by_key.values().any(|c| c.exclusive)
+                || (consumer.exclusive && !consumers.by_key.is_empty())
+            {
+                return Err(AmqpError::access_refused(format!(
+                    "queue '{}' in vhost '{}' in exclusive use",
+                    queue.name,
+                    queue.vhost_name()
+                )));
+            }
+            let key = self.next_consumer_key.fetch_add(1, Ordering::Relaxed);
+            consumers.by_key.insert(key, consumer.clone());
+            key
+        };
+        // A no-ack consumer has no prefetch: what it is handed is settled at once.
+        let prefetch = if consumer.no_ack {
+            0
+        } else {
+            consumer.prefetch_count
+        };
+        self.propose(
+            Command::Checkout {
+                consumer: key,
+                prefetch,
+            },
+            None,
+        );
+        Ok(())
+    }
+
+    /// basic.cancel or a closing channel. As in RabbitMQ, what the client holds stays its
+    /// own to ack or reject (a closing channel requeues it): the consumer is suspended in the
+    /// group until then, and cancelled there — returning anything still checked out to it —
+    /// once it holds nothing.
+    pub fn remove_consumer(
+        &self,
+        connection: crate::consumer::ConnectionId,
+        channel: u16,
+        tag: &str,
+    ) -> Option<Arc<Consumer>> {
+        let (key, consumer, holds) = {
+            let mut consumers = self.consumers.lock();
+            let key = consumers.by_key.iter().find_map(|(key, c)| {
+                (c.connection == connection && c.channel == channel && c.tag.as_str() == tag)
+                    .then_some(*key)
+            })?;
+            let consumer = consumers.by_key.remove(&key)?;
+            let holds = consumers.holds_any(key);
+            if holds {
+                consumers.cancelled.insert(key);
+            }
+            (key, consumer, holds)
+        };
+        let command = match holds {
+            true => Command::Suspend { consumer: key },
+            false => Command::Cancel { consumer: key },
+        };
+        self.propose(command, None);
+        Some(consumer)
+    }
+
+    /// Acks, requeues (nack/reject with requeue) and rejects, as the group's settle, return
+    /// and discard, per consumer that holds the messages.
+    pub fn settle(
+        &self,
+        acked: &[QueuedMessage],
+        requeued: &[QueuedMessage],
+        rejected: &[QueuedMessage],
+    ) {
+        let mut by_consumer: HashMap<(u8, ConsumerKey), Vec<MsgId>> = HashMap::new();
+        let mut done = Vec::new();
+        {
+            let mut consumers = self.consumers.lock();
+            for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
+                for m in messages {
+                    if let Some(key) = consumers.held.remove(&m.id) {
+                        by_consumer.entry((kind, key)).or_default().push(m.id);
+                    }
+                }
+            }
+            // Cancelled consumers whose last messages these were leave the group.
+            let cancelled: Vec<ConsumerKey> = consumers.cancelled.iter().copied().collect();
+            for key in cancelled {
+                if !consumers.holds_any(key) {
+                    consumers.cancelled.remove(&key);
+                    done.push(key);
+                }
+            }
+        }
+        for ((kind, consumer), msg_ids) in by_consumer {
+            let command = match kind {
+                0 => Command::Settle { consumer, msg_ids },
+                1 => Command::Return { consumer, msg_ids },
+                _ => Command::Discard { consumer, msg_ids },
+            };
+            self.propose(command, None);
+        }
+        for consumer in done {
+            self.propose(Command::Cancel { consumer }, None);
+        }
+    }
+
+    /// basic.get: a consumer of prefetch 1 checks out the next message and is suspended at
+    /// once (so it takes at most that one); the message is then the channel's like any
+    /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
+    async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        let group = self.group.get()?.clone();
+        if self.is_deleted() {
+            return None;
+        }
+        let key = self.next_consumer_key.fetch_add(1, Ordering::Relaxed);
+        let (message_tx, message_rx) = oneshot::channel();
+        self.consumers.lock().gets.insert(key, message_tx);
+        self.propose(
+            Command::Checkout {
+                consumer: key,
+                prefetch: 1,
+            },
+            None,
+        );
+        let (answered_tx, answered_rx) = oneshot::channel();
+        self.propose_answered(Command::Suspend { consumer: key }, None, Some(answered_tx));
+        let _ = answered_rx.await;
+        let took = group
+            .with_queue(|q| q.checked_out_ids(key))
+            .unwrap_or_default();
+        if took.is_empty() {
+            self.consumers.lock().gets.remove(&key);
+            self.propose(Command::Cancel { consumer: key }, None);
+            return None;
+        }
+        // The effects task hands the delivery over (it may still be on its way).
+        let message = tokio::time::timeout(Duration::from_secs(30), message_rx)
+            .await
+            .ok()?
+            .ok()?;
+        if no_ack {
+            self.propose(
+                Command::Settle {
+                    consumer: key,
+                    msg_ids: vec![message.id],
+                },
+                None,
+            );
+            self.propose(Command::Cancel { consumer: key }, None);
+        } else {
+            let mut consumers = self.consumers.lock();
+            consumers.held.insert(message.id, key);
+            consumers.cancelled.insert(key);
+        }
+        Some((message, self.message_count()))
+    }
+
+    /// queue.purge: drops the ready messages; answers how many there were.
+    pub fn purge(&self) -> u32 {
+        let count = self.message_count();
+        self.propose(Command::Purge, None);
+        count
+    }
+
+    pub fn message_count(&self) -> u32 {
+        self.group.get().map_or(0, |g| {
+            g.with_queue(|q| q.ready_count().min(u32::MAX as usize) as u32)
+        })
+    }
+
+    pub fn unacked_count(&self) -> u32 {
+        self.group.get().map_or(0, |g| {
+            g.with_queue(|q| q.checked_out_count().min(u32::MAX as usize) as u32)
+        })
+    }
+
+    /// Body bytes of the ready messages (as framed in the log).
+    pub fn ready_bytes(&self) -> u64 {
+        self.group
+            .get()
+            .map_or(0, |g| g.with_queue(|q| q.ready_bytes()))
+    }
+
+    pub fn consumer_count(&self) -> u32 {
+        self.consumers.lock().by_key.len() as u32
+    }
+
+    pub fn has_consumers(&self) -> bool {
+        !self.consumers.lock().by_key.is_empty()
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// queue.delete: no more commands; the group stops and its log and snapshot go.
+    /// Returns the consumers to notify and the ready count.
+    pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
+        let count = self.message_count();
+        let consumers = {
+            let mut consumers = self.consumers.lock();
+            self.deleted.store(true, Ordering::Release);
+            consumers.held.clear();
+            consumers.cancelled.clear();
+            consumers.gets.clear();
+            consumers.by_key.drain().map(|(_, c)| c).collect()
+        };
+        if let Some(group) = self.group.get() {
+            self.remove_data(group.clone());
+        }
+        (consumers, count)
+    }
+
+    /// Removes the group's log and snapshot, once; the removal is registered with the host
+    /// at once, so a queue declared again under the name waits for it.
+    fn remove_data(&self, group: Arc<QueueGroup>) {
+        if !self.removal_started.swap(true, Ordering::AcqRel) {
+            self.host.remove_group(group);
+        }
+    }
+}
+
+impl Queue {
+    /// basic.get on a quorum queue (see `QuorumQueue::get`); None for an empty queue or a
+    /// classic one.
+    pub async fn get_quorum(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        self.touch();
+        self.quorum()?.get(no_ack).await
+    }
+
+    /// Starts a quorum queue's group (recovering it from the log when it exists) and its
+    /// tasks. Commands proposed before the group leads wait in order.
+    pub(crate) fn start_quorum(self: &Arc<Self>) {
+        let Some(qq) = self.quorum() else {
+            return;
+        };
+        let Some(commands) = qq.commands_rx.lock().take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(queue = %self.name, "no runtime to start the quorum queue on");
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        runtime.spawn(async move {
+            if let Err(e) = run_group(weak.clone(), commands).await {
+                tracing::error!(error = %e, "quorum queue group failed to start");
+            }
+        });
+    }
+}
+
+async fn run_group(
+    weak: Weak<Queue>,
+    mut commands: UnboundedReceiver<Proposed>,
+) -> Result<(), String> {
+    let (host, group_id, config, name) = {
+        let queue = weak.upgrade().ok_or("queue gone")?;
+        let qq = queue.quorum().ok_or("not a quorum queue")?;
+        (
+            qq.host.clone(),
+            qq.group_id,
+            qq.config.clone(),
+            queue.name.clone(),
+        )
+    };
+    // A queue of this name deleted just before: its data must be gone first.
+    host.removed(group_id).await;
+    let (effects_tx, effects_rx) = unbounded_channel();
+    let group = host
+        .node()
+        .start_group(group_id, config, Some(effects_tx))
+        .await
+        .map_err(|e| e.to_string())?;
+    let initialized = group
+        .raft()
+        .is_initialized()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !initialized {
+        group
+            .initialize(&[LOCAL_NODE_ID])
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    // One member: it elects itself (at once when new, after an election timeout on restart).
+    let mut metrics = group.raft().metrics();
+    while metrics.borrow().current_leader != Some(LOCAL_NODE_ID) {
+        if metrics.changed().await.is_err() {
+            return Err("group stopped before it led".into());
+        }
+    }
+    let group = Arc::new(group);
+    let raft = group.raft().clone();
+    {
+        let queue = weak.upgrade().ok_or("queue gone")?;
+        let qq = queue.quorum().ok_or("not a quorum queue")?;
+        if qq.group.set(group.clone()).is_err() {
+            return Ok(());
+        }
+        if qq.is_deleted() {
+            // Deleted while starting: the delete may have found no group to remove.
+            qq.remove_data(group.clone());
+            return Ok(());
+        }
+        // Consumers of an earlier run (the broker restarted) are gone: what they held is
+        // returned, redelivered, as RabbitMQ does when a consumer's channel goes down.
+        let live: Vec<ConsumerKey> = qq.consumers.lock().by_key.keys().copied().collect();
+        for stale in group.with_queue(|q| q.consumer_keys()) {
+            if !live.contains(&stale) {
+                let proposal = Proposal {
+                    now_ms: now_ms(),
+                    command: Command::Cancel { consumer: stale },
+                };
+                let _ = raft.client_write(proposal).await;
+            }
+        }
+    }
+    tracing::info!(queue = %name, group = group_id, "quorum queue group leads");
+    tokio::spawn(apply_effects(weak.clone(), effects_rx));
+    tokio::spawn(tick(weak.clone(), group.clone()));
+    let (in_flight_tx, in_flight_rx) = unbounded_channel::<InFlight>();
+    tokio::spawn(complete(in_flight_rx));
+    // Whatever arrived while the previous entry was being proposed goes into one entry:
+    // openraft 0.9 appends and flushes each client write on its own, so a batch is what lets
+    // one fsync cover many publishes.
+    let in_flight_entries = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+    while let Some(first) = commands.recv().await {
+        let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match commands.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let mut waiting = Vec::with_capacity(batch.len());
+        let mut batched = Vec::with_capacity(batch.len());
+        for proposed in batch {
+            waiting.push((proposed.confirm, proposed.answered));
+            batched.push(proposed.command);
+        }
+        let command = match batched.len() {
+            1 => batched.pop().expect("one command"),
+            _ => Command::Batch(batched),
+        };
+        let proposal = Proposal {
+            now_ms: now_ms(),
+            command,
+        };
+        match raft.client_write_ff(proposal).await {
+            Ok(answer) => {
+                let reply = Box::pin(async move {
+                    match answer.await {
+                        Ok(Ok(response)) => Some(response.data),
+                        _ => None,
+                    }
+                });
+                if let Err(lost) = in_flight_tx.send((reply, waiting, permit)) {
+                    for (confirm, _) in lost.0 .1 {
+                        if let Some(c) = confirm {
+                            c.answered(false);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(queue = %name, error = %e, "quorum queue proposal failed");
+                for (confirm, _) in waiting {
+                    if let Some(c) = confirm {
+                        c.answered(false);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Awaits the group's answers in log order and settles the confirms waiting on them.
+async fn complete(mut in_flight: UnboundedReceiver<InFlight>) {
+    while let Some((answer, waiting, _permit)) = in_flight.recv().await {
+        let replies = match answer.await {
+            Some(Reply::Batch(replies)) => replies.into_iter().map(Some).collect(),
+            reply => vec![reply],
+        };
+        for (i, (confirm, answered)) in waiting.into_iter().enumerate() {
+            let accepted = matches!(replies.get(i), Some(Some(r)) if !matches!(r, Reply::Rejected));
+            if let Some(c) = confirm {
+                c.answered(accepted);
+            }
+            if let Some(answered) = answered {
+                let _ = answered.send(());
+            }
+        }
+    }
+}
+
+/// Lets time pass in the group while the head of the queue has an expiry, so TTLs fire
+/// without traffic. Only the time is proposed; the machine decides what expired.
+async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
+    loop {
+        tokio::time::sleep(TICK_INTERVAL).await;
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        if qq.is_deleted() {
+            return;
+        }
+        let now = now_ms();
+        let due = group.with_queue(|q| {
+            q.ready_messages()
+                .next()
+                .and_then(|m| m.expires_at_ms)
+                .is_some_and(|at| now > at)
+        });
+        if due {
+            qq.propose(Command::Tick, None);
+        }
+    }
+}
+
+/// Acts on what applied commands produced: deliveries and dead-letters.
+async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied>) {
+    while let Some(applied) = effects.recv().await {
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        let mut dead = Vec::new();
+        let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
+        for effect in applied.effects {
+            match effect {
+                Effect::Deliver { consumer, message } => {
+                    qq.deliver(&queue, consumer, message, &mut auto_settle)
+                }
+                Effect::DeadLetter { reason, message } => {
+                    let Some(decoded) = codec::decode(message.body, 0, false) else {
+                        continue;
+                    };
+                    let reason = match reason {
+                        DeadLetterReason::Rejected => DeathReason::Rejected,
+                        DeadLetterReason::Expired => DeathReason::Expired,
+                        DeadLetterReason::MaxLength => DeathReason::MaxLen,
+                        DeadLetterReason::DeliveryLimit => DeathReason::DeliveryLimit,
+                    };
+                    dead.push((
+                        QueuedMessage {
+                            id: message.id,
+                            message: Arc::new(decoded),
+                            redelivered: message.delivered_before,
+                            expires_at: None,
+                            store_ref: None,
+                        },
+                        reason,
+                    ));
+                }
+            }
+        }
+        for (consumer, msg_ids) in auto_settle {
+            qq.propose(Command::Settle { consumer, msg_ids }, None);
+        }
+        queue.dead_letter(dead);
+    }
+}
+
+impl QuorumQueue {
+    fn deliver(
+        &self,
+        queue: &Arc<Queue>,
+        key: ConsumerKey,
+        message: warren_quorum::machine::Message,
+        auto_settle: &mut HashMap<ConsumerKey, Vec<MsgId>>,
+    ) {
+        let consumer = {
+            let mut consumers = self.consumers.lock();
+            if let Some(get) = consumers.gets.remove(&key) {
+                drop(consumers);
+                if let Some(decoded) = codec::decode(message.body, message.delivery_count, true) {
+                    let _ = get.send(QueuedMessage {
+                        id: message.id,
+                        message: Arc::new(decoded),
+                        redelivered: message.delivered_before,
+                        expires_at: None,
+                        store_ref: None,
+                    });
+                }
+                return;
+            }
+            let Some(consumer) = consumers.by_key.get(&key).cloned() else {
+                // Handed over in the group just before the consumer's cancel reached it (or to
+                // a consumer of an earlier run): the client never sees it, and the group's
+                // Cancel of that consumer, already on its way, returns it.
+                return;
+            };
+            if !consumer.no_ack {
+                consumers.held.insert(message.id, key);
+            }
+            consumer
+        };
+        if consumer.no_ack {
+            auto_settle.entry(key).or_default().push(message.id);
+        }
+        let Some(decoded) = codec::decode(message.body, message.delivery_count, false) else {
+            tracing::warn!(queue = %queue.name, "unreadable message in a quorum queue's log");
+            return;
+        };
+        let decoded = Arc::new(decoded);
+        let cost = pipeline_cost(&decoded);
+        consumer.take_credit(cost);
+        let delivery = Delivery {
+            consumer: consumer.clone(),
+            queue: Some(queue.clone()),
+            message: QueuedMessage {
+                id: message.id,
+                message: decoded,
+                redelivered: message.delivered_before,
+                expires_at: None,
+                store_ref: None,
+            },
+        };
+        if consumer.send(ConnectionEvent::Deliver(delivery)).is_err() {
+            // The connection is gone; its channel close cancels the consumer, which returns
+            // the message.
+            consumer.return_credit(cost);
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! A quorum queue through the broker's queue-type interface, on one node: a publish is
+//! confirmed only once its group committed it, deliveries go to consumers with the
+//! redelivered flag and `x-delivery-count` after a requeue, and the queue with its messages
+//! comes back when the host is reopened on the same directory (a broker restart).
+
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
+use warren_broker::memory::MemoryMonitor;
+use warren_broker::quorum::{QuorumConfirm, QuorumHost};
+use warren_broker::{Message, QueueDeclaration, VHost};
+use warren_codec::{
+    BasicProperties, ContentHeader, FieldTable, FieldValue, ShortStr, BASIC_CLASS_ID,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn new_vhost(host: &Arc<QuorumHost>) -> Arc<VHost> {
+    let vhost = VHost::new(
+        "/",
+        Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
+        None,
+        Arc::default(),
+    );
+    vhost.set_quorum_host(host.clone());
+    vhost
+}
+
+fn declare(vhost: &Arc<VHost>, name: &str) {
+    let mut arguments = FieldTable::new();
+    arguments.insert("x-queue-type", FieldValue::string("quorum"));
+    vhost
+        .declare_queue(
+            QueueDeclaration {
+                name: ShortStr::from(name),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                arguments,
+            },
+            1,
+        )
+        .expect("declared");
+}
+
+fn message(body: &'static [u8]) -> Arc<Message> {
+    let properties = BasicProperties::default();
+    Arc::new(Message::new(
+        ShortStr::from(""),
+        ShortStr::from("q"),
+        &properties,
+        ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties,
+        Bytes::from_static(body),
+    ))
+}
+
+async fn next_event(rx: &mut UnboundedReceiver<ConnectionEvent>) -> ConnectionEvent {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("an event in time")
+        .expect("channel open")
+}
+
+async fn next_delivery(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Delivery {
+    loop {
+        if let ConnectionEvent::Deliver(d) = next_event(rx).await {
+            return d;
+        }
+    }
+}
+
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn delivery_count(d: &Delivery) -> Option<i64> {
+    let header = ContentHeader {
+        class_id: BASIC_CLASS_ID,
+        body_size: d.message.message.body.len() as u64,
+        properties: d.message.message.properties_raw.clone(),
+    };
+    header
+        .properties()
+        .ok()?
+        .headers?
+        .get("x-delivery-count")
+        .and_then(FieldValue::as_i64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_after_commit_deliver_requeue_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    assert_eq!(queue.type_name(), "quorum");
+
+    // Confirms: none is settled before the group answered; both are acks after.
+    let (events_tx, mut events) = unbounded_channel();
+    let confirm = QuorumConfirm::new(events_tx.clone());
+    queue.publish_confirmed(message(b"one"), None, Some(&confirm));
+    queue.publish_confirmed(message(b"two"), None, Some(&confirm));
+    assert_eq!(
+        confirm.outcome(),
+        None,
+        "not settled before routing is done"
+    );
+    confirm.routed();
+    assert!(matches!(
+        next_event(&mut events).await,
+        ConnectionEvent::ConfirmsSettled
+    ));
+    assert_eq!(confirm.outcome(), Some(true));
+    assert_eq!(queue.message_count(), 2);
+
+    // A consumer with prefetch 1 gets "one"; requeued, it comes back redelivered and counted.
+    let consumer = Arc::new(Consumer::new(
+        ShortStr::from("c"),
+        1,
+        1,
+        false,
+        false,
+        1,
+        Arc::new(ChannelFlow::default()),
+        Arc::downgrade(&queue),
+        events_tx.clone(),
+    ));
+    queue.add_consumer(consumer.clone()).unwrap();
+    let first = next_delivery(&mut events).await;
+    assert_eq!(&first.message.message.body[..], b"one");
+    assert!(!first.message.redelivered);
+    assert_eq!(delivery_count(&first), None);
+    queue.settle(Vec::new(), vec![first.message], Vec::new());
+    let again = next_delivery(&mut events).await;
+    assert_eq!(&again.message.message.body[..], b"one");
+    assert!(again.message.redelivered);
+    assert_eq!(delivery_count(&again), Some(1));
+    queue.settle(vec![again.message], Vec::new(), Vec::new());
+    let second = next_delivery(&mut events).await;
+    assert_eq!(&second.message.message.body[..], b"two");
+    // "two" stays unacked: after a restart it is back, redelivered.
+    eventually("one acked", || queue.message_count() == 0).await;
+    drop((second, consumer));
+    host.shutdown().await;
+    drop((queue, vhost, host));
+
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    eventually("the unacked message returned after the restart", || {
+        queue.message_count() == 1
+    })
+    .await;
+    let (events_tx, mut events) = unbounded_channel();
+    let consumer = Arc::new(Consumer::new(
+        ShortStr::from("c2"),
+        1,
+        2,
+        false,
+        false,
+        0,
+        Arc::new(ChannelFlow::default()),
+        Arc::downgrade(&queue),
+        events_tx,
+    ));
+    queue.add_consumer(consumer).unwrap();
+    let back = next_delivery(&mut events).await;
+    assert_eq!(&back.message.message.body[..], b"two");
+    assert!(back.message.redelivered);
+
+    // Deleting the queue removes its group's data: declared again, it is empty.
+    vhost.delete_queue("q", false, false, 1).unwrap();
+    eventually("the group's snapshot and log dropped", || {
+        !host
+            .node()
+            .wal()
+            .groups()
+            .contains(&QuorumHost::group_id("/", "q"))
+    })
+    .await;
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(queue.message_count(), 0);
+    host.shutdown().await;
+}
