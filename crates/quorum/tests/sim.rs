@@ -23,10 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
-};
-use openraft::storage::Snapshot;
 use openraft::{Config, SnapshotPolicy};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -40,7 +36,8 @@ use warren_quorum::network::{GroupRegistry, RaftRequest, RaftResponse, Transport
 use warren_quorum::node::{QueueGroup, QuorumNode};
 use warren_quorum::runtime::{seed_thread_rng, unseed_thread_rng};
 use warren_quorum::storage::Applied;
-use warren_quorum::types::{GroupId, LogId, NodeId, QueueRaft, SnapshotMeta, Vote};
+use warren_quorum::types::{GroupId, LogId, NodeId};
+use warren_quorum::wire::{WireRequest, WireResponse};
 
 const NODES: [NodeId; 3] = [1, 2, 3];
 const GROUP: GroupId = 42;
@@ -250,24 +247,6 @@ impl World {
 // ---- the network: Raft RPCs as UDP datagrams between simulated hosts ----
 
 #[derive(Serialize, Deserialize)]
-enum WireRequest {
-    AppendEntries(AppendEntriesRequest<QueueRaft>),
-    Vote(VoteRequest<NodeId>),
-    Snapshot {
-        vote: Vote,
-        meta: SnapshotMeta,
-        data: Vec<u8>,
-    },
-}
-
-#[derive(Serialize, Deserialize)]
-enum WireResponse {
-    AppendEntries(AppendEntriesResponse<NodeId>),
-    Vote(VoteResponse<NodeId>),
-    Snapshot(SnapshotResponse<NodeId>),
-}
-
-#[derive(Serialize, Deserialize)]
 enum Datagram {
     Request {
         call: u64,
@@ -277,61 +256,11 @@ enum Datagram {
     },
     Response {
         call: u64,
-        result: Result<WireResponse, String>,
+        answer: WireResponse,
     },
 }
 
-impl From<RaftRequest> for WireRequest {
-    fn from(request: RaftRequest) -> Self {
-        match request {
-            RaftRequest::AppendEntries(rpc) => WireRequest::AppendEntries(rpc),
-            RaftRequest::Vote(rpc) => WireRequest::Vote(rpc),
-            RaftRequest::Snapshot { vote, snapshot } => WireRequest::Snapshot {
-                vote,
-                meta: snapshot.meta,
-                data: *snapshot.snapshot,
-            },
-        }
-    }
-}
-
-impl From<WireRequest> for RaftRequest {
-    fn from(request: WireRequest) -> Self {
-        match request {
-            WireRequest::AppendEntries(rpc) => RaftRequest::AppendEntries(rpc),
-            WireRequest::Vote(rpc) => RaftRequest::Vote(rpc),
-            WireRequest::Snapshot { vote, meta, data } => RaftRequest::Snapshot {
-                vote,
-                snapshot: Snapshot {
-                    meta,
-                    snapshot: Box::new(data),
-                },
-            },
-        }
-    }
-}
-
-impl From<RaftResponse> for WireResponse {
-    fn from(response: RaftResponse) -> Self {
-        match response {
-            RaftResponse::AppendEntries(r) => WireResponse::AppendEntries(r),
-            RaftResponse::Vote(r) => WireResponse::Vote(r),
-            RaftResponse::Snapshot(r) => WireResponse::Snapshot(r),
-        }
-    }
-}
-
-impl From<WireResponse> for RaftResponse {
-    fn from(response: WireResponse) -> Self {
-        match response {
-            WireResponse::AppendEntries(r) => RaftResponse::AppendEntries(r),
-            WireResponse::Vote(r) => RaftResponse::Vote(r),
-            WireResponse::Snapshot(r) => RaftResponse::Snapshot(r),
-        }
-    }
-}
-
-type Waiting = Mutex<HashMap<u64, oneshot::Sender<Result<WireResponse, String>>>>;
+type Waiting = Mutex<HashMap<u64, oneshot::Sender<WireResponse>>>;
 
 /// A node's [`Transport`] over one simulated UDP socket: requests and answers are datagrams
 /// matched by call number, so turmoil's drops, delays and partitions apply to each.
@@ -378,20 +307,18 @@ impl SimTransport {
                         };
                         let answers = answers.clone();
                         tokio::task::spawn_local(async move {
-                            let result = registry
-                                .handle(group, request.into())
-                                .await
-                                .map(WireResponse::from)
-                                .map_err(|e| e.to_string());
-                            let answer = Datagram::Response { call, result };
+                            let answer = WireResponse::from_result(
+                                registry.handle(group, request.into()).await,
+                            );
+                            let answer = Datagram::Response { call, answer };
                             if let Ok(bytes) = bincode::serialize(&answer) {
                                 let _ = answers.send((from, bytes));
                             }
                         });
                     }
-                    Ok(Datagram::Response { call, result }) => {
+                    Ok(Datagram::Response { call, answer }) => {
                         if let Some(waiter) = matched.lock().remove(&call) {
-                            let _ = waiter.send(result);
+                            let _ = waiter.send(answer);
                         }
                     }
                     Err(_) => {}
@@ -439,8 +366,7 @@ impl Transport for SimTransport {
         let answer = tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), answer).await;
         self.waiting.lock().remove(&call);
         match answer {
-            Ok(Ok(Ok(response))) => Ok(response.into()),
-            Ok(Ok(Err(reason))) => Err(TransportError::Remote { node: to, reason }),
+            Ok(Ok(answer)) => answer.into_result(to, group),
             _ => Err(TransportError::Unreachable(to)),
         }
     }
