@@ -4,6 +4,7 @@
 mod cascade;
 mod durability;
 mod lifecycle;
+mod mirroring;
 mod policies;
 
 pub use lifecycle::{VHostLimits, VHostMetadata};
@@ -369,18 +370,21 @@ impl VHost {
                 Some(_) => QUORUM_QUEUE_ARGS,
                 None => CLASSIC_QUEUE_ARGS,
             };
+            let redeclared = self.as_redeclared(&name, existing.quorum().is_some(), &d.arguments);
             check_args(
                 ("queue", &name, &self.name),
                 type_args,
-                &d.arguments,
+                redeclared.as_ref().unwrap_or(&d.arguments),
                 &existing.arguments,
             )?;
             existing.touch();
             let (m, c) = (existing.message_count(), existing.consumer_count());
             return Ok((name, m, c));
         }
-        check_declare_arguments(&name, &self.name, &d.arguments)?;
-        if is_quorum(&d.arguments) {
+        let mut arguments = d.arguments;
+        self.mirror_as_quorum(&name, d.durable, d.exclusive, d.auto_delete, &mut arguments);
+        check_declare_arguments(&name, &self.name, &arguments)?;
+        if is_quorum(&arguments) {
             // rabbit_quorum_queue:declare's checks, in its order.
             let invalid = [
                 (d.auto_delete, "auto-delete"),
@@ -410,7 +414,7 @@ impl VHost {
                 )));
             }
         }
-        let queue = self.create_queue(name, durable, owner, d.auto_delete, d.arguments)?;
+        let queue = self.create_queue(name, durable, owner, d.auto_delete, arguments)?;
         churn::bump(&self.counters.queues.created);
         if queue.stored.is_some() || queue.quorum().is_some() {
             self.persist_definitions();

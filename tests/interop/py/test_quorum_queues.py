@@ -6,7 +6,6 @@ start a broker of their own pass against RabbitMQ 3.10.8 too, except the exclusi
 one (see there)."""
 import os
 import signal
-import tempfile
 import time
 
 import pika
@@ -349,8 +348,8 @@ def _own_consume_all(url, q, n, timeout=30.0):
 
 
 @needs_warren_bin
-def test_restart_keeps_confirmed_and_redelivers_unacked():
-    data = tempfile.mkdtemp(prefix="warren-qq-")
+def test_restart_keeps_confirmed_and_redelivers_unacked(tmp_path):
+    data = str(tmp_path / "data")
     q = "qq-restart"
     broker = Broker(data)
     try:
@@ -372,8 +371,8 @@ def test_restart_keeps_confirmed_and_redelivers_unacked():
 
 
 @needs_warren_bin
-def test_kill_9_after_confirms_loses_nothing():
-    data = tempfile.mkdtemp(prefix="warren-qq-")
+def test_kill_9_after_confirms_loses_nothing(tmp_path):
+    data = str(tmp_path / "data")
     q = "qq-kill"
     broker = Broker(data)
     try:
@@ -395,9 +394,9 @@ def test_kill_9_after_confirms_loses_nothing():
 
 
 @needs_warren_bin
-def test_api_shows_type_leader_and_members():
+def test_api_shows_type_leader_and_members(tmp_path):
     requests = pytest.importorskip("requests")
-    data = tempfile.mkdtemp(prefix="warren-qq-")
+    data = str(tmp_path / "data")
     from own_broker import free_port
     port = free_port()
     broker = Broker(data, "--management-port", str(port))
@@ -416,5 +415,67 @@ def test_api_shows_type_leader_and_members():
         assert q["members"] == [q["node"]]
         assert q["online"] == [q["node"]]
         assert q["durable"] is True
+    finally:
+        broker.stop()
+
+
+@needs_warren_bin
+def test_a_classic_mirroring_policy_makes_new_queues_quorum_queues(tmp_path):
+    """RabbitMQ 4 removed ha-mode; the reports' setups use it. A policy with ha-mode makes the
+    new durable queues it matches quorum queues (their clients' redeclarations without
+    x-queue-type still match), and leaves the queues a quorum queue cannot be classic."""
+    requests = pytest.importorskip("requests")
+    from own_broker import free_port
+    api_port = free_port()
+    data = str(tmp_path / "data")
+    api = "http://127.0.0.1:%d/api" % api_port
+
+    def queue_type(name):
+        r = requests.get(api + "/queues/%2F/" + name, auth=("guest", "guest"), timeout=5)
+        assert r.status_code == 200, r.text
+        return r.json()["type"]
+
+    broker = Broker(data, "--management-port", str(api_port))
+    try:
+        r = requests.put(api + "/policies/%2F/ha-all", auth=("guest", "guest"), timeout=5,
+                         json={"pattern": "^ha\\.", "apply-to": "queues",
+                               "definition": {"ha-mode": "all", "ha-sync-mode": "automatic"}})
+        assert r.status_code in (201, 204), r.text
+        r = requests.put(api + "/policies/%2F/ha-bad", auth=("guest", "guest"), timeout=5,
+                         json={"pattern": "^x", "definition": {"ha-mode": "exactly"}})
+        assert r.status_code == 400
+        assert 'ha-mode=\\"exactly\\" takes an integer, none given' in r.text
+
+        c = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = c.channel()
+        ch.queue_declare("ha.jobs", durable=True)
+        ch.queue_declare("ha.jobs", durable=True)  # a client's redeclaration: equivalent
+        ch.queue_declare("ha.tmp", durable=False)
+        ch.queue_declare("ha.prio", durable=True, arguments={"x-max-priority": 5})
+        ch.queue_declare("plain", durable=True)
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish("", "ha.jobs", b"job-%d" % i,
+                             pika.BasicProperties(delivery_mode=2))
+        got = [ch.basic_get("ha.jobs", auto_ack=True)[2] for _ in range(2)]
+        assert got == [b"job-0", b"job-1"]
+        c.close()
+        assert queue_type("ha.jobs") == "quorum"
+        for name in ("ha.tmp", "ha.prio", "plain"):
+            assert queue_type(name) == "classic", name
+    finally:
+        broker.stop()
+    with open(broker.log.name) as log:
+        warnings = [l for l in log if "ha-mode" in l]
+    assert any("ha.jobs" in l and "quorum queue" in l for l in warnings), warnings
+    assert any("ha.tmp" in l and "not durable" in l for l in warnings), warnings
+
+    broker = Broker(data, "--management-port", str(api_port))
+    try:
+        assert queue_type("ha.jobs") == "quorum"
+        c = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = c.channel()
+        assert ch.queue_declare("ha.jobs", durable=True).method.message_count == 3
+        c.close()
     finally:
         broker.stop()

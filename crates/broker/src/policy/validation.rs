@@ -33,6 +33,18 @@ const POLICY_KEYS: &[&str] = &[
     "stream-max-segment-size-bytes",
 ];
 
+/// Classic mirroring's settings (RabbitMQ 3.x, `rabbit_mirror_queue_misc`), for policies
+/// only. RabbitMQ 4 removed mirroring; Warren takes them so the reports' setups run, and a
+/// queue matched by `ha-mode` becomes a quorum queue (vhost/mirroring.rs).
+const MIRRORING_KEYS: &[&str] = &[
+    "ha-mode",
+    "ha-params",
+    "ha-promote-on-failure",
+    "ha-promote-on-shutdown",
+    "ha-sync-batch-size",
+    "ha-sync-mode",
+];
+
 /// The settings an operator policy may set: limits only.
 const OPERATOR_POLICY_KEYS: &[&str] = &[
     "delivery-limit",
@@ -161,9 +173,16 @@ fn check_definition(kind: PolicyKind, definition: &Definition) -> Result<(), Str
             check_setting(key, value)?;
         }
     }
+    let mirroring = match kind {
+        PolicyKind::Policy => MIRRORING_KEYS,
+        PolicyKind::Operator => &[],
+    };
+    if !mirroring.is_empty() {
+        check_mirroring(definition)?;
+    }
     let unknown: Vec<String> = entries
         .iter()
-        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .filter(|(k, _)| !known.contains(&k.as_str()) && !mirroring.contains(&k.as_str()))
         .map(|(k, v)| format!("{{{},{}}}", erlang_binary(k), erlang_term(v)))
         .collect();
     if unknown.is_empty() {
@@ -235,6 +254,89 @@ fn check_setting(key: &str, v: &Value) -> Result<(), String> {
         _ => "is not a valid filter size. Valid range is 16-255",
     };
     Err(format!("{} {what}", erlang_term(v)))
+}
+
+/// `rabbit_mirror_queue_misc:validate_policy/1`: the mode and its parameters, then the sync
+/// mode, the sync batch size and the promotion settings, with RabbitMQ 3.10's texts.
+fn check_mirroring(definition: &Definition) -> Result<(), String> {
+    let get = |key: &str| definition.get(key);
+    let Some(mode) = get("ha-mode") else {
+        let dependent = [
+            "ha-params",
+            "ha-sync-mode",
+            "ha-sync-batch-size",
+            "ha-promote-on-shutdown",
+            "ha-promote-on-failure",
+        ];
+        if dependent.iter().any(|k| get(k).is_some()) {
+            return Err("ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown".to_owned());
+        }
+        return Ok(());
+    };
+    let given = |v: Option<&Value>| v.map_or_else(|| "none".to_owned(), erlang_term);
+    match mode.as_str() {
+        Some("all") if get("ha-params").is_some() => {
+            return Err(r#"ha-mode="all" does not take parameters"#.to_owned());
+        }
+        Some("all") => {}
+        Some("exactly") => {
+            let params = get("ha-params");
+            let positive = params
+                .and_then(|p| p.as_i64().filter(|_| !p.is_f64()))
+                .is_some_and(|n| n > 0);
+            if !positive {
+                return Err(format!(
+                    r#"ha-mode="exactly" takes an integer, {} given"#,
+                    given(params)
+                ));
+            }
+        }
+        Some("nodes") => {
+            let params = get("ha-params");
+            let names = params
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().all(Value::is_string));
+            if !names {
+                return Err(format!(
+                    r#"ha-mode="nodes" takes a list, {} given"#,
+                    given(params)
+                ));
+            }
+        }
+        _ => {
+            return Err(format!(
+                "{} is not a valid ha-mode value",
+                erlang_term(mode)
+            ))
+        }
+    }
+    if let Some(v) = get("ha-sync-mode") {
+        if !matches!(v.as_str(), Some("manual" | "automatic")) {
+            return Err(format!(
+                r#"ha-sync-mode must be "manual" or "automatic", got {}"#,
+                erlang_term(v)
+            ));
+        }
+    }
+    if let Some(v) = get("ha-sync-batch-size") {
+        if v.as_i64().filter(|_| !v.is_f64()).is_none_or(|n| n <= 0) {
+            return Err(format!(
+                "ha-sync-batch-size takes an integer greater than 0, {} given",
+                erlang_term(v)
+            ));
+        }
+    }
+    for key in ["ha-promote-on-shutdown", "ha-promote-on-failure"] {
+        if let Some(v) = get(key) {
+            if !matches!(v.as_str(), Some("always" | "when-synced")) {
+                return Err(format!(
+                    r#"{key} must be "always" or "when-synced", got {}"#,
+                    erlang_term(v)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A stream's max-age: a count and a unit, Y M D h m s (`rabbit_amqqueue:check_max_age`).
@@ -314,6 +416,50 @@ mod tests {
             PolicyKind::Policy,
             json!({"pattern": ".*", "definition": d}),
         )
+    }
+
+    /// Classic mirroring settings, each text as RabbitMQ 3.10.8 answered it (HTML escaping
+    /// aside); the per-setting checks come first, unknown keys last.
+    #[test]
+    fn mirroring_settings_are_checked_as_rabbitmq_3_10_checks_them() {
+        for ok in [
+            json!({"ha-mode": "all"}),
+            json!({"ha-mode": "exactly", "ha-params": 2}),
+            json!({"ha-mode": "nodes", "ha-params": ["rabbit@a"]}),
+            json!({"ha-mode": "all", "ha-sync-mode": "automatic", "ha-sync-batch-size": 10,
+                   "ha-promote-on-shutdown": "always", "ha-promote-on-failure": "when-synced"}),
+        ] {
+            let body = json!({"pattern": "^ha\\.", "definition": ok});
+            assert!(check(PolicyKind::Policy, &body).is_ok(), "{body}");
+        }
+        let cases = [
+            (json!({"ha-mode": "exactly"}), r#"ha-mode="exactly" takes an integer, none given"#),
+            (json!({"ha-mode": "exactly", "ha-params": "x"}), r#"ha-mode="exactly" takes an integer, <<"x">> given"#),
+            (json!({"ha-mode": "exactly", "ha-params": 0}), r#"ha-mode="exactly" takes an integer, 0 given"#),
+            (json!({"ha-mode": "nodes"}), r#"ha-mode="nodes" takes a list, none given"#),
+            (json!({"ha-mode": "nodes", "ha-params": "a"}), r#"ha-mode="nodes" takes a list, <<"a">> given"#),
+            (json!({"ha-mode": "bogus"}), r#"<<"bogus">> is not a valid ha-mode value"#),
+            (json!({"ha-mode": "all", "ha-params": 1}), r#"ha-mode="all" does not take parameters"#),
+            (json!({"ha-params": 2}), "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"),
+            (json!({"ha-sync-batch-size": 5}), "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"),
+            (json!({"ha-mode": "all", "ha-sync-mode": "x", "ha-sync-batch-size": 0}), r#"ha-sync-mode must be "manual" or "automatic", got <<"x">>"#),
+            (json!({"ha-mode": "all", "ha-sync-batch-size": 0, "ha-promote-on-shutdown": "x"}), "ha-sync-batch-size takes an integer greater than 0, 0 given"),
+            (json!({"ha-mode": "all", "ha-promote-on-shutdown": "x", "ha-promote-on-failure": "y"}), r#"ha-promote-on-shutdown must be "always" or "when-synced", got <<"x">>"#),
+            (json!({"ha-mode": "exactly", "ha-sync-mode": "x"}), r#"ha-mode="exactly" takes an integer, none given"#),
+            (json!({"ha-mode": "bogus", "max-length": "x"}), r#"<<"x">> is not a valid maximum length"#),
+            (json!({"ha-mode": "bogus", "zzz": 1}), r#"<<"bogus">> is not a valid ha-mode value"#),
+            (json!({"ha-mode": "all", "zzz": 1}), r#"[{<<"zzz">>,1}] are not recognised policy settings"#),
+        ];
+        for (definition, text) in cases {
+            assert_eq!(
+                def(definition.clone()),
+                format!("Validation failed\n\n{text}\n"),
+                "{definition}"
+            );
+        }
+        // Operator policies never took them: an unknown setting there.
+        let body = json!({"pattern": ".*", "definition": {"ha-mode": "all"}});
+        assert!(refusal(PolicyKind::Operator, body).contains("ha-mode"));
     }
 
     /// Each text as RabbitMQ 3.10.8's PUT /api/policies answered it (HTML escaping aside).
