@@ -2,10 +2,12 @@
 //! from the write-ahead log, snapshots keeping the log bounded.
 
 mod common;
+mod join_all;
 
 use std::time::Duration;
 
 use common::{enqueue, raft_config, Cluster};
+use join_all::futures_join_all;
 use openraft::SnapshotPolicy;
 use warren_quorum::machine::{Command, Effect, Reply};
 use warren_quorum::wal::WalOptions;
@@ -250,28 +252,4 @@ async fn snapshots_and_purges_keep_the_log_bounded() {
         })
         .await;
     cluster.shutdown().await;
-}
-
-/// Drives the futures together, so that concurrent proposals share log batches.
-async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, future) in pinned.iter_mut().enumerate() {
-            if done[i].is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(output) => done[i] = Some(output),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
 }

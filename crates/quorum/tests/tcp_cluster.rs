@@ -4,11 +4,13 @@
 //! does not hang proposals to the majority; a bad frame closes only its connection; many groups
 //! share one connection per node pair; a group commits inside TLS.
 
+mod join_all;
 mod tcp_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use join_all::futures_join_all;
 use tcp_support::{enqueue, raft_config, transport_config, FreezableProxy, TcpCluster, DEADLINE};
 use warren_quorum::handshake::{self, HandshakeError};
 use warren_quorum::machine::{QueueState, Reply};
@@ -410,28 +412,4 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
         }
     }
     cluster.shutdown().await;
-}
-
-/// Drives the futures together on the test's task.
-async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, future) in pinned.iter_mut().enumerate() {
-            if done[i].is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(output) => done[i] = Some(output),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
 }
