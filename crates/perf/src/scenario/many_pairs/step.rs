@@ -11,7 +11,7 @@
 use super::link::Link;
 use super::worker::{queue_name, Plan, Sent};
 use crate::broker_proc::BrokerProcess;
-use crate::client::{BrokerUris, Connection, QueueOptions};
+use crate::client::{BrokerUris, Channel, Connection, QueueOptions};
 use crate::fd_limit;
 use crate::payload;
 use crate::scenario::Protocol;
@@ -384,11 +384,21 @@ async fn close_all(links: Vec<(usize, Link)>) {
     }
 }
 
-/// Ready messages over all `queues` (passive declares, several channels at once).
-async fn queued_total(control: &Connection, queues: &[String]) -> Result<u64> {
+/// Runs `per_queue` for every one of `queues`, spread over several channels of the control
+/// connection at once; sums what it returns. The first error on a channel stops that channel.
+async fn over_control_channels<F, Fut>(
+    control: &Connection,
+    queues: &[String],
+    per_queue: F,
+) -> std::result::Result<u64, crate::client::ClientError>
+where
+    F: Fn(Channel, String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = std::result::Result<u64, crate::client::ClientError>> + Send,
+{
     let mut tasks = tokio::task::JoinSet::new();
     for part in 0..CONTROL_CHANNELS.min(queues.len()) {
         let control = control.clone();
+        let per_queue = per_queue.clone();
         let names: Vec<String> = queues
             .iter()
             .skip(part)
@@ -398,71 +408,53 @@ async fn queued_total(control: &Connection, queues: &[String]) -> Result<u64> {
         tasks.spawn(async move {
             let ch = control.channel().await?;
             let mut total = 0u64;
-            for q in &names {
-                total += u64::from(ch.queue_message_count(q).await?);
+            for q in names {
+                total += per_queue(ch.clone(), q).await?;
             }
             let _ = ch.close().await;
             Ok::<u64, crate::client::ClientError>(total)
         });
     }
     let mut total = 0;
+    let mut first_error = None;
     while let Some(done) = tasks.join_next().await {
-        total += done
-            .map_err(|e| anyhow!(e))?
-            .context("counting queued messages (passive queue.declare)")?;
+        match done {
+            Ok(Ok(n)) => total += n,
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(e) => {
+                first_error = first_error.or(Some(crate::client::ClientError::Io(e.to_string())))
+            }
+        }
     }
-    Ok(total)
+    first_error.map_or(Ok(total), Err)
 }
 
-/// Declares `queues` (durable defaults, as a 0-9-1 receiver does), several channels at once.
+/// Ready messages over all `queues` (passive declares).
+async fn queued_total(control: &Connection, queues: &[String]) -> Result<u64> {
+    over_control_channels(control, queues, |ch, q| async move {
+        Ok(u64::from(ch.queue_message_count(&q).await?))
+    })
+    .await
+    .context("counting queued messages (passive queue.declare)")
+}
+
+/// Declares `queues` (durable defaults, as a 0-9-1 receiver does).
 async fn declare_queues(control: &Connection, queues: &[String]) -> Result<()> {
-    let mut tasks = tokio::task::JoinSet::new();
-    for part in 0..CONTROL_CHANNELS.min(queues.len()) {
-        let control = control.clone();
-        let names: Vec<String> = queues
-            .iter()
-            .skip(part)
-            .step_by(CONTROL_CHANNELS)
-            .cloned()
-            .collect();
-        tasks.spawn(async move {
-            let ch = control.channel().await?;
-            for q in &names {
-                ch.queue_declare(q, &QueueOptions::default()).await?;
-            }
-            let _ = ch.close().await;
-            Ok::<(), crate::client::ClientError>(())
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| anyhow!(e))??;
-    }
+    over_control_channels(control, queues, |ch, q| async move {
+        ch.queue_declare(&q, &QueueOptions::default()).await?;
+        Ok(0)
+    })
+    .await?;
     Ok(())
 }
 
+/// Deletes `queues`, best effort (the step is over; a failure leaves a queue behind).
 async fn delete_queues(control: &Connection, queues: &[String]) {
-    let mut tasks = tokio::task::JoinSet::new();
-    for part in 0..CONTROL_CHANNELS.min(queues.len()) {
-        let control = control.clone();
-        let names: Vec<String> = queues
-            .iter()
-            .skip(part)
-            .step_by(CONTROL_CHANNELS)
-            .cloned()
-            .collect();
-        tasks.spawn(async move {
-            let Ok(ch) = control.channel().await else {
-                return;
-            };
-            for q in &names {
-                if ch.queue_delete(q).await.is_err() {
-                    return;
-                }
-            }
-            let _ = ch.close().await;
-        });
-    }
-    while tasks.join_next().await.is_some() {}
+    let _ = over_control_channels(control, queues, |ch, q| async move {
+        ch.queue_delete(&q).await?;
+        Ok(0)
+    })
+    .await;
 }
 
 #[cfg(test)]
