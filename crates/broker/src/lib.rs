@@ -26,6 +26,7 @@ pub mod queue_args;
 pub mod quorum;
 pub mod ready;
 pub mod registry;
+pub mod remote;
 pub mod routing_keys;
 pub mod snapshot;
 pub mod stats;

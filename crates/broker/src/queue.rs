@@ -18,9 +18,10 @@
 //! exchange routing and channels hold `Arc<Queue>` and call the same methods whatever the
 //! type; the fields every type shares (name, flags, arguments, statistics, policies) are
 //! here, and [`QueueKind`] says where the messages live. A classic queue's are in `state`
-//! below; a quorum queue's in its Raft group (`crate::quorum`). Each public method branches
-//! once on the kind — a field read, no allocation, lock or task hop — so the classic path
-//! is the same as before.
+//! below; a quorum queue's in its Raft group (`crate::quorum`); a remote queue's on the
+//! node that serves it, reached over a forwarding link (`crate::remote`). Each public method
+//! branches once on the kind — a field read, no allocation, lock or task hop — so the
+//! classic path is the same as before.
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
@@ -31,6 +32,7 @@ use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
 use crate::quorum::{QuorumConfirm, QuorumQueue};
 use crate::ready::ReadyList;
+use crate::remote::RemoteQueue;
 use crate::stats::MessageStats;
 use crate::tail::PagedTail;
 use crate::vhost::VHost;
@@ -109,6 +111,8 @@ pub enum QueueKind {
     Classic,
     /// In a Raft group replicated over the node's shared write-ahead log.
     Quorum(Box<QuorumQueue>),
+    /// On another node of the cluster, which serves the queue; this is its record there.
+    Remote(Box<RemoteQueue>),
 }
 
 #[derive(Debug)]
@@ -230,20 +234,46 @@ impl Queue {
     pub fn quorum(&self) -> Option<&QuorumQueue> {
         match &self.kind {
             QueueKind::Quorum(qq) => Some(qq.as_ref()),
-            QueueKind::Classic => None,
+            QueueKind::Classic | QueueKind::Remote(_) => None,
         }
+    }
+
+    /// The remote side of a queue another node serves.
+    pub fn remote(&self) -> Option<&RemoteQueue> {
+        match &self.kind {
+            QueueKind::Remote(r) => Some(r.as_ref()),
+            QueueKind::Classic | QueueKind::Quorum(_) => None,
+        }
+    }
+
+    /// Whether a publisher confirm waits for the queue's own answer (`publish_confirmed`
+    /// with a [`QuorumConfirm`]) rather than for the message store.
+    pub fn confirms_later(&self) -> bool {
+        !matches!(self.kind, QueueKind::Classic)
+    }
+
+    /// Whether basic.get is answered asynchronously (`get_async`) rather than by `get`.
+    pub fn answers_get_later(&self) -> bool {
+        !matches!(self.kind, QueueKind::Classic)
+    }
+
+    /// The vhost the queue is in (None once the vhost is gone).
+    pub(crate) fn vhost(&self) -> Option<Arc<VHost>> {
+        self.vhost.upgrade()
     }
 
     /// The type's name as RabbitMQ's API and `x-queue-type` spell it.
     pub fn type_name(&self) -> &'static str {
-        match self.kind {
+        match &self.kind {
             QueueKind::Classic => "classic",
             QueueKind::Quorum(_) => "quorum",
+            QueueKind::Remote(r) => r.served_type(),
         }
     }
 
     /// Publishes to a quorum queue with a publisher confirm: `confirm` is answered once the
-    /// group committed the message. A classic queue confirms through the store instead.
+    /// group committed the message; to a remote queue, once the serving queue accepted it.
+    /// A classic queue confirms through the store instead.
     pub fn publish_confirmed(
         self: &Arc<Self>,
         message: Arc<Message>,
@@ -255,6 +285,10 @@ impl Queue {
                 MessageStats::add(&self.stats.publish, 1);
                 qq.enqueue(&message, confirm);
                 Enqueued::Accepted
+            }
+            QueueKind::Remote(r) => {
+                MessageStats::add(&self.stats.publish, 1);
+                r.publish(&message, confirm)
             }
             QueueKind::Classic => self.publish(message, stored),
         }
@@ -294,10 +328,17 @@ impl Queue {
     /// waiting ahead of it, otherwise onto the ready list (applying `x-max-length`).
     /// `stored` is set when the caller appended the message to the store for this queue.
     pub fn publish(self: &Arc<Self>, message: Arc<Message>, stored: Option<Appended>) -> Enqueued {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            MessageStats::add(&self.stats.publish, 1);
-            qq.enqueue(&message, None);
-            return Enqueued::Accepted;
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => {
+                MessageStats::add(&self.stats.publish, 1);
+                qq.enqueue(&message, None);
+                return Enqueued::Accepted;
+            }
+            QueueKind::Remote(r) => {
+                MessageStats::add(&self.stats.publish, 1);
+                return r.publish(&message, None);
+            }
         }
         let store_ref = stored.map(|a| StoreRef {
             id: a.id,
@@ -601,8 +642,9 @@ impl Queue {
 
     /// Re-runs dispatch after credit was freed somewhere.
     pub fn kick(self: &Arc<Self>) {
-        if self.quorum().is_some() {
-            // The group's prefetch paces a quorum queue's deliveries, not pipeline credit.
+        if !matches!(self.kind, QueueKind::Classic) {
+            // The group's (or the serving node's) prefetch paces a quorum or remote queue's
+            // deliveries, not pipeline credit here.
             return;
         }
         self.with_state(|st, dead| self.dispatch(st, dead));
@@ -624,9 +666,10 @@ impl Queue {
         requeued: Vec<QueuedMessage>,
         rejected: Vec<QueuedMessage>,
     ) {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            qq.settle(&acked, &requeued, &rejected);
-            return;
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.settle(&acked, &requeued, &rejected),
+            QueueKind::Remote(r) => return r.settle(&acked, &requeued, &rejected),
         }
         for m in &acked {
             self.forget(m);
@@ -654,8 +697,9 @@ impl Queue {
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
-        if self.quorum().is_some() && !were_unacked {
-            // A no-ack quorum delivery was settled when it was handed over (at most once).
+        if !matches!(self.kind, QueueKind::Classic) && !were_unacked {
+            // A no-ack quorum or remote delivery was settled when it was handed over (at
+            // most once).
             return;
         }
         if were_unacked {
@@ -682,8 +726,14 @@ impl Queue {
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            return qq.add_consumer(self, consumer);
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.add_consumer(self, consumer),
+            QueueKind::Remote(r) => {
+                // The serving queue checks exclusivity; a refusal comes back as basic.cancel.
+                r.add_consumer(consumer);
+                return Ok(());
+            }
         }
         self.with_state(|st, dead| {
             if st.deleted {
@@ -723,6 +773,11 @@ impl Queue {
             self.touch();
             return Some((consumer, false));
         }
+        if let QueueKind::Remote(r) = &self.kind {
+            // The serving node deletes an auto-delete queue that lost its last consumer.
+            let consumer = r.remove_consumer(connection, channel, tag)?;
+            return Some((consumer, false));
+        }
         let mut st = self.state.lock();
         let consumer = st.consumers.remove_where(|c| {
             c.connection == connection && c.channel == channel && c.tag.as_str() == tag
@@ -736,8 +791,8 @@ impl Queue {
     /// basic.get: the next ready message and how many remain.
     pub fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         self.touch();
-        if self.quorum().is_some() {
-            // basic.get on a quorum queue goes through `Queue::get_quorum` (asynchronous).
+        if self.answers_get_later() {
+            // basic.get on a quorum or remote queue goes through `Queue::get_async`.
             return None;
         }
         self.with_state(|st, dead| {
@@ -760,8 +815,10 @@ impl Queue {
 
     /// Drops every ready message (in memory and paged); the store forgets them too.
     pub fn purge(&self) -> u32 {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            return qq.purge();
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.purge(),
+            QueueKind::Remote(r) => return r.purge(),
         }
         let mut st = self.state.lock();
         self.memory.sub(st.ready.memory_bytes());
@@ -782,9 +839,16 @@ impl Queue {
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
         let mut st = self.state.lock();
         st.deleted = true;
-        if let QueueKind::Quorum(qq) = &self.kind {
-            drop(st);
-            return qq.mark_deleted();
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => {
+                drop(st);
+                return qq.mark_deleted();
+            }
+            QueueKind::Remote(r) => {
+                drop(st);
+                return r.mark_deleted();
+            }
         }
         self.memory.sub(st.ready.memory_bytes());
         let n = Self::ready_count(&st);
@@ -800,8 +864,10 @@ impl Queue {
 
     /// Ready messages (expired ones leave first, as a client polling the count expects).
     pub fn message_count(self: &Arc<Self>) -> u32 {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            return qq.message_count();
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.message_count(),
+            QueueKind::Remote(r) => return r.message_count(),
         }
         self.with_state(|st, dead| {
             self.expire(st, dead);
@@ -810,15 +876,20 @@ impl Queue {
     }
 
     pub fn consumer_count(&self) -> u32 {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            return qq.consumer_count();
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.consumer_count(),
+            QueueKind::Remote(r) => return r.consumer_count(),
         }
         self.state.lock().consumers.len() as u32
     }
 
     pub fn unacked_count(&self) -> u32 {
-        if let QueueKind::Quorum(qq) = &self.kind {
-            return qq.unacked_count();
+        match &self.kind {
+            QueueKind::Classic => {}
+            QueueKind::Quorum(qq) => return qq.unacked_count(),
+            // Held on the serving node, which counts them.
+            QueueKind::Remote(_) => return 0,
         }
         self.state.lock().unacked as u32
     }
@@ -840,6 +911,8 @@ impl Queue {
         let idle = self.last_used.lock().elapsed().as_millis() as u64;
         let unused = match &self.kind {
             QueueKind::Quorum(qq) => !qq.has_consumers(),
+            // The serving node expires the queue; its deletion reaches every node.
+            QueueKind::Remote(_) => return false,
             QueueKind::Classic => self.state.lock().consumers.is_empty(),
         };
         idle >= expires_ms && unused

@@ -19,7 +19,7 @@
 //! kept here so an ack, nack or reject (which names messages) becomes the group's settle,
 //! return or discard for the right consumer.
 
-mod codec;
+pub(crate) mod codec;
 mod host;
 
 pub use host::{QuorumHost, LOCAL_NODE_ID};
@@ -78,8 +78,9 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One publish's confirm across the quorum queues it reached: an ack once every one of them
-/// committed it, a nack if any refused it. The channel keeps it with the publish's sequence
+/// One publish's confirm across the queues it reached that confirm on their own (quorum
+/// queues; remote queues, `crate::remote`): an ack once every one of them committed it, a
+/// nack if any refused it. The channel keeps it with the publish's sequence
 /// number; the last queue to answer wakes the channel's connection to send the confirm.
 #[derive(Debug)]
 pub struct QuorumConfirm {
@@ -110,11 +111,11 @@ impl QuorumConfirm {
         self.answered(true);
     }
 
-    fn expect_one(&self) {
+    pub(crate) fn expect_one(&self) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn answered(&self, accepted: bool) {
+    pub(crate) fn answered(&self, accepted: bool) {
         if !accepted {
             self.refused.store(true, Ordering::Release);
         }
@@ -497,10 +498,14 @@ impl QuorumQueue {
 }
 
 impl Queue {
-    /// basic.get on a quorum queue (see `QuorumQueue::get`); None for an empty queue or a
-    /// classic one.
-    pub async fn get_quorum(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+    /// basic.get on a queue that answers it asynchronously (`answers_get_later`): a quorum
+    /// queue (see `QuorumQueue::get`) or a remote one; None for an empty queue or a classic
+    /// one.
+    pub async fn get_async(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         self.touch();
+        if let Some(remote) = self.remote() {
+            return remote.get(no_ack).await;
+        }
         self.quorum()?.get(no_ack).await
     }
 

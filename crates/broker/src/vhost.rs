@@ -6,6 +6,7 @@ mod durability;
 mod lifecycle;
 mod mirroring;
 mod policies;
+mod remote_queues;
 
 pub use lifecycle::{VHostLimits, VHostMetadata};
 

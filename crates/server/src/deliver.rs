@@ -184,12 +184,12 @@ impl Channel {
         let name = self.queue_name(m.queue)?;
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
-        if queue.quorum().is_some() {
+        if queue.answers_get_later() {
             // The group answers asynchronously: the connection gets the result as an event
             // (`ConnectionEvent::QuorumGot`) and `answer_get` replies then.
             let (events, channel, no_ack) = (ctx.events.clone(), self.id, m.no_ack);
             tokio::spawn(async move {
-                let got = queue.get_quorum(no_ack).await;
+                let got = queue.get_async(no_ack).await;
                 let _ = events.send(ConnectionEvent::QuorumGot {
                     channel,
                     queue,

@@ -369,13 +369,14 @@ impl Channel {
                 }
             };
             for queue in queues.drain(..) {
-                let outcome = match queue.quorum() {
-                    None => {
+                let outcome = match queue.confirms_later() {
+                    false => {
                         let stored = stored.filter(|_| queue.stored.is_some());
                         queue.publish(message.clone(), stored)
                     }
-                    Some(_) => {
-                        // Confirmed once the queue's group committed it.
+                    true => {
+                        // Confirmed once the queue's group committed it (or the serving
+                        // node's queue accepted it).
                         let confirm = seq.map(|_| {
                             &*quorum_confirm
                                 .get_or_insert_with(|| QuorumConfirm::new(ctx.events.clone()))

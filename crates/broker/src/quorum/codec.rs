@@ -9,12 +9,22 @@ use warren_codec::{ContentHeader, FieldValue, ShortStr, BASIC_CLASS_ID};
 
 /// Frames a message for the log (one copy of its bytes).
 pub fn encode(message: &Message) -> Bytes {
-    let mut buf = BytesMut::with_capacity(
-        6 + message.exchange.len()
-            + message.routing_key.len()
-            + message.properties_raw.len()
-            + message.body.len(),
-    );
+    let mut buf = BytesMut::with_capacity(encoded_len(message));
+    encode_into(&mut buf, message);
+    buf.freeze()
+}
+
+/// The length of [`encode`]'s framing of `message`.
+pub fn encoded_len(message: &Message) -> usize {
+    6 + message.exchange.len()
+        + message.routing_key.len()
+        + message.properties_raw.len()
+        + message.body.len()
+}
+
+/// Appends [`encode`]'s framing of `message` to `buf` (the forwarding link writes it straight
+/// into its outgoing buffer: no allocation of its own).
+pub fn encode_into(buf: &mut BytesMut, message: &Message) {
     buf.put_u8(message.exchange.len() as u8);
     buf.put_slice(message.exchange.as_bytes());
     buf.put_u8(message.routing_key.len() as u8);
@@ -22,7 +32,6 @@ pub fn encode(message: &Message) -> Bytes {
     buf.put_u32(message.properties_raw.len() as u32);
     buf.put_slice(&message.properties_raw);
     buf.put_slice(&message.body);
-    buf.freeze()
 }
 
 /// Rebuilds a message framed by [`encode`]; None for bytes that do not parse. A message the

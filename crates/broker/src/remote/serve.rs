@@ -1,0 +1,478 @@
+//! The serving half of a forwarding link: the peer's remote queues, acted out on this
+//! node's real queues the way a client connection would. Consumers are registered on the
+//! queue with the link's own connection id and events channel; the link task drains that
+//! channel into frames, so a queue hands its deliveries outward exactly as to a local
+//! connection and knows nothing of peers. Messages the peer's clients hold stay held here;
+//! when the link is lost they are requeued (redelivered), as a closing channel's are.
+
+use super::frame::{self, Frame, SettleKind};
+use super::link::Outbox;
+use crate::broker::Broker;
+use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
+use crate::queue::{Enqueued, Queue, QueuedMessage};
+use crate::quorum::QuorumConfirm;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use warren_codec::ShortStr;
+use warren_store::{DurableState, Outcome, Store};
+
+/// The channel number the link's consumers have on the serving queues (the link is one
+/// connection; consumer tags tell its consumers apart).
+const LINK_CHANNEL: u16 = 0;
+
+/// A basic.get answered by a queue (asynchronously for quorum and remote queues).
+pub(super) struct Got {
+    req: u64,
+    qid: u64,
+    queue: Arc<Queue>,
+    no_ack: bool,
+    got: Option<(QueuedMessage, u32)>,
+}
+
+/// A queue the peer named.
+struct Bound {
+    vhost: String,
+    name: ShortStr,
+    /// The queue last found under the name (looked up again once it is deleted).
+    queue: Option<Arc<Queue>>,
+    /// The counts last reported.
+    reported: Option<(u32, u32)>,
+}
+
+/// A message a peer's client holds.
+struct Held {
+    queue: Arc<Queue>,
+    message: QueuedMessage,
+    /// The consumer it was delivered to (none for basic.get).
+    consumer: Option<Arc<Consumer>>,
+}
+
+/// A publish waiting for its confirm: the peer's sequence number, the store record it
+/// waits for (0: none), whether the queue took it, the queue's own confirm.
+type PendingConfirm = (u64, u64, bool, Option<Arc<QuorumConfirm>>);
+
+pub(super) struct Serving {
+    broker: Arc<Broker>,
+    connection: ConnectionId,
+    outbox: Arc<Outbox>,
+    events: UnboundedSender<ConnectionEvent>,
+    gets: UnboundedSender<Got>,
+    queues: HashMap<u64, Bound>,
+    /// The link's consumers by the peer's id: their queue and its link id.
+    consumers: HashMap<u64, (u64, Arc<Queue>, Arc<Consumer>)>,
+    held: HashMap<(u64, u64), Held>,
+    pending: VecDeque<PendingConfirm>,
+}
+
+impl Serving {
+    pub(super) fn new(
+        broker: Arc<Broker>,
+        connection: ConnectionId,
+        outbox: Arc<Outbox>,
+    ) -> (
+        Serving,
+        UnboundedReceiver<ConnectionEvent>,
+        UnboundedReceiver<Got>,
+    ) {
+        let (events, events_rx) = unbounded_channel();
+        let (gets, gets_rx) = unbounded_channel();
+        let serving = Serving {
+            broker,
+            connection,
+            outbox,
+            events,
+            gets,
+            queues: HashMap::new(),
+            consumers: HashMap::new(),
+            held: HashMap::new(),
+            pending: VecDeque::new(),
+        };
+        (serving, events_rx, gets_rx)
+    }
+
+    fn store(&self) -> Option<&Store> {
+        self.broker.store()
+    }
+
+    /// Where the store reports durable records, for confirms waiting on fsync.
+    pub(super) fn durable_watch(&self) -> Option<watch::Receiver<DurableState>> {
+        self.store().map(Store::durable_watch)
+    }
+
+    pub(super) fn waits_for_store(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|(_, store_seq, _, _)| *store_seq != 0)
+    }
+
+    /// The live queue bound as `qid`.
+    fn queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
+        let bound = self.queues.get_mut(&qid)?;
+        if let Some(q) = &bound.queue {
+            if !q.is_deleted() {
+                return Some(q.clone());
+            }
+        }
+        bound.queue = self
+            .broker
+            .vhost(&bound.vhost)
+            .and_then(|v| v.queue(&bound.name))
+            // A remote record here is not a queue this node serves: no loops.
+            .filter(|q| q.remote().is_none());
+        bound.queue.clone()
+    }
+
+    pub(super) async fn on_request(&mut self, f: Frame) {
+        match f {
+            Frame::Bind { qid, vhost, queue } => {
+                self.queues.insert(
+                    qid,
+                    Bound {
+                        vhost,
+                        name: ShortStr::from(queue.as_str()),
+                        queue: None,
+                        reported: None,
+                    },
+                );
+                self.report_counts();
+            }
+            Frame::Unbind { qid } => {
+                self.queues.remove(&qid);
+            }
+            Frame::Publish { qid, seq, message } => self.publish(qid, seq, message).await,
+            Frame::Consume {
+                cid,
+                qid,
+                prefetch,
+                no_ack,
+                exclusive,
+            } => self.consume(cid, qid, prefetch, no_ack, exclusive),
+            Frame::Cancel { cid } => self.cancel(cid),
+            Frame::Settle { qid, kind, ids } => self.settle(qid, kind, ids),
+            Frame::Get { req, qid, no_ack } => {
+                let Some(queue) = self.queue(qid) else {
+                    self.outbox.frame(&Frame::Got { req, got: None });
+                    return;
+                };
+                let gets = self.gets.clone();
+                tokio::spawn(async move {
+                    let got = match queue.answers_get_later() {
+                        true => queue.get_async(no_ack).await,
+                        false => queue.get(no_ack),
+                    };
+                    let _ = gets.send(Got {
+                        req,
+                        qid,
+                        queue,
+                        no_ack,
+                        got,
+                    });
+                });
+            }
+            Frame::Purge { qid } => {
+                if let Some(queue) = self.queue(qid) {
+                    queue.purge();
+                }
+            }
+            // Answers are the forwarding half's (`ForwardLink::on_answer`).
+            _ => {}
+        }
+    }
+
+    async fn publish(&mut self, qid: u64, seq: u64, framed: bytes::Bytes) {
+        let Some(message) = frame::message(framed) else {
+            if seq != 0 {
+                self.pending.push_back((seq, 0, false, None));
+                self.flush_confirms();
+            }
+            return;
+        };
+        let message = Arc::new(message);
+        // A queue deleted meanwhile takes the message as a deleted local queue does.
+        let Some(queue) = self.queue(qid) else {
+            if seq != 0 {
+                self.pending.push_back((seq, 0, true, None));
+                self.flush_confirms();
+            }
+            return;
+        };
+        let mut store_seq = 0;
+        let mut accepted = true;
+        let mut confirm = None;
+        if queue.confirms_later() {
+            let c = (seq != 0).then(|| QuorumConfirm::new(self.events.clone()));
+            accepted = queue.publish_confirmed(message, None, c.as_ref()) == Enqueued::Accepted;
+            if let Some(c) = &c {
+                c.routed();
+            }
+            confirm = c;
+        } else {
+            let stored = match (&queue.stored, message.persistent) {
+                (Some(stored), true) => {
+                    match stored
+                        .store
+                        .append_async(&[stored.id], &message.to_stored())
+                        .await
+                    {
+                        Ok(appended) => Some(appended),
+                        Err(_) => {
+                            accepted = false;
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            if accepted {
+                store_seq = stored.map_or(0, |a| a.seq);
+                accepted = queue.publish(message, stored) == Enqueued::Accepted;
+            }
+        }
+        if seq != 0 {
+            self.pending.push_back((seq, store_seq, accepted, confirm));
+            self.flush_confirms();
+        }
+    }
+
+    /// Sends the confirms that are settled, in publish order (as a channel does).
+    pub(super) fn flush_confirms(&mut self) {
+        let durable = self.store().map(Store::durable_state);
+        let mut answers = Vec::new();
+        while let Some((seq, store_seq, accepted, confirm)) = self.pending.front() {
+            let mut ok = *accepted;
+            if *store_seq != 0 {
+                match durable
+                    .as_ref()
+                    .map_or(Outcome::Durable, |d| d.outcome(*store_seq))
+                {
+                    Outcome::Pending => break,
+                    Outcome::Durable => {}
+                    Outcome::Failed => ok = false,
+                }
+            }
+            match confirm.as_ref().map(|c| c.outcome()) {
+                None => {}
+                Some(None) => break,
+                Some(Some(accepted)) => ok &= accepted,
+            }
+            answers.push(Frame::Confirm { seq: *seq, ok });
+            self.pending.pop_front();
+        }
+        if !answers.is_empty() {
+            self.outbox.push(|buf| {
+                for a in &answers {
+                    frame::put(buf, a);
+                }
+            });
+        }
+    }
+
+    fn tag(cid: u64) -> ShortStr {
+        ShortStr::from(format!("warren.link-{cid}").as_str())
+    }
+
+    fn cid_of(tag: &str) -> Option<u64> {
+        tag.strip_prefix("warren.link-")?.parse().ok()
+    }
+
+    fn consume(&mut self, cid: u64, qid: u64, prefetch: u32, no_ack: bool, exclusive: bool) {
+        let Some(queue) = self.queue(qid) else {
+            self.outbox.frame(&Frame::Cancelled { cid });
+            return;
+        };
+        let consumer = Arc::new(Consumer::new(
+            Self::tag(cid),
+            LINK_CHANNEL,
+            self.connection,
+            no_ack,
+            exclusive,
+            prefetch,
+            Arc::new(ChannelFlow::default()),
+            Arc::downgrade(&queue),
+            self.events.clone(),
+        ));
+        // Registered first: deliveries may start inside add_consumer.
+        self.consumers
+            .insert(cid, (qid, queue.clone(), consumer.clone()));
+        if let Err(e) = queue.add_consumer(consumer) {
+            // Exclusive use elsewhere, or the queue just went: the peer cancels its consumer.
+            tracing::debug!(queue = %queue.name, error = %e.text, "forwarded consume refused");
+            self.consumers.remove(&cid);
+            self.outbox.frame(&Frame::Cancelled { cid });
+        }
+    }
+
+    fn cancel(&mut self, cid: u64) {
+        if let Some((_, queue, _)) = self.consumers.remove(&cid) {
+            self.remove_consumer(&queue, cid);
+        }
+    }
+
+    fn remove_consumer(&self, queue: &Arc<Queue>, cid: u64) {
+        let removed = queue.remove_consumer(self.connection, LINK_CHANNEL, &Self::tag(cid));
+        if let Some((_, true)) = removed {
+            // An auto-delete queue lost its last consumer.
+            if let Some(vhost) = queue.vhost() {
+                vhost.remove_queue(queue);
+            }
+        }
+    }
+
+    fn settle(&mut self, qid: u64, kind: SettleKind, ids: Vec<u64>) {
+        let mut by_queue: Vec<(Arc<Queue>, Vec<QueuedMessage>)> = Vec::new();
+        let mut consumers: Vec<Arc<Consumer>> = Vec::new();
+        for id in ids {
+            // Unknown ids were settled already (a duplicate, a no-ack delivery): no-ops.
+            let Some(held) = self.held.remove(&(qid, id)) else {
+                continue;
+            };
+            if let Some(c) = held.consumer {
+                c.settled(1);
+                if !consumers.iter().any(|k| Arc::ptr_eq(k, &c)) {
+                    consumers.push(c);
+                }
+            }
+            match by_queue
+                .iter_mut()
+                .find(|(q, _)| Arc::ptr_eq(q, &held.queue))
+            {
+                Some((_, messages)) => messages.push(held.message),
+                None => by_queue.push((held.queue, vec![held.message])),
+            }
+        }
+        for (queue, messages) in by_queue {
+            match kind {
+                SettleKind::Ack => queue.settle(messages, Vec::new(), Vec::new()),
+                SettleKind::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
+                SettleKind::Reject => queue.settle(Vec::new(), Vec::new(), messages),
+            }
+        }
+        for c in consumers {
+            c.wake_if_starved();
+        }
+    }
+
+    pub(super) fn on_event(&mut self, event: ConnectionEvent) {
+        match event {
+            ConnectionEvent::Deliver(d) => {
+                let cid = Self::cid_of(&d.consumer.tag);
+                let cost = pipeline_cost(&d.message.message);
+                let target = cid.and_then(|cid| self.consumers.get(&cid).map(|(q, ..)| (cid, *q)));
+                let (Some((cid, qid)), Some(queue)) = (target, d.queue.clone()) else {
+                    // Its consumer was cancelled meanwhile: an unacked delivery goes back.
+                    d.consumer.delivered(cost);
+                    if let (Some(queue), false) = (d.queue, d.consumer.no_ack) {
+                        queue.settle(Vec::new(), vec![d.message], Vec::new());
+                    }
+                    return;
+                };
+                let m = &d.message;
+                self.outbox
+                    .push(|buf| frame::put_deliver(buf, cid, qid, m.id, m.redelivered, &m.message));
+                d.consumer.delivered(cost);
+                if !d.consumer.no_ack {
+                    self.held.insert(
+                        (qid, d.message.id),
+                        Held {
+                            queue,
+                            message: d.message,
+                            consumer: Some(d.consumer),
+                        },
+                    );
+                }
+            }
+            ConnectionEvent::ConsumerCancelled { consumer_tag, .. } => {
+                if let Some(cid) = Self::cid_of(&consumer_tag) {
+                    if self.consumers.remove(&cid).is_some() {
+                        self.outbox.frame(&Frame::Cancelled { cid });
+                    }
+                }
+            }
+            ConnectionEvent::ConfirmsSettled => self.flush_confirms(),
+            // basic.get is answered through `gets`; the link is no client connection to close.
+            ConnectionEvent::QuorumGot { .. } | ConnectionEvent::Close { .. } => {}
+        }
+    }
+
+    pub(super) fn on_got(&mut self, got: Got) {
+        let Got {
+            req,
+            qid,
+            queue,
+            no_ack,
+            got,
+        } = got;
+        let Some((message, count)) = got else {
+            self.outbox.frame(&Frame::Got { req, got: None });
+            return;
+        };
+        self.outbox.push(|buf| {
+            frame::put_got(
+                buf,
+                req,
+                Some((message.id, message.redelivered, count, &message.message)),
+            )
+        });
+        if !no_ack {
+            self.held.insert(
+                (qid, message.id),
+                Held {
+                    queue,
+                    message,
+                    consumer: None,
+                },
+            );
+        }
+    }
+
+    /// Reports the counts of the queues the peer named that changed since the last report.
+    pub(super) fn report_counts(&mut self) {
+        let qids: Vec<u64> = self.queues.keys().copied().collect();
+        let mut reports = Vec::new();
+        for qid in qids {
+            let counts = self
+                .queue(qid)
+                .map_or((0, 0), |q| (q.message_count(), q.consumer_count()));
+            if let Some(bound) = self.queues.get_mut(&qid) {
+                if bound.reported != Some(counts) {
+                    bound.reported = Some(counts);
+                    reports.push(Frame::Counts {
+                        qid,
+                        messages: counts.0,
+                        consumers: counts.1,
+                    });
+                }
+            }
+        }
+        if !reports.is_empty() {
+            self.outbox.push(|buf| {
+                for r in &reports {
+                    frame::put(buf, r);
+                }
+            });
+        }
+    }
+
+    /// The peer is gone: its consumers leave their queues, and what its clients held goes
+    /// back (redelivered), as when a client connection closes.
+    pub(super) fn link_lost(&mut self) {
+        for (cid, (_, queue, _)) in std::mem::take(&mut self.consumers) {
+            self.remove_consumer(&queue, cid);
+        }
+        let mut by_queue: Vec<(Arc<Queue>, Vec<QueuedMessage>)> = Vec::new();
+        let mut held: Vec<Held> = self.held.drain().map(|(_, h)| h).collect();
+        held.sort_by_key(|h| h.message.id);
+        for h in held {
+            match by_queue.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &h.queue)) {
+                Some((_, messages)) => messages.push(h.message),
+                None => by_queue.push((h.queue, vec![h.message])),
+            }
+        }
+        for (queue, messages) in by_queue {
+            queue.settle(Vec::new(), messages, Vec::new());
+        }
+        self.pending.clear();
+    }
+}
