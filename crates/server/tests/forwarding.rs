@@ -9,6 +9,7 @@ use client::{Client, Incoming};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
+use warren_broker::quorum::QuorumHost;
 use warren_broker::remote::{self, ForwardLink};
 use warren_broker::vhost::QueueDeclaration;
 use warren_broker::Broker;
@@ -23,6 +24,8 @@ struct Pair {
     /// A's store's disk: `set_stall_syncs` holds fsyncs back.
     disk: Arc<FaultyBackend>,
     link_b: Arc<ForwardLink>,
+    /// A's quorum data, when `q` is a quorum queue.
+    _quorum_dir: Option<tempfile::TempDir>,
 }
 
 async fn listen(broker: Arc<Broker>) -> u16 {
@@ -39,12 +42,23 @@ async fn listen(broker: Arc<Broker>) -> u16 {
 
 /// A serves durable queue `q`; B forwards to it over a loopback TCP link.
 async fn pair() -> Pair {
+    pair_of("classic").await
+}
+
+/// `pair` with `q` of type `queue_type` (`classic` or `quorum`).
+async fn pair_of(queue_type: &'static str) -> Pair {
     let disk = Arc::new(FaultyBackend::new(11));
     let backend: Arc<dyn Backend> = disk.clone();
     let (store, recovered) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
     let a = Broker::new(1 << 30, Some(store));
     a.recover(recovered);
     let b = Broker::new(1 << 30, None);
+    let mut arguments = FieldTable::new();
+    let quorum_dir = (queue_type == "quorum").then(|| tempfile::tempdir().unwrap());
+    if let Some(dir) = &quorum_dir {
+        a.enable_quorum(QuorumHost::open(dir.path()).unwrap());
+        arguments.insert("x-queue-type", FieldValue::LongStr("quorum".into()));
+    }
     a.vhost("/")
         .unwrap()
         .declare_queue(
@@ -54,7 +68,7 @@ async fn pair() -> Pair {
                 durable: true,
                 exclusive: false,
                 auto_delete: false,
-                arguments: FieldTable::new(),
+                arguments: arguments.clone(),
             },
             0,
         )
@@ -72,9 +86,9 @@ async fn pair() -> Pair {
             ShortStr::from("q"),
             true,
             false,
-            FieldTable::new(),
+            arguments,
             &link_b,
-            "classic",
+            queue_type,
         )
         .unwrap();
     Pair {
@@ -83,6 +97,7 @@ async fn pair() -> Pair {
         a,
         disk,
         link_b,
+        _quorum_dir: quorum_dir,
     }
 }
 
@@ -323,7 +338,6 @@ async fn basic_get_purge_and_declare_ok_counts_on_b() {
     let get = |no_ack| BasicGet {
         queue: "q".into(),
         no_ack,
-        ..Default::default()
     };
     c.send(1, get(false)).await;
     let Incoming::Content(_, Method::BasicGetOk(ok), _, body) = c.next().await else {
@@ -473,4 +487,81 @@ async fn a_lost_link_cancels_consumers_nacks_unconfirmed_and_requeues_what_b_hel
     // Publishing on B after the loss: nacked at once, never left hanging.
     publisher.publish_persistent(1, "", "q", b"after").await;
     assert_eq!(confirms_until(&mut publisher, 5, 6).await, (0, vec![6]));
+}
+
+/// A quorum queue served by A: confirmed once A's group committed, consumed and got on B,
+/// a requeue redelivered with the group's delivery count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_queue_served_by_a_is_used_through_b() {
+    let pair = pair_of("quorum").await;
+    let mut c = channel(pair.port_b).await;
+    confirm_select(&mut c).await;
+    for i in 0..20 {
+        c.publish_persistent(1, "", "q", format!("m{i}").as_bytes())
+            .await;
+    }
+    assert_eq!(confirms_until(&mut c, 0, 20).await, (20, vec![]));
+    eventually(|| async { a_count(&pair) == 20 }).await;
+
+    c.send(
+        1,
+        BasicGet {
+            queue: "q".into(),
+            no_ack: false,
+        },
+    )
+    .await;
+    let Incoming::Content(_, Method::BasicGetOk(ok), _, body) = c.next().await else {
+        panic!("expected get-ok")
+    };
+    assert_eq!(&body[..], b"m0");
+    c.send(
+        1,
+        BasicAck {
+            delivery_tag: ok.delivery_tag,
+            multiple: false,
+        },
+    )
+    .await;
+
+    let mut consumer = channel(pair.port_b).await;
+    consume(&mut consumer, 5, false).await;
+    let (tag, redelivered, body, _) = delivery(&mut consumer).await;
+    assert_eq!((&body[..], redelivered), (&b"m1"[..], false));
+    consumer
+        .send(
+            1,
+            BasicNack {
+                delivery_tag: tag,
+                multiple: false,
+                requeue: true,
+            },
+        )
+        .await;
+    // Wherever the group puts it back, it comes again, redelivered and counted.
+    let mut seen = Vec::new();
+    loop {
+        let (tag, redelivered, body, headers) = delivery(&mut consumer).await;
+        consumer
+            .send(
+                1,
+                BasicAck {
+                    delivery_tag: tag,
+                    multiple: false,
+                },
+            )
+            .await;
+        if &body[..] == b"m1" {
+            assert!(redelivered);
+            let count =
+                headers.and_then(|h| h.get("x-delivery-count").and_then(FieldValue::as_i64));
+            assert_eq!(count, Some(1));
+            break;
+        }
+        seen.push(body);
+    }
+    let expected: Vec<Bytes> = (2..2 + seen.len())
+        .map(|i| Bytes::from(format!("m{i}")))
+        .collect();
+    assert_eq!(seen, expected, "the others in order");
 }
