@@ -367,11 +367,13 @@ impl VHost {
                     ("auto_delete", d.auto_delete, existing.auto_delete),
                 ],
             )?;
-            let type_args = match existing.quorum() {
-                Some(_) => QUORUM_QUEUE_ARGS,
-                None => CLASSIC_QUEUE_ARGS,
+            // By the type served (a remote record of a quorum queue is checked as one).
+            let is_quorum = existing.type_name() == "quorum";
+            let type_args = match is_quorum {
+                true => QUORUM_QUEUE_ARGS,
+                false => CLASSIC_QUEUE_ARGS,
             };
-            let redeclared = self.as_redeclared(&name, existing.quorum().is_some(), &d.arguments);
+            let redeclared = self.as_redeclared(&name, is_quorum, &d.arguments);
             check_args(
                 ("queue", &name, &self.name),
                 type_args,

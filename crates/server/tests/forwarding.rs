@@ -495,6 +495,20 @@ async fn a_lost_link_cancels_consumers_nacks_unconfirmed_and_requeues_what_b_hel
 async fn a_quorum_queue_served_by_a_is_used_through_b() {
     let pair = pair_of("quorum").await;
     let mut c = channel(pair.port_b).await;
+    // Redeclared on B as what it is: equivalent.
+    let mut arguments = FieldTable::new();
+    arguments.insert("x-queue-type", FieldValue::LongStr("quorum".into()));
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "q".into(),
+            durable: true,
+            arguments,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
     confirm_select(&mut c).await;
     for i in 0..20 {
         c.publish_persistent(1, "", "q", format!("m{i}").as_bytes())

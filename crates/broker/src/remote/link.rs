@@ -221,7 +221,7 @@ async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc
         }
     }
     link.outbox.close();
-    serving.link_lost();
+    serving.link_lost(&mut events);
     link.link_lost();
 }
 

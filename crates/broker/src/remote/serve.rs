@@ -162,13 +162,20 @@ impl Serving {
                         true => queue.get_async(no_ack).await,
                         false => queue.get(no_ack),
                     };
-                    let _ = gets.send(Got {
+                    let answer = Got {
                         req,
                         qid,
                         queue,
                         no_ack,
                         got,
-                    });
+                    };
+                    if let Err(lost) = gets.send(answer) {
+                        // The link went meanwhile: a message taken for it goes back.
+                        let Got { queue, got, .. } = lost.0;
+                        if let (Some((message, _)), false) = (got, no_ack) {
+                            queue.settle(Vec::new(), vec![message], Vec::new());
+                        }
+                    }
                 });
             }
             Frame::Purge { qid } => {
@@ -457,17 +464,30 @@ impl Serving {
 
     /// The peer is gone: its consumers leave their queues, and what its clients held goes
     /// back (redelivered), as when a client connection closes.
-    pub(super) fn link_lost(&mut self) {
+    pub(super) fn link_lost(&mut self, events: &mut UnboundedReceiver<ConnectionEvent>) {
         for (cid, (_, queue, _)) in std::mem::take(&mut self.consumers) {
             self.remove_consumer(&queue, cid);
         }
+        let mut held: Vec<(Arc<Queue>, QueuedMessage)> = self
+            .held
+            .drain()
+            .map(|(_, h)| (h.queue, h.message))
+            .collect();
+        // Deliveries handed over before the consumers left go back too.
+        while let Ok(event) = events.try_recv() {
+            if let ConnectionEvent::Deliver(d) = event {
+                d.consumer.delivered(pipeline_cost(&d.message.message));
+                if let (Some(queue), false) = (d.queue, d.consumer.no_ack) {
+                    held.push((queue, d.message));
+                }
+            }
+        }
+        held.sort_by_key(|(_, m)| m.id);
         let mut by_queue: Vec<(Arc<Queue>, Vec<QueuedMessage>)> = Vec::new();
-        let mut held: Vec<Held> = self.held.drain().map(|(_, h)| h).collect();
-        held.sort_by_key(|h| h.message.id);
-        for h in held {
-            match by_queue.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &h.queue)) {
-                Some((_, messages)) => messages.push(h.message),
-                None => by_queue.push((h.queue, vec![h.message])),
+        for (queue, message) in held {
+            match by_queue.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &queue)) {
+                Some((_, messages)) => messages.push(message),
+                None => by_queue.push((queue, vec![message])),
             }
         }
         for (queue, messages) in by_queue {
