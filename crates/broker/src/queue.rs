@@ -62,6 +62,14 @@ pub struct QueuedMessage {
     pub id: u64,
     pub message: Arc<Message>,
     pub redelivered: bool,
+    /// Failed deliveries of this queue's copy: what an AMQP 1.0 consumer's header says as
+    /// delivery-count. Per queued copy, as RabbitMQ 4's classic queue keeps it (a map from
+    /// its sequence id to the count in `rabbit_variable_queue`), so a message routed to two
+    /// queues counts twice separately. It grows when a delivery ends as failed — modified
+    /// with delivery-failed, rejected (then the dead-lettered copy starts from it), or
+    /// still unsettled when its consumer went (RabbitMQ's `requeue_and_run/3`) — not on a
+    /// release or a 0-9-1 requeue. Sits in the padding after `redelivered`: no extra bytes.
+    pub delivery_count: u32,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
     /// Set when the message is in the store for this queue (persisted, or written to page
@@ -316,6 +324,7 @@ impl Queue {
             let queued = QueuedMessage {
                 id,
                 expires_at: Self::expiry_for(&st, &message),
+                delivery_count: message.inherited_delivery_count,
                 message,
                 redelivered: false,
                 store_ref,
@@ -491,13 +500,14 @@ impl Queue {
         };
         let mut queues = Vec::new();
         for (m, reason) in dead {
-            let (copy, headers) = dead_lettered(
+            let (mut copy, headers) = dead_lettered(
                 &m.message,
                 &self.name,
                 reason,
                 dlx,
                 dlx_routing_key.as_ref(),
             );
+            copy.inherited_delivery_count = m.delivery_count;
             vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
             // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
             queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
@@ -514,6 +524,18 @@ impl Queue {
                 }
                 _ => None,
             };
+            if let (Some(appended), Some(store)) = (stored, &vhost.store) {
+                if copy.inherited_delivery_count > 0 {
+                    // The count the copy brings along, for each durable queue it joins.
+                    for q in queues.iter().filter_map(|q| q.stored.as_ref()) {
+                        let _ = store.set_delivery_count(
+                            q.id,
+                            appended.id,
+                            copy.inherited_delivery_count,
+                        );
+                    }
+                }
+            }
             let copy = Arc::new(copy);
             for q in queues.drain(..) {
                 q.publish(copy.clone(), stored.filter(|_| q.stored.is_some()));
@@ -641,6 +663,7 @@ impl Queue {
             let any_requeued = !requeued.is_empty();
             for mut m in requeued {
                 m.redelivered = true;
+                self.persist_delivery_count(&m);
                 self.insert_ready(st, m);
             }
             if any_requeued {
@@ -649,6 +672,27 @@ impl Queue {
             dead.extend(rejected.into_iter().map(|m| (m, DeathReason::Rejected)));
             self.dispatch(st, dead);
         })
+    }
+
+    /// Writes the delivery-count of a persistent message of a durable queue to the store
+    /// when it goes back to the queue after a failed delivery, so a restart keeps it.
+    /// RabbitMQ 4 keeps it in the quorum queue's log (every change) and, for a classic
+    /// queue, in the recovery terms written at a clean shutdown (lost after a crash); one
+    /// small record on this slow path (a failed delivery, never a plain ack, publish or
+    /// 0-9-1 requeue of a message that never failed) keeps it across crashes too. A
+    /// message released again after a failed delivery writes its unchanged count once more.
+    fn persist_delivery_count(&self, m: &QueuedMessage) {
+        if m.delivery_count == 0 || !m.message.persistent {
+            return;
+        }
+        if let (Some(stored), Some(r)) = (&self.stored, m.store_ref) {
+            if let Err(e) = stored
+                .store
+                .set_delivery_count(stored.id, r.id, m.delivery_count)
+            {
+                tracing::debug!(queue = %self.name, error = %e, "storing a delivery count failed");
+            }
+        }
     }
 
     /// Puts back messages that were handed to a connection but never reached the client

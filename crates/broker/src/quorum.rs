@@ -724,6 +724,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                             id: message.id,
                             message: Arc::new(decoded),
                             redelivered: message.delivered_before,
+                            delivery_count: 0,
                             expires_at: None,
                             store_ref: None,
                         },
@@ -756,6 +757,7 @@ impl QuorumQueue {
                         id: message.id,
                         message: Arc::new(decoded),
                         redelivered: message.delivered_before,
+                        delivery_count: 0,
                         expires_at: None,
                         store_ref: None,
                     });
@@ -790,6 +792,9 @@ impl QuorumQueue {
                 id: message.id,
                 message: decoded,
                 redelivered: message.delivered_before,
+                // The 1.0 header's failed-delivery count is kept by classic queues only;
+                // the group counts returns (x-delivery-count), not failed deliveries.
+                delivery_count: 0,
                 expires_at: None,
                 store_ref: None,
             },

@@ -433,7 +433,15 @@ impl Channel {
                 queue.settle(messages, Vec::new(), Vec::new())
             }
             Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
-            Settlement::Reject => queue.settle(Vec::new(), Vec::new(), messages),
+            Settlement::Reject => {
+                // A discard is a failed delivery for RabbitMQ 4's classic queue: the
+                // dead-lettered copy carries the count to an AMQP 1.0 consumer.
+                let mut messages = messages;
+                for m in &mut messages {
+                    m.delivery_count = m.delivery_count.saturating_add(1);
+                }
+                queue.settle(Vec::new(), Vec::new(), messages)
+            }
         };
         for u in settled {
             if let Some(c) = &u.consumer {

@@ -327,6 +327,7 @@ impl Channel {
                         id: 0,
                         message: message.clone(),
                         redelivered: false,
+                        delivery_count: 0,
                         expires_at: None,
                         store_ref: None,
                     },
