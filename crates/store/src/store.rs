@@ -540,11 +540,14 @@ impl Store {
         *table = next;
         let mut st = shared.log.lock();
         if let Some(ids) = st.queues.remove(&queue) {
-            let pins: Vec<u32> = st
-                .delivery_counts
-                .extract_if(|(q, _), _| *q == queue)
-                .map(|(_, (_, segment))| segment)
-                .collect();
+            let mut pins = Vec::new();
+            st.delivery_counts.retain(|(q, _), (_, segment)| {
+                let keep = *q != queue;
+                if !keep {
+                    pins.push(*segment);
+                }
+                keep
+            });
             for segment in pins {
                 unpin(&mut st, segment);
             }
