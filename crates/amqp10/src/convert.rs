@@ -20,11 +20,13 @@
 //!   several data sections) becomes its AMQP encoding with type "amqp-1.0" for 0-9-1, which
 //!   is turned back into the same sections for an AMQP 1.0 consumer of a converted message.
 //!
-//! A message published over 0-9-1 (or re-published by the broker, as dead-lettering does)
-//! has no AMQP 1.0 form and is converted for an AMQP 1.0 consumer by the table above.
-//! The header's first-acquirer is false on a redelivery and its delivery-count counts the
-//! deliveries settled as failed (modified with delivery-failed); released and 0-9-1
-//! requeues leave it as it was.
+//! A message published over 0-9-1 has no AMQP 1.0 form and is converted for an AMQP 1.0
+//! consumer by the table above. A dead-lettered copy keeps the 1.0 form it had; its death
+//! history (x-death and the x-first/last-death-* headers of its 0-9-1 view) reaches an AMQP
+//! 1.0 consumer as RabbitMQ 4's `x-opt-deaths`, `x-first-death-*` and `x-last-death-*`
+//! message annotations. The header's first-acquirer is false on a redelivery, after a
+//! failed delivery and for a dead-lettered copy; its delivery-count is the failed
+//! deliveries of the queue's copy (`QueuedMessage::delivery_count`).
 
 use crate::codec::value_len;
 use bytes::{BufMut, Bytes, BytesMut};

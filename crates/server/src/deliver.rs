@@ -493,7 +493,13 @@ impl Channel {
         if self.tx.is_some() {
             let _ = self.rollback();
         }
-        let all: Vec<Unacked> = self.unacked.drain(..).collect();
+        let mut all: Vec<Unacked> = self.unacked.drain(..).collect();
+        // Still unacked when the channel goes: a failed delivery for RabbitMQ 4's classic
+        // queue (`requeue_and_run/3`), which an AMQP 1.0 consumer's delivery-count shows.
+        // basic.recover and nack/reject with requeue are not.
+        for u in &mut all {
+            u.message.delivery_count = u.message.delivery_count.saturating_add(1);
+        }
         self.release(all, Settlement::Requeue);
         self.pending_publish = None;
         self.tx = None;

@@ -261,3 +261,21 @@ def test_counts_deaths_and_durability_survive_a_crash(tmp_path):
         c10.close()
     finally:
         b.stop()
+
+
+def test_a_091_channel_closed_with_the_message_unacked_counts_a_failed_delivery(names, ch, c10):
+    q = names.queue()
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"unacked")
+    c = connect()
+    other = c.channel()
+    method, _, body = other.basic_get(q)
+    assert body == b"unacked"
+    other.close()  # requeued unacked: counted
+    again = ch.basic_get(q)  # a 0-9-1 nack with requeue is not counted
+    ch.basic_nack(again[0].delivery_tag, requeue=True)
+    c.close()
+    receiver = c10.create_receiver(addr_queue(q))
+    m = receiver.receive(timeout=10)
+    assert bytes(m.body) == b"unacked" and m.delivery_count == 1
+    receiver.accept()
