@@ -625,7 +625,7 @@ impl Queue {
         rejected: Vec<QueuedMessage>,
     ) {
         if let QueueKind::Quorum(qq) = &self.kind {
-            qq.settle(&acked, &requeued, &rejected);
+            qq.settle(&acked, &requeued, &rejected, false);
             return;
         }
         for m in &acked {
@@ -651,6 +651,17 @@ impl Queue {
         })
     }
 
+    /// Requeues the unacked deliveries of a channel that went away. A classic queue puts
+    /// them back where their ids say (as any requeue); a quorum queue back at the head, where
+    /// RabbitMQ returns a downed consumer's messages (a client's own requeue goes to the back).
+    pub fn release(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.settle(&[], &messages, &[], true);
+            return;
+        }
+        self.settle(Vec::new(), messages, Vec::new());
+    }
+
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
@@ -659,7 +670,7 @@ impl Queue {
             return;
         }
         if were_unacked {
-            self.settle(Vec::new(), messages, Vec::new());
+            self.release(messages);
             return;
         }
         self.with_state(|st, dead| {

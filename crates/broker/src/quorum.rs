@@ -69,6 +69,10 @@ pub fn queue_config(args: &FieldTable) -> QueueConfig {
             _ => Overflow::DropHead,
         },
         message_ttl_ms: non_negative("x-message-ttl"),
+        single_active_consumer: args
+            .get("x-single-active-consumer")
+            .and_then(FieldValue::as_bool)
+            .unwrap_or(false),
     }
 }
 
@@ -279,15 +283,9 @@ impl QuorumQueue {
                     queue.vhost_name()
                 )));
             }
-            if consumers.by_key.values().any(|c| c.exclusive)
-                || (consumer.exclusive && !consumers.by_key.is_empty())
-            {
-                return Err(AmqpError::access_refused(format!(
-                    "queue '{}' in vhost '{}' in exclusive use",
-                    queue.name,
-                    queue.vhost_name()
-                )));
-            }
+            // No check of `exclusive`: RabbitMQ 3.10's quorum queues ignore the flag and take
+            // any number of consumers beside (or as) an exclusive one (checked against 3.10.8;
+            // `x-single-active-consumer` is their way to one consumer at a time).
             let key = self.next_consumer_key.fetch_add(1, Ordering::Relaxed);
             consumers.by_key.insert(key, consumer.clone());
             key
@@ -339,13 +337,16 @@ impl QuorumQueue {
         Some(consumer)
     }
 
-    /// Acks, requeues (nack/reject with requeue) and rejects, as the group's settle, return
-    /// and discard, per consumer that holds the messages.
+    /// Acks, requeues and rejects, as the group's settle, return (or release) and discard,
+    /// per consumer that holds the messages. `requeued` go to the back of the queue when the
+    /// client asked (nack/reject with requeue, recover), to the head when its channel went
+    /// away (`released`), as in RabbitMQ 3.10.
     pub fn settle(
         &self,
         acked: &[QueuedMessage],
         requeued: &[QueuedMessage],
         rejected: &[QueuedMessage],
+        released: bool,
     ) {
         let mut by_consumer: HashMap<(u8, ConsumerKey), Vec<MsgId>> = HashMap::new();
         let mut done = Vec::new();
@@ -370,6 +371,7 @@ impl QuorumQueue {
         for ((kind, consumer), msg_ids) in by_consumer {
             let command = match kind {
                 0 => Command::Settle { consumer, msg_ids },
+                1 if released => Command::Release { consumer, msg_ids },
                 1 => Command::Return { consumer, msg_ids },
                 _ => Command::Discard { consumer, msg_ids },
             };

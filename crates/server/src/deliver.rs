@@ -19,7 +19,10 @@ use warren_codec::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Settlement {
     Ack,
+    /// The client requeued (nack/reject with requeue, basic.recover).
     Requeue,
+    /// The channel went away with the deliveries unacked (see `Queue::release`).
+    Release,
     /// Rejected without requeue: dead-lettered if the queue has a dead-letter exchange.
     Reject,
 }
@@ -433,6 +436,7 @@ impl Channel {
                 queue.settle(messages, Vec::new(), Vec::new())
             }
             Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
+            Settlement::Release => queue.release(messages),
             Settlement::Reject => queue.settle(Vec::new(), Vec::new(), messages),
         };
         for u in settled {
@@ -486,7 +490,7 @@ impl Channel {
             let _ = self.rollback();
         }
         let all: Vec<Unacked> = self.unacked.drain(..).collect();
-        self.release(all, Settlement::Requeue);
+        self.release(all, Settlement::Release);
         self.pending_publish = None;
         self.tx = None;
     }
