@@ -181,6 +181,8 @@ pub struct QuorumQueue {
     commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
     /// Set once the group runs and this member leads it.
     group: OnceLock<Arc<QueueGroup>>,
+    /// Told when `group` is set, so a basic.get on a queue still starting waits for it.
+    group_started: tokio::sync::Notify,
     consumers: Mutex<Consumers>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
@@ -211,6 +213,7 @@ impl QuorumQueue {
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
             group: OnceLock::new(),
+            group_started: tokio::sync::Notify::new(),
             consumers: Mutex::new(Consumers::default()),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
@@ -386,7 +389,7 @@ impl QuorumQueue {
     /// once (so it takes at most that one); the message is then the channel's like any
     /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
     async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
-        let group = self.group.get()?.clone();
+        let group = self.started_group().await?;
         if self.is_deleted() {
             return None;
         }
@@ -431,6 +434,23 @@ impl QuorumQueue {
             consumers.cancelled.insert(key);
         }
         Some((message, self.message_count()))
+    }
+
+    /// The group once it leads; a queue declared just now may still be starting it (what was
+    /// published meanwhile waits in order, so a get must not answer "empty" before then).
+    async fn started_group(&self) -> Option<Arc<QueueGroup>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            // Registered before the check: a `notify_waiters` in between still wakes it.
+            let started = self.group_started.notified();
+            if let Some(group) = self.group.get() {
+                return Some(group.clone());
+            }
+            if self.is_deleted() {
+                return None;
+            }
+            tokio::time::timeout_at(deadline, started).await.ok()?;
+        }
     }
 
     /// queue.purge: drops the ready messages; answers how many there were.
@@ -576,6 +596,7 @@ async fn run_group(
         if qq.group.set(group.clone()).is_err() {
             return Ok(());
         }
+        qq.group_started.notify_waiters();
         if qq.is_deleted() {
             // Deleted while starting: the delete may have found no group to remove.
             qq.remove_data(group.clone());
