@@ -84,6 +84,18 @@ impl Channel {
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
         check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
+        if queue.quorum().is_some() && self.flow.has_global_limit() {
+            // RabbitMQ 3.10's quorum queues refuse a consumer on a channel with a global
+            // prefetch limit, closing the connection (540).
+            return Err(AmqpError::new(
+                ReplyCode::NotImplemented,
+                format!(
+                    "queue '{}' in vhost '{}' does not support global qos",
+                    name,
+                    ctx.vhost.name()
+                ),
+            ));
+        }
         let priority = m
             .arguments
             .get("x-priority")

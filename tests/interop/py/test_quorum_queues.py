@@ -423,6 +423,67 @@ def test_single_active_consumer(conn, names):
     assert second == [(b"2", False), (b"3", False), (b"4", False), (b"0", True), (b"1", True)]
 
 
+def test_global_qos_refuses_consume_with_540(names):
+    # RabbitMQ 3.10.8: a channel with a global prefetch limit may not consume from a quorum
+    # queue (connection error 540); global 0 or a later per-consumer qos (which lifts the
+    # global limit) makes it fine, and basic.get is never refused.
+    c = connect()
+    ch = c.channel()
+    q = names.queue()
+    declare(ch, q)
+    ch.basic_qos(prefetch_count=5, global_qos=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        ch.basic_consume(q, lambda *a: None)
+    assert e.value.reply_code == 540
+    assert e.value.reply_text == (
+        "NOT_IMPLEMENTED - queue '%s' in vhost '/' does not support global qos" % q)
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=5, global_qos=True)
+        ch.basic_qos(prefetch_count=0, global_qos=True)
+        ch.basic_consume(q, lambda *a: None)
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=2, global_qos=True)
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_consume(q, lambda *a: None)
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=2, global_qos=True)
+        assert ch.basic_get(q) == (None, None, None)
+        assert c.channel().queue_declare(q, passive=True).method.consumer_count == 2
+    finally:
+        c.close()
+
+
+def test_transactions(conn, names):
+    # As RabbitMQ 3.10.8: tx.select works with quorum queues; a rolled-back publish never
+    # arrives, a rolled-back ack leaves the message unacked, a committed nack requeues it.
+    q = names.queue()
+    ch = conn.channel()
+    declare(ch, q)
+    ch.tx_select()
+    ch.basic_publish("", q, b"rolled-back")
+    ch.tx_rollback()
+    ch.basic_publish("", q, b"committed")
+    ch.tx_commit()
+    assert wait_for(lambda: ready(ch, q) == 1, timeout=10)
+    m, _, body = ch.basic_get(q)
+    assert body == b"committed"
+    ch.basic_ack(m.delivery_tag)
+    ch.tx_rollback()
+    assert ready(ch, q) == 0
+    ch.basic_nack(m.delivery_tag, requeue=True)
+    ch.tx_commit()
+    assert wait_for(lambda: ready(ch, q) == 1, timeout=10)
+    m, p, body = ch.basic_get(q)
+    assert (body, m.redelivered, p.headers["x-delivery-count"]) == (b"committed", True, 1)
+    ch.basic_ack(m.delivery_tag)
+    ch.tx_commit()
+    assert wait_for(lambda: ready(ch, q) == 0, timeout=10)
+    ch.close()
+    assert ready(conn.channel(), q) == 0
+
+
 # ---- a broker of the test's own: restarts and crashes --------------------------------------
 
 def _own_publish(url, q, n):
