@@ -891,6 +891,9 @@ impl Queue {
     /// they arrived, as in RabbitMQ). Returns true when the policies changed.
     pub fn apply_policies(self: &Arc<Self>, policies: AppliedPolicies) -> bool {
         let limits = effective_queue_limits(&self.arguments, &policies);
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.set_config(crate::quorum::queue_config(&self.arguments, &policies));
+        }
         let changed = self.with_state(|st, dead| {
             if st.policies == policies {
                 return false;
