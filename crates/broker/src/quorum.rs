@@ -372,14 +372,20 @@ impl QuorumQueue {
         rejected: &[QueuedMessage],
         released: bool,
     ) {
-        let mut by_consumer: HashMap<(u8, ConsumerKey), Vec<MsgId>> = HashMap::new();
+        // One command per run of messages of the same consumer, in the order the messages
+        // came (delivery-tag order): requeued messages of several consumers (basic.get takes
+        // one each) reach the back of the queue in that order.
+        let mut by_consumer: Vec<((u8, ConsumerKey), Vec<MsgId>)> = Vec::new();
         let mut done = Vec::new();
         {
             let mut consumers = self.consumers.lock();
             for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
                 for m in messages {
                     if let Some(key) = consumers.held.remove(&m.id) {
-                        by_consumer.entry((kind, key)).or_default().push(m.id);
+                        match by_consumer.last_mut() {
+                            Some((run, ids)) if *run == (kind, key) => ids.push(m.id),
+                            _ => by_consumer.push(((kind, key), vec![m.id])),
+                        }
                     }
                 }
             }

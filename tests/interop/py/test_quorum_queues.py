@@ -236,6 +236,36 @@ def test_requeued_goes_to_the_back_a_closed_channels_to_the_head(conn, names):
         (b"3", True, 1), (b"4", True, 1), (b"5", False, 0)]
 
 
+def test_recover_requeues_to_the_back_and_get_beside_a_consumer(conn, names):
+    # As RabbitMQ 3.10.8: basic.recover requeues like a nack (to the back); a basic.get on a
+    # channel whose consumer is at its prefetch takes the next message, and what the get took
+    # does not count against the consumer's prefetch.
+    q = names.queue()
+    ch = conn.channel()
+    declare(ch, q)
+    ch.confirm_delivery()
+    for i in range(4):
+        ch.basic_publish("", q, b"%d" % i)
+    ch2 = conn.channel()
+    assert ch2.basic_get(q)[2] == b"0"
+    assert ch2.basic_get(q)[2] == b"1"
+    ch2.basic_recover(requeue=True)
+    assert wait_for(lambda: ready(ch, q) == 4, timeout=10)
+    assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(4)] == [b"2", b"3", b"0", b"1"]
+
+    for i in range(4):
+        ch.basic_publish("", q, b"%d" % i)
+    ch3 = conn.channel()
+    ch3.basic_qos(prefetch_count=2)
+    got = []
+    ch3.basic_consume(q, lambda c, m, p, b: got.append((m, b)))
+    assert wait_for(lambda: len(got) == 2, timeout=15, conn=conn)
+    assert ch3.basic_get(q)[2] == b"2"
+    ch3.basic_ack(got[0][0].delivery_tag)
+    assert wait_for(lambda: len(got) == 3, timeout=15, conn=conn)
+    assert [b for _, b in got] == [b"0", b"1", b"3"]
+
+
 def test_ack_after_cancel_settles(conn, names):
     # basic.cancel leaves what the consumer received with the client: acking it afterwards
     # settles it for good, and the cancelled consumer gets nothing more.
