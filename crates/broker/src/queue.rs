@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Appended, Location, MessageId, QueueId, Store};
 
@@ -101,6 +102,38 @@ pub enum Enqueued {
 }
 
 pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+/// One confirming publish's confirm while it is routed: the queues that confirm on their own
+/// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
+/// channel waits for besides the store, if any queue joined.
+pub struct RoutedConfirm {
+    wake: UnboundedSender<ConnectionEvent>,
+    joined: Option<Arc<QuorumConfirm>>,
+}
+
+impl RoutedConfirm {
+    /// `wake` is the channel's connection, told when the joined queues have all answered.
+    pub fn new(wake: &UnboundedSender<ConnectionEvent>) -> RoutedConfirm {
+        RoutedConfirm {
+            wake: wake.clone(),
+            joined: None,
+        }
+    }
+
+    fn join(&mut self) -> &Arc<QuorumConfirm> {
+        let wake = &self.wake;
+        self.joined
+            .get_or_insert_with(|| QuorumConfirm::new(wake.clone()))
+    }
+
+    /// Routing is done: the confirm the joined queues answer, if any joined.
+    pub fn finish(self) -> Option<Arc<QuorumConfirm>> {
+        if let Some(confirm) = &self.joined {
+            confirm.routed();
+        }
+        self.joined
+    }
+}
 
 /// The queue types: where a queue's messages live and who delivers them.
 #[derive(Debug)]
@@ -257,6 +290,31 @@ impl Queue {
                 Enqueued::Accepted
             }
             QueueKind::Classic => self.publish(message, stored),
+        }
+    }
+
+    /// Routes one published message into the queue, whatever its type: the channel's publish
+    /// path calls this for every queue the message reached. `stored` is the message's append
+    /// to the store, if the publish made one (only a queue that keeps its messages there
+    /// takes it); `confirm` is the publish's confirm when the channel confirms, which a queue
+    /// type that confirms on its own (a quorum queue: once its group committed) joins.
+    #[inline]
+    pub fn publish_routed(
+        self: &Arc<Self>,
+        message: &Arc<Message>,
+        stored: Option<Appended>,
+        confirm: Option<&mut RoutedConfirm>,
+    ) -> Enqueued {
+        match &self.kind {
+            QueueKind::Classic => {
+                let stored = stored.filter(|_| self.stored.is_some());
+                self.publish(message.clone(), stored)
+            }
+            QueueKind::Quorum(qq) => {
+                MessageStats::add(&self.stats.publish, 1);
+                qq.enqueue(message, confirm.map(RoutedConfirm::join));
+                Enqueued::Accepted
+            }
         }
     }
 

@@ -647,8 +647,8 @@ async fn run_group(
             return Ok(());
         }
         // A group recovered from its log has the config of its last run; the policies may
-        // have changed since. Ahead of every command waiting to be proposed (those came
-        // after `config` was read here; later changes follow them through `set_config`).
+        // have changed since. Written ahead of the commands waiting to be proposed; a change
+        // after `config` was read above is among them (`set_config`) and lands after it.
         if group.with_queue(|q| q.config() != &config) {
             let proposal = Proposal {
                 now_ms: now_ms(),
