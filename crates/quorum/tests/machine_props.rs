@@ -196,7 +196,8 @@ impl Model {
                 prop_assert!(self.accepted.insert(*msg_id), "msg id {} reused", msg_id);
             }
             (Command::Checkout { consumer, prefetch }, _) => {
-                if self.prefetch.insert(*consumer, *prefetch).is_none() {
+                let newly_registered = self.prefetch.insert(*consumer, *prefetch).is_none();
+                if newly_registered {
                     self.registered.push(*consumer);
                 }
             }

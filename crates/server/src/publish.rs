@@ -368,7 +368,7 @@ impl Channel {
                     None
                 }
             };
-            let mut routed_confirm = seq.map(|_| RoutedConfirm::new(&ctx.events));
+            let mut routed_confirm = seq.map(|_| RoutedConfirm::new(ctx.events));
             for queue in queues.drain(..) {
                 let outcome = queue.publish_routed(&message, stored, routed_confirm.as_mut());
                 if outcome == Enqueued::Rejected {
