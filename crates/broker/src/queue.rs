@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Appended, Location, MessageId, QueueId, Store};
 
@@ -109,6 +110,38 @@ pub enum Enqueued {
 }
 
 pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+/// One confirming publish's confirm while it is routed: the queues that confirm on their own
+/// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
+/// channel waits for besides the store, if any queue joined.
+pub struct RoutedConfirm {
+    wake: UnboundedSender<ConnectionEvent>,
+    joined: Option<Arc<QuorumConfirm>>,
+}
+
+impl RoutedConfirm {
+    /// `wake` is the channel's connection, told when the joined queues have all answered.
+    pub fn new(wake: &UnboundedSender<ConnectionEvent>) -> RoutedConfirm {
+        RoutedConfirm {
+            wake: wake.clone(),
+            joined: None,
+        }
+    }
+
+    fn join(&mut self) -> &Arc<QuorumConfirm> {
+        let wake = &self.wake;
+        self.joined
+            .get_or_insert_with(|| QuorumConfirm::new(wake.clone()))
+    }
+
+    /// Routing is done: the confirm the joined queues answer, if any joined.
+    pub fn finish(self) -> Option<Arc<QuorumConfirm>> {
+        if let Some(confirm) = &self.joined {
+            confirm.routed();
+        }
+        self.joined
+    }
+}
 
 /// The queue types: where a queue's messages live and who delivers them.
 #[derive(Debug)]
@@ -265,6 +298,31 @@ impl Queue {
                 Enqueued::Accepted
             }
             QueueKind::Classic => self.publish(message, stored),
+        }
+    }
+
+    /// Routes one published message into the queue, whatever its type: the channel's publish
+    /// path calls this for every queue the message reached. `stored` is the message's append
+    /// to the store, if the publish made one (only a queue that keeps its messages there
+    /// takes it); `confirm` is the publish's confirm when the channel confirms, which a queue
+    /// type that confirms on its own (a quorum queue: once its group committed) joins.
+    #[inline]
+    pub fn publish_routed(
+        self: &Arc<Self>,
+        message: &Arc<Message>,
+        stored: Option<Appended>,
+        confirm: Option<&mut RoutedConfirm>,
+    ) -> Enqueued {
+        match &self.kind {
+            QueueKind::Classic => {
+                let stored = stored.filter(|_| self.stored.is_some());
+                self.publish(message.clone(), stored)
+            }
+            QueueKind::Quorum(qq) => {
+                MessageStats::add(&self.stats.publish, 1);
+                qq.enqueue(message, confirm.map(RoutedConfirm::join));
+                Enqueued::Accepted
+            }
         }
     }
 
@@ -647,7 +705,7 @@ impl Queue {
         rejected: Vec<QueuedMessage>,
     ) {
         if let QueueKind::Quorum(qq) = &self.kind {
-            qq.settle(&acked, &requeued, &rejected);
+            qq.settle(&acked, &requeued, &rejected, false);
             return;
         }
         for m in &acked {
@@ -695,6 +753,17 @@ impl Queue {
         }
     }
 
+    /// Requeues the unacked deliveries of a channel that went away. A classic queue puts
+    /// them back where their ids say (as any requeue); a quorum queue back at the head, where
+    /// RabbitMQ returns a downed consumer's messages (a client's own requeue goes to the back).
+    pub fn release(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.settle(&[], &messages, &[], true);
+            return;
+        }
+        self.settle(Vec::new(), messages, Vec::new());
+    }
+
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
@@ -703,7 +772,7 @@ impl Queue {
             return;
         }
         if were_unacked {
-            self.settle(Vec::new(), messages, Vec::new());
+            self.release(messages);
             return;
         }
         self.with_state(|st, dead| {
@@ -924,6 +993,9 @@ impl Queue {
     /// they arrived, as in RabbitMQ). Returns true when the policies changed.
     pub fn apply_policies(self: &Arc<Self>, policies: AppliedPolicies) -> bool {
         let limits = effective_queue_limits(&self.arguments, &policies);
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.set_config(crate::quorum::queue_config(&self.arguments, &policies));
+        }
         let changed = self.with_state(|st, dead| {
             if st.policies == policies {
                 return false;
