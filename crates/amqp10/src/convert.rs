@@ -20,11 +20,13 @@
 //!   several data sections) becomes its AMQP encoding with type "amqp-1.0" for 0-9-1, which
 //!   is turned back into the same sections for an AMQP 1.0 consumer of a converted message.
 //!
-//! A message published over 0-9-1 (or re-published by the broker, as dead-lettering does)
-//! has no AMQP 1.0 form and is converted for an AMQP 1.0 consumer by the table above.
-//! The header's first-acquirer is false on a redelivery and its delivery-count counts the
-//! deliveries settled as failed (modified with delivery-failed); released and 0-9-1
-//! requeues leave it as it was.
+//! A message published over 0-9-1 has no AMQP 1.0 form and is converted for an AMQP 1.0
+//! consumer by the table above. A dead-lettered copy keeps the 1.0 form it had; its death
+//! history (x-death and the x-first/last-death-* headers of its 0-9-1 view) reaches an AMQP
+//! 1.0 consumer as RabbitMQ 4's `x-opt-deaths`, `x-first-death-*` and `x-last-death-*`
+//! message annotations. The header's first-acquirer is false on a redelivery, after a
+//! failed delivery and for a dead-lettered copy; its delivery-count is the failed
+//! deliveries of the queue's copy (`QueuedMessage::delivery_count`).
 
 use crate::codec::value_len;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -316,6 +318,19 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
             payload.slice(start..end)
         }
     };
+    if props.delivery_mode.is_none()
+        && matches!(
+            headers.get("x-basic-delivery-mode"),
+            Some(FieldValue::U8(2))
+        )
+    {
+        // No header: durable is false, the AMQP 1.0 default, as in RabbitMQ 4.2 and later
+        // (`mc_amqp:get_property(durable, _)`, commit f8f1396 "Follow AMQP spec for
+        // durable field"; 4.0 and 4.1 took a missing header as durable). Their fallback
+        // for a message that came from 0-9-1 is kept too: the annotation
+        // x-basic-delivery-mode = ubyte 2 makes it durable.
+        props.delivery_mode = Some(2);
+    }
     if !headers.is_empty() {
         props.headers = Some(headers);
     }
@@ -419,16 +434,96 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
 }
 
 /// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message,
-/// first-acquirer and delivery-count from its deliveries so far.
-fn header(m: &Message, priority: u8, redelivered: bool) -> Header {
+/// first-acquirer and delivery-count from the queue's copy (`delivery_count`: its failed
+/// deliveries). As RabbitMQ 4's `mc_amqp:update_header_from_anns`, first-acquirer is false
+/// once the message was delivered, failed or dead-lettered.
+fn header(m: &Message, priority: u8, redelivered: bool, delivery_count: u32) -> Header {
     Header {
         durable: m.persistent,
         priority: Priority(priority),
         ttl: m.expiration_ms.map(|ms| ms.min(u64::from(u32::MAX)) as u32),
-        first_acquirer: !redelivered,
-        delivery_count: m.failed_deliveries(),
+        first_acquirer: !redelivered && delivery_count == 0 && !m.dead_lettered,
+        delivery_count,
     }
 }
+
+/// RabbitMQ 4's death annotations for an AMQP 1.0 consumer (`mc_amqp:encode_deaths` and
+/// `mc:record_death`), from the 0-9-1 death history the broker keeps in the headers:
+/// `x-opt-deaths`, an array of maps, most recent first (queue, reason as a symbol, count
+/// as ulong, first-time and last-time as timestamps, exchange, routing-keys, and ttl when
+/// the message had one), and the x-first-death-* / x-last-death-* strings. The 0-9-1
+/// history keeps one time per entry, in seconds (RabbitMQ's x-death `time`), so
+/// first-time and last-time are both that time in milliseconds.
+fn death_annotations(headers: &FieldTable, annotate: &mut impl FnMut(&str, Value)) {
+    let Some(FieldValue::Array(deaths)) = headers.get("x-death") else {
+        return;
+    };
+    let text = |v: Option<&FieldValue>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    let mut maps = Vec::new();
+    for death in deaths {
+        let FieldValue::Table(t) = death else {
+            continue;
+        };
+        let mut map = OrderedMap::new();
+        let mut put = |k: &str, v: Value| {
+            map.as_inner_mut().insert(Value::Symbol(Symbol::from(k)), v);
+        };
+        if let Some(ttl) = text(t.get("original-expiration")).and_then(|e| e.parse::<u32>().ok()) {
+            put("ttl", Value::Uint(ttl));
+        }
+        put(
+            "queue",
+            Value::String(text(t.get("queue")).unwrap_or_default()),
+        );
+        put(
+            "reason",
+            Value::Symbol(Symbol::from(text(t.get("reason")).unwrap_or_default())),
+        );
+        let count = t.get("count").and_then(|c| c.as_i64()).unwrap_or(1);
+        put("count", Value::Ulong(count.max(0) as u64));
+        let time_ms = match t.get("time") {
+            Some(FieldValue::Timestamp(s)) => (*s as i64).saturating_mul(1000),
+            _ => 0,
+        };
+        put(
+            "first-time",
+            Value::Timestamp(Timestamp::from_milliseconds(time_ms)),
+        );
+        put(
+            "last-time",
+            Value::Timestamp(Timestamp::from_milliseconds(time_ms)),
+        );
+        put(
+            "exchange",
+            Value::String(text(t.get("exchange")).unwrap_or_default()),
+        );
+        let keys = match t.get("routing-keys") {
+            Some(FieldValue::Array(keys)) => keys
+                .iter()
+                .filter_map(|k| k.as_str())
+                .map(|k| Value::String(k.to_owned()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        put("routing-keys", Value::Array(keys.into()));
+        maps.push(Value::Map(map));
+    }
+    annotate(X_OPT_DEATHS, Value::Array(maps.into()));
+    for key in [
+        "x-first-death-reason",
+        "x-first-death-queue",
+        "x-first-death-exchange",
+        "x-last-death-reason",
+        "x-last-death-queue",
+        "x-last-death-exchange",
+    ] {
+        if let Some(v) = text(headers.get(key)) {
+            annotate(key, Value::String(v));
+        }
+    }
+}
+
+const X_OPT_DEATHS: &str = "x-opt-deaths";
 
 /// The priority for the header: the message's, or 4 (the default) when it has none. Read
 /// from the 0-9-1 property flags, without decoding the properties.
@@ -446,17 +541,18 @@ fn header_priority(m: &Message) -> u8 {
 }
 
 /// The AMQP 1.0 message an AMQP 1.0 consumer receives for `m`. `redelivered`: the queue
-/// delivered it before (first-acquirer false).
-pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
+/// delivered it before (first-acquirer false); `delivery_count`: the failed deliveries of
+/// the queue's copy.
+pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
     if let Some(sections) = m.amqp10.as_deref() {
-        return as_published(m, sections, redelivered);
+        return as_published(m, sections, redelivered, delivery_count);
     }
     let props =
         BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
     let mut out = BytesMut::with_capacity(m.body.len() + 128);
     encode(
         &mut out,
-        &header(m, props.priority.unwrap_or(4), redelivered),
+        &header(m, props.priority.unwrap_or(4), redelivered, delivery_count),
     );
     let amqp10_body = props
         .message_type
@@ -478,7 +574,14 @@ pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
     }
     let mut application = OrderedMap::new();
     if let Some(headers) = &props.headers {
+        if m.dead_lettered {
+            death_annotations(headers, &mut annotate);
+        }
         for (k, v) in headers.iter() {
+            if m.dead_lettered && is_death_header(k.as_str()) {
+                // Written above in RabbitMQ 4's AMQP 1.0 form.
+                continue;
+            }
             if k.as_str().starts_with("x-") {
                 if let Some(v) = field_to_value(v) {
                     annotate(k.as_str(), v);
@@ -530,29 +633,46 @@ pub fn to_amqp10(m: &Message, redelivered: bool) -> Bytes {
 /// A message published over AMQP 1.0, as it was published: a new header, its
 /// message-annotations with x-exchange and x-routing-key set, then its bare message and
 /// footer byte for byte. The annotations are spliced at the byte level (the published ones
-/// are not decoded) unless they already hold one of the two keys.
-fn as_published(m: &Message, kept: &Bytes, redelivered: bool) -> Bytes {
+/// are not decoded) unless they already hold one of the two keys, or the message was
+/// dead-lettered (its death annotations are added, as RabbitMQ 4 does).
+fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u32) -> Bytes {
     let mut out = BytesMut::with_capacity(kept.len() + 96);
-    encode(&mut out, &header(m, header_priority(m), redelivered));
+    encode(
+        &mut out,
+        &header(m, header_priority(m), redelivered, delivery_count),
+    );
     let (published, rest) = split_annotations(kept);
-    if !annotate_routing(&mut out, published, m) {
+    if m.dead_lettered || !annotate_routing(&mut out, published, m) {
         let mut annotations = published
             .and_then(|a| decode::<MessageAnnotations>(a, "message-annotations").ok())
             .map(|a| a.0)
             .unwrap_or_default();
         let inner = annotations.as_inner_mut();
-        inner.insert(
-            OwnedKey::Symbol(Symbol::from(X_EXCHANGE)),
-            Value::String(m.exchange.as_str().to_owned()),
-        );
-        inner.insert(
-            OwnedKey::Symbol(Symbol::from(X_ROUTING_KEY)),
+        let mut annotate = |k: &str, v: Value| {
+            inner.insert(OwnedKey::Symbol(Symbol::from(k)), v);
+        };
+        annotate(X_EXCHANGE, Value::String(m.exchange.as_str().to_owned()));
+        annotate(
+            X_ROUTING_KEY,
             Value::String(m.routing_key.as_str().to_owned()),
         );
+        if m.dead_lettered {
+            let props = BasicProperties::decode(&mut Reader::new(m.properties_raw.clone()))
+                .unwrap_or_default();
+            if let Some(headers) = &props.headers {
+                death_annotations(headers, &mut annotate);
+            }
+        }
         encode(&mut out, &MessageAnnotations(annotations));
     }
     out.extend_from_slice(rest);
     out.freeze()
+}
+
+/// The 0-9-1 headers dead-lettering writes, which an AMQP 1.0 consumer gets as RabbitMQ 4's
+/// death annotations instead.
+fn is_death_header(key: &str) -> bool {
+    key == "x-death" || key.starts_with("x-first-death-") || key.starts_with("x-last-death-")
 }
 
 const X_EXCHANGE: &str = "x-exchange";
@@ -691,7 +811,7 @@ mod tests {
             headers: Some(headers),
             ..Default::default()
         };
-        let payload = to_amqp10(&message(&props, b"hello"), true);
+        let payload = to_amqp10(&message(&props, b"hello"), true, 0);
         // Back through the publish conversion: the same 0-9-1 shape.
         let back = from_amqp10(&payload).unwrap();
         assert_eq!(&back.body[..], b"hello");
@@ -739,7 +859,7 @@ mod tests {
             incoming.properties.message_type.as_deref(),
             Some(AMQP10_BODY_TYPE)
         );
-        let out = to_amqp10(&message(&incoming.properties, b""), false);
+        let out = to_amqp10(&message(&incoming.properties, b""), false, 0);
         let _ = out; // the body of the rebuilt message:
         let m = Message::new(
             ShortStr::from(""),
@@ -748,7 +868,7 @@ mod tests {
             ContentHeader::new(BASIC_CLASS_ID, 0, &incoming.properties).properties,
             incoming.body.clone(),
         );
-        let out = to_amqp10(&m, false);
+        let out = to_amqp10(&m, false, 0);
         let value_section = sections(&out)
             .unwrap()
             .into_iter()
@@ -769,7 +889,7 @@ mod tests {
             incoming.body.clone(),
         )
         .with_amqp10(incoming.sections);
-        let out = to_amqp10(&m, redelivered);
+        let out = to_amqp10(&m, redelivered, 0);
         (m, out)
     }
 
@@ -839,8 +959,7 @@ mod tests {
         // The bare message and the footer, byte for byte.
         assert!(out.ends_with(&bare[bare_start..]));
         // A redelivery after a failed one: first-acquirer false, delivery-count 1.
-        m.delivery_failed();
-        let again = to_amqp10(&m, true);
+        let again = to_amqp10(&m, true, 1);
         let h: Header = decode(&sections(&again).unwrap()[0].1, "header").unwrap();
         assert!(!h.first_acquirer);
         assert_eq!(h.delivery_count, 1);
@@ -921,5 +1040,214 @@ mod tests {
         assert_eq!(got.message_id, None);
         assert_eq!(got.correlation_id.as_deref(), Some("42"));
         assert!(got.headers.unwrap().get("x-message-id").is_some());
+    }
+
+    /// The message-annotations of `out` by key. Walked by hand: serde_amqp 0.18 cannot
+    /// decode an array of maps (it overflows), so an array's elements are decoded one by
+    /// one (a list of them is returned); proton and RabbitMQ 4's clients read it as sent.
+    fn annotations_of(out: &Bytes) -> std::collections::HashMap<String, Value> {
+        let got = sections(out).unwrap();
+        let (_, section) = got.iter().find(|(c, _)| *c == MESSAGE_ANNOTATIONS).unwrap();
+        let descriptor = value_len(&section[1..]).unwrap();
+        let map = &section[1 + descriptor..];
+        let (mut at, count) = match map[0] {
+            0xc1 => (3, usize::from(map[2])),
+            0xd1 => (
+                9,
+                u32::from_be_bytes(map[5..9].try_into().unwrap()) as usize,
+            ),
+            other => panic!("not a map: {other:#x}"),
+        };
+        let mut out = std::collections::HashMap::new();
+        for _ in 0..count / 2 {
+            let key_len = value_len(&map[at..]).unwrap();
+            let key: Value = serde_amqp::from_slice(&map[at..at + key_len]).unwrap();
+            at += key_len;
+            let value_len = value_len(&map[at..]).unwrap();
+            let raw = &map[at..at + value_len];
+            let value = match raw[0] {
+                0xe0 | 0xf0 => Value::List(array_elements(raw)),
+                _ => serde_amqp::from_slice(raw).unwrap(),
+            };
+            at += value_len;
+            let Value::Symbol(key) = key else {
+                panic!("key {key:?}")
+            };
+            out.insert(key.0, value);
+        }
+        out
+    }
+
+    /// The elements of an encoded array, each decoded on its own.
+    fn array_elements(raw: &[u8]) -> Vec<Value> {
+        let (count, constructor_at) = if raw[0] == 0xe0 {
+            (usize::from(raw[2]), 3)
+        } else {
+            (
+                u32::from_be_bytes(raw[5..9].try_into().unwrap()) as usize,
+                9,
+            )
+        };
+        let constructor = raw[constructor_at];
+        let mut at = constructor_at + 1;
+        let mut elements = Vec::new();
+        for _ in 0..count {
+            let mut one = vec![constructor];
+            one.extend_from_slice(&raw[at..]);
+            let len = value_len(&one).unwrap();
+            elements.push(serde_amqp::from_slice(&one[..len]).unwrap());
+            at += len - 1;
+        }
+        elements
+    }
+
+    fn annotation(a: &std::collections::HashMap<String, Value>, key: &str) -> Option<Value> {
+        a.get(key).cloned()
+    }
+
+    fn map_get(map: &Value, key: &str) -> Option<Value> {
+        let Value::Map(m) = map else { return None };
+        m.get(&Value::Symbol(Symbol::from(key))).cloned()
+    }
+
+    #[test]
+    fn a_dead_lettered_amqp10_message_keeps_its_sections_with_death_annotations() {
+        use fe2o3_amqp_types::messaging::Footer;
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        let mut annotations = OrderedMap::new();
+        annotations
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("custom")), Value::Int(5));
+        let mut payload = serde_amqp::to_vec(&Header {
+            durable: true,
+            ..Default::default()
+        })
+        .unwrap();
+        payload.extend(serde_amqp::to_vec(&MessageAnnotations(annotations)).unwrap());
+        let bare_start = payload.len();
+        payload.extend(
+            serde_amqp::to_vec(&Properties {
+                subject: Some("topic".into()),
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        payload.extend(serde_amqp::to_vec(&AmqpValue(Value::String("hi".into()))).unwrap());
+        let mut footer = OrderedMap::new();
+        footer
+            .as_inner_mut()
+            .insert(OwnedKey::Symbol(Symbol::from("sig")), Value::Int(9));
+        payload.extend(serde_amqp::to_vec(&Footer(footer)).unwrap());
+        let payload = Bytes::from(payload);
+        let (m, _) = through_the_broker(&payload, false);
+        let dlx = ShortStr::from("dlx");
+        let (copy, _) = dead_lettered(&m, "q1", DeathReason::Rejected, &dlx, None);
+        // Dead-lettered twice from the same queue: one entry, count 2; then expired
+        // elsewhere: a second entry, most recent first.
+        let (copy, _) = dead_lettered(&copy, "q1", DeathReason::Rejected, &dlx, None);
+        let (copy, headers) = dead_lettered(&copy, "q2", DeathReason::Expired, &dlx, None);
+        assert!(
+            headers.get("x-death").is_some(),
+            "the 0-9-1 view keeps x-death"
+        );
+
+        let out = to_amqp10(&copy, false, 2);
+        // The bare message and the footer, byte for byte.
+        assert!(out.ends_with(&payload[bare_start..]));
+        let h: Header = decode(&sections(&out).unwrap()[0].1, "header").unwrap();
+        assert!(h.durable);
+        assert!(
+            !h.first_acquirer,
+            "a dead-lettered message was acquired before"
+        );
+        assert_eq!(h.delivery_count, 2);
+        let a = annotations_of(&out);
+        assert_eq!(annotation(&a, "custom"), Some(Value::Int(5)));
+        assert_eq!(
+            annotation(&a, "x-exchange"),
+            Some(Value::String("dlx".into()))
+        );
+        assert_eq!(
+            annotation(&a, "x-routing-key"),
+            Some(Value::String("a.b".into()))
+        );
+        assert_eq!(
+            annotation(&a, "x-death"),
+            None,
+            "RabbitMQ 4 says x-opt-deaths"
+        );
+        let text = |s: &str| Some(Value::String(s.into()));
+        assert_eq!(annotation(&a, "x-first-death-queue"), text("q1"));
+        assert_eq!(annotation(&a, "x-first-death-reason"), text("rejected"));
+        assert_eq!(annotation(&a, "x-first-death-exchange"), text("amq.topic"));
+        assert_eq!(annotation(&a, "x-last-death-queue"), text("q2"));
+        assert_eq!(annotation(&a, "x-last-death-reason"), text("expired"));
+        assert_eq!(annotation(&a, "x-last-death-exchange"), text("dlx"));
+        let Some(Value::List(deaths)) = annotation(&a, "x-opt-deaths") else {
+            panic!("no x-opt-deaths in {a:?}")
+        };
+        assert_eq!(deaths.len(), 2);
+        let (last, first) = (&deaths[0], &deaths[1]);
+        assert_eq!(map_get(last, "queue"), text("q2"));
+        assert_eq!(
+            map_get(last, "reason"),
+            Some(Value::Symbol(Symbol::from("expired")))
+        );
+        assert_eq!(map_get(last, "count"), Some(Value::Ulong(1)));
+        assert_eq!(map_get(last, "exchange"), text("dlx"));
+        assert_eq!(map_get(first, "queue"), text("q1"));
+        assert_eq!(map_get(first, "count"), Some(Value::Ulong(2)));
+        assert_eq!(map_get(first, "exchange"), text("amq.topic"));
+        assert_eq!(
+            map_get(first, "routing-keys"),
+            Some(Value::Array(vec![Value::String("a.b".into())].into()))
+        );
+        assert!(map_get(first, "ttl").is_none(), "it had no ttl");
+        let Some(Value::Timestamp(t)) = map_get(first, "first-time") else {
+            panic!("no first-time")
+        };
+        assert!(t.milliseconds() > 1_600_000_000_000);
+        assert!(map_get(first, "last-time").is_some());
+    }
+
+    #[test]
+    fn a_dead_lettered_091_message_reaches_amqp10_with_death_annotations() {
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        let m = message(&BasicProperties::default(), b"x");
+        let (copy, _) = dead_lettered(&m, "q", DeathReason::MaxLen, &ShortStr::from(""), None);
+        let a = annotations_of(&to_amqp10(&copy, false, 0));
+        assert!(matches!(annotation(&a, "x-opt-deaths"), Some(Value::List(d)) if d.len() == 1));
+        assert_eq!(annotation(&a, "x-death"), None);
+        assert_eq!(
+            annotation(&a, "x-first-death-reason"),
+            Some(Value::String("maxlen".into()))
+        );
+    }
+
+    #[test]
+    fn a_message_without_a_header_is_not_durable_unless_its_annotation_says_so() {
+        let body = serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap();
+        let plain = from_amqp10(&Bytes::from(body.clone())).unwrap();
+        assert_eq!(plain.properties.delivery_mode, None);
+        let mut annotations = OrderedMap::new();
+        annotations.as_inner_mut().insert(
+            OwnedKey::Symbol(Symbol::from("x-basic-delivery-mode")),
+            Value::Ubyte(2),
+        );
+        let mut payload = serde_amqp::to_vec(&MessageAnnotations(annotations)).unwrap();
+        payload.extend(body);
+        let annotated = from_amqp10(&Bytes::from(payload)).unwrap();
+        assert_eq!(annotated.properties.delivery_mode, Some(2));
+        // A header's durable wins over the annotation.
+        let mut with_header = serde_amqp::to_vec(&Header::default()).unwrap();
+        let mut annotations = OrderedMap::new();
+        annotations.as_inner_mut().insert(
+            OwnedKey::Symbol(Symbol::from("x-basic-delivery-mode")),
+            Value::Ubyte(2),
+        );
+        with_header.extend(serde_amqp::to_vec(&MessageAnnotations(annotations)).unwrap());
+        with_header.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap());
+        let explicit = from_amqp10(&Bytes::from(with_header)).unwrap();
+        assert_eq!(explicit.properties.delivery_mode, Some(1));
     }
 }

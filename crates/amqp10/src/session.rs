@@ -447,7 +447,7 @@ impl Session {
             .into_iter()
             .filter_map(|id| self.unsettled.remove(&id))
             .collect();
-        settle_all(requeue.into_iter().map(|u| (u, Settle::Requeue)));
+        settle_all(requeue.into_iter().map(|u| (u, Settle::Gone)));
     }
 
     /// The session ends (end, close, or the connection is gone): every link goes.
@@ -457,7 +457,7 @@ impl Session {
             self.remove_link(handle, env);
         }
         let rest = std::mem::take(&mut self.unsettled);
-        settle_all(rest.into_values().map(|u| (u, Settle::Requeue)));
+        settle_all(rest.into_values().map(|u| (u, Settle::Gone)));
     }
 
     // ---- flow ------------------------------------------------------------------------

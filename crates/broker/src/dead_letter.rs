@@ -1,6 +1,8 @@
 //! Dead-lettering: the copy of a message that goes to a queue's `x-dead-letter-exchange`
 //! when it is rejected, expires or overflows, with the history RabbitMQ 3.13 writes into its
-//! headers, and RabbitMQ's rule for dropping copies that would go round a cycle.
+//! headers, and RabbitMQ's rule for dropping copies that would go round a cycle. A message
+//! published over AMQP 1.0 keeps its sections; an AMQP 1.0 consumer reads the history as
+//! RabbitMQ 4's `x-opt-deaths` annotations (`warren_amqp10::convert`).
 //!
 //! History: `x-death` holds one table per (queue, reason), most recent first. A death that
 //! repeats one bumps its `count` and moves it to the front; the rest of the entry (`time`,
@@ -133,13 +135,18 @@ pub fn dead_lettered(
     let routing_key = routing_key
         .cloned()
         .unwrap_or_else(|| message.routing_key.clone());
-    let copy = Message::new(
+    let mut copy = Message::new(
         exchange.clone(),
         routing_key,
         &props,
         properties_raw,
         message.body.clone(),
     );
+    // A message published over AMQP 1.0 keeps its sections (RabbitMQ 4 dead-letters the
+    // message container itself): an AMQP 1.0 consumer of the dead-letter queue gets them
+    // unchanged, with the death history as annotations; a 0-9-1 one gets the headers above.
+    copy.amqp10 = message.amqp10.clone();
+    copy.dead_lettered = true;
     (copy, headers)
 }
 

@@ -10,7 +10,6 @@
 
 use crate::queue_args::MAX_EXPIRY_MS;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicU32, Ordering};
 use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
 /// What a queued message costs beyond its bytes: the `Message` and its `Arc`, the
@@ -34,9 +33,16 @@ pub struct Message {
     /// hop-by-hop); None for a message that did not come over AMQP 1.0. Boxed so that a
     /// 0-9-1 message carries a null pointer only.
     pub amqp10: Option<Box<Bytes>>,
-    /// Deliveries an AMQP 1.0 consumer settled as failed (modified, delivery-failed): the
-    /// header's delivery-count. Counted per message, not per queue it was routed to.
-    failed_deliveries: AtomicU32,
+    /// The failed deliveries a dead-lettered copy brings along: the source queue's count
+    /// when it died. RabbitMQ 4 carries its `delivery_count` annotation into the
+    /// dead-letter queue; each queue then counts on from it in its own copy
+    /// (`QueuedMessage::delivery_count`). 0 for a published message. Sits in padding.
+    pub inherited_delivery_count: u32,
+    /// The copy a queue dead-lettered (it has a death history): an AMQP 1.0 consumer's
+    /// header says first-acquirer false, as RabbitMQ 4's `mc_amqp` does for messages with
+    /// deaths. Set by dead-lettering and by reading back a stored message with an x-death
+    /// header, never on the publish path.
+    pub dead_lettered: bool,
 }
 
 impl Message {
@@ -60,7 +66,8 @@ impl Message {
                 .as_ref()
                 .and_then(|e| parse_expiration(e).ok()),
             amqp10: None,
-            failed_deliveries: AtomicU32::new(0),
+            inherited_delivery_count: 0,
+            dead_lettered: false,
         }
     }
 
@@ -71,16 +78,6 @@ impl Message {
         self
     }
 
-    /// The header's delivery-count for an AMQP 1.0 consumer.
-    pub fn failed_deliveries(&self) -> u32 {
-        self.failed_deliveries.load(Ordering::Relaxed)
-    }
-
-    /// An AMQP 1.0 consumer settled a delivery as failed (it is requeued or dead-lettered).
-    pub fn delivery_failed(&self) {
-        self.failed_deliveries.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Rebuilds a message the store kept; None if its stored fields no longer parse.
     pub fn from_stored(stored: warren_store::StoredMessage) -> Option<Message> {
         let header = ContentHeader {
@@ -89,13 +86,18 @@ impl Message {
             properties: stored.properties,
         };
         let properties = header.properties().ok()?;
-        let message = Message::new(
+        let dead_lettered = properties
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("x-death").is_some());
+        let mut message = Message::new(
             ShortStr::from_bytes(stored.exchange)?,
             ShortStr::from_bytes(stored.routing_key)?,
             &properties,
             header.properties,
             stored.body,
         );
+        message.dead_lettered = dead_lettered;
         Some(message.with_amqp10(stored.amqp10))
     }
 
@@ -212,6 +214,33 @@ mod tests {
         )
         .unwrap();
         assert!(plain.amqp10.is_none());
+        assert!(!back.dead_lettered && !plain.dead_lettered);
+    }
+
+    #[test]
+    fn a_dead_lettered_amqp10_copy_keeps_its_sections_and_is_known_as_dead_lettered_after_a_restart(
+    ) {
+        use crate::dead_letter::{dead_lettered, DeathReason};
+        let sections = Bytes::from_static(b"\x00\x53\x75\xa0\x02hi");
+        let properties = BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        let m = Message::new(
+            ShortStr::from(""),
+            ShortStr::from("q"),
+            &properties,
+            ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties,
+            sections.slice(5..),
+        )
+        .with_amqp10(sections.clone());
+        let (copy, _) = dead_lettered(&m, "q", DeathReason::Rejected, &ShortStr::from(""), None);
+        assert!(copy.dead_lettered && copy.persistent);
+        assert_eq!(copy.amqp10.as_deref(), Some(&sections));
+        let back = Message::from_stored(copy.to_stored()).unwrap();
+        assert!(back.dead_lettered, "its x-death header says so");
+        assert_eq!(back.amqp10.as_deref(), Some(&sections));
+        assert_eq!(&back.body[..], b"hi");
     }
 
     #[test]

@@ -40,6 +40,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Appended, Location, MessageId, QueueId, Store};
 
@@ -64,6 +65,14 @@ pub struct QueuedMessage {
     pub id: u64,
     pub message: Arc<Message>,
     pub redelivered: bool,
+    /// Failed deliveries of this queue's copy: what an AMQP 1.0 consumer's header says as
+    /// delivery-count. Per queued copy, as RabbitMQ 4's classic queue keeps it (a map from
+    /// its sequence id to the count in `rabbit_variable_queue`), so a message routed to two
+    /// queues counts twice separately. It grows when a delivery ends as failed — modified
+    /// with delivery-failed, rejected (then the dead-lettered copy starts from it), or
+    /// still unsettled when its consumer went (RabbitMQ's `requeue_and_run/3`) — not on a
+    /// release or a 0-9-1 requeue. Sits in the padding after `redelivered`: no extra bytes.
+    pub delivery_count: u32,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
     /// Set when the message is in the store for this queue (persisted, or written to page
@@ -103,6 +112,38 @@ pub enum Enqueued {
 }
 
 pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+/// One confirming publish's confirm while it is routed: the queues that confirm on their own
+/// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
+/// channel waits for besides the store, if any queue joined.
+pub struct RoutedConfirm {
+    wake: UnboundedSender<ConnectionEvent>,
+    joined: Option<Arc<QuorumConfirm>>,
+}
+
+impl RoutedConfirm {
+    /// `wake` is the channel's connection, told when the joined queues have all answered.
+    pub fn new(wake: &UnboundedSender<ConnectionEvent>) -> RoutedConfirm {
+        RoutedConfirm {
+            wake: wake.clone(),
+            joined: None,
+        }
+    }
+
+    fn join(&mut self) -> &Arc<QuorumConfirm> {
+        let wake = &self.wake;
+        self.joined
+            .get_or_insert_with(|| QuorumConfirm::new(wake.clone()))
+    }
+
+    /// Routing is done: the confirm the joined queues answer, if any joined.
+    pub fn finish(self) -> Option<Arc<QuorumConfirm>> {
+        if let Some(confirm) = &self.joined {
+            confirm.routed();
+        }
+        self.joined
+    }
+}
 
 /// The queue types: where a queue's messages live and who delivers them.
 #[derive(Debug)]
@@ -294,6 +335,36 @@ impl Queue {
         }
     }
 
+    /// Routes one published message into the queue, whatever its type: the channel's publish
+    /// path calls this for every queue the message reached. `stored` is the message's append
+    /// to the store, if the publish made one (only a queue that keeps its messages there
+    /// takes it); `confirm` is the publish's confirm when the channel confirms, which a queue
+    /// type that confirms on its own (a quorum queue: once its group committed) joins.
+    #[inline]
+    pub fn publish_routed(
+        self: &Arc<Self>,
+        message: &Arc<Message>,
+        stored: Option<Appended>,
+        confirm: Option<&mut RoutedConfirm>,
+    ) -> Enqueued {
+        match &self.kind {
+            QueueKind::Classic => {
+                let stored = stored.filter(|_| self.stored.is_some());
+                self.publish(message.clone(), stored)
+            }
+            QueueKind::Quorum(qq) => {
+                MessageStats::add(&self.stats.publish, 1);
+                qq.enqueue(message, confirm.map(RoutedConfirm::join));
+                Enqueued::Accepted
+            }
+            QueueKind::Remote(r) => {
+                // Confirmed once the serving node's queue accepted it.
+                MessageStats::add(&self.stats.publish, 1);
+                r.publish(message, confirm.map(RoutedConfirm::join))
+            }
+        }
+    }
+
     /// The clock is read only for messages that can expire: most never do, and publish is
     /// the hot path.
     fn expiry_for(st: &QueueState, message: &Message) -> Option<Instant> {
@@ -357,6 +428,7 @@ impl Queue {
             let queued = QueuedMessage {
                 id,
                 expires_at: Self::expiry_for(&st, &message),
+                delivery_count: message.inherited_delivery_count,
                 message,
                 redelivered: false,
                 store_ref,
@@ -532,13 +604,14 @@ impl Queue {
         };
         let mut queues = Vec::new();
         for (m, reason) in dead {
-            let (copy, headers) = dead_lettered(
+            let (mut copy, headers) = dead_lettered(
                 &m.message,
                 &self.name,
                 reason,
                 dlx,
                 dlx_routing_key.as_ref(),
             );
+            copy.inherited_delivery_count = m.delivery_count;
             vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
             // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
             queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
@@ -555,6 +628,18 @@ impl Queue {
                 }
                 _ => None,
             };
+            if let (Some(appended), Some(store)) = (stored, &vhost.store) {
+                if copy.inherited_delivery_count > 0 {
+                    // The count the copy brings along, for each durable queue it joins.
+                    for q in queues.iter().filter_map(|q| q.stored.as_ref()) {
+                        let _ = store.set_delivery_count(
+                            q.id,
+                            appended.id,
+                            copy.inherited_delivery_count,
+                        );
+                    }
+                }
+            }
             let copy = Arc::new(copy);
             for q in queues.drain(..) {
                 q.publish(copy.clone(), stored.filter(|_| q.stored.is_some()));
@@ -668,7 +753,7 @@ impl Queue {
     ) {
         match &self.kind {
             QueueKind::Classic => {}
-            QueueKind::Quorum(qq) => return qq.settle(&acked, &requeued, &rejected),
+            QueueKind::Quorum(qq) => return qq.settle(&acked, &requeued, &rejected, false),
             QueueKind::Remote(r) => return r.settle(&acked, &requeued, &rejected),
         }
         for m in &acked {
@@ -684,6 +769,7 @@ impl Queue {
             let any_requeued = !requeued.is_empty();
             for mut m in requeued {
                 m.redelivered = true;
+                self.persist_delivery_count(&m);
                 self.insert_ready(st, m);
             }
             if any_requeued {
@@ -692,6 +778,38 @@ impl Queue {
             dead.extend(rejected.into_iter().map(|m| (m, DeathReason::Rejected)));
             self.dispatch(st, dead);
         })
+    }
+
+    /// Writes the delivery-count of a persistent message of a durable queue to the store
+    /// when it goes back to the queue after a failed delivery, so a restart keeps it.
+    /// RabbitMQ 4 keeps it in the quorum queue's log (every change) and, for a classic
+    /// queue, in the recovery terms written at a clean shutdown (lost after a crash); one
+    /// small record on this slow path (a failed delivery, never a plain ack, publish or
+    /// 0-9-1 requeue of a message that never failed) keeps it across crashes too. A
+    /// message released again after a failed delivery writes its unchanged count once more.
+    fn persist_delivery_count(&self, m: &QueuedMessage) {
+        if m.delivery_count == 0 || !m.message.persistent {
+            return;
+        }
+        if let (Some(stored), Some(r)) = (&self.stored, m.store_ref) {
+            if let Err(e) = stored
+                .store
+                .set_delivery_count(stored.id, r.id, m.delivery_count)
+            {
+                tracing::debug!(queue = %self.name, error = %e, "storing a delivery count failed");
+            }
+        }
+    }
+
+    /// Requeues the unacked deliveries of a channel that went away. A classic queue puts
+    /// them back where their ids say (as any requeue); a quorum queue back at the head, where
+    /// RabbitMQ returns a downed consumer's messages (a client's own requeue goes to the back).
+    pub fn release(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.settle(&[], &messages, &[], true);
+            return;
+        }
+        self.settle(Vec::new(), messages, Vec::new());
     }
 
     /// Puts back messages that were handed to a connection but never reached the client
@@ -703,7 +821,7 @@ impl Queue {
             return;
         }
         if were_unacked {
-            self.settle(Vec::new(), messages, Vec::new());
+            self.release(messages);
             return;
         }
         self.with_state(|st, dead| {
@@ -953,6 +1071,9 @@ impl Queue {
     /// they arrived, as in RabbitMQ). Returns true when the policies changed.
     pub fn apply_policies(self: &Arc<Self>, policies: AppliedPolicies) -> bool {
         let limits = effective_queue_limits(&self.arguments, &policies);
+        if let QueueKind::Quorum(qq) = &self.kind {
+            qq.set_config(crate::quorum::queue_config(&self.arguments, &policies));
+        }
         let changed = self.with_state(|st, dead| {
             if st.policies == policies {
                 return false;

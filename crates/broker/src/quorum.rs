@@ -28,6 +28,7 @@ use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
+use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -49,26 +50,48 @@ use warren_quorum::types::{GroupId, Proposal};
 /// How often the leader lets time pass (`Tick`) while the head of the queue can expire.
 const TICK_INTERVAL: Duration = Duration::from_millis(200);
 
-/// The quorum arguments a queue was declared with, as the group's machine reads them.
-pub fn queue_config(args: &FieldTable) -> QueueConfig {
-    let non_negative = |key: &str| {
+/// What the group's machine acts on: the queue's arguments combined with its policy and
+/// operator policy as RabbitMQ 3.10 combines them for quorum queues
+/// (`rabbit_quorum_queue:ra_machine_config`, checked against 3.10.8): `max-length`,
+/// `max-length-bytes`, `delivery-limit` and `message-ttl` take the lower of argument and
+/// policy; `overflow` takes the policy's over the argument (unlike a classic queue's). The
+/// dead-letter target is read from the queue's limits when a message dies, not from here.
+pub fn queue_config(args: &FieldTable, applied: &AppliedPolicies) -> QueueConfig {
+    let argument = |key: &str| {
         args.get(key)
             .and_then(FieldValue::as_integer)
             .and_then(|n| u64::try_from(n).ok())
     };
+    let policy = |key: &str| applied.get(key).and_then(|v| v.as_u64());
+    let lower = |arg: &str, key: &str| match (argument(arg), policy(key)) {
+        (Some(a), Some(p)) => Some(a.min(p)),
+        (a, p) => a.or(p),
+    };
+    let overflow = applied
+        .get("overflow")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .or_else(|| {
+            args.get("x-overflow")
+                .and_then(FieldValue::as_str)
+                .map(str::to_owned)
+        });
     QueueConfig {
         delivery_limit: Some(
-            non_negative("x-delivery-limit").map_or(DEFAULT_DELIVERY_LIMIT, |n| {
+            lower("x-delivery-limit", "delivery-limit").map_or(DEFAULT_DELIVERY_LIMIT, |n| {
                 n.min(u64::from(u32::MAX)) as u32
             }),
         ),
-        max_length: non_negative("x-max-length"),
-        max_length_bytes: non_negative("x-max-length-bytes"),
-        overflow: match args.get("x-overflow").and_then(FieldValue::as_str) {
+        max_length: lower("x-max-length", "max-length"),
+        max_length_bytes: lower("x-max-length-bytes", "max-length-bytes"),
+        overflow: match overflow.as_deref() {
             Some("reject-publish") | Some("reject-publish-dlx") => Overflow::RejectPublish,
             _ => Overflow::DropHead,
         },
-        message_ttl_ms: non_negative("x-message-ttl"),
+        message_ttl_ms: lower("x-message-ttl", "message-ttl"),
+        single_active_consumer: args
+            .get("x-single-active-consumer")
+            .and_then(FieldValue::as_bool)
+            .unwrap_or(false),
     }
 }
 
@@ -172,12 +195,16 @@ impl Consumers {
 pub struct QuorumQueue {
     group_id: GroupId,
     host: Arc<QuorumHost>,
-    config: QueueConfig,
+    /// What the group's machine should act on (arguments and policies); a change is proposed
+    /// to the group (`Command::SetConfig`) under this lock, so proposals follow updates.
+    config: Mutex<QueueConfig>,
     commands: UnboundedSender<Proposed>,
     /// Taken by `start`.
     commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
     /// Set once the group runs and this member leads it.
     group: OnceLock<Arc<QueueGroup>>,
+    /// Told when `group` is set, so a basic.get on a queue still starting waits for it.
+    group_started: tokio::sync::Notify,
     consumers: Mutex<Consumers>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
@@ -204,10 +231,11 @@ impl QuorumQueue {
         QuorumQueue {
             group_id,
             host,
-            config,
+            config: Mutex::new(config),
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
             group: OnceLock::new(),
+            group_started: tokio::sync::Notify::new(),
             consumers: Mutex::new(Consumers::default()),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
@@ -280,15 +308,9 @@ impl QuorumQueue {
                     queue.vhost_name()
                 )));
             }
-            if consumers.by_key.values().any(|c| c.exclusive)
-                || (consumer.exclusive && !consumers.by_key.is_empty())
-            {
-                return Err(AmqpError::access_refused(format!(
-                    "queue '{}' in vhost '{}' in exclusive use",
-                    queue.name,
-                    queue.vhost_name()
-                )));
-            }
+            // No check of `exclusive`: RabbitMQ 3.10's quorum queues ignore the flag and take
+            // any number of consumers beside (or as) an exclusive one (checked against 3.10.8;
+            // `x-single-active-consumer` is their way to one consumer at a time).
             let key = self.next_consumer_key.fetch_add(1, Ordering::Relaxed);
             consumers.by_key.insert(key, consumer.clone());
             key
@@ -340,22 +362,31 @@ impl QuorumQueue {
         Some(consumer)
     }
 
-    /// Acks, requeues (nack/reject with requeue) and rejects, as the group's settle, return
-    /// and discard, per consumer that holds the messages.
+    /// Acks, requeues and rejects, as the group's settle, return (or release) and discard,
+    /// per consumer that holds the messages. `requeued` go to the back of the queue when the
+    /// client asked (nack/reject with requeue, recover), to the head when its channel went
+    /// away (`released`), as in RabbitMQ 3.10.
     pub fn settle(
         &self,
         acked: &[QueuedMessage],
         requeued: &[QueuedMessage],
         rejected: &[QueuedMessage],
+        released: bool,
     ) {
-        let mut by_consumer: HashMap<(u8, ConsumerKey), Vec<MsgId>> = HashMap::new();
+        // One command per run of messages of the same consumer, in the order the messages
+        // came (delivery-tag order): requeued messages of several consumers (basic.get takes
+        // one each) reach the back of the queue in that order.
+        let mut by_consumer: Vec<((u8, ConsumerKey), Vec<MsgId>)> = Vec::new();
         let mut done = Vec::new();
         {
             let mut consumers = self.consumers.lock();
             for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
                 for m in messages {
                     if let Some(key) = consumers.held.remove(&m.id) {
-                        by_consumer.entry((kind, key)).or_default().push(m.id);
+                        match by_consumer.last_mut() {
+                            Some((run, ids)) if *run == (kind, key) => ids.push(m.id),
+                            _ => by_consumer.push(((kind, key), vec![m.id])),
+                        }
                     }
                 }
             }
@@ -371,6 +402,7 @@ impl QuorumQueue {
         for ((kind, consumer), msg_ids) in by_consumer {
             let command = match kind {
                 0 => Command::Settle { consumer, msg_ids },
+                1 if released => Command::Release { consumer, msg_ids },
                 1 => Command::Return { consumer, msg_ids },
                 _ => Command::Discard { consumer, msg_ids },
             };
@@ -385,7 +417,7 @@ impl QuorumQueue {
     /// once (so it takes at most that one); the message is then the channel's like any
     /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
     async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
-        let group = self.group.get()?.clone();
+        let group = self.started_group().await?;
         if self.is_deleted() {
             return None;
         }
@@ -430,6 +462,40 @@ impl QuorumQueue {
             consumers.cancelled.insert(key);
         }
         Some((message, self.message_count()))
+    }
+
+    /// The group once it leads; a queue declared just now may still be starting it (what was
+    /// published meanwhile waits in order, so a get must not answer "empty" before then).
+    async fn started_group(&self) -> Option<Arc<QueueGroup>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            // Registered before the check: a `notify_waiters` in between still wakes it.
+            let started = self.group_started.notified();
+            if let Some(group) = self.group.get() {
+                return Some(group.clone());
+            }
+            if self.is_deleted() {
+                return None;
+            }
+            tokio::time::timeout_at(deadline, started).await.ok()?;
+        }
+    }
+
+    /// A policy change: the group's machine takes the new config through its log (every
+    /// replica applies it at the same point). Proposed in order with everything else, also
+    /// while the group is still starting: a publish that follows the change must see it.
+    pub fn set_config(&self, config: QueueConfig) {
+        let mut current = self.config.lock();
+        if *current == config {
+            return;
+        }
+        *current = config.clone();
+        // Under the lock: the proposals go out in the order of the changes.
+        self.propose(Command::SetConfig(config), None);
+    }
+
+    fn desired_config(&self) -> QueueConfig {
+        self.config.lock().clone()
     }
 
     /// queue.purge: drops the ready messages; answers how many there were.
@@ -541,7 +607,7 @@ async fn run_group(
         (
             qq.host.clone(),
             qq.group_id,
-            qq.config.clone(),
+            qq.desired_config(),
             queue.name.clone(),
         )
     };
@@ -550,7 +616,7 @@ async fn run_group(
     let (effects_tx, effects_rx) = unbounded_channel();
     let group = host
         .node()
-        .start_group(group_id, config, Some(effects_tx))
+        .start_group(group_id, config.clone(), Some(effects_tx))
         .await
         .map_err(|e| e.to_string())?;
     let initialized = group
@@ -579,10 +645,21 @@ async fn run_group(
         if qq.group.set(group.clone()).is_err() {
             return Ok(());
         }
+        qq.group_started.notify_waiters();
         if qq.is_deleted() {
             // Deleted while starting: the delete may have found no group to remove.
             qq.remove_data(group.clone());
             return Ok(());
+        }
+        // A group recovered from its log has the config of its last run; the policies may
+        // have changed since. Written ahead of the commands waiting to be proposed; a change
+        // after `config` was read above is among them (`set_config`) and lands after it.
+        if group.with_queue(|q| q.config() != &config) {
+            let proposal = Proposal {
+                now_ms: now_ms(),
+                command: Command::SetConfig(config.clone()),
+            };
+            let _ = raft.client_write(proposal).await;
         }
         // Consumers of an earlier run (the broker restarted) are gone: what they held is
         // returned, redelivered, as RabbitMQ does when a consumer's channel goes down.
@@ -729,6 +806,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                             id: message.id,
                             message: Arc::new(decoded),
                             redelivered: message.delivered_before,
+                            delivery_count: 0,
                             expires_at: None,
                             store_ref: None,
                         },
@@ -761,6 +839,7 @@ impl QuorumQueue {
                         id: message.id,
                         message: Arc::new(decoded),
                         redelivered: message.delivered_before,
+                        delivery_count: 0,
                         expires_at: None,
                         store_ref: None,
                     });
@@ -795,6 +874,9 @@ impl QuorumQueue {
                 id: message.id,
                 message: decoded,
                 redelivered: message.delivered_before,
+                // The 1.0 header's failed-delivery count is kept by classic queues only;
+                // the group counts returns (x-delivery-count), not failed deliveries.
+                delivery_count: 0,
                 expires_at: None,
                 store_ref: None,
             },
@@ -804,5 +886,65 @@ impl QuorumQueue {
             // the message.
             consumer.return_credit(cost);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{EntityKind, Policies, Policy, PolicyKind};
+    use serde_json::json;
+
+    fn applied(user: serde_json::Value, operator: serde_json::Value) -> AppliedPolicies {
+        let mut set = Policies::default();
+        for (kind, definition) in [(PolicyKind::Policy, user), (PolicyKind::Operator, operator)] {
+            if definition.as_object().is_some_and(|d| !d.is_empty()) {
+                let p = Policy::new(kind, "/", "p", ".*", "queues", 0, definition).unwrap();
+                set.set(p);
+            }
+        }
+        set.applied(EntityKind::Queue, "q")
+    }
+
+    fn args(entries: &[(&str, FieldValue)]) -> FieldTable {
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).into(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn limits_take_the_lower_and_the_policys_overflow_wins() {
+        let declared = args(&[
+            ("x-max-length", FieldValue::I32(5)),
+            ("x-delivery-limit", FieldValue::I32(1)),
+            ("x-overflow", FieldValue::string("drop-head")),
+            ("x-single-active-consumer", FieldValue::Bool(true)),
+        ]);
+        let config = queue_config(
+            &declared,
+            &applied(
+                json!({"max-length": 9, "delivery-limit": 3, "overflow": "reject-publish",
+                       "message-ttl": 100}),
+                json!({"max-length-bytes": 1000, "message-ttl": 50}),
+            ),
+        );
+        assert_eq!(config.max_length, Some(5));
+        assert_eq!(config.delivery_limit, Some(1));
+        assert_eq!(config.overflow, Overflow::RejectPublish);
+        assert_eq!(config.max_length_bytes, Some(1000));
+        assert_eq!(config.message_ttl_ms, Some(50));
+        assert!(config.single_active_consumer);
+    }
+
+    #[test]
+    fn without_arguments_or_policies_the_defaults_hold() {
+        let config = queue_config(&FieldTable::new(), &AppliedPolicies::default());
+        assert_eq!(config, QueueConfig::default());
+        let capped = queue_config(
+            &FieldTable::new(),
+            &applied(json!({}), json!({"delivery-limit": 0})),
+        );
+        assert_eq!(capped.delivery_limit, Some(0));
     }
 }

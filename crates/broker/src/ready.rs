@@ -178,6 +178,7 @@ mod tests {
                 Bytes::from_static(b"m"),
             )),
             redelivered: false,
+            delivery_count: 0,
             expires_at: None,
             store_ref: None,
         }

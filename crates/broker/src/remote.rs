@@ -7,9 +7,9 @@
 //! [`RemoteQueue`] that sends what the channel asks over the [`ForwardLink`] to the serving
 //! node. The channel and publish paths see the same `Queue` methods as for the other types
 //! (the queue-type interface); a remote queue answers them as a quorum queue does:
-//! - publish: forwarded; with a publisher confirm, the confirm (the same
-//!   [`QuorumConfirm`](crate::quorum::QuorumConfirm) quorum queues use, so the channel
-//!   keeps one kind of pending confirm) is answered when the serving queue accepted the
+//! - publish: forwarded; with a publisher confirm, the confirm (the publish's
+//!   `RoutedConfirm`, joined as a quorum queue joins it, so the channel keeps one kind of
+//!   pending confirm) is answered when the serving queue accepted the
 //!   message by its own rule — fsync'd for a durable queue's persistent message, committed
 //!   for a quorum queue — and nacked when it refused it or the link is lost;
 //! - consume: the serving node registers a consumer with the same prefetch, no-ack and

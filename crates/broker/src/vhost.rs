@@ -493,7 +493,10 @@ impl VHost {
         let quorum = QuorumQueue::new(
             host.clone(),
             QuorumHost::group_id(&self.name, &name),
-            crate::quorum::queue_config(&arguments),
+            crate::quorum::queue_config(
+                &arguments,
+                &self.policies.read().applied(EntityKind::Queue, &name),
+            ),
         );
         let queue = Arc::new(
             Queue::new(

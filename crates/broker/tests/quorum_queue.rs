@@ -1,7 +1,8 @@
 //! A quorum queue through the broker's queue-type interface, on one node: a publish is
 //! confirmed only once its group committed it, deliveries go to consumers with the
-//! redelivered flag and `x-delivery-count` after a requeue, and the queue with its messages
-//! comes back when the host is reopened on the same directory (a broker restart).
+//! redelivered flag and `x-delivery-count` after a requeue, the queue with its messages
+//! comes back when the host is reopened on the same directory (a broker restart), and a
+//! policy change reaches the group's config.
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -139,16 +140,18 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     assert!(!first.message.redelivered);
     assert_eq!(delivery_count(&first), None);
     queue.settle(Vec::new(), vec![first.message], Vec::new());
+    // A client's requeue goes behind "two" (RabbitMQ 3.10), which comes next.
+    let second = next_delivery(&mut events).await;
+    assert_eq!(&second.message.message.body[..], b"two");
+    assert!(!second.message.redelivered);
+    queue.settle(vec![second.message], Vec::new(), Vec::new());
     let again = next_delivery(&mut events).await;
     assert_eq!(&again.message.message.body[..], b"one");
     assert!(again.message.redelivered);
     assert_eq!(delivery_count(&again), Some(1));
-    queue.settle(vec![again.message], Vec::new(), Vec::new());
-    let second = next_delivery(&mut events).await;
-    assert_eq!(&second.message.message.body[..], b"two");
-    // "two" stays unacked: after a restart it is back, redelivered.
-    eventually("one acked", || queue.message_count() == 0).await;
-    drop((second, consumer));
+    // "one" stays unacked: after a restart it is back, redelivered.
+    eventually("two acked", || queue.message_count() == 0).await;
+    drop((again, consumer));
     host.shutdown().await;
     drop((queue, vhost, host));
 
@@ -174,7 +177,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     ));
     queue.add_consumer(consumer).unwrap();
     let back = next_delivery(&mut events).await;
-    assert_eq!(&back.message.message.body[..], b"two");
+    assert_eq!(&back.message.message.body[..], b"one");
     assert!(back.message.redelivered);
 
     // Deleting the queue removes its group's data: declared again, it is empty.
@@ -191,5 +194,56 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     let queue = vhost.queue("q").unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(queue.message_count(), 0);
+    host.shutdown().await;
+}
+
+/// A policy set on an existing queue reaches its group as a config change in the log; a group
+/// recovered after the policy went takes the config of now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_changes_the_groups_config_and_a_restart_catches_up() {
+    use warren_broker::policy::{Policy, PolicyKind};
+    let dir = tempfile::tempdir().unwrap();
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    let (events_tx, mut events) = unbounded_channel();
+    let confirm = QuorumConfirm::new(events_tx);
+    for body in [&b"a"[..], b"b", b"c"] {
+        queue.publish_confirmed(message(body), None, Some(&confirm));
+    }
+    confirm.routed();
+    next_event(&mut events).await;
+    assert_eq!(queue.message_count(), 3);
+
+    let policy = Policy::new(
+        PolicyKind::Policy,
+        "/",
+        "cap",
+        "^q$",
+        "queues",
+        0,
+        serde_json::json!({"max-length": 1}),
+    )
+    .unwrap();
+    vhost.set_policy(policy).unwrap();
+    eventually("the lower max-length dropped the head", || {
+        queue.message_count() == 1
+    })
+    .await;
+    queue.publish(message(b"d"), None);
+    eventually("still capped", || queue.message_count() == 1).await;
+    host.shutdown().await;
+    drop((queue, vhost, host));
+
+    // Back without the policy: the group's logged max-length 1 no longer holds.
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    for body in [&b"e"[..], b"f"] {
+        queue.publish(message(body), None);
+    }
+    eventually("uncapped after the restart", || queue.message_count() == 3).await;
     host.shutdown().await;
 }

@@ -9,8 +9,10 @@
 //! replica that leads the group acts on them (followers compute and drop them).
 //!
 //! Messages live in one of three places: the ready queue (`ready`), the returned queue
-//! (`returns`, served before `ready`, so a requeued message goes back near the head, as in
-//! RabbitMQ) or checked out to exactly one consumer. They leave by settle, discard (dead-letter
+//! (`returns`, served before `ready`: what a consumer that went away held goes back near the
+//! head) or checked out to exactly one consumer. A message the client requeues (basic.nack or
+//! basic.reject with requeue) goes to the back of `ready` instead, as in RabbitMQ 3.10, so a
+//! message that keeps failing does not block the ones behind it. They leave by settle, discard (dead-letter
 //! `rejected`), purge, delivery limit (dead-letter `delivery_limit`), max-length drop-head
 //! (dead-letter `maxlen`) or TTL (dead-letter `expired`).
 
@@ -50,6 +52,9 @@ pub struct QueueConfig {
     pub overflow: Overflow,
     /// Queue-wide message TTL; a message's own TTL applies when shorter.
     pub message_ttl_ms: Option<u64>,
+    /// `x-single-active-consumer`: only the longest-registered consumer gets messages; the
+    /// next in line takes over when it goes.
+    pub single_active_consumer: bool,
 }
 
 impl Default for QueueConfig {
@@ -60,6 +65,7 @@ impl Default for QueueConfig {
             max_length_bytes: None,
             overflow: Overflow::DropHead,
             message_ttl_ms: None,
+            single_active_consumer: false,
         }
     }
 }
@@ -99,14 +105,15 @@ pub enum Command {
         consumer: ConsumerKey,
         prefetch: u32,
     },
-    /// Remove a consumer; what it holds is returned (and counts as a delivery attempt).
+    /// Remove a consumer; what it holds is returned near the head, in id order (and counts as
+    /// a delivery attempt).
     Cancel { consumer: ConsumerKey },
     /// The consumer is done with these messages (basic.ack).
     Settle {
         consumer: ConsumerKey,
         msg_ids: Vec<MsgId>,
     },
-    /// Requeue these messages (basic.nack/reject with requeue).
+    /// Requeue these messages (basic.nack/reject with requeue): to the back of the queue.
     Return {
         consumer: ConsumerKey,
         msg_ids: Vec<MsgId>,
@@ -123,7 +130,7 @@ pub enum Command {
     Tick,
     /// The publisher is gone; forget its deduplication sequence.
     PublisherDown { publisher: u64 },
-    /// A policy changed the queue's arguments.
+    /// A policy changed the queue's arguments (all but `single_active_consumer`, which stays).
     SetConfig(QueueConfig),
     /// Stop handing messages to a consumer (basic.cancel) while it keeps what it holds until
     /// it settles or returns them; a later `Cancel` removes it.
@@ -131,6 +138,13 @@ pub enum Command {
     /// Several commands in one log entry (one append, one fsync: openraft 0.9 flushes each
     /// client write on its own), applied in order; the reply is `Reply::Batch`.
     Batch(Vec<Command>),
+    /// Requeue these messages because the client's channel went away: back near the head, in
+    /// id order, as for a cancelled consumer (RabbitMQ returns a downed consumer's messages
+    /// there), not behind the ready ones as a client's requeue.
+    Release {
+        consumer: ConsumerKey,
+        msg_ids: Vec<MsgId>,
+    },
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -180,6 +194,15 @@ pub enum Reply {
     Ok,
     /// The replies to a `Command::Batch`, in order.
     Batch(Vec<Reply>),
+}
+
+/// Where a returned message goes.
+#[derive(Clone, Copy)]
+enum Requeue {
+    /// Among the returned messages served before the rest (a consumer went away).
+    Head,
+    /// Behind every ready message (the client requeued it).
+    Back,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -323,7 +346,7 @@ impl QueueState {
                     self.service_order.retain(|c| *c != consumer);
                     // Return in id order so the requeued messages keep their relative order.
                     for (_, message) in removed.checked_out {
-                        self.return_one(message, &mut effects);
+                        self.return_one(message, Requeue::Head, &mut effects);
                     }
                     Reply::Ok
                 }
@@ -335,9 +358,21 @@ impl QueueState {
             Command::Return { consumer, msg_ids } => self.take_checked_out(
                 consumer,
                 &msg_ids,
-                |state, message, effects| state.return_one(message, effects),
+                |state, message, effects| state.return_one(message, Requeue::Back, effects),
                 &mut effects,
             ),
+            Command::Release {
+                consumer,
+                mut msg_ids,
+            } => {
+                msg_ids.sort_unstable();
+                self.take_checked_out(
+                    consumer,
+                    &msg_ids,
+                    |state, message, effects| state.return_one(message, Requeue::Head, effects),
+                    &mut effects,
+                )
+            }
             Command::Discard { consumer, msg_ids } => self.take_checked_out(
                 consumer,
                 &msg_ids,
@@ -362,7 +397,12 @@ impl QueueState {
                 Reply::Ok
             }
             Command::SetConfig(config) => {
-                self.config = config;
+                // Single-active-consumer is fixed at declaration (an argument, never a policy
+                // in RabbitMQ): switching it would make "first in line" ambiguous.
+                self.config = QueueConfig {
+                    single_active_consumer: self.config.single_active_consumer,
+                    ..config
+                };
                 self.enforce_drop_head(&mut effects);
                 Reply::Ok
             }
@@ -503,7 +543,7 @@ impl QueueState {
     }
 
     /// Requeues a message a consumer held, or dead-letters it past the delivery limit.
-    fn return_one(&mut self, mut message: Message, effects: &mut Vec<Effect>) {
+    fn return_one(&mut self, mut message: Message, to: Requeue, effects: &mut Vec<Effect>) {
         message.delivery_count = message.delivery_count.saturating_add(1);
         if self
             .config
@@ -517,7 +557,10 @@ impl QueueState {
             return;
         }
         self.ready_bytes += message.body.len() as u64;
-        self.returns.push_back(message);
+        match to {
+            Requeue::Head => self.returns.push_back(message),
+            Requeue::Back => self.ready.push_back(message),
+        }
     }
 
     fn take_checked_out(
@@ -549,7 +592,19 @@ impl QueueState {
                 return;
             }
             let mut chosen = None;
-            for _ in 0..self.service_order.len() {
+            if self.config.single_active_consumer {
+                // Only the first in line is served, and it keeps its place.
+                chosen = self
+                    .service_order
+                    .front()
+                    .copied()
+                    .filter(|key| self.consumers.get(key).is_some_and(Consumer::has_capacity));
+            }
+            let candidates = match self.config.single_active_consumer {
+                true => 0,
+                false => self.service_order.len(),
+            };
+            for _ in 0..candidates {
                 let Some(key) = self.service_order.pop_front() else {
                     break;
                 };
@@ -649,10 +704,11 @@ mod tests {
     }
 
     #[test]
-    fn returned_messages_go_first_and_count_attempts() {
+    fn requeued_messages_go_to_the_back_and_count_attempts() {
         let mut q = QueueState::new(QueueConfig::default());
-        q.apply(0, enqueue("a"));
-        q.apply(0, enqueue("b"));
+        for body in ["a", "b", "c"] {
+            q.apply(0, enqueue(body));
+        }
         q.apply(
             0,
             Command::Checkout {
@@ -667,8 +723,102 @@ mod tests {
                 msg_ids: vec![0],
             },
         );
-        // Message 0 comes straight back, ahead of 1, counted and flagged redelivered.
+        // Message 0 goes behind 1 and 2 (1 is delivered in its place), counted.
+        assert_eq!(delivered(&effects), vec![(7, 1, 0, false)]);
+        assert_eq!(q.ready_ids(), vec![2, 0]);
+        q.apply(
+            0,
+            Command::Settle {
+                consumer: 7,
+                msg_ids: vec![1],
+            },
+        );
+        let (_, effects) = q.apply(
+            0,
+            Command::Settle {
+                consumer: 7,
+                msg_ids: vec![2],
+            },
+        );
         assert_eq!(delivered(&effects), vec![(7, 0, 1, true)]);
+    }
+
+    #[test]
+    fn a_cancelled_consumers_messages_go_back_to_the_head_in_order() {
+        let mut q = QueueState::new(QueueConfig::default());
+        for body in ["a", "b", "c"] {
+            q.apply(0, enqueue(body));
+        }
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 7,
+                prefetch: 2,
+            },
+        );
+        q.apply(0, Command::Cancel { consumer: 7 });
+        assert_eq!(q.ready_ids(), vec![0, 1, 2]);
+        let (_, effects) = q.apply(
+            0,
+            Command::Checkout {
+                consumer: 8,
+                prefetch: 1,
+            },
+        );
+        assert_eq!(delivered(&effects), vec![(8, 0, 1, true)]);
+    }
+
+    #[test]
+    fn released_messages_go_back_to_the_head_in_id_order() {
+        let mut q = QueueState::new(QueueConfig::default());
+        for body in ["a", "b", "c"] {
+            q.apply(0, enqueue(body));
+        }
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 7,
+                prefetch: 2,
+            },
+        );
+        q.apply(0, Command::Suspend { consumer: 7 });
+        let (reply, _) = q.apply(
+            0,
+            Command::Release {
+                consumer: 7,
+                msg_ids: vec![1, 0],
+            },
+        );
+        assert_eq!(reply, Reply::Handled { count: 2 });
+        assert_eq!(q.ready_ids(), vec![0, 1, 2]);
+        assert_eq!(q.ready_messages().next().map(|m| m.delivery_count), Some(1));
+    }
+
+    #[test]
+    fn single_active_consumer_serves_the_first_in_line_until_it_goes() {
+        let mut q = QueueState::new(QueueConfig {
+            single_active_consumer: true,
+            ..QueueConfig::default()
+        });
+        for consumer in [5, 3] {
+            q.apply(
+                0,
+                Command::Checkout {
+                    consumer,
+                    prefetch: 1,
+                },
+            );
+        }
+        let (_, e1) = q.apply(0, enqueue("a"));
+        let (_, e2) = q.apply(0, enqueue("b"));
+        assert_eq!(delivered(&e1), vec![(5, 0, 0, false)]);
+        assert!(delivered(&e2).is_empty(), "3 waits while 5 is active");
+        // A policy cannot switch it off.
+        q.apply(0, Command::SetConfig(QueueConfig::default()));
+        assert!(q.config().single_active_consumer);
+        let (_, e3) = q.apply(0, Command::Cancel { consumer: 5 });
+        // 3 takes over: "b" was first in line, then "a" came back to the head.
+        assert_eq!(delivered(&e3), vec![(3, 0, 1, true)]);
         assert_eq!(q.ready_ids(), vec![1]);
     }
 

@@ -1,6 +1,7 @@
 //! Property tests of the quorum queue state machine: over random command sequences no message is
 //! lost or handed out twice, prefetch holds, ready messages never idle next to a consumer with
-//! room, and a snapshot taken anywhere restores a machine that behaves identically.
+//! room, a requeued message goes behind every ready one, a config change (a policy) applies like
+//! any command, and a snapshot taken anywhere restores a machine that behaves identically.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,10 +37,16 @@ enum Op {
         consumer: ConsumerKey,
         picks: Vec<usize>,
     },
+    Release {
+        consumer: ConsumerKey,
+        picks: Vec<usize>,
+    },
     Purge,
     Tick {
         advance_ms: u64,
     },
+    /// A policy changed the queue's limits.
+    SetConfig(QueueConfig),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,9 +59,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => consumer.clone().prop_map(|consumer| Op::Cancel { consumer }),
         2 => (consumer.clone(), picks.clone()).prop_map(|(consumer, picks)| Op::Settle { consumer, picks }),
         2 => (consumer.clone(), picks.clone()).prop_map(|(consumer, picks)| Op::Return { consumer, picks }),
-        1 => (consumer, picks).prop_map(|(consumer, picks)| Op::Discard { consumer, picks }),
+        1 => (consumer.clone(), picks.clone()).prop_map(|(consumer, picks)| Op::Discard { consumer, picks }),
+        1 => (consumer, picks).prop_map(|(consumer, picks)| Op::Release { consumer, picks }),
         1 => Just(Op::Purge),
         1 => (0u64..30).prop_map(|advance_ms| Op::Tick { advance_ms }),
+        1 => config().prop_map(Op::SetConfig),
     ]
 }
 
@@ -65,15 +74,24 @@ fn config() -> impl Strategy<Value = QueueConfig> {
         proptest::option::of(0u64..12),
         prop_oneof![Just(Overflow::DropHead), Just(Overflow::RejectPublish)],
         proptest::option::of(0u64..60),
+        any::<bool>(),
     )
         .prop_map(
-            |(delivery_limit, max_length, max_length_bytes, overflow, message_ttl_ms)| {
+            |(
+                delivery_limit,
+                max_length,
+                max_length_bytes,
+                overflow,
+                message_ttl_ms,
+                single_active_consumer,
+            )| {
                 QueueConfig {
                     delivery_limit,
                     max_length,
                     max_length_bytes,
                     overflow,
                     message_ttl_ms,
+                    single_active_consumer,
                 }
             },
         )
@@ -87,6 +105,10 @@ struct Model {
     held: BTreeMap<MsgId, ConsumerKey>,
     gone: BTreeSet<MsgId>,
     prefetch: BTreeMap<ConsumerKey, u32>,
+    /// Consumers in the order they registered (the single active consumer is the first).
+    registered: Vec<ConsumerKey>,
+    /// Fixed at declaration; a config change does not switch it.
+    single_active_consumer: bool,
 }
 
 impl Model {
@@ -143,8 +165,13 @@ impl Model {
                 consumer: *consumer,
                 msg_ids: pick(*consumer, picks),
             },
+            Op::Release { consumer, picks } => Command::Release {
+                consumer: *consumer,
+                msg_ids: pick(*consumer, picks),
+            },
             Op::Purge => Command::Purge,
             Op::Tick { .. } => Command::Tick,
+            Op::SetConfig(config) => Command::SetConfig(config.clone()),
         }
     }
 
@@ -161,6 +188,7 @@ impl Model {
         let command = self.command(op);
         let ready_before = self.ready();
         let (reply, effects) = state.apply(self.now_ms, command.clone());
+        let mut requeued = Vec::new();
 
         // What the command itself did to messages, before its effects.
         match (&command, &reply) {
@@ -168,10 +196,14 @@ impl Model {
                 prop_assert!(self.accepted.insert(*msg_id), "msg id {} reused", msg_id);
             }
             (Command::Checkout { consumer, prefetch }, _) => {
-                self.prefetch.insert(*consumer, *prefetch);
+                let newly_registered = self.prefetch.insert(*consumer, *prefetch).is_none();
+                if newly_registered {
+                    self.registered.push(*consumer);
+                }
             }
             (Command::Cancel { consumer }, _) => {
                 let known = self.prefetch.remove(consumer).is_some();
+                self.registered.retain(|c| c != consumer);
                 prop_assert_eq!(known, reply == Reply::Ok);
                 for id in self.held_by(*consumer) {
                     self.held.remove(&id);
@@ -179,7 +211,8 @@ impl Model {
             }
             (Command::Settle { consumer, msg_ids }, _)
             | (Command::Return { consumer, msg_ids }, _)
-            | (Command::Discard { consumer, msg_ids }, _) => {
+            | (Command::Discard { consumer, msg_ids }, _)
+            | (Command::Release { consumer, msg_ids }, _) => {
                 let mine: Vec<MsgId> = msg_ids
                     .iter()
                     .filter(|id| self.held.get(id) == Some(consumer))
@@ -194,6 +227,9 @@ impl Model {
                     self.held.remove(&id);
                     if matches!(command, Command::Settle { .. }) {
                         self.gone.insert(id);
+                    }
+                    if matches!(command, Command::Return { .. }) {
+                        requeued.push(id);
                     }
                 }
             }
@@ -222,6 +258,13 @@ impl Model {
                     // a message is handed out.
                     let prefetch = self.prefetch.get(consumer).copied();
                     prop_assert!(prefetch.is_some(), "delivered to an unknown consumer");
+                    if self.single_active_consumer {
+                        prop_assert_eq!(
+                            self.registered.first(),
+                            Some(consumer),
+                            "delivered to a consumer that is not the active one"
+                        );
+                    }
                     let held = self.held_by(*consumer).len();
                     prop_assert!(prefetch == Some(0) || held < prefetch.unwrap_or(0) as usize);
                     prop_assert!(
@@ -241,6 +284,18 @@ impl Model {
         // The machine's view matches the model's: nothing lost, nothing duplicated.
         let ready_ids = state.ready_ids();
         let ready_set: BTreeSet<MsgId> = ready_ids.iter().copied().collect();
+        // Requeued messages still waiting are the last ones, in the order they were named.
+        let requeued_waiting: Vec<MsgId> = requeued
+            .iter()
+            .filter(|id| ready_set.contains(id))
+            .copied()
+            .collect();
+        prop_assert!(
+            ready_ids.ends_with(&requeued_waiting),
+            "requeued {:?} not at the back of {:?}",
+            requeued_waiting,
+            ready_ids
+        );
         prop_assert_eq!(ready_set.len(), ready_ids.len(), "duplicate in ready queue");
         prop_assert_eq!(&ready_set, &self.ready());
         prop_assert_eq!(
@@ -251,7 +306,8 @@ impl Model {
         for (consumer, prefetch) in &self.prefetch {
             let held = self.held_by(*consumer);
             prop_assert_eq!(state.checked_out_ids(*consumer), Some(held.clone()));
-            room |= *prefetch == 0 || held.len() < *prefetch as usize;
+            let serves = !self.single_active_consumer || self.registered.first() == Some(consumer);
+            room |= serves && (*prefetch == 0 || held.len() < *prefetch as usize);
         }
         if room {
             prop_assert!(
@@ -274,8 +330,8 @@ proptest! {
 
     #[test]
     fn no_message_lost_or_duplicated(config in config(), ops in proptest::collection::vec(op(), 1..120)) {
+        let mut model = Model { single_active_consumer: config.single_active_consumer, ..Model::default() };
         let mut state = QueueState::new(config);
-        let mut model = Model::default();
         for op in &ops {
             model.step(&mut state, op)?;
         }
@@ -296,8 +352,8 @@ proptest! {
         split in 0usize..120,
     ) {
         let split = split.min(ops.len());
+        let mut model = Model { single_active_consumer: config.single_active_consumer, ..Model::default() };
         let mut original = QueueState::new(config);
-        let mut model = Model::default();
         for op in &ops[..split] {
             model.step(&mut original, op)?;
         }

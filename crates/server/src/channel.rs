@@ -154,6 +154,9 @@ impl Channel {
                     self.info
                         .prefetch_count
                         .store(self.consumer_prefetch, Relaxed);
+                    // As RabbitMQ 3.10 (`rabbit_limiter:unlimit_prefetch`): a per-consumer qos
+                    // lifts the channel's global limit.
+                    self.flow.prefetch_count.store(0, SeqCst);
                 }
                 ctx.send(ch, BasicQosOk);
                 self.wake_consumers();

@@ -954,7 +954,7 @@ where
                 // The channel went meanwhile: an acking get's message goes back.
                 _ => {
                     if let (Some((message, _)), false) = (got, no_ack) {
-                        queue.settle(Vec::new(), vec![message], Vec::new());
+                        queue.release(vec![message]);
                     }
                 }
             },

@@ -19,7 +19,10 @@ use warren_codec::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Settlement {
     Ack,
+    /// The client requeued (nack/reject with requeue, basic.recover).
     Requeue,
+    /// The channel went away with the deliveries unacked (see `Queue::release`).
+    Release,
     /// Rejected without requeue: dead-lettered if the queue has a dead-letter exchange.
     Reject,
 }
@@ -81,6 +84,18 @@ impl Channel {
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
         check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
+        if queue.quorum().is_some() && self.flow.has_global_limit() {
+            // RabbitMQ 3.10's quorum queues refuse a consumer on a channel with a global
+            // prefetch limit, closing the connection (540).
+            return Err(AmqpError::new(
+                ReplyCode::NotImplemented,
+                format!(
+                    "queue '{}' in vhost '{}' does not support global qos",
+                    name,
+                    ctx.vhost.name()
+                ),
+            ));
+        }
         let priority = m
             .arguments
             .get("x-priority")
@@ -433,7 +448,16 @@ impl Channel {
                 queue.settle(messages, Vec::new(), Vec::new())
             }
             Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
-            Settlement::Reject => queue.settle(Vec::new(), Vec::new(), messages),
+            Settlement::Release => queue.release(messages),
+            Settlement::Reject => {
+                // A discard is a failed delivery for RabbitMQ 4's classic queue: the
+                // dead-lettered copy carries the count to an AMQP 1.0 consumer.
+                let mut messages = messages;
+                for m in &mut messages {
+                    m.delivery_count = m.delivery_count.saturating_add(1);
+                }
+                queue.settle(Vec::new(), Vec::new(), messages)
+            }
         };
         for u in settled {
             if let Some(c) = &u.consumer {
@@ -485,8 +509,14 @@ impl Channel {
         if self.tx.is_some() {
             let _ = self.rollback();
         }
-        let all: Vec<Unacked> = self.unacked.drain(..).collect();
-        self.release(all, Settlement::Requeue);
+        let mut all: Vec<Unacked> = self.unacked.drain(..).collect();
+        // Still unacked when the channel goes: a failed delivery for RabbitMQ 4's classic
+        // queue (`requeue_and_run/3`), which an AMQP 1.0 consumer's delivery-count shows.
+        // basic.recover and nack/reject with requeue are not.
+        for u in &mut all {
+            u.message.delivery_count = u.message.delivery_count.saturating_add(1);
+        }
+        self.release(all, Settlement::Release);
         self.pending_publish = None;
         self.tx = None;
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
 use warren_broker::message::parse_expiration;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::queue::QueuedMessage;
+use warren_broker::queue::{QueuedMessage, RoutedConfirm};
 use warren_broker::quorum::QuorumConfirm;
 use warren_broker::routing_keys::{header_routes, strip_bcc};
 use warren_broker::{
@@ -327,6 +327,7 @@ impl Channel {
                         id: 0,
                         message: message.clone(),
                         redelivered: false,
+                        delivery_count: 0,
                         expires_at: None,
                         store_ref: None,
                     },
@@ -368,29 +369,14 @@ impl Channel {
                     None
                 }
             };
+            let mut routed_confirm = seq.map(|_| RoutedConfirm::new(ctx.events));
             for queue in queues.drain(..) {
-                let outcome = match queue.confirms_later() {
-                    false => {
-                        let stored = stored.filter(|_| queue.stored.is_some());
-                        queue.publish(message.clone(), stored)
-                    }
-                    true => {
-                        // Confirmed once the queue's group committed it (or the serving
-                        // node's queue accepted it).
-                        let confirm = seq.map(|_| {
-                            &*quorum_confirm
-                                .get_or_insert_with(|| QuorumConfirm::new(ctx.events.clone()))
-                        });
-                        queue.publish_confirmed(message.clone(), None, confirm)
-                    }
-                };
+                let outcome = queue.publish_routed(&message, stored, routed_confirm.as_mut());
                 if outcome == Enqueued::Rejected {
                     rejected = true;
                 }
             }
-            if let Some(confirm) = &quorum_confirm {
-                confirm.routed();
-            }
+            quorum_confirm = routed_confirm.and_then(RoutedConfirm::finish);
             self.route_buf = queues;
         }
 

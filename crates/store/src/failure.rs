@@ -110,6 +110,15 @@ pub(crate) fn fail_unwritten(
                         acks.push((queue, id));
                     }
                 }
+                Decoded::DeliveryCount { queue, id, .. } => {
+                    // Not retried: the count falls back to what is on disk (an earlier
+                    // record whose pin is gone, or none), as after a crash.
+                    if matches!(st.delivery_counts.get(&(queue, id.0)), Some((_, s)) if *s == segment)
+                    {
+                        st.delivery_counts.remove(&(queue, id.0));
+                        crate::store::unpin(&mut st, segment);
+                    }
+                }
             });
             touched_sealed |= chunks.iter().any(|c| !c.new_segment && c.segment == sealed);
         }

@@ -20,6 +20,10 @@ pub const TYPE_PUBLISH: u8 = 1;
 pub const TYPE_ACK: u8 = 2;
 /// Framed size of an ACK record.
 pub const ACK_RECORD_BYTES: usize = FRAME_PREFIX_BYTES + 1 + 4 + 8;
+/// Record type of a DELIVERY_COUNT record (docs/STORAGE.md §3.5).
+pub const TYPE_DELIVERY_COUNT: u8 = 3;
+/// Framed size of a DELIVERY_COUNT record: queue, message id, count.
+pub const DELIVERY_COUNT_RECORD_BYTES: usize = FRAME_PREFIX_BYTES + 1 + 4 + 8 + 4;
 
 /// Fixed part of a PUBLISH payload after the type byte: id, flags,
 /// published_at_ms, queue count, exchange len, routing key len, properties len.
@@ -168,6 +172,20 @@ pub fn encode_ack(buf: &mut Vec<u8>, queue: QueueId, id: MessageId) {
     seal(buf, start);
 }
 
+/// Appends a framed DELIVERY_COUNT record to `buf`.
+pub fn encode_delivery_count(buf: &mut Vec<u8>, queue: QueueId, id: MessageId, count: u32) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(
+        &((DELIVERY_COUNT_RECORD_BYTES - FRAME_PREFIX_BYTES) as u32).to_le_bytes(),
+    );
+    buf.push(TYPE_DELIVERY_COUNT);
+    buf.extend_from_slice(&queue.0.to_le_bytes());
+    buf.extend_from_slice(&id.0.to_le_bytes());
+    buf.extend_from_slice(&count.to_le_bytes());
+    seal(buf, start);
+}
+
 /// Writes the CRC of `buf[start+4..]` into `buf[start..start+4]`.
 fn seal(buf: &mut [u8], start: usize) {
     let crc = crc32fast::hash(&buf[start + 4..]);
@@ -251,6 +269,16 @@ pub enum Decoded<'a> {
         queue: QueueId,
         /// The acked message.
         id: MessageId,
+    },
+    /// The failed deliveries of one (queue, message) reference so far; a later record of
+    /// the same reference replaces it.
+    DeliveryCount {
+        /// The queue holding the message.
+        queue: QueueId,
+        /// The message.
+        id: MessageId,
+        /// Its delivery-count in that queue.
+        count: u32,
     },
 }
 
@@ -337,6 +365,17 @@ pub fn decode(record: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 return Err(DecodeError::Invalid("trailing bytes in ack".into()));
             }
             Ok(Decoded::Ack { queue, id })
+        }
+        TYPE_DELIVERY_COUNT => {
+            let queue = QueueId(r.u32()?);
+            let id = MessageId(r.u64()?);
+            let count = r.u32()?;
+            if r.pos != record.len() {
+                return Err(DecodeError::Invalid(
+                    "trailing bytes in delivery count".into(),
+                ));
+            }
+            Ok(Decoded::DeliveryCount { queue, id, count })
         }
         other => Err(DecodeError::Invalid(format!("unknown record type {other}"))),
     }
@@ -541,6 +580,26 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn delivery_count_round_trip() {
+        let mut buf = Vec::new();
+        encode_delivery_count(&mut buf, QueueId(7), MessageId(42), 3);
+        assert_eq!(buf.len(), DELIVERY_COUNT_RECORD_BYTES);
+        match decode(&buf).unwrap() {
+            Decoded::DeliveryCount { queue, id, count } => {
+                assert_eq!((queue, id, count), (QueueId(7), MessageId(42), 3));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // One byte more is not a delivery count record.
+        let mut long = buf.clone();
+        long.push(0);
+        let len = (long.len() - FRAME_PREFIX_BYTES) as u32;
+        long[4..8].copy_from_slice(&len.to_le_bytes());
+        seal(&mut long, 0);
+        assert!(matches!(decode(&long), Err(DecodeError::Invalid(_))));
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub struct RecoveredState {
     pub files: HashMap<u32, Arc<dyn BackendFile>>,
     /// Live references: queue → ids of its live messages.
     pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// The newest DELIVERY_COUNT record of each live reference: (count, its segment), the
+    /// segment pinned by it (counted in its `live_refs`).
+    pub delivery_counts: HashMap<(QueueId, u64), (u32, u32)>,
     /// Base message id → segment, for every segment in `segments`.
     pub bases: Bases,
     /// The highest-numbered managed segment (0 if there is none) and the end
@@ -181,6 +184,8 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
         .map(|q| (*q, RoaringTreemap::new()))
         .collect();
     let mut next_message_id: u64 = 1;
+    // (queue, id) → (count, segment) of the newest DELIVERY_COUNT of a live reference.
+    let mut delivery_counts: HashMap<(QueueId, u64), (u32, u32)> = HashMap::new();
 
     for (index, &segment) in numbers.iter().enumerate() {
         let is_last = index + 1 == numbers.len();
@@ -261,12 +266,19 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
                         // dependency; the first copy in log order records it.
                         next_message_id = next_message_id.max(id.0.saturating_add(1));
                         if live.get_mut(&queue).is_some_and(|ids| ids.remove(id.0)) {
+                            delivery_counts.remove(&(queue, id.0));
                             match segment_of(&bases, id.0) {
                                 Some(home) if home != segment => {
                                     info.acks_into.insert(home);
                                 }
                                 _ => {}
                             }
+                        }
+                    }
+                    Decoded::DeliveryCount { queue, id, count } => {
+                        // Counts only for a live reference; a newer record replaces it.
+                        if live.get(&queue).is_some_and(|ids| ids.contains(id.0)) {
+                            delivery_counts.insert((queue, id.0), (count, segment));
                         }
                     }
                 }
@@ -321,6 +333,12 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             if let Some(info) = segments.get_mut(&segment) {
                 info.live_refs += count;
             }
+        }
+    }
+    // Each count still in force pins the segment it is in (§3.5).
+    for (_, segment) in delivery_counts.values() {
+        if let Some(info) = segments.get_mut(segment) {
+            info.live_refs += 1;
         }
     }
 
@@ -383,6 +401,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             segments,
             files,
             queues: live,
+            delivery_counts,
             bases,
             last_written,
             last_written_end,

@@ -48,8 +48,8 @@ use crate::lock::DirLock;
 use crate::meta::{read_envelope, write_atomic, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC};
 use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{
-    decode, encode_ack, encode_publish, publish_record_bytes, validate_publish, Decoded,
-    ACK_RECORD_BYTES,
+    decode, encode_ack, encode_delivery_count, encode_publish, publish_record_bytes,
+    validate_publish, Decoded, ACK_RECORD_BYTES, DELIVERY_COUNT_RECORD_BYTES,
 };
 use crate::recovery::{recover, Carry, SegmentInfo};
 use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
@@ -94,6 +94,11 @@ pub(crate) struct LogState {
     pub segments: BTreeMap<u32, SegmentInfo>,
     /// Live references: queue → ids of its live messages.
     pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// The newest DELIVERY_COUNT record of each live reference that has one (§3.5): its
+    /// count and the segment it is in. That segment counts the record in its `live_refs`
+    /// (a pin) until the reference is acked or a newer count replaces it. Only messages
+    /// whose delivery failed are here.
+    pub delivery_counts: HashMap<(QueueId, u64), (u32, u32)>,
     /// Base message id → segment, for every segment in `segments`.
     pub bases: Bases,
     /// Some segment may have become reclaimable; the writer re-checks.
@@ -295,6 +300,18 @@ pub(crate) fn append_ack_record(
     seq
 }
 
+/// Drops the pin a DELIVERY_COUNT record held on its segment (§3.5); the segment may now
+/// be reclaimable. The caller holds the log lock.
+pub(crate) fn unpin(st: &mut LogState, segment: u32) {
+    let active = st.active_segment;
+    if let Some(info) = st.segments.get_mut(&segment) {
+        info.live_refs = info.live_refs.saturating_sub(1);
+        if info.live_refs == 0 && segment != active {
+            st.reclaim_dirty = true;
+        }
+    }
+}
+
 /// Where `scan_queue` goes next, decided under the log lock.
 enum Located {
     /// Read `[at, limit)` of segment `at.segment`: written, and non-empty.
@@ -433,6 +450,7 @@ impl Store {
             last_segment: state.last_segment,
             segments: state.segments,
             queues: state.queues,
+            delivery_counts: state.delivery_counts,
             bases: state.bases,
             // Recovered segments may be dead but pinned: let the writer
             // carry their ACKs forward (§5).
@@ -522,6 +540,17 @@ impl Store {
         *table = next;
         let mut st = shared.log.lock();
         if let Some(ids) = st.queues.remove(&queue) {
+            let mut pins = Vec::new();
+            st.delivery_counts.retain(|(q, _), (_, segment)| {
+                let keep = *q != queue;
+                if !keep {
+                    pins.push(*segment);
+                }
+                keep
+            });
+            for segment in pins {
+                unpin(&mut st, segment);
+            }
             // Per-segment counts from ranks: no walk over every id.
             for (segment, count) in refs_per_segment(&ids, &st.bases) {
                 if let Some(info) = st.segments.get_mut(&segment) {
@@ -659,6 +688,9 @@ impl Store {
         if !removed {
             return Err(StoreError::UnknownMessage(queue, id));
         }
+        if let Some((_, pinned)) = st.delivery_counts.remove(&(queue, id.0)) {
+            unpin(&mut st, pinned);
+        }
         // A live id always has its segment in the base map (index.rs).
         let segment = segment_of(&st.bases, id.0);
         let was_empty = st.buf.is_empty();
@@ -686,6 +718,58 @@ impl Store {
             shared.work_cv.notify_one();
         }
         Ok(seq)
+    }
+
+    /// Appends a DELIVERY_COUNT record (§3.5): `queue`'s copy of `id` has failed `count`
+    /// deliveries. The broker writes one only when a delivery of a persistent message ends
+    /// as failed (a slow path); it replaces the reference's earlier count. Like an ack it
+    /// is never subject to back-pressure and need not be waited for: lost in a crash, the
+    /// count after a restart is the one before. `UnknownMessage` if the reference is not
+    /// live (nothing is written).
+    pub fn set_delivery_count(&self, queue: QueueId, id: MessageId, count: u32) -> Result<u64> {
+        let shared = self.shared();
+        let mut st = shared.log.lock();
+        check_open(&st)?;
+        let live = st
+            .queues
+            .get(&queue)
+            .ok_or(StoreError::UnknownQueue(queue))?
+            .contains(id.0);
+        if !live {
+            return Err(StoreError::UnknownMessage(queue, id));
+        }
+        let was_empty = st.buf.is_empty();
+        place(
+            &mut st,
+            DELIVERY_COUNT_RECORD_BYTES,
+            shared.opts.segment_size_bytes,
+        );
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        encode_delivery_count(&mut st.buf, queue, id, count);
+        st.active_offset_bytes += DELIVERY_COUNT_RECORD_BYTES as u64;
+        st.records_pending += 1;
+        let active = st.active_segment;
+        if let Some(info) = st.segments.get_mut(&active) {
+            info.live_refs += 1;
+        }
+        if let Some((_, earlier)) = st.delivery_counts.insert((queue, id.0), (count, active)) {
+            unpin(&mut st, earlier);
+        }
+        drop(st);
+        if was_empty {
+            shared.work_cv.notify_one();
+        }
+        Ok(seq)
+    }
+
+    /// The delivery-count the store holds for `queue`'s copy of `id` (§3.5): the newest
+    /// DELIVERY_COUNT record of the live reference, recovered or written since the open.
+    pub fn delivery_count(&self, queue: QueueId, id: MessageId) -> Option<u32> {
+        let st = self.shared().log.lock();
+        st.delivery_counts
+            .get(&(queue, id.0))
+            .map(|(count, _)| *count)
     }
 
     /// Resolves once the record with sequence `seq` is settled: `Ok` if it is
@@ -813,9 +897,9 @@ impl Store {
         let record = Bytes::from(buf);
         match decode(&record) {
             Ok(Decoded::Publish(view)) => Ok(view.message(&record)),
-            Ok(Decoded::Ack { .. }) => Err(StoreError::Invalid(format!(
-                "{location:?} is an ack record, not a message"
-            ))),
+            Ok(Decoded::Ack { .. } | Decoded::DeliveryCount { .. }) => Err(StoreError::Invalid(
+                format!("{location:?} is not a message's record"),
+            )),
             Err(e) => Err(StoreError::Corrupt(format!("{location:?}: {e}"))),
         }
     }
@@ -927,7 +1011,7 @@ impl Store {
                             });
                         }
                     }
-                    Ok(Decoded::Ack { .. }) => {}
+                    Ok(Decoded::Ack { .. } | Decoded::DeliveryCount { .. }) => {}
                     Err(e) => {
                         skip_rest = Some(e.to_string());
                         break;
@@ -985,7 +1069,8 @@ impl Store {
         let c = &shared.stats;
         let (segments, live_references, durable_seq) = {
             let st = shared.log.lock();
-            let live: u64 = st.segments.values().map(|s| s.live_refs).sum();
+            let pins = st.delivery_counts.len() as u64;
+            let live: u64 = st.segments.values().map(|s| s.live_refs).sum::<u64>() - pins;
             (st.segments.len() as u64, live, st.durable_seq)
         };
         StoreStats {

@@ -346,7 +346,9 @@ fn carry_forward(shared: &Shared, segment: u32) -> std::io::Result<()> {
                     }
                 }
             }
-            Ok(Decoded::Publish(_)) => {}
+            // A delivery count pins its segment while it counts (§3.5): a dead segment's
+            // counts are stale and need no carrying.
+            Ok(Decoded::Publish(_) | Decoded::DeliveryCount { .. }) => {}
             Err(e) => {
                 corrupt = Some(e.to_string());
                 break;
@@ -519,6 +521,7 @@ mod tests {
             last_segment: active,
             segments,
             queues: HashMap::new(),
+            delivery_counts: HashMap::new(),
             bases: Bases::new(),
             reclaim_dirty: false,
             durable_seq,

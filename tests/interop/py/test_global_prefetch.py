@@ -82,3 +82,14 @@ def test_channel_limit_is_shared_fairly_between_queues(conn, names):
     first = [name for name, _ in log[:20]]
     # Neither queue may starve the other while both have messages.
     assert first.count("a") >= 5 and first.count("b") >= 5, first
+
+
+def test_a_per_consumer_qos_lifts_the_channel_limit(conn, names):
+    # RabbitMQ 3.10.8: basic.qos global=false resets the channel's global limit.
+    ch = conn.channel()
+    q = _queue_with(ch, names, 5, "a")
+    ch.basic_qos(prefetch_count=1, global_qos=True)
+    ch.basic_qos(prefetch_count=0)
+    got = Collector("a", [])
+    ch.basic_consume(q, got)
+    assert wait_for(lambda: len(got.items) == 5, conn=conn)

@@ -82,7 +82,11 @@ impl Session {
             .max(256);
         while link.credit > 0 {
             let Some(d) = link.pending.front() else { break };
-            let payload = convert::to_amqp10(&d.message.message, d.message.redelivered);
+            let payload = convert::to_amqp10(
+                &d.message.message,
+                d.message.redelivered,
+                d.message.delivery_count,
+            );
             let frames = payload.len().div_ceil(max_payload).max(1) as u32;
             if self.remote_incoming_window < frames {
                 break;
@@ -161,10 +165,15 @@ impl Session {
             return;
         }
         let last = d.last.unwrap_or(d.first);
-        // modified with delivery-failed counts in the header's delivery-count of the
-        // message's next deliveries; released (and a 0-9-1 requeue) does not.
-        let failed =
-            matches!(&d.state, Some(DeliveryState::Modified(m)) if m.delivery_failed == Some(true));
+        // A failed delivery counts in the header's delivery-count of the queue's copy (its
+        // next deliveries, or the dead-lettered copy): modified with delivery-failed, and
+        // rejected (RabbitMQ 4's classic queue discards with DelFailed = true); released
+        // (and a 0-9-1 requeue) does not.
+        let failed = match &d.state {
+            Some(DeliveryState::Modified(m)) => m.delivery_failed == Some(true),
+            Some(DeliveryState::Rejected(_)) => true,
+            _ => false,
+        };
         let settle = match &d.state {
             Some(DeliveryState::Accepted(_)) => Settle::Ack,
             Some(DeliveryState::Rejected(_)) => Settle::DeadLetter,
@@ -193,9 +202,9 @@ impl Session {
                 .collect()
         };
         for id in ids {
-            if let Some(u) = self.unsettled.remove(&id) {
+            if let Some(mut u) = self.unsettled.remove(&id) {
                 if failed {
-                    u.message.message.delivery_failed();
+                    u.message.delivery_count = u.message.delivery_count.saturating_add(1);
                 }
                 settled.push((u, settle));
             }
@@ -220,11 +229,14 @@ impl Session {
 }
 
 /// What the client's outcome does with a delivery.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Settle {
     Ack,
     Requeue,
     DeadLetter,
+    /// Still unsettled when its link or session went: requeued as a failed delivery, as
+    /// RabbitMQ 4's classic queue does when a consumer goes (`requeue_and_run/3`).
+    Gone,
 }
 
 /// Settles deliveries with their queues: one `Queue::settle` per queue.
@@ -237,7 +249,10 @@ pub(super) fn settle_all(items: impl Iterator<Item = (Unsettled, Settle)>) {
     );
     let mut per_queue: Vec<PerQueue> = Vec::new();
     let mut consumers: Vec<Arc<Consumer>> = Vec::new();
-    for (u, settle) in items {
+    for (mut u, settle) in items {
+        if settle == Settle::Gone {
+            u.message.delivery_count = u.message.delivery_count.saturating_add(1);
+        }
         u.consumer.settled_own(1);
         if !consumers.iter().any(|c| Arc::ptr_eq(c, &u.consumer)) {
             consumers.push(u.consumer.clone());
@@ -255,7 +270,7 @@ pub(super) fn settle_all(items: impl Iterator<Item = (Unsettled, Settle)>) {
         };
         match settle {
             Settle::Ack => entry.1.push(u.message),
-            Settle::Requeue => entry.2.push(u.message),
+            Settle::Requeue | Settle::Gone => entry.2.push(u.message),
             Settle::DeadLetter => entry.3.push(u.message),
         }
     }

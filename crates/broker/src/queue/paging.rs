@@ -173,6 +173,15 @@ impl Queue {
             let queued = QueuedMessage {
                 id,
                 expires_at: Self::expiry_since(queue_ttl_ms, &message, published_at_ms),
+                // A recovered message's count is the store's (docs/STORAGE.md §3.5).
+                delivery_count: if paged.redelivered {
+                    stored
+                        .store
+                        .delivery_count(stored.id, store_ref.id)
+                        .unwrap_or(message.inherited_delivery_count)
+                } else {
+                    message.inherited_delivery_count
+                },
                 message: Arc::new(message),
                 redelivered: paged.redelivered,
                 store_ref: Some(store_ref),

@@ -427,6 +427,8 @@ impl ForwardLink {
                             id,
                             message: Arc::new(frame::message(message)?),
                             redelivered,
+                            // AMQP 1.0's per-copy count stays on the serving node.
+                            delivery_count: 0,
                             expires_at: None,
                             store_ref: None,
                         },
@@ -476,6 +478,7 @@ impl ForwardLink {
                 id,
                 message: decoded,
                 redelivered,
+                delivery_count: 0,
                 expires_at: None,
                 store_ref: None,
             },

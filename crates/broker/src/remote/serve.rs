@@ -353,7 +353,14 @@ impl Serving {
             match kind {
                 SettleKind::Ack => queue.settle(messages, Vec::new(), Vec::new()),
                 SettleKind::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
-                SettleKind::Reject => queue.settle(Vec::new(), Vec::new(), messages),
+                SettleKind::Reject => {
+                    // A discard is a failed delivery (as a client channel counts it).
+                    let mut messages = messages;
+                    for m in &mut messages {
+                        m.delivery_count = m.delivery_count.saturating_add(1);
+                    }
+                    queue.settle(Vec::new(), Vec::new(), messages)
+                }
             }
         }
         for c in consumers {
@@ -490,8 +497,12 @@ impl Serving {
                 None => by_queue.push((queue, vec![message])),
             }
         }
-        for (queue, messages) in by_queue {
-            queue.settle(Vec::new(), messages, Vec::new());
+        for (queue, mut messages) in by_queue {
+            // As a client channel's teardown: still unacked is a failed delivery.
+            for m in &mut messages {
+                m.delivery_count = m.delivery_count.saturating_add(1);
+            }
+            queue.release(messages);
         }
         self.pending.clear();
     }
