@@ -6,6 +6,8 @@ mod durability;
 mod lifecycle;
 mod mirroring;
 mod policies;
+#[cfg(test)]
+mod route_tests;
 
 pub use lifecycle::{VHostLimits, VHostMetadata};
 
@@ -822,34 +824,53 @@ impl VHost {
             }
             return;
         }
-        let mut pending: Vec<Arc<Exchange>> = vec![exchange.clone()];
-        let mut visited: Vec<ShortStr> = Vec::new();
+        // The first exchange is walked without the hop bookkeeping, so the common publish
+        // (one exchange, queue destinations) allocates nothing here.
+        let mut pending: Vec<Arc<Exchange>> = Vec::new();
+        self.route_one(exchange, routing_keys, headers, out, &mut pending);
+        if pending.is_empty() {
+            return;
+        }
+        let mut visited: Vec<ShortStr> = vec![exchange.name.clone()];
         while let Some(ex) = pending.pop() {
             if visited.contains(&ex.name) || visited.len() >= MAX_EXCHANGE_HOPS {
                 continue;
             }
             visited.push(ex.name.clone());
-            let before = out.len();
-            let mut hops: Vec<ShortStr> = Vec::new();
-            ex.route(routing_keys, headers, |dest| match dest {
-                Destination::Queue(q) => {
-                    if !out.iter().any(|x| Arc::ptr_eq(x, q)) {
-                        out.push(q.clone());
-                    }
-                }
-                Destination::Exchange(name) => hops.push(name.clone()),
-            });
-            let mut routed = out.len() > before;
-            for name in hops {
-                if let Some(next) = self.exchange(&name) {
-                    pending.push(next);
-                    routed = true;
+            self.route_one(&ex, routing_keys, headers, out, &mut pending);
+        }
+    }
+
+    /// Adds the queues `ex`'s own bindings select to `out` (once each), and to `pending` the
+    /// exchanges its bindings lead to, or its alternate exchange when nothing was routed.
+    fn route_one(
+        &self,
+        ex: &Exchange,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+        pending: &mut Vec<Arc<Exchange>>,
+    ) {
+        let before = out.len();
+        let mut hops: Vec<ShortStr> = Vec::new();
+        ex.route(routing_keys, headers, |dest| match dest {
+            Destination::Queue(q) => {
+                if !out.iter().any(|x| Arc::ptr_eq(x, q)) {
+                    out.push(q.clone());
                 }
             }
-            if !routed {
-                if let Some(ae) = ex.alternate_exchange().and_then(|n| self.exchange(&n)) {
-                    pending.push(ae);
-                }
+            Destination::Exchange(name) => hops.push(name.clone()),
+        });
+        let mut routed = out.len() > before;
+        for name in hops {
+            if let Some(next) = self.exchange(&name) {
+                pending.push(next);
+                routed = true;
+            }
+        }
+        if !routed {
+            if let Some(ae) = ex.alternate_exchange().and_then(|n| self.exchange(&n)) {
+                pending.push(ae);
             }
         }
     }

@@ -24,13 +24,13 @@
 
 use crate::auth;
 use crate::channel::{Channel, ChannelState};
+use crate::channel_ids::ChannelMap;
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
 use bytes::{Buf, BytesMut};
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -99,7 +99,7 @@ pub struct Connection<R, W> {
     user: String,
     vhost: Option<Arc<VHost>>,
     caps: ClientCapabilities,
-    channels: HashMap<u16, Channel>,
+    channels: ChannelMap<Channel>,
     events_tx: UnboundedSender<ConnectionEvent>,
     events_rx: UnboundedReceiver<ConnectionEvent>,
     last_read: Instant,
@@ -156,7 +156,7 @@ where
             user: String::new(),
             vhost: None,
             caps: ClientCapabilities::default(),
-            channels: HashMap::new(),
+            channels: ChannelMap::default(),
             events_tx,
             events_rx,
             last_read: Instant::now(),
@@ -707,7 +707,7 @@ where
 
     /// The channels and a context over the rest of the connection, borrowed together so a
     /// channel handler can run without taking its channel out of the map.
-    fn split(&mut self) -> (&mut HashMap<u16, Channel>, Ctx<'_>) {
+    fn split(&mut self) -> (&mut ChannelMap<Channel>, Ctx<'_>) {
         let ctx = Ctx {
             vhost: self.vhost.as_ref().expect("open connection has a vhost"),
             connection: self.id,

@@ -6,6 +6,7 @@
 mod auth;
 pub mod cert_name;
 mod channel;
+mod channel_ids;
 pub mod config;
 mod connection;
 mod context;
