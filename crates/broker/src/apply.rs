@@ -212,17 +212,18 @@ impl Broker {
                 internal,
                 arguments,
             } => {
-                self.live_vhost(&vhost)?
-                    .declare_exchange(ExchangeDeclaration {
-                        name: short(&name),
-                        kind,
-                        passive: false,
-                        durable,
-                        auto_delete,
-                        internal,
-                        arguments,
-                    })?;
-                Ok(Outcome::Done)
+                let target = self.live_vhost(&vhost)?;
+                let created = target.exchange(&name).is_none();
+                target.declare_exchange(ExchangeDeclaration {
+                    name: short(&name),
+                    kind,
+                    passive: false,
+                    durable,
+                    auto_delete,
+                    internal,
+                    arguments,
+                })?;
+                Ok(Outcome::Put { created })
             }
             ExchangeDelete {
                 vhost,
@@ -250,11 +251,13 @@ impl Broker {
                     auto_delete,
                     arguments,
                 };
-                let (name, message_count, consumer_count) = self
-                    .live_vhost(&vhost)?
-                    .declare_queue_named(declaration, connection, server_named)?;
+                let target = self.live_vhost(&vhost)?;
+                let created = target.queue(&name).is_none();
+                let (name, message_count, consumer_count) =
+                    target.declare_queue_named(declaration, connection, server_named)?;
                 Ok(Outcome::QueueDeclared {
                     name: name.to_string(),
+                    created,
                     message_count,
                     consumer_count,
                 })

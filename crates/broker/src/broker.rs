@@ -259,10 +259,16 @@ impl Broker {
             .unwrap_or_else(|| self.node_name().to_owned())
     }
 
-    /// Renames the cluster (a durable change).
+    /// Renames the cluster on this node (a durable change; start-up's `--cluster-name`).
+    /// The HTTP API makes the same change through `change`.
     pub fn set_cluster_name(&self, name: &str) {
-        let json = serde_json::Value::String(name.to_owned()).to_string();
-        self.parameters.set_global(CLUSTER_NAME_PARAMETER, json);
+        let value_json = serde_json::Value::String(name.to_owned()).to_string();
+        let rename = DefinitionOp::GlobalParameterSet {
+            name: CLUSTER_NAME_PARAMETER.to_owned(),
+            value_json,
+        };
+        // Setting a global parameter cannot be refused.
+        let _ = self.apply(rename);
     }
 
     /// Brings back what the store kept: the vhosts with their durable topology, each durable

@@ -225,9 +225,11 @@ pub enum Outcome {
     Removed {
         existed: bool,
     },
-    /// queue.declare-ok's fields, as the applying node sees the queue.
+    /// queue.declare-ok's fields, as the applying node sees the queue, and whether the
+    /// declaration created it.
     QueueDeclared {
         name: String,
+        created: bool,
         message_count: u32,
         consumer_count: u32,
     },
@@ -238,11 +240,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// True for a put that created, a removal that found something; true otherwise.
+    /// False for a put or a queue declaration that found what it asked for already there.
     pub fn created(&self) -> bool {
-        !matches!(self, Outcome::Put { created: false })
+        !matches!(
+            self,
+            Outcome::Put { created: false } | Outcome::QueueDeclared { created: false, .. }
+        )
     }
 
+    /// False for a removal that found nothing to remove.
     pub fn existed(&self) -> bool {
         !matches!(self, Outcome::Removed { existed: false })
     }
@@ -349,6 +355,16 @@ impl DefinitionOp {
             exchange: p.exchange,
             write: p.write,
             read: p.read,
+        }
+    }
+
+    /// Sets a checked policy (its listing JSON is a body it validates from again).
+    pub fn policy_set(policy: &crate::policy::Policy) -> DefinitionOp {
+        DefinitionOp::PolicySet {
+            list: PolicyList::of(policy.kind),
+            vhost: policy.vhost.clone(),
+            name: policy.name.clone(),
+            body_json: policy.to_json().to_string(),
         }
     }
 

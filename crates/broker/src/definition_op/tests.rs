@@ -196,6 +196,7 @@ fn results_round_trip_with_their_reply_code_and_text() {
         Ok(Outcome::Removed { existed: true }),
         Ok(Outcome::QueueDeclared {
             name: s("amq.gen-x"),
+            created: true,
             message_count: 4,
             consumer_count: 1,
         }),
@@ -274,6 +275,7 @@ fn applying_declares_answers_as_the_channel_replies() {
         broker.apply(queue("q", true)),
         Ok(Outcome::QueueDeclared {
             name: s("q"),
+            created: true,
             message_count: 0,
             consumer_count: 0
         })
