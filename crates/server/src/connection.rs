@@ -624,10 +624,8 @@ where
                     self.flush_confirms();
                 }
                 result = change_made(&mut self.pending), if self.pending.is_some() => {
-                    if let Some(done) = self.answer_pending(result).await? {
-                        if let Next::Done = done {
-                            return Ok(());
-                        }
+                    if let Some(Next::Done) = self.answer_pending(result).await? {
+                        return Ok(());
                     }
                     // What the client sent meanwhile is handled now, in order.
                     if let Next::Done = self.on_input().await? {

@@ -103,7 +103,6 @@ async fn pipelined_declares_bind_and_publish_are_answered_in_order() {
         BasicGet {
             queue: "q".into(),
             no_ack: true,
-            ..Default::default()
         },
     )
     .await;
