@@ -11,16 +11,20 @@
 //! Exclusive queues stay node-local: they live and die with one connection to one node, so
 //! their declaration, deletion and bindings (which only their owner may make) are applied
 //! locally, never proposed. Every other queue op is replicated. What a connection closing
-//! deletes (its exclusive queues) is therefore local too; a queue's auto-delete (its last
-//! consumer gone) and `x-expires` are judged from the node's own consumers and clock and
-//! remove the queue on that node (`VHost::remove_queue`), which is a node-local trigger the
-//! metadata log does not see yet.
+//! deletes (its exclusive queues) is therefore local too. A non-exclusive auto-delete queue
+//! whose last consumer (on this node) leaves is deleted by a change like any other
+//! (`delete_unused_queue`). `x-expires` is judged from the node's own clock and removes the
+//! queue on that node only (`VHost::remove_queue`): a node-local trigger the metadata log
+//! does not see yet.
 
 use crate::broker::Broker;
 use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
 use crate::error::AmqpError;
+use crate::queue::Queue;
+use crate::vhost::VHost;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use warren_codec::ReplyCode;
 
 /// Why an op did not get through the log (no leader, a lost quorum, a shut-down node).
@@ -89,6 +93,34 @@ impl Broker {
                 )),
             }
         }))
+    }
+
+    /// Deletes an auto-delete queue its last consumer left. An exclusive queue is this
+    /// node's own and goes at once, as does any queue on a single node; in a cluster any
+    /// other queue's deletion is a definitions change that nobody waits for (it runs as a
+    /// task of its own).
+    pub fn delete_unused_queue(&self, vhost: &Arc<VHost>, queue: &Arc<Queue>) {
+        if queue.exclusive_owner.is_some() || self.replicator().is_none() {
+            vhost.remove_queue(queue);
+            return;
+        }
+        let op = DefinitionOp::QueueDelete {
+            vhost: vhost.name.clone(),
+            name: queue.name.to_string(),
+            connection: 0,
+        };
+        let Change::Pending(pending) = self.change(op) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let name = queue.name.clone();
+        runtime.spawn(async move {
+            if let Err(e) = pending.await {
+                tracing::warn!(queue = %name, error = %e, "deleting an unused auto-delete queue failed");
+            }
+        });
     }
 
     /// What the replicator calls on every node for every committed op, in log order:

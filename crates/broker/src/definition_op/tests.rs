@@ -259,10 +259,9 @@ fn queue(name: &str, durable: bool) -> DefinitionOp {
 #[test]
 fn applying_declares_answers_as_the_channel_replies() {
     let broker = Broker::new(usize::MAX, None);
-    assert_eq!(
-        broker.apply(exchange("x", "direct", true)),
-        Ok(Outcome::Done)
-    );
+    let x = exchange("x", "direct", true);
+    assert_eq!(broker.apply(x.clone()), Ok(Outcome::Put { created: true }));
+    assert_eq!(broker.apply(x), Ok(Outcome::Put { created: false }));
     let refused = broker.apply(exchange("x", "direct", false)).unwrap_err();
     assert_eq!(
         refused.reply_text(),

@@ -276,8 +276,35 @@ async fn without_a_replicator_a_change_is_done_at_once() {
     let broker = Broker::new(usize::MAX, None);
     let change = broker.change(exchange("x", "direct"));
     assert!(
-        matches!(change, Change::Done(Ok(Outcome::Done))),
+        matches!(change, Change::Done(Ok(Outcome::Put { created: true }))),
         "{change:?}"
     );
     assert!(broker.vhost("/").unwrap().exchange("x").is_some());
+}
+
+#[tokio::test]
+async fn an_unused_auto_delete_queue_goes_from_every_node() {
+    let (log, [(a, mut a_applied), (b, mut b_applied)]) = cluster().await;
+    let declare = DefinitionOp::QueueDeclare {
+        vhost: "/".into(),
+        name: "temp".into(),
+        server_named: false,
+        durable: true,
+        exclusive: false,
+        auto_delete: true,
+        arguments: FieldTable::new(),
+        connection: 7,
+    };
+    a.change(declare).result().await.unwrap();
+    caught_up(&log, &mut b_applied).await;
+    assert!(b.vhost("/").unwrap().queue("temp").is_some());
+    let vhost = a.vhost("/").unwrap();
+    let queue = vhost.queue("temp").unwrap();
+    a.delete_unused_queue(&vhost, &queue);
+    // Proposed at once; applied by each node in its turn.
+    caught_up(&log, &mut a_applied).await;
+    caught_up(&log, &mut b_applied).await;
+    assert!(a.vhost("/").unwrap().queue("temp").is_none());
+    assert!(b.vhost("/").unwrap().queue("temp").is_none());
+    assert_eq!(a.snapshot(), b.snapshot());
 }
