@@ -10,7 +10,10 @@
 //!
 //! Exclusive queues stay node-local: they live and die with one connection to one node, so
 //! their declaration, deletion and bindings (which only their owner may make) are applied
-//! locally, never proposed. Every other queue op is replicated. What a connection closing
+//! locally, never proposed. Every other queue op is replicated. (So another node knows
+//! nothing of them: a replicated queue given the name of an exclusive queue on some node
+//! is refused there, 405, and exists everywhere else. RabbitMQ keeps exclusive queues in
+//! its cluster-wide metadata; server-named queues, the usual exclusive ones, cannot clash.) What a connection closing
 //! deletes (its exclusive queues) is therefore local too. A non-exclusive auto-delete queue
 //! whose last consumer (on this node) leaves is deleted by a change like any other
 //! (`delete_unused_queue`). `x-expires` is judged from the node's own clock and removes the
