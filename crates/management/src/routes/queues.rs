@@ -225,7 +225,8 @@ pub async fn delete(
         )));
     }
     // if-unused and if-empty were judged above from this node's live queue; the removal
-    // itself is a definitions change.
+    // itself is a definitions change. Another connection's exclusive queue is refused
+    // there (400, the locked queue's text), as RabbitMQ 3.10 refuses it.
     api.change(DefinitionOp::QueueDelete {
         vhost: vhost.name.clone(),
         name,
