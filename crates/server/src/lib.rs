@@ -14,6 +14,7 @@ mod deliver;
 mod handshake;
 pub mod http_listener;
 mod listener;
+mod pending;
 mod permissions;
 mod publish;
 mod throttle;
