@@ -131,6 +131,12 @@ pub enum Command {
     /// Several commands in one log entry (one append, one fsync: openraft 0.9 flushes each
     /// client write on its own), applied in order; the reply is `Reply::Batch`.
     Batch(Vec<Command>),
+    /// An operation of the cluster's metadata group, opaque here: the application's
+    /// [`crate::metadata::MetadataMachine`] applies it and answers `Reply::Metadata`. It shares
+    /// the log entry type with queue commands so both kinds of group use one WAL record format
+    /// and one wire encoding; a queue group refuses it (`Reply::Rejected`). Last in the enum so
+    /// logs written before it existed decode unchanged.
+    Metadata(Bytes),
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -180,6 +186,8 @@ pub enum Reply {
     Ok,
     /// The replies to a `Command::Batch`, in order.
     Batch(Vec<Reply>),
+    /// The metadata machine's answer to a `Command::Metadata`.
+    Metadata(Bytes),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,6 +383,8 @@ impl QueueState {
                 }
                 Reply::Batch(replies)
             }
+            // Not a queue's command: a misrouted metadata operation changes nothing.
+            Command::Metadata(_) => Reply::Rejected,
             Command::Suspend { consumer } => {
                 if !self.consumers.contains_key(&consumer) {
                     Reply::UnknownConsumer
