@@ -62,6 +62,8 @@ pub struct Broker {
     node_name: OnceLock<String>,
     /// Where quorum queues run, once `enable_quorum` opened it.
     quorum: OnceLock<Arc<crate::quorum::QuorumHost>>,
+    /// This node's cluster membership, when it runs as a cluster node.
+    cluster: OnceLock<Arc<crate::quorum::cluster::ClusterNode>>,
 }
 
 impl Broker {
@@ -92,6 +94,7 @@ impl Broker {
             disk: OnceLock::new(),
             node_name: OnceLock::new(),
             quorum: OnceLock::new(),
+            cluster: OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let weak = Arc::downgrade(&broker);
@@ -432,6 +435,16 @@ impl Broker {
 
     pub fn quorum(&self) -> Option<&Arc<crate::quorum::QuorumHost>> {
         self.quorum.get()
+    }
+
+    /// Makes this node a cluster node (the first call sticks).
+    pub fn enable_cluster(&self, cluster: Arc<crate::quorum::cluster::ClusterNode>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// This node's cluster membership; None on a single node.
+    pub fn cluster(&self) -> Option<&Arc<crate::quorum::cluster::ClusterNode>> {
+        self.cluster.get()
     }
 
     pub fn store(&self) -> Option<&Store> {

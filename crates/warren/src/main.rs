@@ -2,6 +2,7 @@
 //! (`warren server` → warren-server, `warren perf` → warren-perf, `warren ctl` → warren-ctl).
 
 mod allocator;
+mod cluster;
 mod config_file;
 
 use anyhow::Context;
@@ -158,6 +159,27 @@ struct ServerArgs {
         default_value_t = CertLoginFrom::DistinguishedName
     )]
     tls_cert_login_from: CertLoginFrom,
+    /// This node's name (RabbitMQ's `rabbit@host`); also what its cluster id derives from.
+    /// Default `warren@HOSTNAME`.
+    #[arg(long, env = "WARREN_NODE_NAME")]
+    node_name: Option<String>,
+    /// The inter-node (cluster) port. Absent: a single node. Present: this node forms or joins
+    /// a cluster with --cluster-peers, its definitions log replicated through the cluster's
+    /// metadata Raft group.
+    #[arg(long, env = "WARREN_CLUSTER_PORT")]
+    cluster_port: Option<u16>,
+    /// Other nodes' cluster addresses, HOST:PORT (comma-separated). Nodes started with each
+    /// other's addresses form one cluster.
+    #[arg(long, env = "WARREN_CLUSTER_PEERS", value_delimiter = ',')]
+    cluster_peers: Vec<String>,
+    /// The address other nodes reach this node's cluster port at, HOST:PORT (default: the host
+    /// part of --node-name, else this machine's hostname, with --cluster-port).
+    #[arg(long, env = "WARREN_CLUSTER_ADVERTISE")]
+    cluster_advertise: Option<String>,
+    /// The file holding the cluster's shared secret (RabbitMQ's .erlang.cookie); every node
+    /// needs the same. Default `<data-dir>/.cluster-secret`, generated on first boot.
+    #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -302,8 +324,19 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Quorum queues' Raft groups share one write-ahead log; open it before the definitions
     // come back, so each recovered quorum queue finds its group's log and snapshot.
     let quorum_dir = args.data_dir.join("quorum");
-    let quorum = warren_broker::quorum::QuorumHost::open(&quorum_dir)
-        .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?;
+    if let Some(name) = &args.node_name {
+        warren_broker::quorum::cluster::validate_name(name).map_err(anyhow::Error::msg)?;
+        broker.name_node(name);
+    }
+    let cluster = match args.cluster_port {
+        Some(port) => Some(cluster::start(&args, &broker, &quorum_dir, port).await?),
+        None => None,
+    };
+    let quorum = match &cluster {
+        Some((quorum, _)) => quorum.clone(),
+        None => warren_broker::quorum::QuorumHost::open(&quorum_dir)
+            .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?,
+    };
     broker.enable_quorum(quorum.clone());
     if broker.recover(recovered) {
         broker
@@ -457,6 +490,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
+    }
+    if let Some((_, cluster)) = &cluster {
+        cluster.shutdown().await;
     }
     quorum.shutdown().await;
     let stats = store.stats();
