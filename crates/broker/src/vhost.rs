@@ -318,6 +318,18 @@ impl VHost {
         d: QueueDeclaration,
         connection: ConnectionId,
     ) -> AmqpResult<(ShortStr, u32, u32)> {
+        self.declare_queue_named(d, connection, false)
+    }
+
+    /// queue.declare where `server_named` says the name (an `amq.gen-` one) was chosen by
+    /// this node before the declaration became a definitions change, so that every node
+    /// applying it creates the same queue; an empty name still gets a fresh one here.
+    pub fn declare_queue_named(
+        self: &Arc<Self>,
+        d: QueueDeclaration,
+        connection: ConnectionId,
+        server_named: bool,
+    ) -> AmqpResult<(ShortStr, u32, u32)> {
         if d.name.starts_with(names::DIRECT_REPLY_TO) {
             // Passive or not, a declare of a direct reply-to name only asks whether it is
             // there: the pseudo-queue is, and so is the address of a live reply consumer,
@@ -340,6 +352,8 @@ impl VHost {
         }
         let name = if d.name.is_empty() {
             ShortStr::from(names::generated_queue_name())
+        } else if server_named {
+            d.name
         } else if names::has_reserved_prefix(&d.name) {
             // Even for a queue that exists (a server-named one): only passive may name it.
             return Err(AmqpError::access_refused(format!(
@@ -573,9 +587,25 @@ impl VHost {
         if_empty: bool,
         connection: ConnectionId,
     ) -> AmqpResult<u32> {
-        let Some(queue) = self.queue(name) else {
+        match self.check_queue_delete(name, if_unused, if_empty, connection)? {
+            Some(queue) => Ok(self.remove_queue(&queue)),
             // Deleting a missing queue succeeds with zero messages, as in RabbitMQ.
-            return Ok(0);
+            None => Ok(0),
+        }
+    }
+
+    /// queue.delete's refusals: another connection's exclusive queue (405), and `if_unused`
+    /// / `if_empty` against the queue's live consumers and messages (406). The queue to
+    /// remove, or None when there is none (a success).
+    pub fn check_queue_delete(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        connection: ConnectionId,
+    ) -> AmqpResult<Option<Arc<Queue>>> {
+        let Some(queue) = self.queue(name) else {
+            return Ok(None);
         };
         self.check_exclusive(&queue, connection)?;
         if if_unused && queue.consumer_count() > 0 {
@@ -590,7 +620,7 @@ impl VHost {
                 self.name
             )));
         }
-        Ok(self.remove_queue(&queue))
+        Ok(Some(queue))
     }
 
     /// Removes a queue and its bindings and tells its consumers; returns its ready count.

@@ -13,6 +13,7 @@ mod deliver;
 mod handshake;
 pub mod http_listener;
 mod listener;
+mod pending;
 mod permissions;
 mod publish;
 mod throttle;

@@ -363,7 +363,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &args.load_definitions {
-        let summary = warren_definitions::load_file(&broker, path).map_err(anyhow::Error::msg)?;
+        let summary = warren_definitions::load_file(&broker, path)
+            .await
+            .map_err(anyhow::Error::msg)?;
         for skipped in &summary.skipped {
             tracing::info!(%skipped, "definitions entry not imported");
         }

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
+use warren_broker::DefinitionOp;
 
 /// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
 /// features on `rabbitmq_version`/`management_version`, so they carry that, and
@@ -157,7 +158,11 @@ pub async fn set_cluster_name(
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("name is required"))?;
-    api.broker.set_cluster_name(name);
+    api.change(DefinitionOp::GlobalParameterSet {
+        name: warren_broker::broker::CLUSTER_NAME_PARAMETER.to_owned(),
+        value_json: Value::String(name.to_owned()).to_string(),
+    })
+    .await?;
     Ok(super::no_content())
 }
 
@@ -300,7 +305,7 @@ pub async fn aliveness(
     acting.queue(AccessKind::Configure, name)?;
     acting.exchange(AccessKind::Write, "")?;
     acting.queue(AccessKind::Read, name)?;
-    queues::declare_simple(&vhost, name)?;
+    queues::declare_simple(&api, &vhost, name).await?;
     let routed = super::exchanges::publish_message(
         &vhost,
         "",
