@@ -6,8 +6,9 @@ use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use warren_broker::quorum::cluster::{node_id, AppliedOps, ClusterNode};
+use warren_broker::quorum::cluster::{node_id, ClusterNode};
 use warren_broker::quorum::QuorumHost;
+use warren_broker::replication::metadata_group::{BrokerMetadata, ClusterReplicator};
 use warren_broker::Broker;
 use warren_quorum::failover::{FailoverDriver, FailoverOptions};
 use warren_quorum::tcp::{TcpTransport, TcpTransportConfig};
@@ -72,14 +73,23 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the cluster side of the node: returns the quorum host (over the cluster transport)
-/// and the node's cluster membership, registered with the broker.
-pub async fn start(
+/// The cluster side of a node before it joins: its transport, and its quorum host over it.
+pub struct OpenCluster {
+    pub quorum: Arc<QuorumHost>,
+    transport: Arc<TcpTransport>,
+    name: String,
+    advertised: String,
+}
+
+/// Opens the cluster side of the node: the cluster port (authenticated with the shared
+/// secret), the quorum host over it and the failure detector's failover loop. The node joins
+/// the cluster with [`join`] once its own definitions are back from the store.
+pub async fn open(
     args: &ServerArgs,
     broker: &Arc<Broker>,
     quorum_dir: &Path,
     port: u16,
-) -> anyhow::Result<(Arc<QuorumHost>, Arc<ClusterNode>)> {
+) -> anyhow::Result<OpenCluster> {
     let name = broker.node_name().to_owned();
     let id = node_id(&name);
     let secret = secret(args)?;
@@ -120,24 +130,47 @@ pub async fn start(
         )
         .run(),
     );
+    Ok(OpenCluster {
+        quorum,
+        transport,
+        name,
+        advertised,
+    })
+}
+
+/// Starts the node's member of the metadata group, whose machine is the broker's
+/// definitions, and makes every definitions change go through it from now on; the node
+/// forms or joins the cluster in the background.
+pub async fn join(
+    args: &ServerArgs,
+    broker: &Arc<Broker>,
+    open: OpenCluster,
+) -> anyhow::Result<Arc<ClusterNode>> {
+    let OpenCluster {
+        quorum,
+        transport,
+        name,
+        advertised,
+    } = open;
     let cluster = ClusterNode::start(
         &quorum,
         &name,
         &advertised,
         transport,
-        Arc::new(AppliedOps::default()),
+        BrokerMetadata::new(broker),
         args.cluster_peers.clone(),
     )
     .await
     .map_err(anyhow::Error::msg)
     .context("starting the metadata group")?;
     broker.enable_cluster(cluster.clone());
+    broker.set_replicator(ClusterReplicator::new(cluster.clone()));
     tracing::info!(
         node = %name,
-        node_id = id,
+        node_id = node_id(&name),
         %advertised,
         peers = ?args.cluster_peers,
         "cluster port open; forming or joining the cluster"
     );
-    Ok((quorum, cluster))
+    Ok(cluster)
 }

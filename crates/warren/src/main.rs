@@ -2,10 +2,12 @@
 //! (`warren server` → warren-server, `warren perf` → warren-perf, `warren ctl` → warren-ctl).
 
 mod allocator;
+mod boot_definitions;
 mod cluster;
 mod config_file;
 
 use anyhow::Context;
+use boot_definitions::BootDefinitions;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -328,58 +330,55 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         warren_broker::quorum::cluster::validate_name(name).map_err(anyhow::Error::msg)?;
         broker.name_node(name);
     }
-    let cluster = match args.cluster_port {
-        Some(port) => Some(cluster::start(&args, &broker, &quorum_dir, port).await?),
+    let open_cluster = match args.cluster_port {
+        Some(port) => Some(cluster::open(&args, &broker, &quorum_dir, port).await?),
         None => None,
     };
-    let quorum = match &cluster {
-        Some((quorum, _)) => quorum.clone(),
+    let quorum = match &open_cluster {
+        Some(open) => open.quorum.clone(),
         None => warren_broker::quorum::QuorumHost::open(&quorum_dir)
             .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?,
     };
     broker.enable_quorum(quorum.clone());
-    if broker.recover(recovered) {
+    let first_boot = broker.recover(recovered);
+    // Every node seeds its defaults on a first boot, so it can be reached before it joins a
+    // cluster; a cluster's log then carries the forming node's (below), which every member
+    // applies.
+    if first_boot {
         broker
             .seed_defaults(&args.default_user, &args.default_pass, &args.default_vhost)
             .map_err(anyhow::Error::msg)
             .context("creating the default user and vhost")?;
         tracing::info!(user = %args.default_user, vhost = %args.default_vhost, "first boot: created the default user and vhost");
     }
-    for (name, pass) in &extra_users {
-        let tags = vec!["administrator".to_owned()];
-        broker
-            .access
-            .put_user(name, Some(pass), tags)
-            .map_err(anyhow::Error::msg)?;
-        if broker.vhost(&args.default_vhost).is_some() {
-            broker
-                .access
-                .set_permission(
-                    &args.default_vhost,
-                    name,
-                    warren_broker::access::Permission::full(),
-                )
-                .map_err(anyhow::Error::msg)?;
+    let boot = BootDefinitions {
+        seed: None,
+        default_vhost: args.default_vhost.clone(),
+        extra_users,
+        load_definitions: args.load_definitions.clone(),
+    };
+    let cluster = match open_cluster {
+        Some(open) => {
+            let cluster = cluster::join(&args, &broker, open).await?;
+            let (broker, waiting) = (broker.clone(), cluster.clone());
+            let (seed_user, seed_pass) = (args.default_user.clone(), args.default_pass.clone());
+            tokio::spawn(async move {
+                let formed_here = waiting.membership().await;
+                let boot = BootDefinitions {
+                    seed: (first_boot && formed_here).then(|| (seed_user, seed_pass)),
+                    ..boot
+                };
+                if let Err(e) = boot.apply(&broker).await {
+                    tracing::error!(error = %e, "boot-time definitions not applied");
+                }
+            });
+            Some(cluster)
         }
-    }
-    if let Some(path) = &args.load_definitions {
-        let summary = warren_definitions::load_file(&broker, path)
-            .await
-            .map_err(anyhow::Error::msg)?;
-        for skipped in &summary.skipped {
-            tracing::info!(%skipped, "definitions entry not imported");
+        None => {
+            boot.apply(&broker).await?;
+            None
         }
-        tracing::info!(
-            file = %path.display(),
-            users = summary.users,
-            vhosts = summary.vhosts,
-            policies = summary.policies,
-            exchanges = summary.exchanges,
-            queues = summary.queues,
-            bindings = summary.bindings,
-            "definitions loaded"
-        );
-    }
+    };
     // A configured cluster name becomes the cluster's at every boot, so the HTTP API and the
     // metrics agree with what clients see in connection.start.
     if let Some((_, name)) = config
@@ -493,7 +492,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
     }
-    if let Some((_, cluster)) = &cluster {
+    if let Some(cluster) = &cluster {
         cluster.shutdown().await;
     }
     quorum.shutdown().await;

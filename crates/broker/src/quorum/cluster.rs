@@ -16,7 +16,6 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,40 +38,6 @@ pub fn node_id(name: &str) -> NodeId {
     let mut id = [0u8; 8];
     id.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(id)
-}
-
-/// The metadata machine until definitions are replicated through it: it counts the
-/// operations applied (and answers each with its log index), so the group's log, snapshots and
-/// catch-up are exercised end to end.
-#[derive(Default)]
-pub struct AppliedOps {
-    applied: AtomicU64,
-}
-
-impl AppliedOps {
-    pub fn count(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-    }
-}
-
-impl MetadataMachine for AppliedOps {
-    fn apply(&self, index: u64, _op: &[u8]) -> Vec<u8> {
-        self.applied.fetch_add(1, Ordering::Relaxed);
-        index.to_be_bytes().to_vec()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        self.count().to_be_bytes().to_vec()
-    }
-
-    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
-        let bytes: [u8; 8] = snapshot
-            .try_into()
-            .map_err(|_| format!("a {}-byte snapshot, expected 8", snapshot.len()))?;
-        self.applied
-            .store(u64::from_be_bytes(bytes), Ordering::Relaxed);
-        Ok(())
-    }
 }
 
 /// One member of the cluster as `cluster_status` shows it.
@@ -111,6 +76,9 @@ pub struct ClusterNode {
     advertised: String,
     transport: Arc<TcpTransport>,
     metadata: MetadataGroup<NodeTransport>,
+    /// None until this node is a member; then whether it formed the cluster (initialized the
+    /// metadata group) rather than joining one.
+    membership: tokio::sync::watch::Sender<Option<bool>>,
 }
 
 impl ClusterNode {
@@ -135,6 +103,7 @@ impl ClusterNode {
             advertised: advertised.to_string(),
             transport,
             metadata,
+            membership: tokio::sync::watch::Sender::new(None),
         });
         tokio::spawn(node.clone().form(seeds));
         tokio::spawn(node.clone().watch_members());
@@ -153,6 +122,18 @@ impl ClusterNode {
         &self.metadata
     }
 
+    /// Waits until this node is a member of the cluster (at once on a restarted member);
+    /// true when it formed the cluster itself, false when it joined one.
+    pub async fn membership(&self) -> bool {
+        let mut watch = self.membership.subscribe();
+        let formed = match watch.wait_for(Option::is_some).await {
+            Ok(formed) => formed.unwrap_or(false),
+            // The sender lives as long as `self`.
+            Err(_) => false,
+        };
+        formed
+    }
+
     fn info(&self) -> MemberInfo {
         MemberInfo {
             name: self.name.clone(),
@@ -166,7 +147,14 @@ impl ClusterNode {
         loop {
             ticker.tick().await;
             match self.metadata.is_initialized().await {
-                Ok(true) if self.is_member() => return,
+                Ok(true) if self.is_member() => {
+                    self.membership.send_if_modified(|m| {
+                        let first = m.is_none();
+                        m.get_or_insert(false);
+                        first
+                    });
+                    return;
+                }
                 Ok(true) => {
                     // Initialized and not (yet) a member: a join in flight, or forgotten.
                     if !announced_waiting {
@@ -202,10 +190,13 @@ impl ClusterNode {
             let initialized = matches!(self.metadata.is_initialized().await, Ok(true));
             if !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
                 match self.metadata.initialize(&[(self.id, self.info())]).await {
-                    Ok(()) => tracing::info!(
-                        node = %self.name,
-                        "formed a new cluster: this node has the lowest id among its seeds"
-                    ),
+                    Ok(()) => {
+                        tracing::info!(
+                            node = %self.name,
+                            "formed a new cluster: this node has the lowest id among its seeds"
+                        );
+                        self.membership.send_replace(Some(true));
+                    }
                     Err(e) => tracing::warn!(error = %e, "initializing the cluster failed"),
                 }
                 continue;
