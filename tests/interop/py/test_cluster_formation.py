@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 
+import pytest
 import requests
 
 from own_broker import WARREN_BIN, free_port, needs_warren_bin
@@ -44,6 +45,7 @@ class Node:
         self.amqp_port = free_port()
         self.http_port = free_port()
         self.cluster_port = free_port()
+        self.prometheus_port = free_port()
         self.address = "127.0.0.1:%d" % self.cluster_port
         self.proc = None
         self.log_path = os.path.join(root, name.replace("@", "-") + ".log")
@@ -53,7 +55,7 @@ class Node:
         self.proc = subprocess.Popen(
             [WARREN_BIN, "server", "--bind", "127.0.0.1",
              "--amqp-port", str(self.amqp_port), "--management-port", str(self.http_port),
-             "--prometheus-port", "0", "--management-tls-port", "0",
+             "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
              "--prometheus-tls-port", "0", "--data-dir", self.data_dir,
              "--node-name", self.name, "--cluster-port", str(self.cluster_port),
              "--cluster-advertise", self.address,
@@ -90,6 +92,11 @@ class Node:
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
+    def metrics(self):
+        response = requests.get("http://127.0.0.1:%d/metrics" % self.prometheus_port, timeout=5)
+        response.raise_for_status()
+        return response.text
+
     def log(self):
         with open(self.log_path) as f:
             return f.read()
@@ -110,6 +117,8 @@ def agreed(nodes, expected_names):
     return statuses[0]["leader"]
 
 
+# Three brokers, a failover, restarts and membership changes: minutes on a slow machine.
+@pytest.mark.timeout(300)
 def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
     root = tempfile.mkdtemp(prefix="warren-cluster-")
     secret_file = os.path.join(root, "secret")
@@ -134,6 +143,15 @@ def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
             assert "Leader: %s" % leader in text.stdout
             for name in names:
                 assert name in text.stdout
+
+        # Prometheus: every member up, and the metadata group's term and indexes.
+        for node in nodes:
+            metrics = node.metrics()
+            for name in names:
+                assert 'warren_cluster_node_up{node="%s"} 1' % name in metrics, metrics
+            assert "warren_raft_metadata_term " in metrics
+            assert "warren_raft_metadata_last_applied_index " in metrics
+        assert "warren_raft_metadata_is_leader 1" in by_name[leader].metrics()
 
         # kill -9 the metadata leader: the other two elect one of themselves.
         by_name[leader].kill()
