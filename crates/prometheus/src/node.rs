@@ -251,9 +251,11 @@ pub fn store(out: &mut Exposition, broker: &Broker) {
     );
 }
 
-/// The cluster as this node sees it (cluster nodes only; rabbitmq_prometheus has no
-/// node-membership families, so these are Warren's): each member up or down as the failure
-/// detector sees it, and the metadata Raft group's term, indexes and per-member lag.
+/// The cluster as this node sees it (cluster nodes only): each member up or down as the
+/// failure detector sees it, and the metadata Raft group's term, indexes and per-member lag.
+/// rabbitmq_prometheus has no node-membership families, and its `rabbitmq_raft_*` ones are
+/// per quorum queue (3.10: `term_total`, `log_last_written_index`, `log_last_applied_index`,
+/// …); the metadata group's carry the same suffixes under `warren_raft_metadata_`.
 pub fn cluster(out: &mut Exposition, broker: &Broker) {
     let Some(cluster) = broker.cluster() else {
         return;
@@ -273,11 +275,11 @@ pub fn cluster(out: &mut Exposition, broker: &Broker) {
         );
     }
     out.family(
-        "warren_raft_metadata_term",
-        Kind::Gauge,
+        "warren_raft_metadata_term_total",
+        Kind::Counter,
         "The current Raft term of the cluster's metadata group on this node",
     );
-    out.sample("warren_raft_metadata_term", &[], status.term);
+    out.sample("warren_raft_metadata_term_total", &[], status.term);
     out.family(
         "warren_raft_metadata_is_leader",
         Kind::Gauge,
@@ -289,22 +291,22 @@ pub fn cluster(out: &mut Exposition, broker: &Broker) {
         u64::from(status.leader.as_deref() == Some(cluster.name())),
     );
     out.family(
-        "warren_raft_metadata_last_log_index",
+        "warren_raft_metadata_log_last_written_index",
         Kind::Gauge,
         "The last index of the metadata group's log on this node",
     );
     out.sample(
-        "warren_raft_metadata_last_log_index",
+        "warren_raft_metadata_log_last_written_index",
         &[],
         status.last_log_index.unwrap_or(0),
     );
     out.family(
-        "warren_raft_metadata_last_applied_index",
+        "warren_raft_metadata_log_last_applied_index",
         Kind::Gauge,
         "The last metadata log index this node applied",
     );
     out.sample(
-        "warren_raft_metadata_last_applied_index",
+        "warren_raft_metadata_log_last_applied_index",
         &[],
         status.last_applied_index.unwrap_or(0),
     );

@@ -152,8 +152,8 @@ def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
             metrics = node.metrics()
             for name in names:
                 assert 'warren_cluster_node_up{node="%s"} 1' % name in metrics, metrics
-            assert "warren_raft_metadata_term " in metrics
-            assert "warren_raft_metadata_last_applied_index " in metrics
+            assert "warren_raft_metadata_term_total " in metrics
+            assert "warren_raft_metadata_log_last_applied_index " in metrics
         assert "warren_raft_metadata_is_leader 1" in by_name[leader].metrics()
 
         # kill -9 the metadata leader: the other two elect one of themselves.
