@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 
+import pika
 import pytest
 import requests
 
@@ -146,6 +147,18 @@ def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
             assert "Leader: %s" % leader in text.stdout
             for name in names:
                 assert name in text.stdout
+
+        # A quorum queue on a cluster node works as on a single node (a group of one member).
+        amqp = pika.BlockingConnection(pika.URLParameters(
+            "amqp://guest:guest@127.0.0.1:%d/%%2F" % nodes[0].amqp_port))
+        channel = amqp.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        for i in range(5):
+            channel.basic_publish("", "qq", b"m%d" % i)
+        got = [channel.basic_get("qq", auto_ack=True)[2] for _ in range(5)]
+        assert got == [b"m%d" % i for i in range(5)]
+        amqp.close()
 
         # Prometheus: every member up, and the metadata group's term and indexes.
         for node in nodes:
