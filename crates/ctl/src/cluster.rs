@@ -1,5 +1,6 @@
 //! `cluster_status`, `add_cluster_node` and `forget_cluster_node`, over /api/cluster/*.
-//! `cluster_status` keeps `rabbitmqctl cluster_status`'s sections (disk nodes, running nodes)
+//! `cluster_status` keeps `rabbitmqctl cluster_status`'s first sections (Basics with the
+//! cluster name, Disk Nodes, Running Nodes, as RabbitMQ 3.10 prints them)
 //! and adds the metadata group's: its leader and term, and per member whether the failure
 //! detector sees it up, its matched log index and its lag behind the leader.
 
@@ -15,7 +16,8 @@ pub fn cluster_status(ctx: &Context) -> Result<(), CtlError> {
     if ctx.style.format == Format::Json {
         println!("{status}");
     } else {
-        print!("{}", status_text(&status));
+        let cluster_name = ctx.api.get("/api/cluster-name")?;
+        print!("{}", status_text(&status, &cluster_name["name"]));
     }
     Ok(())
 }
@@ -28,10 +30,11 @@ fn text(value: &Value) -> String {
     }
 }
 
-fn status_text(status: &Value) -> String {
+fn status_text(status: &Value, cluster_name: &Value) -> String {
     let members = status["members"].as_array().cloned().unwrap_or_default();
     let mut out = String::new();
     let _ = writeln!(out, "Cluster status of node {} ...", text(&status["node"]));
+    let _ = writeln!(out, "Basics\n\nCluster name: {}", text(cluster_name));
     let _ = writeln!(out, "\nDisk Nodes\n");
     for member in &members {
         let _ = writeln!(out, "{}", text(&member["name"]));

@@ -1,8 +1,10 @@
 //! `warren server --cluster-port`: the node's cluster transport (authenticated with the shared
-//! secret file), its quorum host over that transport, the failure detector's failover loop,
+//! secret file, and TLS when configured), its quorum host over that transport, the failure detector's failover loop,
 //! and its member of the cluster's metadata group, which forms or joins the cluster.
 
 use anyhow::Context;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use warren_broker::quorum::QuorumHost;
 use warren_broker::replication::metadata_group::{BrokerMetadata, ClusterReplicator};
 use warren_broker::Broker;
 use warren_quorum::failover::{FailoverDriver, FailoverOptions};
-use warren_quorum::tcp::{TcpTransport, TcpTransportConfig};
+use warren_quorum::tcp::{ClusterTls, TcpTransport, TcpTransportConfig};
 
 use crate::ServerArgs;
 
@@ -73,6 +75,76 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Mutual TLS between nodes, when a certificate is configured: each node accepts and dials
+/// with the same certificate, and checks its peers' against the CA and the cluster's name.
+fn cluster_tls(args: &ServerArgs) -> anyhow::Result<Option<ClusterTls>> {
+    let Some(cert_file) = args.cluster_tls_cert_file.clone() else {
+        let stray = [
+            (
+                "--cluster-tls-key-file",
+                args.cluster_tls_key_file.is_some(),
+            ),
+            ("--cluster-tls-ca-file", args.cluster_tls_ca_file.is_some()),
+            (
+                "--cluster-tls-server-name",
+                args.cluster_tls_server_name.is_some(),
+            ),
+        ];
+        if let Some((flag, _)) = stray.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{flag} needs --cluster-tls-cert-file");
+        }
+        return Ok(None);
+    };
+    let need = |flag: &str| format!("--cluster-tls-cert-file needs {flag}");
+    let key_file = args
+        .cluster_tls_key_file
+        .clone()
+        .with_context(|| need("--cluster-tls-key-file"))?;
+    let ca_file = args
+        .cluster_tls_ca_file
+        .clone()
+        .with_context(|| need("--cluster-tls-ca-file"))?;
+    let server_name = args
+        .cluster_tls_server_name
+        .clone()
+        .with_context(|| need("--cluster-tls-server-name"))?;
+    let server = warren_server::tls::server_config(&warren_server::tls::TlsOptions {
+        cert_file: cert_file.clone(),
+        key_file: key_file.clone(),
+        ca_file: Some(ca_file.clone()),
+        verify_peer: true,
+        fail_if_no_peer_cert: true,
+    })
+    .map_err(anyhow::Error::msg)
+    .context("cluster TLS")?;
+    let pem = |path: &Path| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .with_context(|| format!("cluster TLS: reading certificates from {}", path.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in pem(&ca_file)? {
+        roots
+            .add(ca)
+            .with_context(|| format!("cluster TLS: a CA certificate in {}", ca_file.display()))?;
+    }
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .with_context(|| format!("cluster TLS: reading the key {}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("cluster TLS: protocol versions")?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(pem(&cert_file)?, key)
+        .context("cluster TLS: the certificate and key")?;
+    Ok(Some(ClusterTls {
+        acceptor: tokio_rustls::TlsAcceptor::from(server),
+        connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+        server_name: ServerName::try_from(server_name.clone())
+            .with_context(|| format!("--cluster-tls-server-name {server_name}: not a name"))?,
+    }))
+}
+
 /// The cluster side of a node before it joins: its transport, and its quorum host over it.
 pub struct OpenCluster {
     pub quorum: Arc<QuorumHost>,
@@ -93,16 +165,20 @@ pub async fn open(
     let name = broker.node_name().to_owned();
     let id = node_id(&name);
     let secret = secret(args)?;
+    let tls = cluster_tls(args)?;
     // Dual-stack where the machine has IPv6, IPv4 only where it has not.
     let any_v6: SocketAddr = (std::net::Ipv6Addr::UNSPECIFIED, port).into();
     let any_v4: SocketAddr = (std::net::Ipv4Addr::UNSPECIFIED, port).into();
-    let transport =
-        match TcpTransport::bind(TcpTransportConfig::new(id, any_v6, secret.clone())).await {
-            Ok(transport) => transport,
-            Err(_) => TcpTransport::bind(TcpTransportConfig::new(id, any_v4, secret))
-                .await
-                .with_context(|| format!("binding the cluster port {port}"))?,
-        };
+    let config = |listen| TcpTransportConfig {
+        tls: tls.clone(),
+        ..TcpTransportConfig::new(id, listen, secret.clone())
+    };
+    let transport = match TcpTransport::bind(config(any_v6)).await {
+        Ok(transport) => transport,
+        Err(_) => TcpTransport::bind(config(any_v4))
+            .await
+            .with_context(|| format!("binding the cluster port {port}"))?,
+    };
     let port = transport.local_addr().port();
     let advertised = match &args.cluster_advertise {
         Some(addr) => addr.clone(),

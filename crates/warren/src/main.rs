@@ -182,6 +182,20 @@ struct ServerArgs {
     /// needs the same. Default `<data-dir>/.cluster-secret`, generated on first boot.
     #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE")]
     cluster_secret_file: Option<PathBuf>,
+    /// TLS between nodes (mutual): this node's PEM certificate chain, presented both when
+    /// accepting and when dialing, so it needs the serverAuth and clientAuth key usages.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CERT_FILE")]
+    cluster_tls_cert_file: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_KEY_FILE")]
+    cluster_tls_key_file: Option<PathBuf>,
+    /// The CA every node's certificate must chain to.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CA_FILE")]
+    cluster_tls_ca_file: Option<PathBuf>,
+    /// The name every node's certificate must carry (a DNS name or IP address in its
+    /// subjectAltName); peers are checked against it rather than their address.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_SERVER_NAME")]
+    cluster_tls_server_name: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

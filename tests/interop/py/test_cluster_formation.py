@@ -2,7 +2,8 @@
 cluster: `warren ctl cluster_status` and /api/nodes on every node show the same three members
 and one metadata-group leader; kill -9 of the leader gives a new leader among the other two and
 shows the dead node down; restarted, it rejoins and catches up; a node with another secret is
-refused; a forgotten node leaves the membership, and is added back with add_cluster_node."""
+refused; a forgotten node leaves the membership, and is added back with add_cluster_node.
+Over mutual TLS two nodes form a cluster and a node without TLS does not get in."""
 import json
 import os
 import shutil
@@ -11,8 +12,11 @@ import subprocess
 import tempfile
 import time
 
+import pika
+import pytest
 import requests
 
+import tls_certs
 from own_broker import WARREN_BIN, free_port, needs_warren_bin
 
 pytestmark = needs_warren_bin
@@ -37,13 +41,15 @@ def eventually(what, check, timeout=SETTLE_S):
 class Node:
     """One cluster node: its own data directory, AMQP, HTTP API and cluster ports."""
 
-    def __init__(self, root, name, secret_file):
+    def __init__(self, root, name, secret_file, extra=()):
         self.name = name
+        self.extra = list(extra)
         self.data_dir = os.path.join(root, name.replace("@", "-"))
         self.secret_file = secret_file
         self.amqp_port = free_port()
         self.http_port = free_port()
         self.cluster_port = free_port()
+        self.prometheus_port = free_port()
         self.address = "127.0.0.1:%d" % self.cluster_port
         self.proc = None
         self.log_path = os.path.join(root, name.replace("@", "-") + ".log")
@@ -53,12 +59,12 @@ class Node:
         self.proc = subprocess.Popen(
             [WARREN_BIN, "server", "--bind", "127.0.0.1",
              "--amqp-port", str(self.amqp_port), "--management-port", str(self.http_port),
-             "--prometheus-port", "0", "--management-tls-port", "0",
+             "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
              "--prometheus-tls-port", "0", "--data-dir", self.data_dir,
              "--node-name", self.name, "--cluster-port", str(self.cluster_port),
              "--cluster-advertise", self.address,
              "--cluster-secret-file", self.secret_file,
-             "--cluster-peers", ",".join(p.address for p in peers)],
+             "--cluster-peers", ",".join(p.address for p in peers), *self.extra],
             stdout=log, stderr=subprocess.STDOUT)
         eventually("%s's HTTP API" % self.name, lambda: self.get("/api/overview"))
 
@@ -90,6 +96,11 @@ class Node:
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
+    def metrics(self):
+        response = requests.get("http://127.0.0.1:%d/metrics" % self.prometheus_port, timeout=5)
+        response.raise_for_status()
+        return response.text
+
     def log(self):
         with open(self.log_path) as f:
             return f.read()
@@ -110,6 +121,8 @@ def agreed(nodes, expected_names):
     return statuses[0]["leader"]
 
 
+# Three brokers, a failover, restarts and membership changes: minutes on a slow machine.
+@pytest.mark.timeout(300)
 def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
     root = tempfile.mkdtemp(prefix="warren-cluster-")
     secret_file = os.path.join(root, "secret")
@@ -134,6 +147,27 @@ def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
             assert "Leader: %s" % leader in text.stdout
             for name in names:
                 assert name in text.stdout
+
+        # A quorum queue on a cluster node works as on a single node (a group of one member).
+        amqp = pika.BlockingConnection(pika.URLParameters(
+            "amqp://guest:guest@127.0.0.1:%d/%%2F" % nodes[0].amqp_port))
+        channel = amqp.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        for i in range(5):
+            channel.basic_publish("", "qq", b"m%d" % i)
+        got = [channel.basic_get("qq", auto_ack=True)[2] for _ in range(5)]
+        assert got == [b"m%d" % i for i in range(5)]
+        amqp.close()
+
+        # Prometheus: every member up, and the metadata group's term and indexes.
+        for node in nodes:
+            metrics = node.metrics()
+            for name in names:
+                assert 'warren_cluster_node_up{node="%s"} 1' % name in metrics, metrics
+            assert "warren_raft_metadata_term_total " in metrics
+            assert "warren_raft_metadata_log_last_applied_index " in metrics
+        assert "warren_raft_metadata_is_leader 1" in by_name[leader].metrics()
 
         # kill -9 the metadata leader: the other two elect one of themselves.
         by_name[leader].kill()
@@ -192,5 +226,38 @@ def test_three_nodes_form_one_cluster_fail_over_rejoin_and_change_membership():
         eventually("three members again", lambda: agreed(nodes, names))
     finally:
         for node in nodes + ([intruder] if intruder else []):
+            node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_nodes_over_mutual_tls_form_a_cluster_and_a_plain_node_is_kept_out():
+    root = tempfile.mkdtemp(prefix="warren-cluster-tls-")
+    secret_file = os.path.join(root, "secret")
+    with open(secret_file, "w") as f:
+        f.write("a-shared-cluster-secret\n")
+    certs = os.path.join(root, "certs")
+    paths = tls_certs.make(certs)
+    ca_key = os.path.join(certs, "ca.key")
+    # Every node presents one certificate both ways: server and client key usages.
+    cert, key = tls_certs._leaf(certs, "node", "/CN=warren-node", ca_key, paths["ca"],
+                                ["subjectAltName=DNS:warren-node",
+                                 "extendedKeyUsage=serverAuth,clientAuth"])
+    tls = ["--cluster-tls-cert-file", cert, "--cluster-tls-key-file", key,
+           "--cluster-tls-ca-file", paths["ca"], "--cluster-tls-server-name", "warren-node"]
+    nodes = [Node(root, "tls%d@127.0.0.1" % i, secret_file, tls) for i in (1, 2)]
+    plain = Node(root, "plain@127.0.0.1", secret_file)
+    try:
+        for node in nodes:
+            node.start([p for p in nodes if p is not node])
+        names = [n.name for n in nodes]
+        eventually("two TLS nodes in one cluster", lambda: agreed(nodes, names))
+        plain.start(nodes)
+        time.sleep(3)
+        for node in nodes:
+            assert members(node.status()) == sorted(names)
+        assert plain.status()["members"] == []
+    finally:
+        for node in nodes + [plain]:
             node.stop()
         shutil.rmtree(root, ignore_errors=True)

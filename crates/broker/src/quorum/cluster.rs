@@ -144,6 +144,9 @@ impl ClusterNode {
     async fn form(self: Arc<Self>, seeds: Vec<String>) {
         let mut ticker = tokio::time::interval(WATCH_INTERVAL);
         let mut announced_waiting = false;
+        // Seeds whose node is known: each is probed once, since every probe's connection
+        // replaces the pair's link (and fails the requests in flight on it).
+        let mut known: std::collections::HashMap<String, NodeId> = Default::default();
         loop {
             ticker.tick().await;
             match self.metadata.is_initialized().await {
@@ -171,8 +174,13 @@ impl ClusterNode {
             let mut seed_ids = BTreeSet::new();
             let mut all_answered = true;
             for seed in &seeds {
+                if let Some(id) = known.get(seed) {
+                    seed_ids.insert(*id);
+                    continue;
+                }
                 match self.discover(seed).await {
                     Ok(id) => {
+                        known.insert(seed.clone(), id);
                         seed_ids.insert(id);
                     }
                     // A refused handshake is a configuration error (another secret): say so.
