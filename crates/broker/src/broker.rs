@@ -64,6 +64,8 @@ pub struct Broker {
     node_name: OnceLock<String>,
     /// Where quorum queues run, once `enable_quorum` opened it.
     quorum: OnceLock<Arc<crate::quorum::QuorumHost>>,
+    /// This node's cluster membership, when it runs as a cluster node.
+    cluster: OnceLock<Arc<crate::quorum::cluster::ClusterNode>>,
     /// The metadata log definitions changes go through, in a cluster (`replication.rs`).
     replicator: OnceLock<Arc<dyn Replicator>>,
 }
@@ -96,6 +98,7 @@ impl Broker {
             disk: OnceLock::new(),
             node_name: OnceLock::new(),
             quorum: OnceLock::new(),
+            cluster: OnceLock::new(),
             replicator: OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
@@ -470,6 +473,16 @@ impl Broker {
 
     pub fn quorum(&self) -> Option<&Arc<crate::quorum::QuorumHost>> {
         self.quorum.get()
+    }
+
+    /// Makes this node a cluster node (the first call sticks).
+    pub fn enable_cluster(&self, cluster: Arc<crate::quorum::cluster::ClusterNode>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// This node's cluster membership; None on a single node.
+    pub fn cluster(&self) -> Option<&Arc<crate::quorum::cluster::ClusterNode>> {
+        self.cluster.get()
     }
 
     /// Makes definitions changes go through `replicator` from now on (`replication.rs`).

@@ -154,5 +154,8 @@ impl Broker {
     }
 }
 
+pub mod metadata_group;
+mod restore;
+
 #[cfg(test)]
 mod tests;

@@ -186,7 +186,7 @@ fn node_json(api: &Api) -> Value {
     };
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get());
     let sockets_used = api.broker.registry.len();
-    json!({
+    let mut node = json!({
         "name": api.node,
         "type": "disc",
         "running": true,
@@ -225,7 +225,12 @@ fn node_json(api: &Api) -> Value {
         "config_files": [],
         "log_files": [],
         "db_dir": api.data_dir.as_ref().map(|d| d.display().to_string()),
-    })
+    });
+    if let Some((status, member)) = super::cluster::own_member(api) {
+        super::cluster::add_raft_fields(&mut node, &member);
+        node["raft_term"] = json!(status.term);
+    }
+    node
 }
 
 pub async fn nodes(
@@ -234,7 +239,9 @@ pub async fn nodes(
     Q(query): Q<Query>,
 ) -> ApiResult {
     who.require_monitor()?;
-    crate::list::respond(vec![node_json(&api)], &query)
+    let mut nodes = vec![node_json(&api)];
+    nodes.extend(super::cluster::other_members(&api));
+    crate::list::respond(nodes, &query)
 }
 
 pub async fn one_node(
@@ -245,7 +252,11 @@ pub async fn one_node(
 ) -> ApiResult {
     who.require_monitor()?;
     if node != api.node {
-        return Err(ApiError::not_found());
+        let other = super::cluster::other_members(&api)
+            .into_iter()
+            .find(|member| member["name"] == node.as_str())
+            .ok_or_else(ApiError::not_found)?;
+        return Ok(respond_one(other, &query));
     }
     Ok(respond_one(node_json(&api), &query))
 }
