@@ -379,7 +379,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             tokio::spawn(async move {
                 let formed_here = waiting.membership().await;
                 let boot = BootDefinitions {
-                    seed: (first_boot && formed_here).then(|| (seed_user, seed_pass)),
+                    seed: (first_boot && formed_here).then_some((seed_user, seed_pass)),
                     ..boot
                 };
                 if let Err(e) = boot.apply(&broker).await {

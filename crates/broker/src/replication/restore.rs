@@ -50,7 +50,7 @@ fn reconcile(current: &Snapshot, target: &Snapshot) -> Vec<DefinitionOp> {
             &v.name,
             v.metadata.clone(),
         ));
-        ops.push(DefinitionOp::vhost_set_limits(&v.name, v.limits.clone()));
+        ops.push(DefinitionOp::vhost_set_limits(&v.name, v.limits));
     }
     for u in &target_access.users {
         ops.push(DefinitionOp::UserPut {
