@@ -5,10 +5,12 @@ use crate::access::{AccessControl, Permission};
 use crate::alarm::Alarms;
 use crate::churn::NodeCounters;
 use crate::consumer::ConnectionId;
+use crate::definition_op::DefinitionOp;
 use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
 use crate::registry::Registry;
+use crate::replication::Replicator;
 use crate::snapshot::{AccessSnapshot, Snapshot, VHostSnapshot};
 use crate::vhost::VHost;
 use parking_lot::{Mutex, RwLock};
@@ -62,6 +64,10 @@ pub struct Broker {
     node_name: OnceLock<String>,
     /// Where quorum queues run, once `enable_quorum` opened it.
     quorum: OnceLock<Arc<crate::quorum::QuorumHost>>,
+    /// This node's cluster membership, when it runs as a cluster node.
+    cluster: OnceLock<Arc<crate::quorum::cluster::ClusterNode>>,
+    /// The metadata log definitions changes go through, in a cluster (`replication.rs`).
+    replicator: OnceLock<Arc<dyn Replicator>>,
 }
 
 impl Broker {
@@ -92,6 +98,8 @@ impl Broker {
             disk: OnceLock::new(),
             node_name: OnceLock::new(),
             quorum: OnceLock::new(),
+            cluster: OnceLock::new(),
+            replicator: OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let weak = Arc::downgrade(&broker);
@@ -128,20 +136,47 @@ impl Broker {
     /// from before vhosts keeps its queues there). For a first boot only: `recover` says
     /// whether it was one.
     pub fn seed_defaults(&self, user: &str, password: &str, vhost: &str) -> Result<(), String> {
+        for op in self.seed_ops(user, password, vhost) {
+            self.apply(op).map_err(|e| e.text)?;
+        }
+        Ok(())
+    }
+
+    /// The definitions changes `seed_defaults` applies, for a node that has them made
+    /// through its metadata log instead (a cluster's first node). The password is hashed
+    /// (with its salt) here, once, so every node keeps the same hash.
+    pub fn seed_ops(&self, user: &str, password: &str, vhost: &str) -> Vec<DefinitionOp> {
+        let mut ops = Vec::new();
         for existing in self.access.users() {
             if existing.name != user {
-                self.access.delete_user(&existing.name);
+                ops.push(DefinitionOp::UserDelete {
+                    name: existing.name.clone(),
+                });
             }
         }
         for existing in self.vhosts() {
             if existing.name != vhost && existing.queues().is_empty() {
-                self.delete_vhost(&existing.name);
+                ops.push(DefinitionOp::VhostDelete {
+                    name: existing.name.clone(),
+                });
             }
         }
-        self.add_vhost(vhost)?;
-        self.access
-            .put_user(user, Some(password), vec!["administrator".to_owned()])?;
-        self.access.set_permission(vhost, user, Permission::full())
+        ops.push(DefinitionOp::VhostAdd {
+            name: vhost.to_owned(),
+            grant_full_to: None,
+        });
+        ops.push(DefinitionOp::UserPut {
+            name: user.to_owned(),
+            password_hash: crate::access::Hashing::Sha256.hash(password),
+            hashing_algorithm: crate::access::SHA256.to_owned(),
+            tags: vec!["administrator".to_owned()],
+        });
+        ops.push(DefinitionOp::permission_set(
+            vhost,
+            user,
+            Permission::full(),
+        ));
+        ops
     }
 
     /// A task that drops, from every queue's paged tail, the messages whose store write
@@ -227,10 +262,16 @@ impl Broker {
             .unwrap_or_else(|| self.node_name().to_owned())
     }
 
-    /// Renames the cluster (a durable change).
+    /// Renames the cluster on this node (a durable change; start-up's `--cluster-name`).
+    /// The HTTP API makes the same change through `change`.
     pub fn set_cluster_name(&self, name: &str) {
-        let json = serde_json::Value::String(name.to_owned()).to_string();
-        self.parameters.set_global(CLUSTER_NAME_PARAMETER, json);
+        let value_json = serde_json::Value::String(name.to_owned()).to_string();
+        let rename = DefinitionOp::GlobalParameterSet {
+            name: CLUSTER_NAME_PARAMETER.to_owned(),
+            value_json,
+        };
+        // Setting a global parameter cannot be refused.
+        let _ = self.apply(rename);
     }
 
     /// Brings back what the store kept: the vhosts with their durable topology, each durable
@@ -432,6 +473,26 @@ impl Broker {
 
     pub fn quorum(&self) -> Option<&Arc<crate::quorum::QuorumHost>> {
         self.quorum.get()
+    }
+
+    /// Makes this node a cluster node (the first call sticks).
+    pub fn enable_cluster(&self, cluster: Arc<crate::quorum::cluster::ClusterNode>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// This node's cluster membership; None on a single node.
+    pub fn cluster(&self) -> Option<&Arc<crate::quorum::cluster::ClusterNode>> {
+        self.cluster.get()
+    }
+
+    /// Makes definitions changes go through `replicator` from now on (`replication.rs`).
+    /// Only the first call counts.
+    pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
+        let _ = self.replicator.set(replicator);
+    }
+
+    pub fn replicator(&self) -> Option<&Arc<dyn Replicator>> {
+        self.replicator.get()
     }
 
     pub fn store(&self) -> Option<&Store> {

@@ -19,6 +19,7 @@
 //! kept here so an ack, nack or reject (which names messages) becomes the group's settle,
 //! return or discard for the right consumer.
 
+pub mod cluster;
 pub(crate) mod codec;
 mod host;
 
@@ -626,13 +627,13 @@ async fn run_group(
         .map_err(|e| e.to_string())?;
     if !initialized {
         group
-            .initialize(&[LOCAL_NODE_ID])
+            .initialize(&[host.node_id()])
             .await
             .map_err(|e| e.to_string())?;
     }
     // One member: it elects itself (at once when new, after an election timeout on restart).
     let mut metrics = group.raft().metrics();
-    while metrics.borrow().current_leader != Some(LOCAL_NODE_ID) {
+    while metrics.borrow().current_leader != Some(host.node_id()) {
         if metrics.changed().await.is_err() {
             return Err("group stopped before it led".into());
         }

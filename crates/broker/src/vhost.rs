@@ -7,6 +7,8 @@ mod lifecycle;
 mod mirroring;
 mod policies;
 mod remote_queues;
+#[cfg(test)]
+mod route_tests;
 
 pub use lifecycle::{VHostLimits, VHostMetadata};
 
@@ -319,6 +321,18 @@ impl VHost {
         d: QueueDeclaration,
         connection: ConnectionId,
     ) -> AmqpResult<(ShortStr, u32, u32)> {
+        self.declare_queue_named(d, connection, false)
+    }
+
+    /// queue.declare where `server_named` says the name (an `amq.gen-` one) was chosen by
+    /// this node before the declaration became a definitions change, so that every node
+    /// applying it creates the same queue; an empty name still gets a fresh one here.
+    pub fn declare_queue_named(
+        self: &Arc<Self>,
+        d: QueueDeclaration,
+        connection: ConnectionId,
+        server_named: bool,
+    ) -> AmqpResult<(ShortStr, u32, u32)> {
         if d.name.starts_with(names::DIRECT_REPLY_TO) {
             // Passive or not, a declare of a direct reply-to name only asks whether it is
             // there: the pseudo-queue is, and so is the address of a live reply consumer,
@@ -341,6 +355,8 @@ impl VHost {
         }
         let name = if d.name.is_empty() {
             ShortStr::from(names::generated_queue_name())
+        } else if server_named {
+            d.name
         } else if names::has_reserved_prefix(&d.name) {
             // Even for a queue that exists (a server-named one): only passive may name it.
             return Err(AmqpError::access_refused(format!(
@@ -579,9 +595,25 @@ impl VHost {
         if_empty: bool,
         connection: ConnectionId,
     ) -> AmqpResult<u32> {
-        let Some(queue) = self.queue(name) else {
+        match self.check_queue_delete(name, if_unused, if_empty, connection)? {
+            Some(queue) => Ok(self.remove_queue(&queue)),
             // Deleting a missing queue succeeds with zero messages, as in RabbitMQ.
-            return Ok(0);
+            None => Ok(0),
+        }
+    }
+
+    /// queue.delete's refusals: another connection's exclusive queue (405), and `if_unused`
+    /// / `if_empty` against the queue's live consumers and messages (406). The queue to
+    /// remove, or None when there is none (a success).
+    pub fn check_queue_delete(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        connection: ConnectionId,
+    ) -> AmqpResult<Option<Arc<Queue>>> {
+        let Some(queue) = self.queue(name) else {
+            return Ok(None);
         };
         self.check_exclusive(&queue, connection)?;
         if if_unused && queue.consumer_count() > 0 {
@@ -596,7 +628,7 @@ impl VHost {
                 self.name
             )));
         }
-        Ok(self.remove_queue(&queue))
+        Ok(Some(queue))
     }
 
     /// Removes a queue and its bindings and tells its consumers; returns its ready count.
@@ -825,34 +857,53 @@ impl VHost {
             }
             return;
         }
-        let mut pending: Vec<Arc<Exchange>> = vec![exchange.clone()];
-        let mut visited: Vec<ShortStr> = Vec::new();
+        // The first exchange is walked without the hop bookkeeping, so the common publish
+        // (one exchange, queue destinations) allocates nothing here.
+        let mut pending: Vec<Arc<Exchange>> = Vec::new();
+        self.route_one(exchange, routing_keys, headers, out, &mut pending);
+        if pending.is_empty() {
+            return;
+        }
+        let mut visited: Vec<ShortStr> = vec![exchange.name.clone()];
         while let Some(ex) = pending.pop() {
             if visited.contains(&ex.name) || visited.len() >= MAX_EXCHANGE_HOPS {
                 continue;
             }
             visited.push(ex.name.clone());
-            let before = out.len();
-            let mut hops: Vec<ShortStr> = Vec::new();
-            ex.route(routing_keys, headers, |dest| match dest {
-                Destination::Queue(q) => {
-                    if !out.iter().any(|x| Arc::ptr_eq(x, q)) {
-                        out.push(q.clone());
-                    }
-                }
-                Destination::Exchange(name) => hops.push(name.clone()),
-            });
-            let mut routed = out.len() > before;
-            for name in hops {
-                if let Some(next) = self.exchange(&name) {
-                    pending.push(next);
-                    routed = true;
+            self.route_one(&ex, routing_keys, headers, out, &mut pending);
+        }
+    }
+
+    /// Adds the queues `ex`'s own bindings select to `out` (once each), and to `pending` the
+    /// exchanges its bindings lead to, or its alternate exchange when nothing was routed.
+    fn route_one(
+        &self,
+        ex: &Exchange,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+        pending: &mut Vec<Arc<Exchange>>,
+    ) {
+        let before = out.len();
+        let mut hops: Vec<ShortStr> = Vec::new();
+        ex.route(routing_keys, headers, |dest| match dest {
+            Destination::Queue(q) => {
+                if !out.iter().any(|x| Arc::ptr_eq(x, q)) {
+                    out.push(q.clone());
                 }
             }
-            if !routed {
-                if let Some(ae) = ex.alternate_exchange().and_then(|n| self.exchange(&n)) {
-                    pending.push(ae);
-                }
+            Destination::Exchange(name) => hops.push(name.clone()),
+        });
+        let mut routed = out.len() > before;
+        for name in hops {
+            if let Some(next) = self.exchange(&name) {
+                pending.push(next);
+                routed = true;
+            }
+        }
+        if !routed {
+            if let Some(ae) = ex.alternate_exchange().and_then(|n| self.exchange(&n)) {
+                pending.push(ae);
             }
         }
     }

@@ -19,9 +19,11 @@ impl ShortStr {
         ShortStr(Bytes::from_static(s.as_bytes()))
     }
 
-    /// Checks the invariant on bytes from the wire.
+    /// Checks the invariant on bytes from the wire. Names and routing keys are nearly always
+    /// ASCII, which `is_ascii` checks a word at a time; only the rest pays for `from_utf8`.
     pub fn from_bytes(bytes: Bytes) -> Option<ShortStr> {
-        if bytes.len() > Self::MAX_LEN || std::str::from_utf8(&bytes).is_err() {
+        if bytes.len() > Self::MAX_LEN || !(bytes.is_ascii() || std::str::from_utf8(&bytes).is_ok())
+        {
             return None;
         }
         Some(ShortStr(bytes))
@@ -104,5 +106,22 @@ impl fmt::Debug for ShortStr {
 impl fmt::Display for ShortStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_bytes_takes_ascii_and_utf8_and_refuses_the_rest() {
+        let ok = |b: &[u8]| ShortStr::from_bytes(Bytes::copy_from_slice(b)).is_some();
+        assert!(ok(b"amq.topic"));
+        assert!(ok(b""));
+        assert!(ok("kö.日本".as_bytes()));
+        assert!(!ok(b"\xff"));
+        assert!(!ok(b"routing.key.\xc3"));
+        assert!(ok(&[b'a'; 255]));
+        assert!(!ok(&[b'a'; 256]));
     }
 }

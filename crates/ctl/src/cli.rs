@@ -184,6 +184,15 @@ pub enum CtlCommand {
     ImportDefinitions { path: String },
     /// Shows the broker's status: versions, listeners, alarms, memory, disk, totals.
     Status,
+    /// Shows the cluster: its nodes, which are running (as the failure detector sees them),
+    /// the metadata group's leader and term, and each member's matched log index and lag.
+    ClusterStatus,
+    /// Adds a running node (started with --cluster-port and the cluster's secret) to the
+    /// cluster, run against any member.
+    AddClusterNode { name: String, address: String },
+    /// Removes a node from the cluster (it should be stopped first), run against another
+    /// member.
+    ForgetClusterNode { name: String },
 }
 
 impl GlobalOptions {

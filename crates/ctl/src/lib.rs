@@ -8,6 +8,7 @@
 mod access;
 mod api;
 mod cli;
+mod cluster;
 mod columns;
 mod exit;
 mod operations;
@@ -126,6 +127,11 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
         CtlCommand::ExportDefinitions { path } => operations::export_definitions(&ctx, &path),
         CtlCommand::ImportDefinitions { path } => operations::import_definitions(&ctx, &path),
         CtlCommand::Status => status::status(&ctx),
+        CtlCommand::ClusterStatus => cluster::cluster_status(&ctx),
+        CtlCommand::AddClusterNode { name, address } => {
+            cluster::add_cluster_node(&ctx, &name, &address)
+        }
+        CtlCommand::ForgetClusterNode { name } => cluster::forget_cluster_node(&ctx, &name),
     }
 }
 

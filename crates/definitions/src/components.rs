@@ -3,7 +3,6 @@
 //! (`operator_policy`, listed among "parameters") and vhost limits (`vhost-limits`).
 
 use serde_json::{json, Value};
-use std::sync::Arc;
 use warren_broker::policy::{Policy, PolicyKind};
 use warren_broker::VHost;
 
@@ -40,12 +39,4 @@ pub fn operator_policies(vhost: &VHost) -> Vec<Value> {
 pub fn policy(kind: PolicyKind, vhost: &str, name: &str, body: &Value) -> Result<Policy, String> {
     Policy::from_json(kind, vhost, name, body)
         .map_err(|e| format!("{e} (vhost: \"{vhost}\" key: \"{name}\")"))
-}
-
-/// Sets a checked policy on its vhost.
-pub fn apply_policy(vhost: &Arc<VHost>, policy: Policy) -> Result<(), String> {
-    match policy.kind {
-        PolicyKind::Policy => vhost.set_policy(policy),
-        PolicyKind::Operator => vhost.set_operator_policy(policy),
-    }
 }

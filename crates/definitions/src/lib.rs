@@ -45,15 +45,15 @@ pub struct ImportSummary {
 /// Imports a whole-broker document (`POST /api/definitions`). The document is checked in
 /// full first; an error means nothing was changed, except for a failure while applying
 /// (the store refusing a queue), which is reported as it happens.
-pub fn import(broker: &Broker, definitions: &Value) -> Result<ImportSummary, String> {
+pub async fn import(broker: &Broker, definitions: &Value) -> Result<ImportSummary, String> {
     let plan = plan::read(broker, definitions, Scope::All)?;
-    import::apply(broker, plan)
+    import::apply(broker, plan).await
 }
 
 /// Imports one vhost's document (`POST /api/definitions/VHOST`): its exchanges, queues,
 /// bindings, policies and parameters; users, vhosts and permissions are not read. The
 /// vhost must exist.
-pub fn import_vhost(
+pub async fn import_vhost(
     broker: &Broker,
     vhost: &str,
     definitions: &Value,
@@ -62,14 +62,16 @@ pub fn import_vhost(
         return Err(format!("vhost '{vhost}' not found"));
     }
     let plan = plan::read(broker, definitions, Scope::VHost(vhost))?;
-    import::apply(broker, plan)
+    import::apply(broker, plan).await
 }
 
 /// RabbitMQ's `load_definitions`: imports the file at `path`, with errors that name it.
-pub fn load_file(broker: &Broker, path: &Path) -> Result<ImportSummary, String> {
+pub async fn load_file(broker: &Broker, path: &Path) -> Result<ImportSummary, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("reading definitions file {}: {e}", path.display()))?;
     let definitions: Value = serde_json::from_str(&text)
         .map_err(|e| format!("definitions file {} is not valid JSON: {e}", path.display()))?;
-    import(broker, &definitions).map_err(|e| format!("definitions file {}: {e}", path.display()))
+    import(broker, &definitions)
+        .await
+        .map_err(|e| format!("definitions file {}: {e}", path.display()))
 }

@@ -3,9 +3,18 @@
 use serde_json::{json, Value};
 use warren_broker::Broker;
 
+/// Runs an import to its end (with no replicator, its changes are made at once).
+fn now<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 fn refused(doc: Value) -> String {
     let broker = Broker::new(usize::MAX, None);
-    let err = warren_definitions::import(&broker, &doc).unwrap_err();
+    let err = now(warren_definitions::import(&broker, &doc)).unwrap_err();
     // Nothing half-applied: the valid user and vhost before the bad entry are not there.
     assert!(broker.access.user("first").is_none(), "{err}");
     assert!(broker.vhost("v").is_none(), "{err}");
@@ -99,7 +108,7 @@ fn bad_entries_are_named() {
 #[test]
 fn tags_as_a_comma_string_and_legacy_forms() {
     let broker = Broker::new(usize::MAX, None);
-    warren_definitions::import(
+    now(warren_definitions::import(
         &broker,
         &json!({
             "rabbit_version": "3.6.5",
@@ -108,7 +117,7 @@ fn tags_as_a_comma_string_and_legacy_forms() {
                 {"name": "b", "password_hash": "", "tags": ""},
             ],
         }),
-    )
+    ))
     .unwrap();
     assert_eq!(
         broker.access.user("a").unwrap().tags,
@@ -117,10 +126,10 @@ fn tags_as_a_comma_string_and_legacy_forms() {
     assert!(broker.access.authenticate("a", "pw").is_ok());
     assert!(broker.access.user("b").unwrap().tags.is_empty());
     // Before 3.6 RabbitMQ hashed with MD5; those hashes cannot be checked here.
-    let err = warren_definitions::import(
+    let err = now(warren_definitions::import(
         &broker,
         &json!({"rabbit_version": "3.5.7", "users": [{"name": "old", "password_hash": "AAAA", "tags": ""}]}),
-    )
+    ))
     .unwrap_err();
     assert!(err.contains("rabbit_password_hashing_md5"), "{err}");
 }
@@ -133,12 +142,12 @@ fn amq_names_are_skipped_and_existing_entities_kept() {
         "queues": [{"name": "amq.gen-x", "vhost": "/", "durable": true},
                    {"name": "q", "vhost": "/", "durable": true, "arguments": {"x-max-length": 5}}],
     });
-    let summary = warren_definitions::import(&broker, &doc).unwrap();
+    let summary = now(warren_definitions::import(&broker, &doc)).unwrap();
     assert_eq!(summary.skipped.len(), 2, "{:?}", summary.skipped);
     // Importing again with other arguments leaves the queue as it is (RabbitMQ does too).
     let mut again = doc.clone();
     again["queues"][1]["arguments"] = json!({"x-max-length": 9});
-    warren_definitions::import(&broker, &again).unwrap();
+    now(warren_definitions::import(&broker, &again)).unwrap();
     let q = broker.vhost("/").unwrap().queue("q").unwrap();
     assert_eq!(
         q.arguments.get("x-max-length").and_then(|v| v.as_i64()),
@@ -156,10 +165,10 @@ fn max_queues_is_checked_before_anything_is_applied() {
             max_connections: None,
             max_queues: Some(1),
         });
-    let err = warren_definitions::import(
+    let err = now(warren_definitions::import(
         &broker,
         &json!({"queues": [{"name": "a", "vhost": "/"}, {"name": "b", "vhost": "/"}]}),
-    )
+    ))
     .unwrap_err();
     assert!(
         err.starts_with(
@@ -178,7 +187,7 @@ fn unknown_components_are_kept_for_export() {
                         "value": {"uri": "amqp://remote", "expires": 3600000}}],
         "global_parameters": [{"name": "cluster_name", "value": "rabbit@a"}],
     });
-    warren_definitions::import(&broker, &doc).unwrap();
+    now(warren_definitions::import(&broker, &doc)).unwrap();
     let out = warren_definitions::export(&broker);
     assert_eq!(out["parameters"], doc["parameters"]);
     assert_eq!(out["global_parameters"], doc["global_parameters"]);

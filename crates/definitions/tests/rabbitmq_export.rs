@@ -8,6 +8,15 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::Broker;
 
+/// Runs an import to its end (with no replicator, its changes are made at once).
+fn now<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 const FIXTURE: &str =
     include_str!("../../../tests/interop/fixtures/rabbitmq-3.10-definitions.json");
 
@@ -17,7 +26,7 @@ fn fixture() -> Value {
 
 fn loaded() -> Arc<Broker> {
     let broker = Broker::new(usize::MAX, None);
-    let summary = warren_definitions::import(&broker, &fixture()).unwrap();
+    let summary = now(warren_definitions::import(&broker, &fixture())).unwrap();
     assert_eq!(summary.users, 4);
     assert_eq!(summary.queues, 5);
     assert_eq!(summary.bindings, 5);
@@ -136,7 +145,7 @@ fn warren_exports_what_rabbitmq_exported() {
     assert_eq!(ours["product_name"], "Warren");
     // And Warren's export imports into a fresh Warren with the same result.
     let again = Broker::new(usize::MAX, None);
-    warren_definitions::import(&again, &ours).unwrap();
+    now(warren_definitions::import(&again, &ours)).unwrap();
     assert_eq!(warren_definitions::export(&again), ours);
 }
 
@@ -153,7 +162,7 @@ fn one_vhost_exports_and_imports_without_vhost_fields() {
     assert!(warren_definitions::export_vhost(&broker, "nope").is_none());
     let other = Broker::new(usize::MAX, None);
     other.add_vhost("copy").unwrap();
-    let summary = warren_definitions::import_vhost(&other, "copy", &orders).unwrap();
+    let summary = now(warren_definitions::import_vhost(&other, "copy", &orders)).unwrap();
     assert_eq!(
         (summary.queues, summary.exchanges, summary.bindings),
         (4, 5, 4)
@@ -161,5 +170,5 @@ fn one_vhost_exports_and_imports_without_vhost_fields() {
     let copy = other.vhost("copy").unwrap();
     assert!(copy.queue("orders.dead").is_some());
     assert!(copy.policy("limits").is_some());
-    assert!(warren_definitions::import_vhost(&other, "missing", &orders).is_err());
+    assert!(now(warren_definitions::import_vhost(&other, "missing", &orders)).is_err());
 }

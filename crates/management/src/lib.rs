@@ -19,6 +19,7 @@ pub use accounts::Accounts;
 
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
+use error::ApiResult;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,6 +82,18 @@ pub struct Api {
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
     pub rates: rates::Rates,
+}
+
+impl Api {
+    /// Makes one definitions change (`Broker::change`: at once on a single node, through the
+    /// metadata log in a cluster) and answers its outcome, a refusal as the HTTP error
+    /// RabbitMQ's API gives for it.
+    pub async fn change(
+        &self,
+        op: warren_broker::DefinitionOp,
+    ) -> ApiResult<warren_broker::Outcome> {
+        Ok(self.broker.change(op).result().await?)
+    }
 }
 
 /// Serves the API on `listeners` (plain HTTP, HTTPS or both, one state behind them) until

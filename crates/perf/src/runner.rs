@@ -5,7 +5,8 @@
 use crate::accounting::Accounting;
 use crate::broker_proc::{self, BrokerProcess};
 use crate::client::{
-    encode_properties, BrokerUris, Channel, ChannelHooks, Connection, QueueOptions,
+    encode_properties, BrokerUris, Channel, ChannelHooks, Connection, Delivery, DeliveryHook,
+    QueueOptions,
 };
 use crate::flags::PerfArgs;
 use crate::output::{self, IntervalRecord, RunResult};
@@ -60,6 +61,20 @@ impl ChannelHooks for ProducerHooks {
 
     fn on_return(&self, _reply_code: u16, _body: &Bytes) {
         Stats::add(&self.shared.stats.returned, 1);
+    }
+}
+
+/// An auto-ack consumer with no message count: nothing to send back and nothing to wait for,
+/// so each delivery is recorded on the connection's reader task as it is parsed, without a
+/// hand-over through a channel to a consumer task (the load tool shares the broker's cores,
+/// and that hop was a wake-up and a queue push per message).
+struct AutoackConsumer {
+    shared: Arc<Shared>,
+}
+
+impl DeliveryHook for AutoackConsumer {
+    fn on_delivery(&self, delivery: Delivery) {
+        on_delivery(&delivery.body, &self.shared);
     }
 }
 
@@ -186,6 +201,14 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
         }
         let task = if args.polling {
             tokio::spawn(poll_consumer(ch, queue, args.clone(), shared.clone()))
+        } else if args.autoack && args.cmessages == 0 && args.ctxsize == 0 {
+            let hook = Arc::new(AutoackConsumer {
+                shared: shared.clone(),
+            });
+            ch.basic_consume_hook(&queue, &format!("perf-consumer-{i}"), true, hook)
+                .await?;
+            // The hook lives with the channel, which the connection keeps until teardown.
+            tokio::spawn(async move { drop(ch) })
         } else {
             let rx = ch
                 .basic_consume(&queue, &format!("perf-consumer-{i}"), args.autoack)

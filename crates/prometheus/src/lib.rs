@@ -50,6 +50,7 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
     if !per_object {
         // RabbitMQ's alarm collector serves /metrics only.
         node::alarms(&mut out, broker);
+        node::cluster(&mut out, broker);
     }
     node::churn(&mut out, broker);
     node::resources(&mut out, broker);

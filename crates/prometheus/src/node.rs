@@ -250,3 +250,78 @@ pub fn store(out: &mut Exposition, broker: &Broker) {
         s.live_references,
     );
 }
+
+/// The cluster as this node sees it (cluster nodes only): each member up or down as the
+/// failure detector sees it, and the metadata Raft group's term, indexes and per-member lag.
+/// rabbitmq_prometheus has no node-membership families, and its `rabbitmq_raft_*` ones are
+/// per quorum queue (3.10: `term_total`, `log_last_written_index`, `log_last_applied_index`,
+/// …); the metadata group's carry the same suffixes under `warren_raft_metadata_`.
+pub fn cluster(out: &mut Exposition, broker: &Broker) {
+    let Some(cluster) = broker.cluster() else {
+        return;
+    };
+    let status = cluster.status();
+    out.group(None);
+    out.family(
+        "warren_cluster_node_up",
+        Kind::Gauge,
+        "1 if the cluster member is running as this node's failure detector sees it, else 0",
+    );
+    for member in &status.members {
+        out.sample(
+            "warren_cluster_node_up",
+            &[("node", &member.name)],
+            u64::from(member.running),
+        );
+    }
+    out.family(
+        "warren_raft_metadata_term_total",
+        Kind::Counter,
+        "The current Raft term of the cluster's metadata group on this node",
+    );
+    out.sample("warren_raft_metadata_term_total", &[], status.term);
+    out.family(
+        "warren_raft_metadata_is_leader",
+        Kind::Gauge,
+        "1 if this node leads the cluster's metadata group",
+    );
+    out.sample(
+        "warren_raft_metadata_is_leader",
+        &[],
+        u64::from(status.leader.as_deref() == Some(cluster.name())),
+    );
+    out.family(
+        "warren_raft_metadata_log_last_written_index",
+        Kind::Gauge,
+        "The last index of the metadata group's log on this node",
+    );
+    out.sample(
+        "warren_raft_metadata_log_last_written_index",
+        &[],
+        status.last_log_index.unwrap_or(0),
+    );
+    out.family(
+        "warren_raft_metadata_log_last_applied_index",
+        Kind::Gauge,
+        "The last metadata log index this node applied",
+    );
+    out.sample(
+        "warren_raft_metadata_log_last_applied_index",
+        &[],
+        status.last_applied_index.unwrap_or(0),
+    );
+    out.family(
+        "warren_raft_metadata_member_lag",
+        Kind::Gauge,
+        "Entries a member is behind the leader's log (reported by the leader only)",
+    );
+    for member in &status.members {
+        if let Some(lag) = member.lag {
+            out.sample(
+                "warren_raft_metadata_member_lag",
+                &[("node", &member.name)],
+                lag,
+            );
+        }
+    }
+}

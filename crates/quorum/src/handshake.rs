@@ -106,6 +106,27 @@ pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
     expected: NodeId,
     secret: &[u8],
 ) -> Result<(), HandshakeError> {
+    dial_node(stream, me, Some(expected), secret)
+        .await
+        .map(|_| ())
+}
+
+/// The dialing side towards an address whose node is not known yet (a seed given as
+/// `HOST:PORT`): authenticates whichever node answers and returns its id.
+pub async fn dial_any<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    me: NodeId,
+    secret: &[u8],
+) -> Result<NodeId, HandshakeError> {
+    dial_node(stream, me, None, secret).await
+}
+
+async fn dial_node<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    me: NodeId,
+    expected: Option<NodeId>,
+    secret: &[u8],
+) -> Result<NodeId, HandshakeError> {
     let my_nonce = nonce();
     stream.write_all(&hello(me, &my_nonce)).await?;
     stream.flush().await?;
@@ -113,11 +134,15 @@ pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
     let mut reply = [0u8; HELLO_BYTES];
     stream.read_exact(&mut reply).await?;
     let (peer, peer_nonce) = parse_hello(&reply)?;
-    if peer != expected {
-        return Err(HandshakeError::UnexpectedNode {
-            expected,
-            found: peer,
-        });
+    match expected {
+        Some(expected) if peer != expected => {
+            return Err(HandshakeError::UnexpectedNode {
+                expected,
+                found: peer,
+            });
+        }
+        None if peer == me => return Err(HandshakeError::SameNode(me)),
+        _ => {}
     }
     let mut peer_mac = [0u8; MAC_BYTES];
     stream.read_exact(&mut peer_mac).await?;
@@ -133,7 +158,7 @@ pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
     if verdict[0] != ACCEPTED {
         return Err(HandshakeError::Refused(peer));
     }
-    Ok(())
+    Ok(peer)
 }
 
 /// The accepting side: authenticates the dialer and returns its node id.

@@ -27,6 +27,10 @@
 //! disk with explicit flush points in the deterministic simulation (`tests/sim.rs`), whose
 //! election timeouts follow its seed through [`runtime::QuorumRuntime`].
 //!
+//! Besides one group per queue, a cluster runs one [`metadata`] group: an ordered log of the
+//! application's opaque operations (the broker's definitions), proposable from any node, whose
+//! membership is the cluster's.
+//!
 //! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
 
 pub mod backend;
@@ -35,6 +39,7 @@ pub mod handshake;
 pub mod liveness;
 pub mod machine;
 pub mod memlog;
+pub mod metadata;
 pub mod network;
 pub mod node;
 pub mod runtime;

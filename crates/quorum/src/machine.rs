@@ -145,6 +145,12 @@ pub enum Command {
         consumer: ConsumerKey,
         msg_ids: Vec<MsgId>,
     },
+    /// An operation of the cluster's metadata group, opaque here: the application's
+    /// [`crate::metadata::MetadataMachine`] applies it and answers `Reply::Metadata`. It shares
+    /// the log entry type with queue commands so both kinds of group use one WAL record format
+    /// and one wire encoding; a queue group refuses it (`Reply::Rejected`). Last in the enum so
+    /// logs written before it existed decode unchanged.
+    Metadata(Bytes),
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -194,6 +200,8 @@ pub enum Reply {
     Ok,
     /// The replies to a `Command::Batch`, in order.
     Batch(Vec<Reply>),
+    /// The metadata machine's answer to a `Command::Metadata`.
+    Metadata(Bytes),
 }
 
 /// Where a returned message goes.
@@ -415,6 +423,8 @@ impl QueueState {
                 }
                 Reply::Batch(replies)
             }
+            // Not a queue's command: a misrouted metadata operation changes nothing.
+            Command::Metadata(_) => Reply::Rejected,
             Command::Suspend { consumer } => {
                 if !self.consumers.contains_key(&consumer) {
                     Reply::UnknownConsumer

@@ -5,6 +5,10 @@
 //!
 //! One transport per node rather than per group keeps connections (and, later, failure
 //! detection) node-wide: 10,000 queues on 3 nodes need 2 peer links each, not 20,000.
+//!
+//! Besides Raft's own RPCs the transport carries two requests a follower forwards to its
+//! group's leader: a client write ([`RaftRequest::ClientWrite`], how a metadata change made on
+//! any node reaches the log) and a membership change ([`RaftRequest::ChangeMembers`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -19,7 +23,9 @@ use openraft::storage::Snapshot;
 use openraft::{BasicNode, OptionalSend};
 use parking_lot::{Mutex, RwLock};
 
-use crate::types::{GroupId, NodeId, QueueRaft, Raft, Vote};
+use crate::machine::Reply;
+use crate::metadata::{self, MemberChange};
+use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Vote};
 
 /// A Raft RPC for one group.
 pub enum RaftRequest {
@@ -30,12 +36,25 @@ pub enum RaftRequest {
         vote: Vote,
         snapshot: Snapshot<QueueRaft>,
     },
+    /// A proposal forwarded by a follower, for the leader to commit.
+    ClientWrite(Proposal),
+    /// A membership change forwarded by a follower, for the leader to carry out.
+    ChangeMembers(MemberChange),
 }
 
 pub enum RaftResponse {
     AppendEntries(AppendEntriesResponse<NodeId>),
     Vote(VoteResponse<NodeId>),
     Snapshot(SnapshotResponse<NodeId>),
+    /// The forwarded proposal is committed at `log_id`; `reply` is the leader's answer.
+    ClientWrite {
+        log_id: LogId,
+        reply: Reply,
+    },
+    /// The forwarded membership change is committed at `log_id`.
+    MembersChanged {
+        log_id: LogId,
+    },
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -48,6 +67,12 @@ pub enum TransportError {
     Remote { node: NodeId, reason: String },
     #[error("unexpected response kind from node {0}")]
     BadResponse(NodeId),
+    /// A forwarded write reached a member that does not lead (any more).
+    #[error("node {node} does not lead the group; the leader is {leader:?}")]
+    NotLeader {
+        node: NodeId,
+        leader: Option<NodeId>,
+    },
 }
 
 /// Carries a group's RPC from one node to another and brings the answer back.
@@ -123,6 +148,9 @@ impl GroupRegistry {
                 .await
                 .map(RaftResponse::Snapshot)
                 .map_err(|e| remote(e.to_string())),
+            request @ (RaftRequest::ClientWrite(_) | RaftRequest::ChangeMembers(_)) => {
+                metadata::serve_here(&raft, request).await
+            }
         }
     }
 }
@@ -307,5 +335,29 @@ impl Transport for InProcessNetwork {
             return Err(TransportError::Unreachable(to));
         }
         Ok(response)
+    }
+}
+
+/// A node's transport chosen at start-up: in-process for a single node (its groups' only
+/// member is itself), TCP in a cluster. One concrete type keeps the node and its groups
+/// non-generic for the application.
+#[derive(Clone)]
+pub enum NodeTransport {
+    Local(Arc<InProcessNetwork>),
+    Tcp(Arc<crate::tcp::TcpTransport>),
+}
+
+impl Transport for NodeTransport {
+    async fn send(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        group: GroupId,
+        request: RaftRequest,
+    ) -> Result<RaftResponse, TransportError> {
+        match self {
+            NodeTransport::Local(network) => network.send(from, to, group, request).await,
+            NodeTransport::Tcp(tcp) => tcp.send(from, to, group, request).await,
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! A node hosting queue groups: one shared write-ahead log, one transport, one registry of
+//! A node hosting queue groups (and the cluster's [`crate::metadata`] group): one shared write-ahead log, one transport, one registry of
 //! running groups, and per group an openraft instance over [`GroupLogStore`] and
 //! [`QueueStateMachine`].
 //!
@@ -18,8 +18,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
+use crate::metadata::{MetadataGroup, MetadataMachine, MetadataState, METADATA_GROUP};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
-use crate::storage::{Applied, GroupLogStore, QueueStateMachine};
+use crate::storage::{Applied, GroupLogStore, GroupMachine, GroupStateMachine, QueueStateMachine};
 use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
 use crate::wal::{Wal, WalOptions};
 
@@ -125,22 +126,54 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         effects: Option<UnboundedSender<Applied>>,
     ) -> Result<QueueGroup, QuorumError> {
         let machine = QueueStateMachine::open_in(self.snapshots.clone(), group, config, effects)?;
-        let raft = Raft::new(
-            self.id,
-            self.raft_config.clone(),
-            GroupNetworkFactory::new(self.transport.clone(), self.id, group),
-            GroupLogStore::new(self.wal.clone(), group),
-            machine.clone(),
-        )
-        .await
-        .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        self.registry.insert(group, raft.clone());
+        let raft = self.start_raft(group, machine.clone()).await?;
         Ok(QueueGroup {
             node: self.id,
             group,
             raft,
             machine,
         })
+    }
+
+    /// Starts (or restarts, from the log and snapshot on disk) the node's member of the
+    /// cluster's metadata group over the application's `machine`, which starts empty: it gets
+    /// the snapshot (if any) restored and the committed log replayed into it.
+    pub async fn start_metadata_group(
+        &self,
+        machine: Arc<dyn MetadataMachine>,
+    ) -> Result<MetadataGroup<T>, QuorumError> {
+        let machine = GroupStateMachine::open_machine(
+            self.snapshots.clone(),
+            METADATA_GROUP,
+            MetadataState::new(machine),
+            None,
+        )?;
+        let raft = self.start_raft(METADATA_GROUP, machine.clone()).await?;
+        Ok(MetadataGroup::new(
+            self.id,
+            raft,
+            machine,
+            self.transport.clone(),
+        ))
+    }
+
+    /// The Raft member of `group` over `machine`, registered to receive its RPCs.
+    async fn start_raft<M: GroupMachine>(
+        &self,
+        group: GroupId,
+        machine: GroupStateMachine<M>,
+    ) -> Result<Raft, QuorumError> {
+        let raft = Raft::new(
+            self.id,
+            self.raft_config.clone(),
+            GroupNetworkFactory::new(self.transport.clone(), self.id, group),
+            GroupLogStore::new(self.wal.clone(), group),
+            machine,
+        )
+        .await
+        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+        self.registry.insert(group, raft.clone());
+        Ok(raft)
     }
 
     /// Stops the node's member of a group (its log and snapshot stay).

@@ -1,5 +1,6 @@
-//! openraft storage for one queue group: its log lives in the node's shared [`Wal`], its state
-//! machine is the queue [`QueueState`] with snapshots in a file of the group's own.
+//! openraft storage for one group: its log lives in the node's shared [`Wal`], its state
+//! machine is a [`GroupMachine`] — the queue [`QueueState`] for a queue group, the application's
+//! metadata machine for the metadata group — with snapshots in a file of the group's own.
 //!
 //! A snapshot is written (temporary file, fsync, rename) before openraft purges the log it
 //! covers, so after a crash the state machine restarts from the snapshot and the log replays
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
-use crate::machine::{Effect, QueueConfig, QueueState, Reply};
+use crate::machine::{Command, Effect, QueueConfig, QueueState, Reply};
 use crate::types::{
     GroupId, LogEntry, LogId, QueueRaft, SnapshotMeta, StorageError, StoredMembership, Vote,
 };
@@ -143,17 +144,43 @@ struct SnapshotFile {
     data: Vec<u8>,
 }
 
-struct MachineInner {
-    queue: QueueState,
+/// What a group replicates: commands applied in log order on every member, and the whole
+/// state as snapshot bytes (written before the log it covers is purged, sent whole to a member
+/// that fell behind the purge).
+pub trait GroupMachine: Send + 'static {
+    /// Applies one committed command (`log_id` is its log position, `now_ms` the proposer's
+    /// clock); returns the proposer's answer and the effects the leader acts on.
+    fn apply(&mut self, log_id: LogId, now_ms: u64, command: Command) -> (Reply, Vec<Effect>);
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replaces the state with a snapshot's.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+}
+
+impl GroupMachine for QueueState {
+    fn apply(&mut self, _log_id: LogId, now_ms: u64, command: Command) -> (Reply, Vec<Effect>) {
+        QueueState::apply(self, now_ms, command)
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.to_snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        *self = QueueState::from_snapshot(snapshot).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+struct MachineInner<M> {
+    machine: M,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     current: Option<SnapshotFile>,
 }
 
-/// The replicated queue of one group, shared between openraft and its owner.
-#[derive(Clone)]
-pub struct QueueStateMachine {
-    inner: Arc<Mutex<MachineInner>>,
+/// The replicated state of one group, shared between openraft and its owner.
+pub struct GroupStateMachine<M> {
+    inner: Arc<Mutex<MachineInner<M>>>,
     snapshots: Arc<dyn SnapshotStore>,
     group: GroupId,
     /// Serialises snapshot writes (openraft builds snapshots in a task of their own, so a build
@@ -161,6 +188,21 @@ pub struct QueueStateMachine {
     /// an older one.
     persisted: Arc<Mutex<Option<LogId>>>,
     effects: Option<UnboundedSender<Applied>>,
+}
+
+/// A queue group's state machine.
+pub type QueueStateMachine = GroupStateMachine<QueueState>;
+
+impl<M> Clone for GroupStateMachine<M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            snapshots: self.snapshots.clone(),
+            group: self.group,
+            persisted: self.persisted.clone(),
+            effects: self.effects.clone(),
+        }
+    }
 }
 
 impl QueueStateMachine {
@@ -188,22 +230,40 @@ impl QueueStateMachine {
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> io::Result<Self> {
+        Self::open_machine(snapshots, group, QueueState::new(config), effects)
+    }
+
+    /// Reads the queue state (every replica has one; only the leader's is current).
+    pub fn with_queue<T>(&self, read: impl FnOnce(&QueueState) -> T) -> T {
+        read(&self.inner.lock().machine)
+    }
+}
+
+impl<M: GroupMachine> GroupStateMachine<M> {
+    /// Opens the group's state machine from its last snapshot in `snapshots` (restored into
+    /// `empty`), or as `empty` when it has none.
+    pub fn open_machine(
+        snapshots: Arc<dyn SnapshotStore>,
+        group: GroupId,
+        empty: M,
+        effects: Option<UnboundedSender<Applied>>,
+    ) -> io::Result<Self> {
         let mut inner = MachineInner {
-            queue: QueueState::new(config),
+            machine: empty,
             last_applied: None,
             membership: StoredMembership::default(),
             current: None,
         };
         if let Some(bytes) = snapshots.load(group)? {
-            {
-                let file: SnapshotFile = bincode::deserialize(&bytes)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                inner.queue = QueueState::from_snapshot(&file.data)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                inner.last_applied = file.meta.last_log_id;
-                inner.membership = file.meta.last_membership.clone();
-                inner.current = Some(file);
-            }
+            let file: SnapshotFile = bincode::deserialize(&bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            inner
+                .machine
+                .restore(&file.data)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            inner.last_applied = file.meta.last_log_id;
+            inner.membership = file.meta.last_membership.clone();
+            inner.current = Some(file);
         }
         let persisted = inner.last_applied;
         Ok(Self {
@@ -215,13 +275,13 @@ impl QueueStateMachine {
         })
     }
 
-    /// Reads the queue state (every replica has one; only the leader's is current).
-    pub fn with_queue<T>(&self, read: impl FnOnce(&QueueState) -> T) -> T {
-        read(&self.inner.lock().queue)
-    }
-
     pub fn last_applied(&self) -> Option<LogId> {
         self.inner.lock().last_applied
+    }
+
+    /// The membership as of the last applied entry.
+    pub fn membership(&self) -> StoredMembership {
+        self.inner.lock().membership.clone()
     }
 
     /// Removes the group's snapshot file (the queue was deleted).
@@ -252,7 +312,7 @@ fn snapshot_error(meta: Option<&SnapshotMeta>, verb: ErrorVerb, e: io::Error) ->
     }
 }
 
-impl RaftSnapshotBuilder<QueueRaft> for QueueStateMachine {
+impl<M: GroupMachine> RaftSnapshotBuilder<QueueRaft> for GroupStateMachine<M> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<QueueRaft>, StorageError> {
         let file = {
             let inner = self.inner.lock();
@@ -266,7 +326,7 @@ impl RaftSnapshotBuilder<QueueRaft> for QueueStateMachine {
                     last_membership: inner.membership.clone(),
                     snapshot_id,
                 },
-                data: inner.queue.to_snapshot(),
+                data: inner.machine.snapshot(),
             }
         };
         // Durable before openraft purges the log entries it covers.
@@ -284,7 +344,7 @@ impl RaftSnapshotBuilder<QueueRaft> for QueueStateMachine {
     }
 }
 
-impl RaftStateMachine<QueueRaft> for QueueStateMachine {
+impl<M: GroupMachine> RaftStateMachine<QueueRaft> for GroupStateMachine<M> {
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
@@ -304,7 +364,10 @@ impl RaftStateMachine<QueueRaft> for QueueStateMachine {
             match entry.payload {
                 EntryPayload::Blank => replies.push(Reply::Ok),
                 EntryPayload::Normal(proposal) => {
-                    let (reply, effects) = inner.queue.apply(proposal.now_ms, proposal.command);
+                    let (reply, effects) =
+                        inner
+                            .machine
+                            .apply(entry.log_id, proposal.now_ms, proposal.command);
                     if let Some(sender) = &self.effects {
                         if !effects.is_empty() {
                             // The owner may be gone (shutting down); effects are then moot.
@@ -338,7 +401,8 @@ impl RaftStateMachine<QueueRaft> for QueueStateMachine {
         meta: &SnapshotMeta,
         snapshot: Box<Vec<u8>>,
     ) -> Result<(), StorageError> {
-        let queue = QueueState::from_snapshot(&snapshot).map_err(|e| {
+        // Restored before it is written: a snapshot that does not decode is refused, not kept.
+        self.inner.lock().machine.restore(&snapshot).map_err(|e| {
             snapshot_error(
                 Some(meta),
                 ErrorVerb::Read,
@@ -353,7 +417,6 @@ impl RaftStateMachine<QueueRaft> for QueueStateMachine {
             .persist(&file)
             .map_err(|e| snapshot_error(Some(meta), ErrorVerb::Write, e))?;
         let mut inner = self.inner.lock();
-        inner.queue = queue;
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
         if written {

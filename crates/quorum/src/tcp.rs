@@ -254,8 +254,8 @@ impl TcpTransport {
         while !self.is_shut_down() {
             let addr = self.addrs.lock().get(&peer).copied();
             if let Some(addr) = addr {
-                match self.dial(peer, addr).await {
-                    Ok(stream) => {
+                match self.dial(Some(peer), addr).await {
+                    Ok((_, stream)) => {
                         failing = false;
                         backoff = self.config.reconnect_backoff_min;
                         self.clone().run_link(peer, stream).await;
@@ -286,7 +286,38 @@ impl TcpTransport {
         }
     }
 
-    async fn dial(&self, peer: NodeId, addr: SocketAddr) -> Result<BoxedStream, DialError> {
+    /// Finds out which node listens at `addr` (a seed known by address only): dials it,
+    /// authenticates whichever node answers, and from then on knows it as a peer, as
+    /// [`TcpTransport::add_peer`] does. The probe's connection carries on as the pair's link.
+    pub async fn discover(self: &Arc<Self>, addr: SocketAddr) -> Result<NodeId, String> {
+        let (peer, stream) = self.dial(None, addr).await.map_err(|e| e.to_string())?;
+        self.addrs.lock().insert(peer, addr);
+        self.liveness.know(peer, Some(addr));
+        if self.link_to(peer).is_some() {
+            // Already linked (the peer dialed first): the probe is not needed.
+            return Ok(peer);
+        }
+        let transport = self.clone();
+        if peer > self.config.node {
+            if self.dialing.lock().insert(peer) {
+                self.runtime.spawn(async move {
+                    transport.clone().run_link(peer, stream).await;
+                    transport.dial_loop(peer).await;
+                });
+            }
+        } else {
+            // The peer dials this pair; until it knows this node's address the probe serves.
+            self.runtime.spawn(transport.run_link(peer, stream));
+        }
+        Ok(peer)
+    }
+
+    /// Dials `addr` and authenticates the node there (`expected`, or whichever answers).
+    async fn dial(
+        &self,
+        expected: Option<NodeId>,
+        addr: SocketAddr,
+    ) -> Result<(NodeId, BoxedStream), DialError> {
         let stream = tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| DialError::Connect("connect timed out".into()))?
@@ -304,13 +335,19 @@ impl TcpTransport {
                 ),
                 None => Box::new(stream),
             };
-            handshake::dial(&mut stream, self.config.node, peer, &self.config.secret)
-                .await
-                .map_err(|e| match e {
-                    handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
-                    other => DialError::Handshake(other),
-                })?;
-            Ok(stream)
+            let me = self.config.node;
+            let secret = &self.config.secret;
+            let peer = match expected {
+                Some(peer) => handshake::dial(&mut stream, me, peer, secret)
+                    .await
+                    .map(|()| peer),
+                None => handshake::dial_any(&mut stream, me, secret).await,
+            }
+            .map_err(|e| match e {
+                handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
+                other => DialError::Handshake(other),
+            })?;
+            Ok((peer, stream))
         };
         tokio::time::timeout(self.config.handshake_timeout, handshake)
             .await
@@ -544,6 +581,16 @@ enum DialError {
     Connect(String),
     Tls(String),
     Handshake(handshake::HandshakeError),
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Connect(e) => write!(f, "cannot connect: {e}"),
+            DialError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            DialError::Handshake(e) => write!(f, "cluster handshake failed: {e}"),
+        }
+    }
 }
 
 /// Drains the connection's queue into one write per batch.

@@ -14,8 +14,10 @@ use openraft::raft::{
 use openraft::storage::Snapshot;
 use serde::{Deserialize, Serialize};
 
+use crate::machine::Reply;
+use crate::metadata::MemberChange;
 use crate::network::{RaftRequest, RaftResponse, TransportError};
-use crate::types::{GroupId, NodeId, QueueRaft, SnapshotMeta, Vote};
+use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, SnapshotMeta, Vote};
 
 /// Bytes of the length prefix in front of every frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
@@ -51,6 +53,8 @@ pub enum WireRequest {
         meta: SnapshotMeta,
         data: Vec<u8>,
     },
+    ClientWrite(Proposal),
+    ChangeMembers(MemberChange),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -62,6 +66,15 @@ pub enum WireResponse {
     NoSuchGroup,
     /// The group's Raft failed the request.
     Failed(String),
+    ClientWrite {
+        log_id: LogId,
+        reply: Reply,
+    },
+    MembersChanged {
+        log_id: LogId,
+    },
+    /// A forwarded write reached a member that does not lead; `leader` is who it thinks does.
+    NotLeader(Option<NodeId>),
 }
 
 impl From<RaftRequest> for WireRequest {
@@ -74,6 +87,8 @@ impl From<RaftRequest> for WireRequest {
                 meta: snapshot.meta,
                 data: *snapshot.snapshot,
             },
+            RaftRequest::ClientWrite(proposal) => WireRequest::ClientWrite(proposal),
+            RaftRequest::ChangeMembers(change) => WireRequest::ChangeMembers(change),
         }
     }
 }
@@ -90,6 +105,8 @@ impl From<WireRequest> for RaftRequest {
                     snapshot: Box::new(data),
                 },
             },
+            WireRequest::ClientWrite(proposal) => RaftRequest::ClientWrite(proposal),
+            WireRequest::ChangeMembers(change) => RaftRequest::ChangeMembers(change),
         }
     }
 }
@@ -101,7 +118,12 @@ impl WireResponse {
             Ok(RaftResponse::AppendEntries(r)) => WireResponse::AppendEntries(r),
             Ok(RaftResponse::Vote(r)) => WireResponse::Vote(r),
             Ok(RaftResponse::Snapshot(r)) => WireResponse::Snapshot(r),
+            Ok(RaftResponse::ClientWrite { log_id, reply }) => {
+                WireResponse::ClientWrite { log_id, reply }
+            }
+            Ok(RaftResponse::MembersChanged { log_id }) => WireResponse::MembersChanged { log_id },
             Err(TransportError::NoSuchGroup { .. }) => WireResponse::NoSuchGroup,
+            Err(TransportError::NotLeader { leader, .. }) => WireResponse::NotLeader(leader),
             Err(e) => WireResponse::Failed(e.to_string()),
         }
     }
@@ -112,6 +134,11 @@ impl WireResponse {
             WireResponse::AppendEntries(r) => Ok(RaftResponse::AppendEntries(r)),
             WireResponse::Vote(r) => Ok(RaftResponse::Vote(r)),
             WireResponse::Snapshot(r) => Ok(RaftResponse::Snapshot(r)),
+            WireResponse::ClientWrite { log_id, reply } => {
+                Ok(RaftResponse::ClientWrite { log_id, reply })
+            }
+            WireResponse::MembersChanged { log_id } => Ok(RaftResponse::MembersChanged { log_id }),
+            WireResponse::NotLeader(leader) => Err(TransportError::NotLeader { node, leader }),
             WireResponse::NoSuchGroup => Err(TransportError::NoSuchGroup { node, group }),
             WireResponse::Failed(reason) => Err(TransportError::Remote { node, reason }),
         }

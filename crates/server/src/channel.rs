@@ -7,6 +7,7 @@
 
 use crate::context::Ctx;
 use crate::deliver::Unacked;
+use crate::pending::Reply;
 use crate::permissions::{self, PublishGrants, Resource};
 use crate::publish::{ConfirmState, PendingPublish, TxOp};
 use std::collections::{HashMap, VecDeque};
@@ -15,8 +16,8 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::{
-    AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, ExchangeDeclaration, Queue,
-    QueueDeclaration,
+    AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, ExchangeDeclaration,
+    Queue, QueueDeclaration,
 };
 use warren_codec::*;
 
@@ -165,18 +166,32 @@ impl Channel {
                 let no_wait = m.no_wait;
                 let name = strip_cr_lf(m.exchange);
                 check_exchange_declare(ctx, &name, m.passive, &m.exchange_type, &m.arguments)?;
-                ctx.vhost.declare_exchange(ExchangeDeclaration {
-                    name,
+                if m.passive {
+                    // Only asks whether it is there: not a change.
+                    ctx.vhost.declare_exchange(ExchangeDeclaration {
+                        name,
+                        kind: m.exchange_type.to_string(),
+                        passive: true,
+                        durable: m.durable,
+                        auto_delete: m.auto_delete,
+                        internal: m.internal,
+                        arguments: m.arguments,
+                    })?;
+                    if !no_wait {
+                        ctx.send(ch, ExchangeDeclareOk);
+                    }
+                    return Ok(());
+                }
+                let op = DefinitionOp::ExchangeDeclare {
+                    vhost: ctx.vhost.name.clone(),
+                    name: name.to_string(),
                     kind: m.exchange_type.to_string(),
-                    passive: m.passive,
                     durable: m.durable,
                     auto_delete: m.auto_delete,
                     internal: m.internal,
                     arguments: m.arguments,
-                })?;
-                if !no_wait {
-                    ctx.send(ch, ExchangeDeclareOk);
-                }
+                };
+                self.change(ctx, op, Reply::ExchangeDeclare { no_wait })?;
             }
             Method::ExchangeDelete(m) => {
                 let name = strip_cr_lf(m.exchange);
@@ -184,87 +199,122 @@ impl Channel {
                 if !name.is_empty() && !names::has_reserved_prefix(&name) {
                     permissions::check(ctx, AccessKind::Configure, Resource::Exchange, &name)?;
                 }
-                ctx.vhost.delete_exchange(&name, m.if_unused)?;
-                if !m.no_wait {
-                    ctx.send(ch, ExchangeDeleteOk);
-                }
+                let op = DefinitionOp::ExchangeDelete {
+                    vhost: ctx.vhost.name.clone(),
+                    name: name.to_string(),
+                    if_unused: m.if_unused,
+                };
+                let no_wait = m.no_wait;
+                self.change(ctx, op, Reply::ExchangeDelete { no_wait })?;
             }
             Method::ExchangeBind(m) => {
                 let (destination, source) = (strip_cr_lf(m.destination), strip_cr_lf(m.source));
                 let dest = (Resource::Exchange, destination.as_str());
                 check_binding(ctx, dest, &source, &m.routing_key)?;
-                ctx.vhost
-                    .bind_exchange(&destination, &source, m.routing_key, m.arguments)?;
-                if !m.no_wait {
-                    ctx.send(ch, ExchangeBindOk);
-                }
+                let op = DefinitionOp::ExchangeBind {
+                    vhost: ctx.vhost.name.clone(),
+                    destination: destination.to_string(),
+                    source: source.to_string(),
+                    routing_key: m.routing_key.to_string(),
+                    arguments: m.arguments,
+                };
+                let no_wait = m.no_wait;
+                self.change(ctx, op, Reply::ExchangeBind { no_wait })?;
             }
             Method::ExchangeUnbind(m) => {
                 let (destination, source) = (strip_cr_lf(m.destination), strip_cr_lf(m.source));
                 let dest = (Resource::Exchange, destination.as_str());
                 check_binding(ctx, dest, &source, &m.routing_key)?;
-                ctx.vhost
-                    .unbind_exchange(&destination, &source, m.routing_key, m.arguments)?;
-                if !m.no_wait {
-                    ctx.send(ch, ExchangeUnbindOk);
-                }
+                let op = DefinitionOp::ExchangeUnbind {
+                    vhost: ctx.vhost.name.clone(),
+                    destination: destination.to_string(),
+                    source: source.to_string(),
+                    routing_key: m.routing_key.to_string(),
+                    arguments: m.arguments,
+                };
+                let no_wait = m.no_wait;
+                self.change(ctx, op, Reply::ExchangeUnbind { no_wait })?;
             }
             Method::QueueDeclare(m) => {
                 let no_wait = m.no_wait;
                 let name = strip_cr_lf(m.queue);
                 check_queue_declare(ctx, &name, m.passive, &m.arguments)?;
-                let (queue, message_count, consumer_count) = ctx.vhost.declare_queue(
-                    QueueDeclaration {
-                        name,
-                        passive: m.passive,
-                        durable: m.durable,
-                        exclusive: m.exclusive,
-                        auto_delete: m.auto_delete,
-                        arguments: m.arguments,
-                    },
-                    ctx.connection,
-                )?;
-                self.last_queue = Some(queue.clone());
-                if !no_wait {
-                    ctx.send(
-                        ch,
-                        QueueDeclareOk {
-                            queue,
-                            message_count,
-                            consumer_count,
+                if m.passive || name.starts_with(names::DIRECT_REPLY_TO) {
+                    // Only asks whether it is there (a direct reply-to name, passive or
+                    // not, does too): not a change.
+                    let (queue, message_count, consumer_count) = ctx.vhost.declare_queue(
+                        QueueDeclaration {
+                            name,
+                            passive: m.passive,
+                            durable: m.durable,
+                            exclusive: m.exclusive,
+                            auto_delete: m.auto_delete,
+                            arguments: m.arguments,
                         },
-                    );
+                        ctx.connection,
+                    )?;
+                    self.last_queue = Some(queue.clone());
+                    if !no_wait {
+                        ctx.send(
+                            ch,
+                            QueueDeclareOk {
+                                queue,
+                                message_count,
+                                consumer_count,
+                            },
+                        );
+                    }
+                    return Ok(());
                 }
+                // A server-named queue's name is chosen here, before the change, so that
+                // every node applying it creates the same queue.
+                let server_named = name.is_empty();
+                let name = match server_named {
+                    true => names::generated_queue_name(),
+                    false => name.to_string(),
+                };
+                let op = DefinitionOp::QueueDeclare {
+                    vhost: ctx.vhost.name.clone(),
+                    name,
+                    server_named,
+                    durable: m.durable,
+                    exclusive: m.exclusive,
+                    auto_delete: m.auto_delete,
+                    arguments: m.arguments,
+                    connection: ctx.connection,
+                };
+                self.change(ctx, op, Reply::QueueDeclare { no_wait })?;
             }
             Method::QueueBind(m) => {
                 let routing_key = self.binding_key(&m.queue, m.routing_key)?;
                 let queue = strip_cr_lf(self.queue_name(m.queue)?);
                 let exchange = strip_cr_lf(m.exchange);
                 check_binding(ctx, (Resource::Queue, &queue), &exchange, &routing_key)?;
-                ctx.vhost.bind_queue(
-                    &queue,
-                    &exchange,
-                    routing_key,
-                    m.arguments,
-                    ctx.connection,
-                )?;
-                if !m.no_wait {
-                    ctx.send(ch, QueueBindOk);
-                }
+                let op = DefinitionOp::QueueBind {
+                    vhost: ctx.vhost.name.clone(),
+                    queue: queue.to_string(),
+                    exchange: exchange.to_string(),
+                    routing_key: routing_key.to_string(),
+                    arguments: m.arguments,
+                    connection: ctx.connection,
+                };
+                let no_wait = m.no_wait;
+                self.change(ctx, op, Reply::QueueBind { no_wait })?;
             }
             Method::QueueUnbind(m) => {
                 let routing_key = self.binding_key(&m.queue, m.routing_key)?;
                 let queue = strip_cr_lf(self.queue_name(m.queue)?);
                 let exchange = strip_cr_lf(m.exchange);
                 check_binding(ctx, (Resource::Queue, &queue), &exchange, &routing_key)?;
-                ctx.vhost.unbind_queue(
-                    &queue,
-                    &exchange,
-                    routing_key,
-                    m.arguments,
-                    ctx.connection,
-                )?;
-                ctx.send(ch, QueueUnbindOk);
+                let op = DefinitionOp::QueueUnbind {
+                    vhost: ctx.vhost.name.clone(),
+                    queue: queue.to_string(),
+                    exchange: exchange.to_string(),
+                    routing_key: routing_key.to_string(),
+                    arguments: m.arguments,
+                    connection: ctx.connection,
+                };
+                self.change(ctx, op, Reply::QueueUnbind)?;
             }
             Method::QueuePurge(m) => {
                 let name = self.queue_name(m.queue)?;
@@ -278,12 +328,17 @@ impl Channel {
             Method::QueueDelete(m) => {
                 let name = strip_cr_lf(self.queue_name(m.queue)?);
                 permissions::check(ctx, AccessKind::Configure, Resource::Queue, &name)?;
-                let message_count =
-                    ctx.vhost
-                        .delete_queue(&name, m.if_unused, m.if_empty, ctx.connection)?;
-                if !m.no_wait {
-                    ctx.send(ch, QueueDeleteOk { message_count });
-                }
+                // if-unused and if-empty look at the queue's live consumers and messages,
+                // which are this node's own: judged here, before the change is made.
+                ctx.vhost
+                    .check_queue_delete(&name, m.if_unused, m.if_empty, ctx.connection)?;
+                let op = DefinitionOp::QueueDelete {
+                    vhost: ctx.vhost.name.clone(),
+                    name: name.to_string(),
+                    connection: ctx.connection,
+                };
+                let no_wait = m.no_wait;
+                self.change(ctx, op, Reply::QueueDelete { no_wait })?;
             }
             Method::BasicPublish(m) => self.start_publish(m, ctx)?,
             Method::BasicConsume(m) => self.consume(m, ctx)?,

@@ -24,13 +24,14 @@
 
 use crate::auth;
 use crate::channel::{Channel, ChannelState};
+use crate::channel_ids::ChannelMap;
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
+use crate::pending::PendingReply;
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
 use bytes::{Buf, BytesMut};
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -99,7 +100,7 @@ pub struct Connection<R, W> {
     user: String,
     vhost: Option<Arc<VHost>>,
     caps: ClientCapabilities,
-    channels: HashMap<u16, Channel>,
+    channels: ChannelMap<Channel>,
     events_tx: UnboundedSender<ConnectionEvent>,
     events_rx: UnboundedReceiver<ConnectionEvent>,
     last_read: Instant,
@@ -114,6 +115,9 @@ pub struct Connection<R, W> {
     tls: Option<TlsPeer>,
     /// The broker asked this connection to close (vhost or user deleted, an operator).
     forced_close: Option<AmqpError>,
+    /// A channel method waiting for its definitions change (`pending.rs`): no frame is
+    /// handled until it is answered.
+    pending: Option<PendingReply>,
     /// Our own address, for the connection's name.
     local: SocketAddr,
     /// From connection.start-ok, for the registry.
@@ -156,7 +160,7 @@ where
             user: String::new(),
             vhost: None,
             caps: ClientCapabilities::default(),
-            channels: HashMap::new(),
+            channels: ChannelMap::default(),
             events_tx,
             events_rx,
             last_read: Instant::now(),
@@ -166,6 +170,7 @@ where
             client_closes: false,
             tls: None,
             forced_close: None,
+            pending: None,
             local: SocketAddr::from(([0, 0, 0, 0], 0)),
             mechanism: String::new(),
             client_properties: FieldTable::default(),
@@ -552,7 +557,8 @@ where
                 self.rbuf.reserve(READ_CHUNK_BYTES);
             }
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf), if room && !held_back => {
+                read = self.reader.read_buf(&mut self.rbuf),
+                    if room && !held_back && self.pending.is_none() => {
                     let n = read?;
                     if n == 0 {
                         return Ok(());
@@ -617,6 +623,15 @@ where
                 _ = durable_advanced(&mut self.durable), if confirms_waiting => {
                     self.flush_confirms();
                 }
+                result = change_made(&mut self.pending), if self.pending.is_some() => {
+                    if let Some(Next::Done) = self.answer_pending(result).await? {
+                        return Ok(());
+                    }
+                    // What the client sent meanwhile is handled now, in order.
+                    if let Next::Done = self.on_input().await? {
+                        return Ok(());
+                    }
+                }
                 _ = self.throttle.alarms_changed() => {
                     let unblocked = self.throttle.on_alarms_changed(&mut self.wbuf);
                     self.note_state();
@@ -647,7 +662,7 @@ where
     /// Handles every whole frame in the read buffer, up to the publish that blocks the
     /// connection under an alarm (the rest waits in the buffer until it is unblocked).
     async fn on_input(&mut self) -> io::Result<Next> {
-        while !self.throttle.is_blocked() {
+        while !self.throttle.is_blocked() && self.pending.is_none() {
             let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -687,6 +702,37 @@ where
         Ok(Next::Continue)
     }
 
+    /// Answers the channel method that waited for its definitions change: its ok method, or
+    /// the error (closing the channel or the connection, as `fail` does). A channel closed
+    /// meanwhile gets nothing. `Some(Done)` when the connection is closed.
+    async fn answer_pending(
+        &mut self,
+        result: Result<warren_broker::Outcome, AmqpError>,
+    ) -> io::Result<Option<Next>> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(None);
+        };
+        let (class_id, method_id) = pending.reply.method_ids();
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                let failure = Failure {
+                    error,
+                    channel: pending.channel,
+                    class_id,
+                    method_id,
+                };
+                return self.fail(failure).await;
+            }
+        };
+        if let Some((channel, mut ctx)) = self.channel_and_ctx(pending.channel) {
+            if channel.state == ChannelState::Open {
+                channel.finish_change(pending.reply, outcome, &mut ctx);
+            }
+        }
+        Ok(None)
+    }
+
     /// The one place errors become close frames: a soft code closes the channel, a hard one
     /// the connection (returns `Some(Done)` then).
     async fn fail(&mut self, f: Failure) -> io::Result<Option<Next>> {
@@ -707,8 +753,9 @@ where
 
     /// The channels and a context over the rest of the connection, borrowed together so a
     /// channel handler can run without taking its channel out of the map.
-    fn split(&mut self) -> (&mut HashMap<u16, Channel>, Ctx<'_>) {
+    fn split(&mut self) -> (&mut ChannelMap<Channel>, Ctx<'_>) {
         let ctx = Ctx {
+            broker: &self.broker,
             vhost: self.vhost.as_ref().expect("open connection has a vhost"),
             connection: self.id,
             events: &self.events_tx,
@@ -718,6 +765,7 @@ where
             user: &self.user,
             access: &self.broker.access,
             cancel_notify: self.caps.consumer_cancel_notify,
+            pending: &mut self.pending,
         };
         (&mut self.channels, ctx)
     }
@@ -1031,5 +1079,16 @@ async fn write_or_flush<W: AsyncWrite + Unpin>(
         writer.flush().await.map(|()| None)
     } else {
         writer.write(wbuf).await.map(Some)
+    }
+}
+
+/// Resolves when the waiting channel method's definitions change is made (never when none
+/// waits: the select branch is off then).
+async fn change_made(
+    pending: &mut Option<PendingReply>,
+) -> Result<warren_broker::Outcome, AmqpError> {
+    match pending {
+        Some(p) => p.change.as_mut().await,
+        None => std::future::pending().await,
     }
 }

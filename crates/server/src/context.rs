@@ -3,14 +3,16 @@
 //! connection state.
 
 use crate::config::ServerConfig;
+use crate::pending::PendingReply;
 use bytes::BytesMut;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use warren_broker::access::AccessControl;
-use warren_broker::{ConnectionEvent, ConnectionId, VHost};
+use warren_broker::{Broker, ConnectionEvent, ConnectionId, VHost};
 use warren_codec::{write_body_frames, write_content_header, write_method, Method, BASIC_CLASS_ID};
 
 pub struct Ctx<'a> {
+    pub broker: &'a Broker,
     pub vhost: &'a Arc<VHost>,
     pub connection: ConnectionId,
     pub events: &'a UnboundedSender<ConnectionEvent>,
@@ -22,6 +24,9 @@ pub struct Ctx<'a> {
     pub access: &'a AccessControl,
     /// The client asked for basic.cancel notifications (consumer_cancel_notify).
     pub cancel_notify: bool,
+    /// Where a method whose definitions change waits for the metadata log leaves itself
+    /// (`pending.rs`); the connection awaits it before its next frame.
+    pub pending: &'a mut Option<PendingReply>,
 }
 
 impl Ctx<'_> {

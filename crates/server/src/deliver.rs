@@ -167,7 +167,7 @@ impl Channel {
             Some(queue) => {
                 let removed = queue.remove_consumer(ctx.connection, self.id, tag);
                 if let Some((_, true)) = removed {
-                    ctx.vhost.remove_queue(&queue);
+                    ctx.broker.delete_unused_queue(ctx.vhost, &queue);
                 }
             }
             None => {

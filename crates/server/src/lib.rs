@@ -6,6 +6,7 @@
 mod auth;
 pub mod cert_name;
 mod channel;
+mod channel_ids;
 pub mod config;
 mod connection;
 mod context;
@@ -13,6 +14,7 @@ mod deliver;
 mod handshake;
 pub mod http_listener;
 mod listener;
+mod pending;
 mod permissions;
 mod publish;
 mod throttle;

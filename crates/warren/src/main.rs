@@ -2,9 +2,12 @@
 //! (`warren server` → warren-server, `warren perf` → warren-perf, `warren ctl` → warren-ctl).
 
 mod allocator;
+mod boot_definitions;
+mod cluster;
 mod config_file;
 
 use anyhow::Context;
+use boot_definitions::BootDefinitions;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -158,6 +161,41 @@ struct ServerArgs {
         default_value_t = CertLoginFrom::DistinguishedName
     )]
     tls_cert_login_from: CertLoginFrom,
+    /// This node's name (RabbitMQ's `rabbit@host`); also what its cluster id derives from.
+    /// Default `warren@HOSTNAME`.
+    #[arg(long, env = "WARREN_NODE_NAME")]
+    node_name: Option<String>,
+    /// The inter-node (cluster) port. Absent: a single node. Present: this node forms or joins
+    /// a cluster with --cluster-peers, its definitions log replicated through the cluster's
+    /// metadata Raft group.
+    #[arg(long, env = "WARREN_CLUSTER_PORT")]
+    cluster_port: Option<u16>,
+    /// Other nodes' cluster addresses, HOST:PORT (comma-separated). Nodes started with each
+    /// other's addresses form one cluster.
+    #[arg(long, env = "WARREN_CLUSTER_PEERS", value_delimiter = ',')]
+    cluster_peers: Vec<String>,
+    /// The address other nodes reach this node's cluster port at, HOST:PORT (default: the host
+    /// part of --node-name, else this machine's hostname, with --cluster-port).
+    #[arg(long, env = "WARREN_CLUSTER_ADVERTISE")]
+    cluster_advertise: Option<String>,
+    /// The file holding the cluster's shared secret (RabbitMQ's .erlang.cookie); every node
+    /// needs the same. Default `<data-dir>/.cluster-secret`, generated on first boot.
+    #[arg(long, env = "WARREN_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// TLS between nodes (mutual): this node's PEM certificate chain, presented both when
+    /// accepting and when dialing, so it needs the serverAuth and clientAuth key usages.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CERT_FILE")]
+    cluster_tls_cert_file: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_KEY_FILE")]
+    cluster_tls_key_file: Option<PathBuf>,
+    /// The CA every node's certificate must chain to.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CA_FILE")]
+    cluster_tls_ca_file: Option<PathBuf>,
+    /// The name every node's certificate must carry (a DNS name or IP address in its
+    /// subjectAltName); peers are checked against it rather than their address.
+    #[arg(long, env = "WARREN_CLUSTER_TLS_SERVER_NAME")]
+    cluster_tls_server_name: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -302,49 +340,59 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Quorum queues' Raft groups share one write-ahead log; open it before the definitions
     // come back, so each recovered quorum queue finds its group's log and snapshot.
     let quorum_dir = args.data_dir.join("quorum");
-    let quorum = warren_broker::quorum::QuorumHost::open(&quorum_dir)
-        .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?;
+    if let Some(name) = &args.node_name {
+        warren_broker::quorum::cluster::validate_name(name).map_err(anyhow::Error::msg)?;
+        broker.name_node(name);
+    }
+    let open_cluster = match args.cluster_port {
+        Some(port) => Some(cluster::open(&args, &broker, &quorum_dir, port).await?),
+        None => None,
+    };
+    let quorum = match &open_cluster {
+        Some(open) => open.quorum.clone(),
+        None => warren_broker::quorum::QuorumHost::open(&quorum_dir)
+            .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?,
+    };
     broker.enable_quorum(quorum.clone());
-    if broker.recover(recovered) {
+    let first_boot = broker.recover(recovered);
+    // Every node seeds its defaults on a first boot, so it can be reached before it joins a
+    // cluster; a cluster's log then carries the forming node's (below), which every member
+    // applies.
+    if first_boot {
         broker
             .seed_defaults(&args.default_user, &args.default_pass, &args.default_vhost)
             .map_err(anyhow::Error::msg)
             .context("creating the default user and vhost")?;
         tracing::info!(user = %args.default_user, vhost = %args.default_vhost, "first boot: created the default user and vhost");
     }
-    for (name, pass) in &extra_users {
-        let tags = vec!["administrator".to_owned()];
-        broker
-            .access
-            .put_user(name, Some(pass), tags)
-            .map_err(anyhow::Error::msg)?;
-        if broker.vhost(&args.default_vhost).is_some() {
-            broker
-                .access
-                .set_permission(
-                    &args.default_vhost,
-                    name,
-                    warren_broker::access::Permission::full(),
-                )
-                .map_err(anyhow::Error::msg)?;
+    let boot = BootDefinitions {
+        seed: None,
+        default_vhost: args.default_vhost.clone(),
+        extra_users,
+        load_definitions: args.load_definitions.clone(),
+    };
+    let cluster = match open_cluster {
+        Some(open) => {
+            let cluster = cluster::join(&args, &broker, open).await?;
+            let (broker, waiting) = (broker.clone(), cluster.clone());
+            let (seed_user, seed_pass) = (args.default_user.clone(), args.default_pass.clone());
+            tokio::spawn(async move {
+                let formed_here = waiting.membership().await;
+                let boot = BootDefinitions {
+                    seed: (first_boot && formed_here).then_some((seed_user, seed_pass)),
+                    ..boot
+                };
+                if let Err(e) = boot.apply(&broker).await {
+                    tracing::error!(error = %e, "boot-time definitions not applied");
+                }
+            });
+            Some(cluster)
         }
-    }
-    if let Some(path) = &args.load_definitions {
-        let summary = warren_definitions::load_file(&broker, path).map_err(anyhow::Error::msg)?;
-        for skipped in &summary.skipped {
-            tracing::info!(%skipped, "definitions entry not imported");
+        None => {
+            boot.apply(&broker).await?;
+            None
         }
-        tracing::info!(
-            file = %path.display(),
-            users = summary.users,
-            vhosts = summary.vhosts,
-            policies = summary.policies,
-            exchanges = summary.exchanges,
-            queues = summary.queues,
-            bindings = summary.bindings,
-            "definitions loaded"
-        );
-    }
+    };
     // A configured cluster name becomes the cluster's at every boot, so the HTTP API and the
     // metrics agree with what clients see in connection.start.
     if let Some((_, name)) = config
@@ -457,6 +505,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
+    }
+    if let Some(cluster) = &cluster {
+        cluster.shutdown().await;
     }
     quorum.shutdown().await;
     let stats = store.stats();

@@ -250,3 +250,21 @@ def test_message_rates_are_sampled(api, queue):
         assert poll(rated, timeout=15, conn=c)
     finally:
         c.close()
+
+
+def test_an_exclusive_queue_is_not_deleted_through_the_api(api):
+    """RabbitMQ 3.10.8 answers DELETE on a connection's exclusive queue with 400 and the
+    locked queue's text, and the queue stays."""
+    name = uid("excl")
+    c = connect()
+    try:
+        c.channel().queue_declare(name, exclusive=True)
+        r = api.delete("/api/queues/%2F/" + q(name))
+        assert r.status_code == 400
+        assert r.json()["reason"] == (
+            "cannot obtain exclusive access to locked queue '%s' in vhost '/'. It could be "
+            "originally declared on another connection or the exclusive property value does "
+            "not match that of the original declaration." % name)
+        assert api.get("/api/queues/%2F/" + q(name)).status_code == 200
+    finally:
+        c.close()

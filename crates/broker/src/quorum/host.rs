@@ -5,6 +5,10 @@
 //! A queue's group id is derived from its vhost and name, so a restart finds the group's log
 //! and snapshot again without storing the id anywhere; deleting the queue drops both, so a
 //! queue declared again under the same name starts empty.
+//!
+//! A single node runs its groups over an in-process network (each group's only member is the
+//! node itself, id [`LOCAL_NODE_ID`]); a cluster node over the cluster's TCP transport, with its
+//! id derived from its node name, and the cluster's metadata group on the same log.
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -12,18 +16,19 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use warren_quorum::network::InProcessNetwork;
+use warren_quorum::network::{InProcessNetwork, NodeTransport};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::node::{default_raft_config, QuorumNode};
+use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::{GroupId, NodeId};
 use warren_quorum::wal::WalOptions;
 
-/// This node's id in its queue groups. One node: every group has this one member.
+/// This node's id in its queue groups when it runs alone: every group has this one member.
 pub const LOCAL_NODE_ID: NodeId = 1;
 
 /// The quorum-queue side of a broker with a data directory.
 pub struct QuorumHost {
-    node: QuorumNode<InProcessNetwork>,
+    node: QuorumNode<NodeTransport>,
     /// Groups whose data is being removed (their queue was deleted); a queue declared again
     /// under the same name waits for that before it starts the group afresh.
     removing: Mutex<HashSet<GroupId>>,
@@ -38,27 +43,53 @@ impl std::fmt::Debug for QuorumHost {
 }
 
 impl QuorumHost {
-    /// Opens (or recovers) the shared log in `dir`. Groups come back one by one as their
-    /// queues are recreated from the durable definitions.
+    /// Opens (or recovers) the shared log in `dir` for a single node. Groups come back one by
+    /// one as their queues are recreated from the durable definitions.
     pub fn open(dir: &Path) -> std::io::Result<Arc<QuorumHost>> {
         let network = InProcessNetwork::new();
+        let host = Self::open_with(dir, LOCAL_NODE_ID, NodeTransport::Local(network.clone()))?;
+        network.add_node(LOCAL_NODE_ID, host.node.registry());
+        Ok(host)
+    }
+
+    /// Opens the shared log in `dir` for cluster node `id`, its groups answering peers over
+    /// `transport` (which starts serving them here).
+    pub fn open_cluster(
+        dir: &Path,
+        id: NodeId,
+        transport: Arc<TcpTransport>,
+    ) -> std::io::Result<Arc<QuorumHost>> {
+        let host = Self::open_with(dir, id, NodeTransport::Tcp(transport.clone()))?;
+        transport.serve(host.node.registry());
+        Ok(host)
+    }
+
+    fn open_with(
+        dir: &Path,
+        id: NodeId,
+        transport: NodeTransport,
+    ) -> std::io::Result<Arc<QuorumHost>> {
         let node = QuorumNode::open(
-            LOCAL_NODE_ID,
+            id,
             dir,
             WalOptions::default(),
             default_raft_config(),
-            network.clone(),
+            Arc::new(transport),
         )
         .map_err(std::io::Error::other)?;
-        network.add_node(LOCAL_NODE_ID, node.registry());
         Ok(Arc::new(QuorumHost {
             node,
             removing: Mutex::default(),
         }))
     }
 
-    pub fn node(&self) -> &QuorumNode<InProcessNetwork> {
+    pub fn node(&self) -> &QuorumNode<NodeTransport> {
         &self.node
+    }
+
+    /// This node's id in its groups.
+    pub fn node_id(&self) -> NodeId {
+        self.node.id()
     }
 
     /// The group id of queue `queue` in vhost `vhost`: the first 8 bytes of a SHA-256 over

@@ -24,7 +24,11 @@ impl VHost {
     /// The durable part of this vhost: what a restart must bring back.
     pub fn durable_definitions(&self) -> Definitions {
         let mut defs = Definitions::default();
-        let exchanges = self.exchanges();
+        // By name, so that nodes holding the same definitions have the same snapshot.
+        let mut exchanges = self.exchanges();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut queues = self.queues();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
         for e in &exchanges {
             if e.durable && !e.name.is_empty() && !names::has_reserved_prefix(&e.name) {
                 defs.exchanges.push(ExchangeDefinition {
@@ -36,7 +40,7 @@ impl VHost {
                 });
             }
         }
-        for q in self.queues() {
+        for q in queues {
             if q.stored.is_some() || q.quorum().is_some() {
                 defs.queues.push(QueueDefinition {
                     name: q.name.clone(),

@@ -20,8 +20,9 @@ use bytes::Bytes;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use warren_broker::DefinitionOp;
 use warren_broker::VHost;
-use warren_codec::{FieldTable, ShortStr};
+use warren_codec::FieldTable;
 
 /// What a properties key leaves unescaped: letters, digits and `-_.` ("a.#" → "a.%23").
 const KEY_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
@@ -261,11 +262,24 @@ pub async fn create(
         &routing_key,
     )?;
     let key = properties_key(&routing_key, &arguments);
-    let rk = ShortStr::from(routing_key.as_str());
-    match queue {
-        true => vhost.bind_queue(&destination, source, rk, arguments, 0)?,
-        false => vhost.bind_exchange(&destination, source, rk, arguments)?,
-    }
+    let op = match queue {
+        true => DefinitionOp::QueueBind {
+            vhost: vhost.name.clone(),
+            queue: destination.clone(),
+            exchange: source.to_owned(),
+            routing_key,
+            arguments,
+            connection: 0,
+        },
+        false => DefinitionOp::ExchangeBind {
+            vhost: vhost.name.clone(),
+            destination: destination.clone(),
+            source: source.to_owned(),
+            routing_key,
+            arguments,
+        },
+    };
+    api.change(op).await?;
     let segment = |s: &str| utf8_percent_encode(s, SEGMENT_ESCAPE).to_string();
     let location = format!(
         "/api/bindings/{}/e/{}/{}/{}/{}",
@@ -324,11 +338,24 @@ pub async fn delete(
         &destination,
         &row.routing_key,
     )?;
-    let rk = ShortStr::from(row.routing_key.as_str());
-    match queue {
-        true => vhost.unbind_queue(&destination, source, rk, row.arguments, 0)?,
-        false => vhost.unbind_exchange(&destination, source, rk, row.arguments)?,
-    }
+    let op = match queue {
+        true => DefinitionOp::QueueUnbind {
+            vhost: vhost.name.clone(),
+            queue: destination,
+            exchange: source.to_owned(),
+            routing_key: row.routing_key.to_string(),
+            arguments: row.arguments,
+            connection: 0,
+        },
+        false => DefinitionOp::ExchangeUnbind {
+            vhost: vhost.name.clone(),
+            destination,
+            source: source.to_owned(),
+            routing_key: row.routing_key.to_string(),
+            arguments: row.arguments,
+        },
+    };
+    api.change(op).await?;
     Ok(super::no_content())
 }
 

@@ -36,7 +36,9 @@ pub async fn import(
 ) -> ApiResult {
     who.require_admin()?;
     let document = body_json(&body)?;
-    warren_definitions::import(&api.broker, &document).map_err(ApiError::bad_request)?;
+    warren_definitions::import(&api.broker, &document)
+        .await
+        .map_err(ApiError::bad_request)?;
     Ok(no_content())
 }
 
@@ -50,6 +52,7 @@ pub async fn import_vhost(
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let document = body_json(&body)?;
     warren_definitions::import_vhost(&api.broker, &vhost, &document)
+        .await
         .map_err(ApiError::bad_request)?;
     Ok(no_content())
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
-use warren_broker::{Exchange, ExchangeDeclaration, Message, MessageStats, VHost};
+use warren_broker::{DefinitionOp, Exchange, Message, MessageStats, VHost};
 use warren_codec::{BasicProperties, ContentHeader, FieldValue, ShortStr, BASIC_CLASS_ID};
 
 /// The default exchange's name in paths ("" cannot be a path segment).
@@ -131,16 +131,18 @@ pub async fn declare(
         acting.exchange(AccessKind::Read, name)?;
         acting.exchange(AccessKind::Write, alternate)?;
     }
-    vhost.declare_exchange(ExchangeDeclaration {
-        name: ShortStr::from(name),
-        kind: kind.to_owned(),
-        passive: false,
-        durable: body_bool(&body, "durable", false)?,
-        auto_delete: body_bool(&body, "auto_delete", false)?,
-        internal: body_bool(&body, "internal", false)?,
-        arguments,
-    })?;
-    Ok(super::created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::ExchangeDeclare {
+            vhost: vhost.name.clone(),
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            durable: body_bool(&body, "durable", false)?,
+            auto_delete: body_bool(&body, "auto_delete", false)?,
+            internal: body_bool(&body, "internal", false)?,
+            arguments,
+        })
+        .await?;
+    Ok(super::created_or_updated(!outcome.created()))
 }
 
 pub async fn delete(
@@ -157,7 +159,12 @@ pub async fn delete(
     api.acting(&who, &vhost.name, Report::Plain)?
         .exchange(AccessKind::Configure, name)?;
     let if_unused = query.get("if-unused").is_some_and(|v| v == "true");
-    vhost.delete_exchange(name, if_unused)?;
+    api.change(DefinitionOp::ExchangeDelete {
+        vhost: vhost.name.clone(),
+        name: name.to_owned(),
+        if_unused,
+    })
+    .await?;
     Ok(super::no_content())
 }
 

@@ -2,6 +2,7 @@
 //! JSON, vhost lookup and visibility, and the sampler that feeds message rates.
 
 mod bindings;
+mod cluster;
 mod connections;
 mod definitions;
 mod exchanges;
@@ -30,6 +31,12 @@ pub fn api_routes() -> Router<Arc<Api>> {
             get(node::cluster_name).put(node::set_cluster_name),
         )
         .route("/api/nodes", get(node::nodes))
+        .route("/api/cluster/status", get(cluster::status))
+        .route("/api/cluster/nodes", axum::routing::post(cluster::add_node))
+        .route(
+            "/api/cluster/nodes/{name}",
+            axum::routing::delete(cluster::forget_node),
+        )
         .route("/api/nodes/{node}", get(node::one_node))
         .route("/api/extensions", get(node::extensions))
         .route("/api/whoami", get(node::whoami))

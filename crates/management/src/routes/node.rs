@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
+use warren_broker::DefinitionOp;
 
 /// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
 /// features on `rabbitmq_version`/`management_version`, so they carry that, and
@@ -157,7 +158,11 @@ pub async fn set_cluster_name(
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("name is required"))?;
-    api.broker.set_cluster_name(name);
+    api.change(DefinitionOp::GlobalParameterSet {
+        name: warren_broker::broker::CLUSTER_NAME_PARAMETER.to_owned(),
+        value_json: Value::String(name.to_owned()).to_string(),
+    })
+    .await?;
     Ok(super::no_content())
 }
 
@@ -181,7 +186,7 @@ fn node_json(api: &Api) -> Value {
     };
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get());
     let sockets_used = api.broker.registry.len();
-    json!({
+    let mut node = json!({
         "name": api.node,
         "type": "disc",
         "running": true,
@@ -220,7 +225,12 @@ fn node_json(api: &Api) -> Value {
         "config_files": [],
         "log_files": [],
         "db_dir": api.data_dir.as_ref().map(|d| d.display().to_string()),
-    })
+    });
+    if let Some((status, member)) = super::cluster::own_member(api) {
+        super::cluster::add_raft_fields(&mut node, &member);
+        node["raft_term"] = json!(status.term);
+    }
+    node
 }
 
 pub async fn nodes(
@@ -229,7 +239,9 @@ pub async fn nodes(
     Q(query): Q<Query>,
 ) -> ApiResult {
     who.require_monitor()?;
-    crate::list::respond(vec![node_json(&api)], &query)
+    let mut nodes = vec![node_json(&api)];
+    nodes.extend(super::cluster::other_members(&api));
+    crate::list::respond(nodes, &query)
 }
 
 pub async fn one_node(
@@ -240,7 +252,11 @@ pub async fn one_node(
 ) -> ApiResult {
     who.require_monitor()?;
     if node != api.node {
-        return Err(ApiError::not_found());
+        let other = super::cluster::other_members(&api)
+            .into_iter()
+            .find(|member| member["name"] == node.as_str())
+            .ok_or_else(ApiError::not_found)?;
+        return Ok(respond_one(other, &query));
     }
     Ok(respond_one(node_json(&api), &query))
 }
@@ -289,7 +305,7 @@ pub async fn aliveness(
     acting.queue(AccessKind::Configure, name)?;
     acting.exchange(AccessKind::Write, "")?;
     acting.queue(AccessKind::Read, name)?;
-    queues::declare_simple(&vhost, name)?;
+    queues::declare_simple(&api, &vhost, name).await?;
     let routed = super::exchanges::publish_message(
         &vhost,
         "",

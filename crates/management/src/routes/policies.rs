@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use warren_broker::policy::PolicyKind;
-use warren_broker::{Policy, VHost, VHostLimits};
+use warren_broker::{DefinitionOp, Outcome, Policy, PolicyList, VHost, VHostLimits};
 
 fn listed(vhost: &VHost, kind: PolicyKind) -> Vec<Policy> {
     match kind {
@@ -74,7 +74,9 @@ fn one_of(
         .ok_or_else(ApiError::not_found)
 }
 
-fn put_of(
+/// Validated here first, for the 400 and its text before anything is proposed; applying
+/// the change validates the same body again.
+async fn put_of(
     api: &Api,
     who: &Identity,
     kind: PolicyKind,
@@ -84,24 +86,37 @@ fn put_of(
 ) -> ApiResult {
     let vhost = managed_vhost(api, who, kind, vhost)?;
     let body = body_json(body)?;
-    let policy =
-        Policy::from_json(kind, &vhost.name, name, &body).map_err(ApiError::bad_request)?;
-    let existed = listed(&vhost, kind).iter().any(|p| p.name == name);
-    match kind {
-        PolicyKind::Policy => vhost.set_policy(policy),
-        PolicyKind::Operator => vhost.set_operator_policy(policy),
-    }
-    .map_err(ApiError::bad_request)?;
-    Ok(created_or_updated(existed))
+    Policy::from_json(kind, &vhost.name, name, &body).map_err(ApiError::bad_request)?;
+    let outcome = api
+        .change(DefinitionOp::PolicySet {
+            list: PolicyList::of(kind),
+            vhost: vhost.name.clone(),
+            name: name.to_owned(),
+            body_json: body.to_string(),
+        })
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
-fn delete_of(api: &Api, who: &Identity, kind: PolicyKind, vhost: &str, name: &str) -> ApiResult {
+async fn delete_of(
+    api: &Api,
+    who: &Identity,
+    kind: PolicyKind,
+    vhost: &str,
+    name: &str,
+) -> ApiResult {
     let vhost = managed_vhost(api, who, kind, vhost)?;
-    let cleared = match kind {
-        PolicyKind::Policy => vhost.clear_policy(name),
-        PolicyKind::Operator => vhost.clear_operator_policy(name),
+    let clear = DefinitionOp::PolicyClear {
+        list: PolicyList::of(kind),
+        vhost: vhost.name.clone(),
+        name: name.to_owned(),
     };
-    match cleared {
+    removed(api.change(clear).await?)
+}
+
+/// 204 for a removal that found something, else 404.
+fn removed(outcome: Outcome) -> ApiResult {
+    match outcome.existed() {
         true => Ok(no_content()),
         false => Err(ApiError::not_found()),
     }
@@ -142,7 +157,7 @@ macro_rules! policy_routes {
             Path((vhost, name)): Path<(String, String)>,
             body: Bytes,
         ) -> ApiResult {
-            put_of(&api, &who, $kind, &vhost, &name, &body)
+            put_of(&api, &who, $kind, &vhost, &name, &body).await
         }
 
         pub async fn $delete(
@@ -150,7 +165,7 @@ macro_rules! policy_routes {
             Extension(who): Extension<Identity>,
             Path((vhost, name)): Path<(String, String)>,
         ) -> ApiResult {
-            delete_of(&api, &who, $kind, &vhost, &name)
+            delete_of(&api, &who, $kind, &vhost, &name).await
         }
     };
 }
@@ -273,16 +288,15 @@ pub async fn put_parameter(
     let value = body
         .get("value")
         .ok_or_else(|| ApiError::bad_request("value not found"))?;
-    let existed = api
-        .broker
-        .parameters
-        .list()
-        .iter()
-        .any(|p| p.component == component && p.vhost == vhost && p.name == name);
-    api.broker
-        .parameters
-        .set(&vhost, &component, &name, value.to_string());
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::ParameterSet {
+            vhost,
+            component,
+            name,
+            value_json: value.to_string(),
+        })
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
 pub async fn delete_parameter(
@@ -292,10 +306,12 @@ pub async fn delete_parameter(
 ) -> ApiResult {
     api.require_policymaker_in(&who, &vhost)?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    match api.broker.parameters.clear(&vhost, &component, &name) {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    let clear = DefinitionOp::ParameterClear {
+        vhost,
+        component,
+        name,
+    };
+    removed(api.change(clear).await?)
 }
 
 fn global_json(name: &str, value_json: &str) -> Value {
@@ -346,14 +362,13 @@ pub async fn put_global_parameter(
     let value = body
         .get("value")
         .ok_or_else(|| ApiError::bad_request("value not found"))?;
-    let existed = api
-        .broker
-        .parameters
-        .list_global()
-        .iter()
-        .any(|(n, _)| *n == name);
-    api.broker.parameters.set_global(&name, value.to_string());
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::GlobalParameterSet {
+            name,
+            value_json: value.to_string(),
+        })
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
 pub async fn delete_global_parameter(
@@ -362,10 +377,10 @@ pub async fn delete_global_parameter(
     Path(name): Path<String>,
 ) -> ApiResult {
     who.require_policymaker()?;
-    match api.broker.parameters.clear_global(&name) {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    removed(
+        api.change(DefinitionOp::GlobalParameterClear { name })
+            .await?,
+    )
 }
 
 // ---- vhost limits ------------------------------------------------------------------------
@@ -431,7 +446,8 @@ pub async fn put_vhost_limit(
         "max-queues" => limits.max_queues = limit,
         _ => return Err(ApiError::bad_request(format!("unrecognised limit {name}"))),
     }
-    vhost.set_limits(limits);
+    api.change(DefinitionOp::vhost_set_limits(&vhost.name, limits))
+        .await?;
     Ok(no_content())
 }
 
@@ -448,6 +464,7 @@ pub async fn delete_vhost_limit(
         "max-queues" => limits.max_queues = None,
         _ => return Err(ApiError::bad_request(format!("unrecognised limit {name}"))),
     }
-    vhost.set_limits(limits);
+    api.change(DefinitionOp::vhost_set_limits(&vhost.name, limits))
+        .await?;
     Ok(no_content())
 }

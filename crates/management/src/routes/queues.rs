@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
-use warren_broker::{Queue, QueueDeclaration, VHost};
-use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader, ShortStr};
+use warren_broker::{DefinitionOp, Queue, VHost};
+use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader};
 
 /// messages (ready + unacknowledged), messages_ready, messages_unacknowledged.
 pub fn message_totals(q: &Arc<Queue>) -> [u64; 3] {
@@ -139,18 +139,18 @@ pub async fn one(
 }
 
 /// Declares a plain queue (no arguments, not durable) if it does not exist.
-pub fn declare_simple(vhost: &Arc<VHost>, name: &str) -> ApiResult<()> {
-    vhost.declare_queue(
-        QueueDeclaration {
-            name: ShortStr::from(name),
-            passive: false,
-            durable: false,
-            exclusive: false,
-            auto_delete: false,
-            arguments: FieldTable::new(),
-        },
-        0,
-    )?;
+pub async fn declare_simple(api: &Api, vhost: &VHost, name: &str) -> ApiResult<()> {
+    api.change(DefinitionOp::QueueDeclare {
+        vhost: vhost.name.clone(),
+        name: name.to_owned(),
+        server_named: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        arguments: FieldTable::new(),
+        connection: 0,
+    })
+    .await?;
     Ok(())
 }
 
@@ -188,18 +188,19 @@ pub async fn declare(
         acting.queue(AccessKind::Read, &name)?;
         acting.exchange(AccessKind::Write, dlx)?;
     }
-    vhost.declare_queue(
-        QueueDeclaration {
-            name: ShortStr::from(name.as_str()),
-            passive: false,
+    let outcome = api
+        .change(DefinitionOp::QueueDeclare {
+            vhost: vhost.name.clone(),
+            name,
+            server_named: false,
             durable: body_bool(&body, "durable", false)?,
             exclusive: false,
             auto_delete: body_bool(&body, "auto_delete", false)?,
             arguments,
-        },
-        0,
-    )?;
-    Ok(super::created_or_updated(existed))
+            connection: 0,
+        })
+        .await?;
+    Ok(super::created_or_updated(!outcome.created()))
 }
 
 pub async fn delete(
@@ -223,7 +224,15 @@ pub async fn delete(
             vhost.name
         )));
     }
-    vhost.remove_queue(&q);
+    // if-unused and if-empty were judged above from this node's live queue; the removal
+    // itself is a definitions change. Another connection's exclusive queue is refused
+    // there (400, the locked queue's text), as RabbitMQ 3.10 refuses it.
+    api.change(DefinitionOp::QueueDelete {
+        vhost: vhost.name.clone(),
+        name,
+        connection: 0,
+    })
+    .await?;
     Ok(super::no_content())
 }
 

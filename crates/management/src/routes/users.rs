@@ -13,7 +13,8 @@ use axum::Extension;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::access::{Permission, TopicPermission, User, SHA256};
+use warren_broker::access::{Hashing, Permission, TopicPermission, User, SHA256};
+use warren_broker::{DefinitionOp, Outcome};
 
 fn user_json(u: &User) -> Value {
     json!({
@@ -92,30 +93,43 @@ pub async fn put(
         return Err(ApiError::bad_request("tags not found"));
     }
     let tags = tags_of(&body)?;
-    let access = &api.broker.access;
-    let existed = access.user(&name).is_some();
-    let result = match (body.get("password"), body.get("password_hash")) {
-        (Some(Value::String(p)), _) => access.put_user(&name, Some(p), tags),
+    // The password is hashed (salted) here, once: the change carries the hash.
+    let (password_hash, hashing_algorithm) = match (body.get("password"), body.get("password_hash"))
+    {
+        (Some(Value::String(p)), _) => (Hashing::Sha256.hash(p), SHA256.to_owned()),
         (_, Some(Value::String(hash))) => {
             let algorithm = body
                 .get("hashing_algorithm")
                 .and_then(Value::as_str)
                 .unwrap_or(SHA256);
-            access.put_user_with_hash(&name, hash, algorithm, tags)
+            (hash.clone(), algorithm.to_owned())
         }
         (Some(_), _) | (_, Some(_)) => {
             return Err(ApiError::bad_request("password must be a string"))
         }
         // An existing user keeps its password when only tags change, as RabbitMQ.
-        (None, None) => match access.user(&name) {
-            Some(u) => {
-                access.put_user_with_hash(&name, &u.password_hash, &u.hashing_algorithm, tags)
-            }
-            None => access.put_user(&name, None, tags),
+        (None, None) => match api.broker.access.user(&name) {
+            Some(u) => (u.password_hash.clone(), u.hashing_algorithm.clone()),
+            None => (String::new(), SHA256.to_owned()),
         },
     };
-    result.map_err(ApiError::bad_request)?;
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::UserPut {
+            name,
+            password_hash,
+            hashing_algorithm,
+            tags,
+        })
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
+}
+
+/// The answer to a DELETE made as a definitions change: 204, or 404 when nothing was there.
+fn removed(outcome: Outcome) -> ApiResult {
+    match outcome.existed() {
+        true => Ok(no_content()),
+        false => Err(ApiError::not_found()),
+    }
 }
 
 pub async fn delete(
@@ -124,10 +138,7 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> ApiResult {
     who.require_admin()?;
-    match api.broker.access.delete_user(&name) {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    removed(api.change(DefinitionOp::UserDelete { name }).await?)
 }
 
 fn permission_json(vhost: &str, user: &str, p: &Permission) -> Value {
@@ -273,12 +284,10 @@ pub async fn set_permission(
         write: regex_field(&body, "write")?,
         read: regex_field(&body, "read")?,
     };
-    let existed = api.broker.access.permission(&vhost, &user).is_some();
-    api.broker
-        .access
-        .set_permission(&vhost, &user, p)
-        .map_err(ApiError::bad_request)?;
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::permission_set(&vhost, &user, p))
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
 pub async fn clear_permission(
@@ -287,10 +296,10 @@ pub async fn clear_permission(
     Path((vhost, user)): Path<(String, String)>,
 ) -> ApiResult {
     who.require_admin()?;
-    match api.broker.access.clear_permission(&vhost, &user) {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    removed(
+        api.change(DefinitionOp::PermissionClear { vhost, user })
+            .await?,
+    )
 }
 
 pub async fn topic_permissions(
@@ -352,17 +361,10 @@ pub async fn set_topic_permission(
         write: regex_field(&body, "write")?,
         read: regex_field(&body, "read")?,
     };
-    let existed = api
-        .broker
-        .access
-        .topic_permissions()
-        .iter()
-        .any(|(v, u, t)| *v == vhost && *u == user && t.exchange == p.exchange);
-    api.broker
-        .access
-        .set_topic_permission(&vhost, &user, p)
-        .map_err(ApiError::bad_request)?;
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::topic_permission_set(&vhost, &user, p))
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
 pub async fn clear_topic_permission(
@@ -371,14 +373,12 @@ pub async fn clear_topic_permission(
     Path((vhost, user)): Path<(String, String)>,
 ) -> ApiResult {
     who.require_admin()?;
-    match api
-        .broker
-        .access
-        .clear_topic_permission(&vhost, &user, None)
-    {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    let clear = DefinitionOp::TopicPermissionClear {
+        vhost,
+        user,
+        exchange: None,
+    };
+    removed(api.change(clear).await?)
 }
 
 /// PUT /api/vhosts/NAME: creates the vhost (201) or leaves it (204). As RabbitMQ, the user
@@ -391,17 +391,13 @@ pub async fn put_vhost(
 ) -> ApiResult {
     who.require_admin()?;
     body_json(&body)?;
-    let existed = api.broker.vhost(&vhost).is_some();
-    api.broker
-        .add_vhost(&vhost)
-        .map_err(ApiError::bad_request)?;
-    if !existed {
-        api.broker
-            .access
-            .set_permission(&vhost, &who.name, Permission::full())
-            .map_err(ApiError::bad_request)?;
-    }
-    Ok(created_or_updated(existed))
+    let outcome = api
+        .change(DefinitionOp::VhostAdd {
+            name: vhost,
+            grant_full_to: Some(who.name.clone()),
+        })
+        .await?;
+    Ok(created_or_updated(!outcome.created()))
 }
 
 /// DELETE /api/vhosts/NAME: its connections closed, its objects and messages gone.
@@ -420,8 +416,8 @@ pub async fn delete_vhost(
             }
         }
     }
-    match api.broker.delete_vhost(&vhost) {
-        true => Ok(no_content()),
-        false => Err(ApiError::not_found()),
-    }
+    removed(
+        api.change(DefinitionOp::VhostDelete { name: vhost })
+            .await?,
+    )
 }

@@ -1,0 +1,379 @@
+//! This node as a member of a cluster: its name and id, the cluster transport, and its member
+//! of the metadata group, with how a cluster forms and how nodes are added and forgotten.
+//!
+//! Node ids are derived from node names (the first 8 bytes of a SHA-256), so a node keeps its
+//! id across restarts without storing it. Seeds (`--cluster-peers`) are addresses only; the
+//! handshake tells who answers there. Formation is deterministic and safe on restart:
+//!
+//! - a node whose metadata member has state (a log, a snapshot, a vote) never initializes;
+//! - otherwise, once every seed answered, the node whose id is the lowest of itself and its
+//!   seeds initializes the metadata group with itself as the only member;
+//! - every other uninitialized node asks the seeds to add it (forwarded to the leader) until
+//!   one does: each node announces its own name and address, so the membership carries them.
+//!
+//! A watcher keeps this node linked to every member the membership lists (the lower id dials;
+//! a higher one probes when no link is up, since the lower may not know its address yet).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use warren_quorum::metadata::{
+    MemberChange, MemberInfo, MetadataGroup, MetadataMachine, MetadataStatus, METADATA_GROUP,
+};
+use warren_quorum::network::{NodeTransport, RaftRequest, RaftResponse, Transport};
+use warren_quorum::tcp::TcpTransport;
+use warren_quorum::types::NodeId;
+
+use super::QuorumHost;
+
+/// How often formation and the membership watcher look again.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A node's id in the cluster: the first 8 bytes of a SHA-256 of its name.
+pub fn node_id(name: &str) -> NodeId {
+    let digest = Sha256::digest(name.as_bytes());
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(id)
+}
+
+/// One member of the cluster as `cluster_status` shows it.
+#[derive(Clone, Debug)]
+pub struct ClusterMember {
+    pub name: String,
+    pub id: NodeId,
+    pub address: String,
+    /// This node itself, or a peer the failure detector sees up.
+    pub running: bool,
+    pub voter: bool,
+    pub leader: bool,
+    /// The last log index the leader knows the member has (absent on followers).
+    pub matched_index: Option<u64>,
+    /// How far the member is behind the leader's log, in entries (absent on followers).
+    pub lag: Option<u64>,
+}
+
+/// The cluster as this node sees it.
+#[derive(Clone, Debug)]
+pub struct ClusterStatus {
+    pub node: String,
+    pub node_id: NodeId,
+    pub leader: Option<String>,
+    pub term: u64,
+    pub state: String,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    pub members: Vec<ClusterMember>,
+}
+
+/// This node's membership of a cluster.
+pub struct ClusterNode {
+    name: String,
+    id: NodeId,
+    advertised: String,
+    transport: Arc<TcpTransport>,
+    metadata: MetadataGroup<NodeTransport>,
+    /// None until this node is a member; then whether it formed the cluster (initialized the
+    /// metadata group) rather than joining one.
+    membership: tokio::sync::watch::Sender<Option<bool>>,
+}
+
+impl ClusterNode {
+    /// Starts this node's metadata member on `host` (whose transport is `transport`), then
+    /// forms or joins the cluster through `seeds` in the background.
+    pub async fn start(
+        host: &QuorumHost,
+        name: &str,
+        advertised: &str,
+        transport: Arc<TcpTransport>,
+        machine: Arc<dyn MetadataMachine>,
+        seeds: Vec<String>,
+    ) -> Result<Arc<ClusterNode>, String> {
+        let metadata = host
+            .node()
+            .start_metadata_group(machine)
+            .await
+            .map_err(|e| e.to_string())?;
+        let node = Arc::new(ClusterNode {
+            name: name.to_string(),
+            id: host.node_id(),
+            advertised: advertised.to_string(),
+            transport,
+            metadata,
+            membership: tokio::sync::watch::Sender::new(None),
+        });
+        tokio::spawn(node.clone().form(seeds));
+        tokio::spawn(node.clone().watch_members());
+        Ok(node)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn metadata(&self) -> &MetadataGroup<NodeTransport> {
+        &self.metadata
+    }
+
+    /// Waits until this node is a member of the cluster (at once on a restarted member);
+    /// true when it formed the cluster itself, false when it joined one.
+    pub async fn membership(&self) -> bool {
+        let mut watch = self.membership.subscribe();
+        let formed = match watch.wait_for(Option::is_some).await {
+            Ok(formed) => formed.unwrap_or(false),
+            // The sender lives as long as `self`.
+            Err(_) => false,
+        };
+        formed
+    }
+
+    fn info(&self) -> MemberInfo {
+        MemberInfo {
+            name: self.name.clone(),
+            addr: self.advertised.clone(),
+        }
+    }
+
+    async fn form(self: Arc<Self>, seeds: Vec<String>) {
+        let mut ticker = tokio::time::interval(WATCH_INTERVAL);
+        let mut announced_waiting = false;
+        // Seeds whose node is known: each is probed once, since every probe's connection
+        // replaces the pair's link (and fails the requests in flight on it).
+        let mut known: std::collections::HashMap<String, NodeId> = Default::default();
+        loop {
+            ticker.tick().await;
+            match self.metadata.is_initialized().await {
+                Ok(true) if self.is_member() => {
+                    self.membership.send_if_modified(|m| {
+                        let first = m.is_none();
+                        m.get_or_insert(false);
+                        first
+                    });
+                    return;
+                }
+                Ok(true) => {
+                    // Initialized and not (yet) a member: a join in flight, or forgotten.
+                    if !announced_waiting {
+                        tracing::info!(node = %self.name, "waiting to be added to the cluster");
+                        announced_waiting = true;
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the metadata group's state");
+                    return;
+                }
+            }
+            let mut seed_ids = BTreeSet::new();
+            let mut all_answered = true;
+            for seed in &seeds {
+                if let Some(id) = known.get(seed) {
+                    seed_ids.insert(*id);
+                    continue;
+                }
+                match self.discover(seed).await {
+                    Ok(id) => {
+                        known.insert(seed.clone(), id);
+                        seed_ids.insert(id);
+                    }
+                    // A refused handshake is a configuration error (another secret): say so.
+                    Err(e) if e.contains("handshake failed") => {
+                        all_answered = false;
+                        tracing::error!(%seed, error = %e, "cluster seed refused this node");
+                    }
+                    Err(e) => {
+                        all_answered = false;
+                        tracing::debug!(%seed, error = %e, "cluster seed not answering");
+                    }
+                }
+            }
+            seed_ids.remove(&self.id);
+            let initialized = matches!(self.metadata.is_initialized().await, Ok(true));
+            if !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
+                match self.metadata.initialize(&[(self.id, self.info())]).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            node = %self.name,
+                            "formed a new cluster: this node has the lowest id among its seeds"
+                        );
+                        self.membership.send_replace(Some(true));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "initializing the cluster failed"),
+                }
+                continue;
+            }
+            for seed in seed_ids {
+                if self.ask_to_join(seed).await {
+                    tracing::info!(node = %self.name, via = seed, "joined the cluster");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn is_member(&self) -> bool {
+        self.metadata.members().iter().any(|(id, _)| *id == self.id)
+    }
+
+    /// Asks `peer` (or the leader it names) to add this node; true once added.
+    async fn ask_to_join(&self, mut peer: NodeId) -> bool {
+        for _ in 0..3 {
+            let request = RaftRequest::ChangeMembers(MemberChange::Add {
+                node: self.id,
+                info: self.info(),
+            });
+            let transport = NodeTransport::Tcp(self.transport.clone());
+            match transport.send(self.id, peer, METADATA_GROUP, request).await {
+                Ok(RaftResponse::MembersChanged { .. }) => return true,
+                Err(warren_quorum::network::TransportError::NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) if leader != peer => peer = leader,
+                Err(e) => {
+                    tracing::debug!(peer, error = %e, "join request not carried out");
+                    return self.is_member();
+                }
+                Ok(_) => return false,
+            }
+        }
+        false
+    }
+
+    async fn discover(&self, addr: &str) -> Result<NodeId, String> {
+        let resolved = resolve(addr).await?;
+        self.transport.discover(resolved).await
+    }
+
+    /// Keeps links to every member the membership lists.
+    async fn watch_members(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(WATCH_INTERVAL);
+        loop {
+            ticker.tick().await;
+            for (id, info) in self.metadata.members() {
+                if id == self.id || self.transport.liveness().is_up(id) {
+                    continue;
+                }
+                let Ok(addr) = resolve(&info.addr).await else {
+                    continue;
+                };
+                if id > self.id {
+                    self.transport.add_peer(id, addr);
+                } else if let Err(e) = self.transport.discover(addr).await {
+                    tracing::debug!(peer = id, %addr, error = %e, "cluster member not answering");
+                }
+            }
+        }
+    }
+
+    /// The cluster as this node sees it.
+    pub fn status(&self) -> ClusterStatus {
+        let status: MetadataStatus = self.metadata.status();
+        let leader_index = status.last_log_index;
+        let name_of = |id: NodeId| {
+            status
+                .members
+                .iter()
+                .find(|m| m.node == id)
+                .map(|m| m.info.name.clone())
+        };
+        let members = status
+            .members
+            .iter()
+            .map(|member| ClusterMember {
+                name: member.info.name.clone(),
+                id: member.node,
+                address: member.info.addr.clone(),
+                running: member.node == self.id || self.transport.liveness().is_up(member.node),
+                voter: member.voter,
+                leader: status.leader == Some(member.node),
+                matched_index: member.matched_index,
+                lag: member
+                    .matched_index
+                    .zip(leader_index)
+                    .map(|(matched, last)| last.saturating_sub(matched)),
+            })
+            .collect();
+        ClusterStatus {
+            node: self.name.clone(),
+            node_id: self.id,
+            leader: status.leader.and_then(name_of),
+            term: status.term,
+            state: format!("{:?}", status.state).to_lowercase(),
+            last_log_index: status.last_log_index,
+            last_applied_index: status.last_applied_index,
+            members,
+        }
+    }
+
+    /// Adds the node `name` listening at `addr` (it must be running, with cluster port and the
+    /// same secret) — from any member.
+    pub async fn add_node(&self, name: &str, addr: &str) -> Result<(), String> {
+        validate_name(name)?;
+        let id = node_id(name);
+        // Checks that `name` is who answers at `addr`, and links this node to it.
+        let found = self.discover(addr).await?;
+        if found != id {
+            return Err(format!(
+                "the node at {addr} is not {name} (its id is {found}, {name}'s would be {id})"
+            ));
+        }
+        self.metadata
+            .add_member(
+                id,
+                MemberInfo {
+                    name: name.to_string(),
+                    addr: addr.to_string(),
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node).
+    pub async fn forget_node(&self, name: &str) -> Result<(), String> {
+        let id = node_id(name);
+        if !self
+            .metadata
+            .members()
+            .iter()
+            .any(|(member, _)| *member == id)
+        {
+            return Err(format!("{name} is not a member of the cluster"));
+        }
+        self.metadata
+            .remove_member(id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Stops the metadata member and the transport.
+    pub async fn shutdown(&self) {
+        self.metadata.shutdown().await;
+        self.transport.shutdown();
+    }
+}
+
+/// Node names travel in the membership next to addresses: no whitespace, not empty.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "invalid node name {name:?}: it must be non-empty, without whitespace"
+        ));
+    }
+    Ok(())
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}

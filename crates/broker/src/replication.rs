@@ -1,0 +1,161 @@
+//! The seam between definitions changes and a cluster's metadata log. `Broker::change` is
+//! how every caller makes a change:
+//!
+//! - Without a `Replicator` (a single node) the op is applied at once, synchronously, as
+//!   changes always were: `Change::Done`.
+//! - With one, the op's bytes are submitted and the caller gets `Change::Pending`, which
+//!   resolves once the op is committed and applied on this node. The replicator hands every
+//!   committed op to `Broker::apply_replicated` on every node, the proposing one included,
+//!   in log order; the proposer's result travels back to it as bytes.
+//!
+//! Exclusive queues stay node-local: they live and die with one connection to one node, so
+//! their declaration, deletion and bindings (which only their owner may make) are applied
+//! locally, never proposed. Every other queue op is replicated. (So another node knows
+//! nothing of them: a replicated queue given the name of an exclusive queue on some node
+//! is refused there, 405, and exists everywhere else. RabbitMQ keeps exclusive queues in
+//! its cluster-wide metadata; server-named queues, the usual exclusive ones, cannot clash.) What a connection closing
+//! deletes (its exclusive queues) is therefore local too. A non-exclusive auto-delete queue
+//! whose last consumer (on this node) leaves is deleted by a change like any other
+//! (`delete_unused_queue`). `x-expires` is judged from the node's own clock and removes the
+//! queue on that node only (`VHost::remove_queue`): a node-local trigger the metadata log
+//! does not see yet.
+
+use crate::broker::Broker;
+use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
+use crate::error::AmqpError;
+use crate::queue::Queue;
+use crate::vhost::VHost;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use warren_codec::ReplyCode;
+
+/// Why an op did not get through the log (no leader, a lost quorum, a shut-down node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationError(pub String);
+
+impl std::fmt::Display for ReplicationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type Submitted = Pin<Box<dyn Future<Output = Result<Vec<u8>, ReplicationError>> + Send>>;
+
+/// A metadata log: `submit` proposes an encoded op and resolves, once the op is committed
+/// and this node has applied it (through `Broker::apply_replicated`), with the bytes that
+/// application returned.
+pub trait Replicator: Send + Sync {
+    fn submit(&self, op: Vec<u8>) -> Submitted;
+}
+
+pub type PendingChange = Pin<Box<dyn Future<Output = Result<Outcome, AmqpError>> + Send>>;
+
+/// A change made: done at once, or waiting for the metadata log.
+pub enum Change {
+    Done(Result<Outcome, AmqpError>),
+    Pending(PendingChange),
+}
+
+impl Change {
+    /// The result, however it comes.
+    pub async fn result(self) -> Result<Outcome, AmqpError> {
+        match self {
+            Change::Done(result) => result,
+            Change::Pending(pending) => pending.await,
+        }
+    }
+}
+
+impl std::fmt::Debug for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Done(result) => f.debug_tuple("Done").field(result).finish(),
+            Change::Pending(_) => f.write_str("Pending"),
+        }
+    }
+}
+
+impl Broker {
+    /// Makes one definitions change: applied here and now on a single node, submitted to
+    /// the metadata log when the broker has a replicator (see the module's comment).
+    pub fn change(&self, op: DefinitionOp) -> Change {
+        let Some(replicator) = self.replicator() else {
+            return Change::Done(self.apply(op));
+        };
+        if self.is_node_local(&op) {
+            return Change::Done(self.apply(op));
+        }
+        let submitted = replicator.submit(op.without_connection().encode());
+        Change::Pending(Box::pin(async move {
+            match submitted.await {
+                Ok(bytes) => decode_result(&bytes),
+                Err(e) => Err(AmqpError::new(
+                    ReplyCode::InternalError,
+                    format!("definitions change not committed: {e}"),
+                )),
+            }
+        }))
+    }
+
+    /// Deletes an auto-delete queue its last consumer left. An exclusive queue is this
+    /// node's own and goes at once, as does any queue on a single node; in a cluster any
+    /// other queue's deletion is a definitions change that nobody waits for (it runs as a
+    /// task of its own).
+    pub fn delete_unused_queue(&self, vhost: &Arc<VHost>, queue: &Arc<Queue>) {
+        if queue.exclusive_owner.is_some() || self.replicator().is_none() {
+            vhost.remove_queue(queue);
+            return;
+        }
+        let op = DefinitionOp::QueueDelete {
+            vhost: vhost.name.clone(),
+            name: queue.name.to_string(),
+            connection: 0,
+        };
+        let Change::Pending(pending) = self.change(op) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let name = queue.name.clone();
+        runtime.spawn(async move {
+            if let Err(e) = pending.await {
+                tracing::warn!(queue = %name, error = %e, "deleting an unused auto-delete queue failed");
+            }
+        });
+    }
+
+    /// What the replicator calls on every node for every committed op, in log order:
+    /// applies it and answers the result's bytes (the proposer's go back to its caller).
+    pub fn apply_replicated(&self, op: &[u8]) -> Vec<u8> {
+        let result = DefinitionOp::decode(op).and_then(|op| self.apply(op));
+        if let Err(e) = &result {
+            tracing::debug!(code = e.code as u16, text = %e.text, "replicated definitions op refused");
+        }
+        encode_result(&result)
+    }
+
+    /// Ops about exclusive queues, which live on this node only: a declaration of one, or a
+    /// deletion or binding naming a queue that is exclusive here.
+    fn is_node_local(&self, op: &DefinitionOp) -> bool {
+        use DefinitionOp::*;
+        let (vhost, queue) = match op {
+            QueueDeclare {
+                exclusive: true, ..
+            } => return true,
+            QueueDeclare { vhost, name, .. } | QueueDelete { vhost, name, .. } => (vhost, name),
+            QueueBind { vhost, queue, .. } | QueueUnbind { vhost, queue, .. } => (vhost, queue),
+            _ => return false,
+        };
+        self.vhost(vhost)
+            .and_then(|v| v.queue(queue))
+            .is_some_and(|q| q.exclusive_owner.is_some())
+    }
+}
+
+pub mod metadata_group;
+mod restore;
+
+#[cfg(test)]
+mod tests;

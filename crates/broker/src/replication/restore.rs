@@ -1,0 +1,292 @@
+//! Bringing a node's definitions to a metadata snapshot's: what a cluster node does when its
+//! metadata member starts from a snapshot, or is sent one because it fell behind the log's
+//! purge point.
+//!
+//! The node's state is changed, not replaced: the difference between what it has and what the
+//! snapshot says becomes ops, applied through the one apply path. A queue or exchange that is
+//! in both, the same, is left alone (a queue keeps its messages); one that differs is deleted
+//! and declared again, since the cluster's definition is the one that counts. Only durable
+//! definitions are in a snapshot (`Broker::snapshot`), so transient exchanges and queues are
+//! neither created nor removed here.
+
+use crate::broker::Broker;
+use crate::definition_op::DefinitionOp;
+use crate::definitions::{BindingDefinition, Definitions};
+use crate::snapshot::Snapshot;
+use std::collections::{HashMap, HashSet};
+
+impl Broker {
+    /// Makes this node's definitions the snapshot's (see the module's comment). Ops the
+    /// node refuses are logged and skipped: the rest still applies.
+    pub fn restore_replicated(&self, snapshot: &[u8]) -> Result<(), String> {
+        let target = Snapshot::decode(snapshot).map_err(|e| e.to_string())?;
+        let ops = reconcile(&self.snapshot(), &target);
+        tracing::info!(
+            ops = ops.len(),
+            "bringing definitions to the metadata snapshot"
+        );
+        for op in ops {
+            if let Err(e) = self.apply(op) {
+                tracing::warn!(code = e.code as u16, text = %e.text, "restoring a metadata snapshot: op refused");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ops that turn `current` into `target`: additions first (vhosts before what lives in
+/// them), then removals (bindings before their queues and exchanges, vhosts last).
+fn reconcile(current: &Snapshot, target: &Snapshot) -> Vec<DefinitionOp> {
+    let mut ops = Vec::new();
+    let current_access = current.access.clone().unwrap_or_default();
+    let target_access = target.access.clone().unwrap_or_default();
+
+    for v in &target.vhosts {
+        ops.push(DefinitionOp::VhostAdd {
+            name: v.name.clone(),
+            grant_full_to: None,
+        });
+        ops.push(DefinitionOp::vhost_set_metadata(
+            &v.name,
+            v.metadata.clone(),
+        ));
+        ops.push(DefinitionOp::vhost_set_limits(&v.name, v.limits));
+    }
+    for u in &target_access.users {
+        ops.push(DefinitionOp::UserPut {
+            name: u.name.clone(),
+            password_hash: u.password_hash.clone(),
+            hashing_algorithm: u.hashing_algorithm.clone(),
+            tags: u.tags.clone(),
+        });
+    }
+    for (vhost, user, p) in &target_access.permissions {
+        ops.push(DefinitionOp::permission_set(vhost, user, p.clone()));
+    }
+    for (vhost, user, p) in &target_access.topic_permissions {
+        ops.push(DefinitionOp::topic_permission_set(vhost, user, p.clone()));
+    }
+    for p in &target.parameters {
+        ops.push(DefinitionOp::ParameterSet {
+            vhost: p.vhost.clone(),
+            component: p.component.clone(),
+            name: p.name.clone(),
+            value_json: p.value_json.clone(),
+        });
+    }
+    for (name, value_json) in &target.global_parameters {
+        ops.push(DefinitionOp::GlobalParameterSet {
+            name: name.clone(),
+            value_json: value_json.clone(),
+        });
+    }
+
+    let empty = Definitions::default();
+    let current_vhosts: HashMap<&str, &Definitions> = current
+        .vhosts
+        .iter()
+        .map(|v| (v.name.as_str(), &v.definitions))
+        .collect();
+    let target_vhosts: HashSet<&str> = target.vhosts.iter().map(|v| v.name.as_str()).collect();
+    let mut removals = Vec::new();
+    for v in &target.vhosts {
+        let have = current_vhosts
+            .get(v.name.as_str())
+            .copied()
+            .unwrap_or(&empty);
+        vhost_ops(&v.name, have, &v.definitions, &mut ops, &mut removals);
+    }
+    ops.append(&mut removals);
+
+    let kept = |vhost: &str| target_vhosts.contains(vhost);
+    for p in &current.parameters {
+        let still = target
+            .parameters
+            .iter()
+            .any(|t| (&t.vhost, &t.component, &t.name) == (&p.vhost, &p.component, &p.name));
+        if !still && kept(&p.vhost) {
+            ops.push(DefinitionOp::ParameterClear {
+                vhost: p.vhost.clone(),
+                component: p.component.clone(),
+                name: p.name.clone(),
+            });
+        }
+    }
+    for (name, _) in &current.global_parameters {
+        if !target.global_parameters.iter().any(|(t, _)| t == name) {
+            ops.push(DefinitionOp::GlobalParameterClear { name: name.clone() });
+        }
+    }
+    for (vhost, user, p) in &current_access.topic_permissions {
+        let still = target_access
+            .topic_permissions
+            .iter()
+            .any(|(v, u, t)| (v, u, &t.exchange) == (vhost, user, &p.exchange));
+        if !still && kept(vhost) {
+            ops.push(DefinitionOp::TopicPermissionClear {
+                vhost: vhost.clone(),
+                user: user.clone(),
+                exchange: Some(p.exchange.clone()),
+            });
+        }
+    }
+    for (vhost, user, _) in &current_access.permissions {
+        let still = target_access
+            .permissions
+            .iter()
+            .any(|(v, u, _)| (v, u) == (vhost, user));
+        if !still && kept(vhost) {
+            ops.push(DefinitionOp::PermissionClear {
+                vhost: vhost.clone(),
+                user: user.clone(),
+            });
+        }
+    }
+    for u in &current_access.users {
+        if !target_access.users.iter().any(|t| t.name == u.name) {
+            ops.push(DefinitionOp::UserDelete {
+                name: u.name.clone(),
+            });
+        }
+    }
+    for v in &current.vhosts {
+        if !kept(&v.name) {
+            ops.push(DefinitionOp::VhostDelete {
+                name: v.name.clone(),
+            });
+        }
+    }
+    ops
+}
+
+/// One vhost's exchanges, queues, bindings and policies: declarations into `ops`, removals
+/// (of what `have` has and `want` has not, or has otherwise) into `removals`.
+fn vhost_ops(
+    vhost: &str,
+    have: &Definitions,
+    want: &Definitions,
+    ops: &mut Vec<DefinitionOp>,
+    removals: &mut Vec<DefinitionOp>,
+) {
+    // Removals of what differs go first, so the declarations below find the names free.
+    for e in &have.exchanges {
+        match want.exchanges.iter().find(|w| w.name == e.name) {
+            Some(w) if w == e => {}
+            differing => {
+                let delete = DefinitionOp::ExchangeDelete {
+                    vhost: vhost.to_owned(),
+                    name: e.name.to_string(),
+                    if_unused: false,
+                };
+                match differing {
+                    Some(_) => ops.push(delete),
+                    None => removals.push(delete),
+                }
+            }
+        }
+    }
+    for q in &have.queues {
+        match want.queues.iter().find(|w| w.name == q.name) {
+            Some(w) if w == q => {}
+            differing => {
+                let delete = DefinitionOp::QueueDelete {
+                    vhost: vhost.to_owned(),
+                    name: q.name.to_string(),
+                    connection: 0,
+                };
+                match differing {
+                    Some(_) => ops.push(delete),
+                    None => removals.push(delete),
+                }
+            }
+        }
+    }
+    for e in &want.exchanges {
+        ops.push(DefinitionOp::ExchangeDeclare {
+            vhost: vhost.to_owned(),
+            name: e.name.to_string(),
+            kind: e.kind.clone(),
+            durable: true,
+            auto_delete: e.auto_delete,
+            internal: e.internal,
+            arguments: e.arguments.clone(),
+        });
+    }
+    for q in &want.queues {
+        ops.push(DefinitionOp::QueueDeclare {
+            vhost: vhost.to_owned(),
+            name: q.name.to_string(),
+            server_named: false,
+            durable: true,
+            exclusive: false,
+            auto_delete: q.auto_delete,
+            arguments: q.arguments.clone(),
+            connection: 0,
+        });
+    }
+    for b in &want.bindings {
+        ops.push(binding_op(vhost, b, true));
+    }
+    for p in &want.policies {
+        ops.push(DefinitionOp::policy_set(p));
+    }
+    for b in &have.bindings {
+        if !want.bindings.contains(b) {
+            removals.insert(0, binding_op(vhost, b, false));
+        }
+    }
+    for p in &have.policies {
+        if !want
+            .policies
+            .iter()
+            .any(|w| (w.kind, &w.name) == (p.kind, &p.name))
+        {
+            removals.push(DefinitionOp::PolicyClear {
+                list: crate::definition_op::PolicyList::of(p.kind),
+                vhost: vhost.to_owned(),
+                name: p.name.clone(),
+            });
+        }
+    }
+}
+
+fn binding_op(vhost: &str, b: &BindingDefinition, bind: bool) -> DefinitionOp {
+    let (vhost, source, destination) = (
+        vhost.to_owned(),
+        b.source.to_string(),
+        b.destination.to_string(),
+    );
+    let (routing_key, arguments) = (b.routing_key.to_string(), b.arguments.clone());
+    match (b.to_exchange, bind) {
+        (true, true) => DefinitionOp::ExchangeBind {
+            vhost,
+            destination,
+            source,
+            routing_key,
+            arguments,
+        },
+        (true, false) => DefinitionOp::ExchangeUnbind {
+            vhost,
+            destination,
+            source,
+            routing_key,
+            arguments,
+        },
+        (false, true) => DefinitionOp::QueueBind {
+            vhost,
+            queue: destination,
+            exchange: source,
+            routing_key,
+            arguments,
+            connection: 0,
+        },
+        (false, false) => DefinitionOp::QueueUnbind {
+            vhost,
+            queue: destination,
+            exchange: source,
+            routing_key,
+            arguments,
+            connection: 0,
+        },
+    }
+}

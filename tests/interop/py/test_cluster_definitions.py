@@ -1,0 +1,130 @@
+"""Definitions are one cluster's: a change made on any node (AMQP or HTTP API) goes through the
+metadata Raft group and is applied on every node; a refused change's error reaches the client
+that made it; a node that was down catches up when it comes back."""
+import os
+import shutil
+import tempfile
+
+import pika
+import pytest
+import requests
+
+from own_broker import needs_warren_bin
+from test_cluster_formation import Node, agreed, eventually
+
+pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
+
+
+def api(node, method, path, **kwargs):
+    response = requests.request(method, "http://127.0.0.1:%d%s" % (node.http_port, path),
+                                auth=("guest", "guest"), timeout=10, **kwargs)
+    return response
+
+
+def has(node, path):
+    return api(node, "GET", path).status_code == 200
+
+
+def amqp(node, user="guest", password="guest", vhost="/"):
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=node.amqp_port, virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password), connection_attempts=3,
+        retry_delay=1))
+
+
+@pytest.fixture
+def cluster():
+    root = tempfile.mkdtemp(prefix="warren-cluster-defs-")
+    secret_file = os.path.join(root, "secret")
+    with open(secret_file, "w") as f:
+        f.write("definitions-test-secret\n")
+    nodes = [Node(root, "defs%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
+    try:
+        for node in nodes:
+            node.start([p for p in nodes if p is not node])
+        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]))
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_definitions_made_on_any_node_are_on_every_node(cluster):
+    n1, n2, n3 = cluster
+
+    # AMQP on node 1: an exchange, a queue, a binding.
+    conn = amqp(n1)
+    ch = conn.channel()
+    ch.exchange_declare("x.repl", "topic", durable=True)
+    ch.queue_declare("q.repl", durable=True)
+    ch.queue_bind("q.repl", "x.repl", "a.#")
+    conn.close()
+
+    # HTTP API on node 2: a vhost, a user with permissions on it; on node 3: a policy.
+    assert api(n2, "PUT", "/api/vhosts/v2").status_code in (201, 204)
+    assert api(n2, "PUT", "/api/users/alice",
+               json={"password": "alice-pw", "tags": ""}).status_code in (201, 204)
+    assert api(n2, "PUT", "/api/permissions/v2/alice",
+               json={"configure": ".*", "write": ".*", "read": ".*"}).status_code in (201, 204)
+    assert api(n3, "PUT", "/api/policies/%2F/p-repl",
+               json={"pattern": "^q\\.", "definition": {"max-length": 10},
+                     "apply-to": "queues"}).status_code in (201, 204)
+
+    for node in cluster:
+        eventually("definitions on %s" % node.name, lambda node=node: all(has(node, path) for path in (
+            "/api/exchanges/%2F/x.repl", "/api/queues/%2F/q.repl", "/api/vhosts/v2",
+            "/api/users/alice", "/api/permissions/v2/alice", "/api/policies/%2F/p-repl")))
+        bindings = api(node, "GET", "/api/bindings/%2F/e/x.repl/q/q.repl").json()
+        assert [b["routing_key"] for b in bindings] == ["a.#"]
+
+    # alice, created through node 2, logs in on node 3 to the vhost made on node 2.
+    conn = amqp(n3, "alice", "alice-pw", "v2")
+    conn.channel().queue_declare("alice-q", durable=True)
+    conn.close()
+    eventually("alice's queue on node 1", lambda: has(n1, "/api/queues/v2/alice-q"))
+
+    # An inequivalent redeclare through node 2: the error decided in the log reaches the client.
+    conn = amqp(n2)
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        ch.queue_declare("q.repl", durable=False)
+    assert closed.value.reply_code == 406
+    assert "inequivalent arg 'durable'" in closed.value.reply_text
+    conn.close()
+
+    # Deleted through node 3: gone everywhere.
+    conn = amqp(n3)
+    conn.channel().queue_delete("q.repl")
+    conn.close()
+    for node in cluster:
+        eventually("q.repl gone on %s" % node.name,
+                   lambda node=node: not has(node, "/api/queues/%2F/q.repl"))
+
+
+def test_a_node_that_was_down_catches_up(cluster):
+    n1, n2, n3 = cluster
+    n2.kill()
+    eventually("node 2 seen down", lambda: not [
+        m for m in n1.status()["members"] if m["name"] == n2.name][0]["running"])
+    # Two of three still commit changes.
+    assert api(n1, "PUT", "/api/users/bob",
+               json={"password": "bob-pw", "tags": "management"}).status_code in (201, 204)
+    conn = amqp(n3)
+    conn.channel().exchange_declare("x.while-down", "fanout", durable=True)
+    conn.close()
+    n2.start([n1, n3])
+    eventually("node 2 caught up", lambda: has(n2, "/api/users/bob")
+               and has(n2, "/api/exchanges/%2F/x.while-down"))
+    user = api(n2, "GET", "/api/users/bob").json()
+    assert user["tags"] in ("management", ["management"])
+    # And the definitions stay after a clean restart of every node.
+    for node in cluster:
+        node.stop()
+    for node in cluster:
+        node.start([p for p in cluster if p is not node])
+    eventually("cluster back", lambda: agreed(cluster, [n.name for n in cluster]))
+    for node in cluster:
+        assert has(node, "/api/users/bob")
+        assert has(node, "/api/exchanges/%2F/x.while-down")
