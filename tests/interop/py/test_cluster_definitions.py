@@ -42,7 +42,9 @@ def cluster():
     try:
         for node in nodes:
             node.start([p for p in nodes if p is not node])
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]))
+        # Generous: three debug builds forming on a loaded 2-core CI machine.
+        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
+                   timeout=90)
         yield nodes
     finally:
         for node in nodes:
