@@ -35,22 +35,14 @@ impl BootDefinitions {
             });
         }
         for op in ops {
-            broker
-                .change(op)
-                .result()
-                .await
-                .map_err(|e| anyhow::anyhow!("{}", e.text))?;
+            change(broker, op).await?;
         }
         // The --user accounts get the default vhost's permissions where it exists.
         if broker.vhost(&self.default_vhost).is_some() {
             for (name, _) in &self.extra_users {
                 let op =
                     DefinitionOp::permission_set(&self.default_vhost, name, Permission::full());
-                broker
-                    .change(op)
-                    .result()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{}", e.text))?;
+                change(broker, op).await?;
             }
         }
         if let Some(path) = &self.load_definitions {
@@ -73,4 +65,14 @@ impl BootDefinitions {
         }
         Ok(())
     }
+}
+
+/// One change, its refusal as an error with the broker's text.
+async fn change(broker: &Broker, op: DefinitionOp) -> anyhow::Result<()> {
+    broker
+        .change(op)
+        .result()
+        .await
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{}", e.text))
 }
