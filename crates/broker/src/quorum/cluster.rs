@@ -145,8 +145,11 @@ impl ClusterNode {
     async fn form(self: Arc<Self>, seeds: Vec<String>) {
         let mut ticker = tokio::time::interval(WATCH_INTERVAL);
         let mut announced_waiting = false;
-        // Seeds whose node is known: each is probed once, since every probe's connection
-        // replaces the pair's link (and fails the requests in flight on it).
+        // Seeds whose node is known: each is probed again only while no link to it is up,
+        // since every probe's connection replaces the pair's link (and fails the requests in
+        // flight on it). Probing again matters: when a seed with a lower id replaced this
+        // node's probe by its own connection and that one closed, nobody else redials — the
+        // seed does not know this node's address until it is a member.
         let mut known: std::collections::HashMap<String, NodeId> = Default::default();
         loop {
             ticker.tick().await;
@@ -176,8 +179,10 @@ impl ClusterNode {
             let mut all_answered = true;
             for seed in &seeds {
                 if let Some(id) = known.get(seed) {
-                    seed_ids.insert(*id);
-                    continue;
+                    if self.transport.liveness().is_up(*id) {
+                        seed_ids.insert(*id);
+                        continue;
+                    }
                 }
                 match self.discover(seed).await {
                     Ok(id) => {
@@ -208,11 +213,7 @@ impl ClusterNode {
                 }
             }
             let initialized = matches!(self.metadata.is_initialized().await, Ok(true));
-            if !joined
-                && !initialized
-                && all_answered
-                && seed_ids.iter().all(|id| *id > self.id)
-            {
+            if !joined && !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
                 match self.metadata.initialize(&[(self.id, self.info())]).await {
                     Ok(()) => {
                         tracing::info!(
