@@ -238,3 +238,33 @@ class DefinitionsWorkload:
             states[state] = states.get(state, 0) + 1
         return {"objects": len(self.record), "acknowledged_changes": self.acknowledged,
                 "retries": self.retries, "states": states}
+
+
+class ContinuousChanges:
+    """Runs `workload.change(nodes)` over and over in a thread until stopped, so failures hit
+    changes in flight (a change on a node that dies is retried on the next one)."""
+
+    def __init__(self, workload, nodes, pause_s=0.05):
+        self.workload = workload
+        self.nodes = list(nodes)
+        self.pause_s = pause_s
+        self.running = threading.Event()
+        self.thread = None
+
+    def __enter__(self):
+        self.running.set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while self.running.is_set():
+            self.workload.change(self.nodes, pause_s=0.5)
+            time.sleep(self.pause_s)
+
+    def __exit__(self, *_):
+        self.running.clear()
+        # A change in flight finishes within its attempts' timeouts.
+        self.thread.join(6 * self.workload.http_timeout_s)
+        assert not self.thread.is_alive(), "the workload's thread did not stop"
+

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from cluster_nodes import Cluster, agreed, eventually, netns_unavailable
-from definitions_workload import DefinitionsWorkload
+from definitions_workload import ContinuousChanges, DefinitionsWorkload
 from own_broker import needs_warren_bin
 
 ROUNDS = int(os.environ.get("WARREN_CHAOS_ROUNDS", "20"))
@@ -91,14 +91,16 @@ def test_kill_9_the_metadata_leader(cluster):
     failovers_s = []
     for round_number in range(ROUNDS):
         leader = cluster.node(cluster.wait_agreed(caught_up=True))
-        changes(workload, cluster.nodes)
-        leader.kill()
-        killed_at = time.monotonic()
-        survivors = cluster.peers_of(leader)
-        new_leader(survivors, leader.name, cluster.names)
-        failovers_s.append(round(time.monotonic() - killed_at, 2))
-        changes(workload, survivors)
-        leader.start(cluster.peers_of(leader))
+        # Changes keep going through every node, the leader too, while it is killed and
+        # restarted: those on the dead node fail and are retried on the next.
+        with ContinuousChanges(workload, cluster.nodes):
+            time.sleep(0.5)
+            leader.kill()
+            killed_at = time.monotonic()
+            survivors = cluster.peers_of(leader)
+            new_leader(survivors, leader.name, cluster.names)
+            failovers_s.append(round(time.monotonic() - killed_at, 2))
+            leader.start(cluster.peers_of(leader))
         converge(cluster, workload)
     line = report("kill -9 the metadata leader", workload, failover_s_max=max(failovers_s),
                   failover_s_mean=round(sum(failovers_s) / len(failovers_s), 2))
