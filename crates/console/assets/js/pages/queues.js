@@ -5,6 +5,7 @@ import { el, field, fill, flash, form, route, select, tags, textInput } from "..
 import { count, json, path, rate } from "../format.js";
 import { argumentsField, checkbox, jsonObject, vhostSelect } from "../forms.js";
 import { pagedList } from "../list.js";
+import { leaderCell, membersCell } from "../members.js";
 
 export function features(queue) {
   return tags([
@@ -26,6 +27,8 @@ export async function render(main) {
       { title: "Name", name: true, sort: "name", cell: (q) => el("a", { href: route("queues", q.vhost, q.name) }, q.name) },
       { title: "Type", sort: "type", cell: (q) => q.type },
       { title: "Features", cell: features },
+      { title: "Leader", cell: leaderCell },
+      { title: "Members", cell: membersCell },
       { title: "State", sort: "state", cell: (q) => el("span", { class: `state-${q.state}` }, q.state) },
       { title: "Ready", num: true, sort: "messages_ready", cell: (q) => count(q.messages_ready) },
       { title: "Unacked", num: true, sort: "messages_unacknowledged", cell: (q) => count(q.messages_unacknowledged) },
