@@ -205,6 +205,90 @@ impl NodeNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::testing::log_id;
+    use openraft::{BasicNode, Membership, StoredMembership};
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    /// Metrics of node `me` in a group of voters 1, 2, 3 and learner 4, at term 4, with 10
+    /// entries written, a snapshot up to 5 and the log purged up to 4.
+    fn metrics(me: NodeId, state: ServerState, leader: NodeId) -> Metrics {
+        let mut m = Metrics::new_initial(me);
+        let voters: BTreeSet<NodeId> = [1, 2, 3].into();
+        let nodes: BTreeMap<NodeId, BasicNode> =
+            (1..=4).map(|id| (id, BasicNode::default())).collect();
+        m.membership_config = Arc::new(StoredMembership::new(
+            Some(log_id(1, 1, 0)),
+            Membership::new(vec![voters], nodes),
+        ));
+        m.state = state;
+        m.current_leader = Some(leader);
+        m.current_term = 4;
+        m.last_log_index = Some(10);
+        m.last_applied = Some(log_id(4, leader, 7));
+        m.snapshot = Some(log_id(4, leader, 5));
+        m.purged = Some(log_id(4, leader, 4));
+        m
+    }
+
+    #[test]
+    fn the_leader_sees_every_members_progress_and_derives_the_commit_index() {
+        let mut m = metrics(1, ServerState::Leader, 1);
+        m.replication = Some(
+            [
+                (1, Some(log_id(4, 1, 10))),
+                (2, Some(log_id(4, 1, 8))),
+                (3, None),
+                (4, Some(log_id(4, 1, 9))),
+            ]
+            .into(),
+        );
+        let status = GroupStatus::from_metrics(77, &m);
+        assert_eq!(
+            (status.group, status.node, status.state, status.leader),
+            (77, 1, "leader", Some(1))
+        );
+        // Voters 1 and 2 have index 8: a majority of three. The learner does not count.
+        assert_eq!(status.commit_index, Some(8));
+        assert_eq!(status.last_applied_index, Some(7));
+        assert_eq!(status.snapshot_index, Some(5));
+        assert_eq!(status.log_entries, 6);
+        let seen: Vec<_> = status
+            .members
+            .iter()
+            .map(|m| (m.node, m.state, m.voter, m.matched_index, m.lag))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (1, "leader", true, Some(10), Some(0)),
+                (2, "follower", true, Some(8), Some(2)),
+                (3, "follower", true, None, Some(10)),
+                (4, "learner", false, Some(9), Some(1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_follower_knows_the_leader_but_not_the_others_progress() {
+        let status = GroupStatus::from_metrics(77, &metrics(3, ServerState::Follower, 2));
+        assert_eq!((status.state, status.leader), ("follower", Some(2)));
+        assert_eq!(status.commit_index, Some(7), "what it applied");
+        let seen: Vec<_> = status
+            .members
+            .iter()
+            .map(|m| (m.node, m.state, m.matched_index, m.lag))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (1, "follower", None, None),
+                (2, "leader", None, None),
+                (3, "follower", None, None),
+                (4, "learner", None, None),
+            ]
+        );
+    }
 
     #[test]
     fn a_majority_index_is_what_most_voters_have() {
