@@ -27,8 +27,6 @@ export async function render(main) {
       { title: "Name", name: true, sort: "name", cell: (q) => el("a", { href: route("queues", q.vhost, q.name) }, q.name) },
       { title: "Type", sort: "type", cell: (q) => q.type },
       { title: "Features", cell: features },
-      { title: "Leader", cell: leaderCell },
-      { title: "Members", cell: membersCell },
       { title: "State", sort: "state", cell: (q) => el("span", { class: `state-${q.state}` }, q.state) },
       { title: "Ready", num: true, sort: "messages_ready", cell: (q) => count(q.messages_ready) },
       { title: "Unacked", num: true, sort: "messages_unacknowledged", cell: (q) => count(q.messages_unacknowledged) },
@@ -37,6 +35,10 @@ export async function render(main) {
       { title: "Incoming", num: true, cell: (q) => rate(path(q, "message_stats.publish_details.rate")) },
       { title: "Deliver / get", num: true, cell: (q) => rate(path(q, "message_stats.deliver_get_details.rate")) },
       { title: "Ack", num: true, cell: (q) => rate(path(q, "message_stats.ack_details.rate")) },
+      // Quorum queues' Raft group (empty for classic queues); last, so the columns before
+      // keep their places.
+      { title: "Leader", cell: leaderCell },
+      { title: "Members", cell: membersCell },
     ],
   });
   const addForm = form(
