@@ -154,10 +154,11 @@ def test_quorum_queue_fields_as_rabbitmq_and_the_raft_object(single):
     before = raft["commit_index"]
 
     publish_confirmed(single, "qq.views", 5)
-    after = get(single, "/api/queues/%2F/qq.views")["raft"]
-    # Confirmed publishes are committed and applied entries.
-    assert after["commit_index"] >= before + 1
-    assert after["last_applied_index"] == after["commit_index"]
+    # Confirmed publishes are committed and applied entries (openraft's metrics, which the
+    # API reads, may trail the confirms by a moment).
+    after = eventually("the publishes committed and applied", lambda: (lambda r: r if (
+        r["commit_index"] >= before + 5 and r["last_applied_index"] == r["commit_index"])
+        else None)(get(single, "/api/queues/%2F/qq.views")["raft"]))
     assert after["last_log_index"] >= after["commit_index"]
 
     listed = {q["name"]: q for q in get(single, "/api/queues")}
@@ -188,25 +189,33 @@ def test_prometheus_raft_families_summed_per_queue_and_detailed(single):
         elected(single, name, [me])
     publish_confirmed(single, "qq.p2", 3)
 
-    per_object = scrape(single, "/metrics/per-object")
-    aggregated = scrape(single, "/metrics")
-    detailed = scrape(single, "/metrics/detailed?family=ra_metrics")
-    for family in RAFT_FAMILIES:
-        per_queue = samples(per_object, family)
-        # Quorum queues only, labelled as rabbitmq_prometheus labels them.
-        assert set(per_queue) == {frozenset({("vhost", "/"), ("queue", q)})
-                                  for q in ("qq.p1", "qq.p2")}, family
-        # /metrics sums them, as RabbitMQ 3.10.8 does (two queues: term 1 + 1 = 2 there).
-        assert samples(aggregated, family) == {frozenset(): sum(per_queue.values())}, family
-        detailed_name = family.replace("rabbitmq_", "rabbitmq_detailed_", 1)
-        assert samples(detailed, detailed_name) == per_queue, family
+    key = frozenset({("vhost", "/"), ("queue", "qq.p2")})
+    # Settled: the three confirmed publishes are in the metrics (which may trail confirms).
+    eventually("the publishes in the metrics", lambda: samples(
+        scrape(single, "/metrics/per-object"), "rabbitmq_raft_log_last_applied_index")[key] >= 4)
+
+    def consistent():
+        per_object = scrape(single, "/metrics/per-object")
+        aggregated = scrape(single, "/metrics")
+        detailed = scrape(single, "/metrics/detailed?family=ra_metrics")
+        for family in RAFT_FAMILIES:
+            per_queue = samples(per_object, family)
+            # Quorum queues only, labelled as rabbitmq_prometheus labels them.
+            assert set(per_queue) == {frozenset({("vhost", "/"), ("queue", q)})
+                                      for q in ("qq.p1", "qq.p2")}, family
+            # /metrics sums them, as RabbitMQ 3.10.8 does (two queues: term 1 + 1 = 2 there).
+            if samples(aggregated, family) != {frozenset(): sum(per_queue.values())}:
+                return None
+            detailed_name = family.replace("rabbitmq_", "rabbitmq_detailed_", 1)
+            if samples(detailed, detailed_name) != per_queue:
+                return None
+        return per_object
+    per_object = eventually("the three endpoints agreeing", consistent)
     # The API and the scrape read the same group.
     raft = get(single, "/api/queues/%2F/qq.p2")["raft"]
-    key = frozenset({("vhost", "/"), ("queue", "qq.p2")})
-    assert samples(scrape(single, "/metrics/per-object"),
-                   "rabbitmq_raft_term_total")[key] == raft["term"]
-    commit = samples(per_object, "rabbitmq_raft_log_commit_index")[key]
-    assert commit >= 3
+    assert samples(per_object, "rabbitmq_raft_term_total")[key] == raft["term"]
+    # Index 0 the first membership, 1 the leader's first entry, then one per publish.
+    assert samples(per_object, "rabbitmq_raft_log_commit_index")[key] >= 4
     assert samples(per_object, "warren_raft_member_lag") == {
         frozenset({("vhost", "/"), ("queue", q), ("node", me)}): 0 for q in ("qq.p1", "qq.p2")}
     # Without ra_metrics the detailed endpoint has no Raft families.
