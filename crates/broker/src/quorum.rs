@@ -22,6 +22,7 @@
 pub mod cluster;
 pub(crate) mod codec;
 mod host;
+pub mod status;
 
 pub use host::{QuorumHost, LOCAL_NODE_ID};
 
@@ -251,6 +252,15 @@ impl QuorumQueue {
     /// Whether this node's member runs and leads the group (the API's `leader`).
     pub fn is_leading(&self) -> bool {
         self.group.get().is_some_and(|g| g.is_leader())
+    }
+
+    /// The group as this node's member sees it (None while the group is still starting);
+    /// read from openraft's metrics, see [`status`].
+    pub fn group_status(&self) -> Option<status::GroupStatus> {
+        let group = self.group.get()?;
+        let metrics = group.raft().metrics();
+        let metrics = metrics.borrow();
+        Some(status::GroupStatus::from_metrics(self.group_id, &metrics))
     }
 
     fn propose(&self, command: Command, confirm: Option<Arc<QuorumConfirm>>) {

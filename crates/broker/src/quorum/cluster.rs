@@ -55,6 +55,10 @@ pub struct ClusterMember {
     pub matched_index: Option<u64>,
     /// How far the member is behind the leader's log, in entries (absent on followers).
     pub lag: Option<u64>,
+    /// For a running peer: how long the failure detector has seen it up without a break (a
+    /// lower bound of its uptime, as this node cannot ask it); None for this node itself
+    /// and for peers that are down.
+    pub up_for_ms: Option<u64>,
 }
 
 /// The cluster as this node sees it.
@@ -308,6 +312,11 @@ impl ClusterNode {
                     .matched_index
                     .zip(leader_index)
                     .map(|(matched, last)| last.saturating_sub(matched)),
+                up_for_ms: (member.node != self.id)
+                    .then(|| self.transport.liveness().status(member.node))
+                    .flatten()
+                    .filter(|peer| peer.up)
+                    .map(|peer| peer.since.elapsed().as_millis() as u64),
             })
             .collect();
         ClusterStatus {

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
+use warren_broker::quorum::status::{GroupStatus, NodeId, NodeNames};
 use warren_broker::{DefinitionOp, Queue, VHost};
 use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader};
 
@@ -42,7 +43,7 @@ pub fn vhost_totals(vhost: &VHost) -> ([u64; 3], usize) {
     (totals, queues.len())
 }
 
-fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
+fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Value {
     let applied = vhost.applied_policies(EntityKind::Queue, &q.name);
     let vhost = vhost.name.as_str();
     let rates = api.rates.get(&rate_key("queue", vhost, &q.name));
@@ -79,22 +80,59 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
     });
     if let Some(qq) = q.quorum() {
-        // RabbitMQ's quorum queue fields: the leader and members by node name. One node:
-        // this one, leading once its group has elected itself.
-        let leading = qq.is_leading();
-        shown["leader"] = json!(if leading { Some(&api.node) } else { None });
-        shown["members"] = json!([api.node]);
-        shown["online"] = json!(if leading { vec![&api.node] } else { Vec::new() });
+        // RabbitMQ's quorum queue fields: the leader, every member and the members that are
+        // running, by node name (leader null while the group elects).
+        let status = qq.group_status();
+        let members: Vec<NodeId> = status.as_ref().map_or_else(
+            || vec![names.own_id()],
+            |s| s.members.iter().map(|m| m.node).collect(),
+        );
+        let running = |id: &&NodeId| names.is_running(**id) && status.is_some();
+        shown["leader"] = json!(status
+            .as_ref()
+            .and_then(|s| s.leader)
+            .map(|id| names.name(id)));
+        shown["members"] = json!(members.iter().map(|id| names.name(*id)).collect::<Vec<_>>());
+        shown["online"] = json!(members
+            .iter()
+            .filter(running)
+            .map(|id| names.name(*id))
+            .collect::<Vec<_>>());
     }
     shown
 }
 
 fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
+    let names = NodeNames::of(&api.broker);
     vhost
         .queues()
         .iter()
-        .map(|q| queue_json(api, vhost, q))
+        .map(|q| queue_json(api, &names, vhost, q))
         .collect()
+}
+
+/// Warren's own `raft` object on one quorum queue's GET: the group as this node's member
+/// sees it (what `warren ctl quorum_status` prints), null while the group starts.
+fn raft_json(names: &NodeNames, status: &GroupStatus) -> Value {
+    json!({
+        "node": names.name(status.node),
+        "state": status.state,
+        "leader": status.leader.map(|id| names.name(id)),
+        "term": status.term,
+        "commit_index": status.commit_index,
+        "last_applied_index": status.last_applied_index,
+        "last_log_index": status.last_log_index,
+        "snapshot_index": status.snapshot_index,
+        "log_entries": status.log_entries,
+        "members": status.members.iter().map(|m| json!({
+            "name": names.name(m.node),
+            "state": m.state,
+            "voter": m.voter,
+            "online": names.is_running(m.node),
+            "matched_index": m.matched_index,
+            "lag": m.lag,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 pub async fn list(
@@ -128,7 +166,13 @@ pub async fn one(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let (vhost, q) = find(&api, &who, &vhost, &name)?;
-    let mut body = queue_json(&api, &vhost, &q);
+    let names = NodeNames::of(&api.broker);
+    let mut body = queue_json(&api, &names, &vhost, &q);
+    if let Some(qq) = q.quorum() {
+        body["raft"] = qq
+            .group_status()
+            .map_or(Value::Null, |status| raft_json(&names, &status));
+    }
     body["consumer_details"] = Value::Array(connections::consumers_of(
         &api,
         &who,
