@@ -109,7 +109,9 @@ fn descriptor_code(b: &[u8]) -> Result<u64, String> {
     }
 }
 
+/// A section through serde_amqp, once `value::check` found nothing it would misread.
 fn decode<T: serde::de::DeserializeOwned>(section: &[u8], what: &str) -> Result<T, String> {
+    crate::value::check(section).map_err(|e| format!("bad {what} section: {e}"))?;
     serde_amqp::from_slice(section).map_err(|e| format!("bad {what} section: {e}"))
 }
 
@@ -254,8 +256,10 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
                 props.expiration = h.ttl.map(|ttl| ShortStr::from(ttl.to_string()));
             }
             MESSAGE_ANNOTATIONS => {
-                let a: MessageAnnotations = decode(&section, "message-annotations")?;
-                for (k, v) in a.0.into_inner() {
+                // Our own decoder: annotations may hold arrays of maps (x-opt-deaths).
+                let entries = crate::value::decode_map_section(&section)
+                    .map_err(|e| format!("bad message-annotations section: {e}"))?;
+                for (k, v) in entries {
                     let OwnedKey::Symbol(k) = k else { continue };
                     if k.as_str() == "x-cc" {
                         if let Some(FieldValue::Array(keys)) = value_to_field(v) {
@@ -643,10 +647,10 @@ fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u3
     );
     let (published, rest) = split_annotations(kept);
     if m.dead_lettered || !annotate_routing(&mut out, published, m) {
-        let mut annotations = published
-            .and_then(|a| decode::<MessageAnnotations>(a, "message-annotations").ok())
-            .map(|a| a.0)
-            .unwrap_or_default();
+        let mut annotations = OrderedMap::new();
+        if let Some(Ok(entries)) = published.map(crate::value::decode_map_section) {
+            annotations.as_inner_mut().extend(entries);
+        }
         let inner = annotations.as_inner_mut();
         let mut annotate = |k: &str, v: Value| {
             inner.insert(OwnedKey::Symbol(Symbol::from(k)), v);
@@ -1208,6 +1212,46 @@ mod tests {
         };
         assert!(t.milliseconds() > 1_600_000_000_000);
         assert!(map_get(first, "last-time").is_some());
+    }
+
+    #[test]
+    fn a_client_republishing_a_dead_lettered_message_with_its_deaths() {
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        let payload = Bytes::from(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap());
+        let (m, _) = through_the_broker(&payload, false);
+        let (copy, _) = dead_lettered(&m, "q1", DeathReason::Rejected, &ShortStr::from(""), None);
+        // What the consumer of the dead-letter queue got: x-opt-deaths, an array of maps.
+        let received = to_amqp10(&copy, false, 1);
+        // Sent back as it is (serde_amqp 0.18 misread it here, a panic in a debug build).
+        let incoming = from_amqp10(&received).unwrap();
+        let headers = incoming.properties.headers.as_ref().unwrap();
+        let Some(FieldValue::Array(deaths)) = headers.get("x-opt-deaths") else {
+            panic!("no x-opt-deaths in {headers:?}")
+        };
+        let [FieldValue::Table(death)] = deaths.as_slice() else {
+            panic!("{deaths:?}")
+        };
+        assert_eq!(death.get("queue").and_then(|q| q.as_str()), Some("q1"));
+        assert_eq!(death.get("count").and_then(|c| c.as_i64()), Some(1));
+        // Through the broker and dead-lettered again: the published annotations, deaths
+        // and all, are decoded to add the new ones.
+        let (again, _) = through_the_broker(&received, false);
+        let (copy, _) = dead_lettered(
+            &again,
+            "q2",
+            DeathReason::Expired,
+            &ShortStr::from(""),
+            None,
+        );
+        let a = annotations_of(&to_amqp10(&copy, false, 0));
+        let Some(Value::List(deaths)) = annotation(&a, "x-opt-deaths") else {
+            panic!("no x-opt-deaths in {a:?}")
+        };
+        assert_eq!(
+            map_get(&deaths[0], "queue"),
+            Some(Value::String("q2".into()))
+        );
+        assert_eq!(&incoming.body[..], b"x");
     }
 
     #[test]

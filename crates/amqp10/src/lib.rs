@@ -18,6 +18,9 @@ mod sasl;
 mod session;
 #[cfg(test)]
 mod tests;
+/// Public for the fuzz target (fuzz/fuzz_targets/amqp10_frames.rs); not an API of the broker.
+#[doc(hidden)]
+pub mod value;
 
 use bytes::BytesMut;
 use std::net::SocketAddr;
