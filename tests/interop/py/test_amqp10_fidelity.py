@@ -152,6 +152,34 @@ def test_a_rejected_10_message_is_dead_lettered_as_published(names, ch, c10, que
     assert props.headers["color"] in ("green", b"green")
 
 
+def test_a_client_republishes_a_dead_lettered_message_with_its_deaths(names, ch, c10, queue_type):
+    """x-opt-deaths is an array of maps, which serde_amqp 0.18 cannot decode: such a
+    message was refused when a client sent it back (a shovel, a retry loop)."""
+    q, dlq = dead_letter_pair_of(ch, names, queue_type)
+    payload, bare_and_footer = published_sections()
+    send_raw(c10, addr_queue(q), payload)
+    receiver = c10.create_receiver(addr_queue(q))
+    receiver.receive(timeout=10)
+    receiver.reject()
+    assert eventually(c10, lambda: ready(ch, dlq) == 1)
+    received = receive_raw(c10, addr_queue(dlq))
+    assert deaths(decoded(received))
+    again = names.queue()
+    declare(ch, again, queue_type)
+    send_raw(c10, addr_queue(again), received)  # header, annotations and all
+    republished = receive_raw(c10, addr_queue(again))
+    assert republished.endswith(bare_and_footer)
+    m = decoded(republished)
+    [death] = deaths(m)
+    assert death[symbol("queue")] == q and death[symbol("reason")] == symbol("rejected")
+    assert death[symbol("count")] == 1
+    # The 0-9-1 view carries the annotation as a header (an array of tables).
+    send_raw(c10, addr_queue(again), received)
+    _, props, _ = get_one(ch, again, timeout=10)
+    [death] = props.headers["x-opt-deaths"]
+    assert death["queue"] in (q, q.encode()) and death["count"] == 1
+
+
 def test_expired_and_overflowing_10_messages_carry_their_deaths(names, ch, c10, queue_type):
     q, dlq = dead_letter_pair_of(ch, names, queue_type)
     payload, bare_and_footer = published_sections()
