@@ -31,8 +31,7 @@
 use crate::codec::value_len;
 use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::messaging::{
-    annotations::OwnedKey, ApplicationProperties, Data, Header, MessageAnnotations, MessageId,
-    Priority, Properties,
+    annotations::OwnedKey, ApplicationProperties, Data, Header, MessageId, Priority, Properties,
 };
 use fe2o3_amqp_types::primitives::{
     Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
@@ -437,6 +436,53 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     }
 }
 
+/// Writes a message-annotations section with our own encoder (`value::encode`: serde_amqp's
+/// serializer panics on some values a client can send inside an array).
+fn encode_annotations(out: &mut BytesMut, annotations: OrderedMap<OwnedKey, Value>) {
+    let entries = annotations
+        .into_inner()
+        .into_iter()
+        .map(|(k, v)| {
+            let key = match k {
+                OwnedKey::Symbol(s) => Value::Symbol(s),
+                OwnedKey::Ulong(n) => Value::Ulong(n),
+            };
+            (key, v)
+        })
+        .collect();
+    let mut section = Vec::new();
+    crate::value::encode_map_section(&mut section, MESSAGE_ANNOTATIONS as u8, entries);
+    out.extend_from_slice(&section);
+}
+
+/// An application property as a value (the same variants).
+fn simple_value(v: SimpleValue) -> Value {
+    match v {
+        SimpleValue::Null => Value::Null,
+        SimpleValue::Bool(b) => Value::Bool(b),
+        SimpleValue::Ubyte(n) => Value::Ubyte(n),
+        SimpleValue::Ushort(n) => Value::Ushort(n),
+        SimpleValue::Uint(n) => Value::Uint(n),
+        SimpleValue::Ulong(n) => Value::Ulong(n),
+        SimpleValue::Byte(n) => Value::Byte(n),
+        SimpleValue::Short(n) => Value::Short(n),
+        SimpleValue::Int(n) => Value::Int(n),
+        SimpleValue::Long(n) => Value::Long(n),
+        SimpleValue::Float(f) => Value::Float(f),
+        SimpleValue::Double(f) => Value::Double(f),
+        SimpleValue::Decimal32(d) => Value::Decimal32(d),
+        SimpleValue::Decimal64(d) => Value::Decimal64(d),
+        SimpleValue::Decimal128(d) => Value::Decimal128(d),
+        SimpleValue::Char(c) => Value::Char(c),
+        SimpleValue::Timestamp(t) => Value::Timestamp(t),
+        SimpleValue::Uuid(u) => Value::Uuid(u),
+        SimpleValue::Binary(b) => Value::Binary(b),
+        SimpleValue::String(s) => Value::String(s),
+        SimpleValue::Symbol(s) => Value::Symbol(s),
+        SimpleValue::Described(d) => Value::Described(d),
+    }
+}
+
 /// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message,
 /// first-acquirer and delivery-count from the queue's copy (`delivery_count`: its failed
 /// deliveries). As RabbitMQ 4's `mc_amqp:update_header_from_anns`, first-acquirer is false
@@ -595,7 +641,7 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
             }
         }
     }
-    encode(&mut out, &MessageAnnotations(annotations));
+    encode_annotations(&mut out, annotations);
     let properties = Properties {
         message_id: props.message_id.as_ref().map(id_to_amqp10),
         user_id: props
@@ -624,7 +670,14 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
     };
     encode(&mut out, &properties);
     if !application.is_empty() {
-        encode(&mut out, &ApplicationProperties(application));
+        let entries = application
+            .into_inner()
+            .into_iter()
+            .map(|(k, v)| (Value::String(k), simple_value(v)))
+            .collect();
+        let mut section = Vec::new();
+        crate::value::encode_map_section(&mut section, APPLICATION_PROPERTIES as u8, entries);
+        out.extend_from_slice(&section);
     }
     if amqp10_body && sections(&m.body).is_ok() {
         out.extend_from_slice(&m.body);
@@ -667,7 +720,7 @@ fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u3
                 death_annotations(headers, &mut annotate);
             }
         }
-        encode(&mut out, &MessageAnnotations(annotations));
+        encode_annotations(&mut out, annotations);
     }
     out.extend_from_slice(rest);
     out.freeze()
@@ -781,6 +834,7 @@ fn put_string(out: &mut BytesMut, s: &str) {
 mod tests {
     use super::*;
     use fe2o3_amqp_types::messaging::AmqpValue;
+    use fe2o3_amqp_types::messaging::MessageAnnotations;
     use warren_codec::{ContentHeader, BASIC_CLASS_ID};
 
     fn message(props: &BasicProperties, body: &'static [u8]) -> Message {
@@ -1212,6 +1266,26 @@ mod tests {
         };
         assert!(t.milliseconds() > 1_600_000_000_000);
         assert!(map_get(first, "last-time").is_some());
+    }
+
+    #[test]
+    fn annotations_serde_amqp_cannot_serialize_are_written_by_our_encoder() {
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        // Found by the amqp10_frames fuzz target: message-annotations whose array holds a
+        // map with a timestamp key (then a binary); dead-lettered, the annotations are
+        // written again, and serde_amqp 0.18's serializer hit `unreachable!` on them.
+        let payload = Bytes::from_static(
+            b"\x00\x53\x70\x45\x00\x53\x72\xc1\x34\x02\xa3\x0cx-op\x0b\x00\x00\x08\x00\x00\x00\x00\
+\xf0\x00\x00\x00\x20\x00\x00\x00\x01\xd1\x00\x00\x00\x17\x00\x00\x00\x04\x83\x05qSEusR\x00\
+\xa0\x02\x02AP\x02Pue\x00",
+        );
+        let (m, _) = through_the_broker(&payload, false);
+        let (copy, _) = dead_lettered(&m, "q", DeathReason::Rejected, &ShortStr::from(""), None);
+        let out = to_amqp10(&copy, true, 1);
+        let again = from_amqp10(&out).expect("what we send converts back");
+        assert!(again.properties.headers.is_some());
+        let a = annotations_of(&out);
+        assert!(annotation(&a, "x-opt-deaths").is_some());
     }
 
     #[test]

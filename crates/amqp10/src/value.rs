@@ -290,6 +290,122 @@ fn check_body_shallow(code: u8, b: &[u8]) -> Result<usize> {
     }
 }
 
+/// Appends `value`'s AMQP encoding to `out`: the encoder beside [`decode`], for the maps we
+/// write back (message-annotations, application-properties). serde_amqp 0.18's serializer
+/// hits an `unreachable!` (a panic) on some maps inside arrays — found by the amqp10_frames
+/// fuzz target with a republished annotation — so what a client sent is never re-encoded
+/// through it. Always the wide forms (uint32 lengths), which every decoder reads.
+pub fn encode(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Described(d) => {
+            out.push(0x00);
+            match &d.descriptor {
+                Descriptor::Code(code) => encode(out, &Value::Ulong(*code)),
+                Descriptor::Name(name) => encode(out, &Value::Symbol(name.clone())),
+            }
+            encode(out, &d.value);
+        }
+        Value::Null => out.push(0x40),
+        Value::Bool(true) => out.push(0x41),
+        Value::Bool(false) => out.push(0x42),
+        Value::Ubyte(n) => out.extend([0x50, *n]),
+        Value::Byte(n) => out.extend([0x51, *n as u8]),
+        Value::Ushort(n) => fixed(out, 0x60, &n.to_be_bytes()),
+        Value::Short(n) => fixed(out, 0x61, &n.to_be_bytes()),
+        Value::Uint(n) => fixed(out, 0x70, &n.to_be_bytes()),
+        Value::Int(n) => fixed(out, 0x71, &n.to_be_bytes()),
+        Value::Ulong(n) => fixed(out, 0x80, &n.to_be_bytes()),
+        Value::Long(n) => fixed(out, 0x81, &n.to_be_bytes()),
+        Value::Float(f) => fixed(out, 0x72, &f.0.to_be_bytes()),
+        Value::Double(f) => fixed(out, 0x82, &f.0.to_be_bytes()),
+        Value::Decimal32(d) => fixed(out, 0x74, d.as_inner()),
+        Value::Decimal64(d) => fixed(out, 0x84, d.as_inner()),
+        Value::Decimal128(d) => fixed(out, 0x94, d.as_inner()),
+        Value::Char(c) => fixed(out, 0x73, &u32::from(*c).to_be_bytes()),
+        Value::Timestamp(t) => fixed(out, 0x83, &t.milliseconds().to_be_bytes()),
+        Value::Uuid(u) => fixed(out, 0x98, u.as_inner()),
+        Value::Binary(b) => variable(out, 0xb0, b),
+        Value::String(s) => variable(out, 0xb1, s.as_bytes()),
+        Value::Symbol(s) => variable(out, 0xb3, s.as_str().as_bytes()),
+        Value::List(items) => write_compound(out, 0xd0, items.len(), |out| {
+            items.iter().for_each(|v| encode(out, v))
+        }),
+        Value::Map(map) => write_compound(out, 0xd1, 2 * map.len(), |out| {
+            for (k, v) in map.iter() {
+                encode(out, k);
+                encode(out, v);
+            }
+        }),
+        Value::Array(items) => encode_array(out, &items.0),
+    }
+}
+
+fn fixed(out: &mut Vec<u8>, code: u8, bytes: &[u8]) {
+    out.push(code);
+    out.extend_from_slice(bytes);
+}
+
+fn variable(out: &mut Vec<u8>, code: u8, bytes: &[u8]) {
+    out.push(code);
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// A list32, map32 or array32: size (counted from the count field) and count, then what
+/// `body` writes.
+fn write_compound(out: &mut Vec<u8>, code: u8, count: usize, body: impl FnOnce(&mut Vec<u8>)) {
+    out.push(code);
+    let size_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(count as u32).to_be_bytes());
+    body(out);
+    let size = (out.len() - size_at - 4) as u32;
+    out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());
+}
+
+/// An array: one constructor (the first element's), then each element without it. Elements
+/// whose constructors differ cannot form an array; they are written as a list instead.
+fn encode_array(out: &mut Vec<u8>, items: &[Value]) {
+    let encoded: Vec<Vec<u8>> = items
+        .iter()
+        .map(|v| {
+            let mut one = Vec::new();
+            encode(&mut one, v);
+            one
+        })
+        .collect();
+    let constructor_len = |e: &[u8]| match e.first() {
+        Some(0x00) => check(&e[1..]).map_or(e.len(), |d| 2 + d),
+        _ => 1,
+    };
+    let constructor = encoded.first().map(|e| &e[..constructor_len(e)]);
+    let uniform = encoded
+        .iter()
+        .all(|e| Some(&e[..constructor_len(e)]) == constructor);
+    if !uniform {
+        return encode(out, &Value::List(items.to_vec()));
+    }
+    write_compound(out, 0xf0, items.len(), |out| {
+        if let Some(constructor) = constructor {
+            out.extend_from_slice(constructor);
+        }
+        for e in &encoded {
+            out.extend_from_slice(&e[constructor_len(e)..]);
+        }
+    });
+}
+
+/// A map section (message-annotations 0x72, application-properties 0x74) from its entries.
+pub fn encode_map_section(out: &mut Vec<u8>, descriptor: u8, entries: Vec<(Value, Value)>) {
+    out.extend_from_slice(&[0x00, 0x53, descriptor]);
+    write_compound(out, 0xd1, 2 * entries.len(), |out| {
+        for (k, v) in &entries {
+            encode(out, k);
+            encode(out, v);
+        }
+    });
+}
+
 /// The map of a message-annotations, application-properties or footer section (its
 /// descriptor skipped): its entries, keys as the annotations' key type (symbol or ulong;
 /// a string key reads as a symbol, as application-properties' keys are strings).
@@ -412,6 +528,25 @@ mod tests {
         }
         deep.push(0x40);
         assert!(check(&deep).is_err() && decode(&deep).is_err());
+    }
+
+    #[test]
+    fn what_we_encode_decodes_to_the_same_value() {
+        for bytes in [DEATHS, DEATHS_MAP8] {
+            let (section, _) = decode(bytes).unwrap();
+            let mut out = Vec::new();
+            encode(&mut out, &section);
+            assert_eq!(decode(&out), Ok((section, out.len())));
+            assert!(check(&out[3..]).is_err(), "an array of maps");
+        }
+        let mut mixed = Vec::new();
+        let values = vec![Value::Int(1), Value::String("two".into())];
+        encode(&mut mixed, &Value::Array(Array::from(values.clone())));
+        assert_eq!(
+            decode(&mixed).unwrap().0,
+            Value::List(values),
+            "not an array: a list"
+        );
     }
 
     #[test]
