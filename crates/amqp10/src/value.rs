@@ -11,7 +11,8 @@
 //! lengths in a release one (the tests below run the exact bytes through it).
 //!
 //! So: [`decode_map_section`] decodes message-annotations (any value, arrays of maps
-//! included) and application-properties here, into the type crate's `Value`; and [`check`]
+//! included) here, into the type crate's `Value`, and [`encode`] writes the maps we send
+//! back (its serializer has a bug of its own there); and [`check`]
 //! walks any other value (performatives, SASL frames, the header and properties sections)
 //! before serde_amqp sees it, refusing what it would misread — arrays of compound or
 //! described elements (no performative or section field holds one), size fields smaller
