@@ -11,7 +11,7 @@ seconds=${1:-20}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(frames method field_table content_header connection)
+  targets=(frames method field_table content_header connection amqp10_frames)
 fi
 
 host=$(rustc -vV | sed -n 's/^host: //p')

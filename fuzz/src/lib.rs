@@ -3,8 +3,10 @@
 //! encode → decode → encode round trip with the same bytes both times (the first encoding may
 //! differ from the input: a decoder accepts `L` for `l`, any non-zero octet for `true`).
 
+mod amqp10;
 mod connection;
 
+pub use amqp10::amqp10_frames;
 pub use connection::{connection, handshake};
 
 use bytes::{Bytes, BytesMut};

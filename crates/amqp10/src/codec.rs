@@ -116,6 +116,8 @@ pub fn value_len(b: &[u8]) -> Option<usize> {
 /// A frame body's performative and the payload after it (a transfer's message bytes).
 pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), String> {
     let len = value_len(body).ok_or("truncated performative")?;
+    // What serde_amqp would misread (or, in a debug build, panic on) is refused first.
+    crate::value::check(&body[..len]).map_err(|e| format!("bad performative: {e}"))?;
     let performative: Performative =
         serde_amqp::from_slice(&body[..len]).map_err(|e| format!("bad performative: {e}"))?;
     Ok((performative, body.slice(len..)))
@@ -123,6 +125,7 @@ pub fn decode_performative(body: &Bytes) -> Result<(Performative, Bytes), String
 
 /// A SASL init from a SASL frame body.
 pub fn decode_sasl_init(body: &[u8]) -> Result<SaslInit, String> {
+    crate::value::check(body).map_err(|e| format!("bad sasl-init: {e}"))?;
     serde_amqp::from_slice(body).map_err(|e| format!("bad sasl-init: {e}"))
 }
 

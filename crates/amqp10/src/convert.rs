@@ -31,8 +31,7 @@
 use crate::codec::value_len;
 use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::messaging::{
-    annotations::OwnedKey, ApplicationProperties, Data, Header, MessageAnnotations, MessageId,
-    Priority, Properties,
+    annotations::OwnedKey, ApplicationProperties, Data, Header, MessageId, Priority, Properties,
 };
 use fe2o3_amqp_types::primitives::{
     Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
@@ -109,7 +108,9 @@ fn descriptor_code(b: &[u8]) -> Result<u64, String> {
     }
 }
 
+/// A section through serde_amqp, once `value::check` found nothing it would misread.
 fn decode<T: serde::de::DeserializeOwned>(section: &[u8], what: &str) -> Result<T, String> {
+    crate::value::check(section).map_err(|e| format!("bad {what} section: {e}"))?;
     serde_amqp::from_slice(section).map_err(|e| format!("bad {what} section: {e}"))
 }
 
@@ -254,8 +255,10 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
                 props.expiration = h.ttl.map(|ttl| ShortStr::from(ttl.to_string()));
             }
             MESSAGE_ANNOTATIONS => {
-                let a: MessageAnnotations = decode(&section, "message-annotations")?;
-                for (k, v) in a.0.into_inner() {
+                // Our own decoder: annotations may hold arrays of maps (x-opt-deaths).
+                let entries = crate::value::decode_map_section(&section)
+                    .map_err(|e| format!("bad message-annotations section: {e}"))?;
+                for (k, v) in entries {
                     let OwnedKey::Symbol(k) = k else { continue };
                     if k.as_str() == "x-cc" {
                         if let Some(FieldValue::Array(keys)) = value_to_field(v) {
@@ -433,6 +436,53 @@ fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     }
 }
 
+/// Writes a message-annotations section with our own encoder (`value::encode`: serde_amqp's
+/// serializer panics on some values a client can send inside an array).
+fn encode_annotations(out: &mut BytesMut, annotations: OrderedMap<OwnedKey, Value>) {
+    let entries = annotations
+        .into_inner()
+        .into_iter()
+        .map(|(k, v)| {
+            let key = match k {
+                OwnedKey::Symbol(s) => Value::Symbol(s),
+                OwnedKey::Ulong(n) => Value::Ulong(n),
+            };
+            (key, v)
+        })
+        .collect();
+    let mut section = Vec::new();
+    crate::value::encode_map_section(&mut section, MESSAGE_ANNOTATIONS as u8, entries);
+    out.extend_from_slice(&section);
+}
+
+/// An application property as a value (the same variants).
+fn simple_value(v: SimpleValue) -> Value {
+    match v {
+        SimpleValue::Null => Value::Null,
+        SimpleValue::Bool(b) => Value::Bool(b),
+        SimpleValue::Ubyte(n) => Value::Ubyte(n),
+        SimpleValue::Ushort(n) => Value::Ushort(n),
+        SimpleValue::Uint(n) => Value::Uint(n),
+        SimpleValue::Ulong(n) => Value::Ulong(n),
+        SimpleValue::Byte(n) => Value::Byte(n),
+        SimpleValue::Short(n) => Value::Short(n),
+        SimpleValue::Int(n) => Value::Int(n),
+        SimpleValue::Long(n) => Value::Long(n),
+        SimpleValue::Float(f) => Value::Float(f),
+        SimpleValue::Double(f) => Value::Double(f),
+        SimpleValue::Decimal32(d) => Value::Decimal32(d),
+        SimpleValue::Decimal64(d) => Value::Decimal64(d),
+        SimpleValue::Decimal128(d) => Value::Decimal128(d),
+        SimpleValue::Char(c) => Value::Char(c),
+        SimpleValue::Timestamp(t) => Value::Timestamp(t),
+        SimpleValue::Uuid(u) => Value::Uuid(u),
+        SimpleValue::Binary(b) => Value::Binary(b),
+        SimpleValue::String(s) => Value::String(s),
+        SimpleValue::Symbol(s) => Value::Symbol(s),
+        SimpleValue::Described(d) => Value::Described(d),
+    }
+}
+
 /// The header an AMQP 1.0 consumer receives: durable, priority and ttl from the message,
 /// first-acquirer and delivery-count from the queue's copy (`delivery_count`: its failed
 /// deliveries). As RabbitMQ 4's `mc_amqp:update_header_from_anns`, first-acquirer is false
@@ -591,7 +641,7 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
             }
         }
     }
-    encode(&mut out, &MessageAnnotations(annotations));
+    encode_annotations(&mut out, annotations);
     let properties = Properties {
         message_id: props.message_id.as_ref().map(id_to_amqp10),
         user_id: props
@@ -620,7 +670,14 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
     };
     encode(&mut out, &properties);
     if !application.is_empty() {
-        encode(&mut out, &ApplicationProperties(application));
+        let entries = application
+            .into_inner()
+            .into_iter()
+            .map(|(k, v)| (Value::String(k), simple_value(v)))
+            .collect();
+        let mut section = Vec::new();
+        crate::value::encode_map_section(&mut section, APPLICATION_PROPERTIES as u8, entries);
+        out.extend_from_slice(&section);
     }
     if amqp10_body && sections(&m.body).is_ok() {
         out.extend_from_slice(&m.body);
@@ -643,10 +700,10 @@ fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u3
     );
     let (published, rest) = split_annotations(kept);
     if m.dead_lettered || !annotate_routing(&mut out, published, m) {
-        let mut annotations = published
-            .and_then(|a| decode::<MessageAnnotations>(a, "message-annotations").ok())
-            .map(|a| a.0)
-            .unwrap_or_default();
+        let mut annotations = OrderedMap::new();
+        if let Some(Ok(entries)) = published.map(crate::value::decode_map_section) {
+            annotations.as_inner_mut().extend(entries);
+        }
         let inner = annotations.as_inner_mut();
         let mut annotate = |k: &str, v: Value| {
             inner.insert(OwnedKey::Symbol(Symbol::from(k)), v);
@@ -663,7 +720,7 @@ fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u3
                 death_annotations(headers, &mut annotate);
             }
         }
-        encode(&mut out, &MessageAnnotations(annotations));
+        encode_annotations(&mut out, annotations);
     }
     out.extend_from_slice(rest);
     out.freeze()
@@ -777,6 +834,7 @@ fn put_string(out: &mut BytesMut, s: &str) {
 mod tests {
     use super::*;
     use fe2o3_amqp_types::messaging::AmqpValue;
+    use fe2o3_amqp_types::messaging::MessageAnnotations;
     use warren_codec::{ContentHeader, BASIC_CLASS_ID};
 
     fn message(props: &BasicProperties, body: &'static [u8]) -> Message {
@@ -1208,6 +1266,66 @@ mod tests {
         };
         assert!(t.milliseconds() > 1_600_000_000_000);
         assert!(map_get(first, "last-time").is_some());
+    }
+
+    #[test]
+    fn annotations_serde_amqp_cannot_serialize_are_written_by_our_encoder() {
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        // Found by the amqp10_frames fuzz target: message-annotations whose array holds a
+        // map with a timestamp key (then a binary); dead-lettered, the annotations are
+        // written again, and serde_amqp 0.18's serializer hit `unreachable!` on them.
+        let payload = Bytes::from_static(
+            b"\x00\x53\x70\x45\x00\x53\x72\xc1\x34\x02\xa3\x0cx-op\x0b\x00\x00\x08\x00\x00\x00\x00\
+\xf0\x00\x00\x00\x20\x00\x00\x00\x01\xd1\x00\x00\x00\x17\x00\x00\x00\x04\x83\x05qSEusR\x00\
+\xa0\x02\x02AP\x02Pue\x00",
+        );
+        let (m, _) = through_the_broker(&payload, false);
+        let (copy, _) = dead_lettered(&m, "q", DeathReason::Rejected, &ShortStr::from(""), None);
+        let out = to_amqp10(&copy, true, 1);
+        let again = from_amqp10(&out).expect("what we send converts back");
+        assert!(again.properties.headers.is_some());
+        let a = annotations_of(&out);
+        assert!(annotation(&a, "x-opt-deaths").is_some());
+    }
+
+    #[test]
+    fn a_client_republishing_a_dead_lettered_message_with_its_deaths() {
+        use warren_broker::dead_letter::{dead_lettered, DeathReason};
+        let payload = Bytes::from(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).unwrap());
+        let (m, _) = through_the_broker(&payload, false);
+        let (copy, _) = dead_lettered(&m, "q1", DeathReason::Rejected, &ShortStr::from(""), None);
+        // What the consumer of the dead-letter queue got: x-opt-deaths, an array of maps.
+        let received = to_amqp10(&copy, false, 1);
+        // Sent back as it is (serde_amqp 0.18 misread it here, a panic in a debug build).
+        let incoming = from_amqp10(&received).unwrap();
+        let headers = incoming.properties.headers.as_ref().unwrap();
+        let Some(FieldValue::Array(deaths)) = headers.get("x-opt-deaths") else {
+            panic!("no x-opt-deaths in {headers:?}")
+        };
+        let [FieldValue::Table(death)] = deaths.as_slice() else {
+            panic!("{deaths:?}")
+        };
+        assert_eq!(death.get("queue").and_then(|q| q.as_str()), Some("q1"));
+        assert_eq!(death.get("count").and_then(|c| c.as_i64()), Some(1));
+        // Through the broker and dead-lettered again: the published annotations, deaths
+        // and all, are decoded to add the new ones.
+        let (again, _) = through_the_broker(&received, false);
+        let (copy, _) = dead_lettered(
+            &again,
+            "q2",
+            DeathReason::Expired,
+            &ShortStr::from(""),
+            None,
+        );
+        let a = annotations_of(&to_amqp10(&copy, false, 0));
+        let Some(Value::List(deaths)) = annotation(&a, "x-opt-deaths") else {
+            panic!("no x-opt-deaths in {a:?}")
+        };
+        assert_eq!(
+            map_get(&deaths[0], "queue"),
+            Some(Value::String("q2".into()))
+        );
+        assert_eq!(&incoming.body[..], b"x");
     }
 
     #[test]

@@ -13,11 +13,16 @@ mod address;
 #[doc(hidden)]
 pub mod codec;
 mod connection;
-mod convert;
+/// Public for the fuzz target (fuzz/src/amqp10.rs); not an API of the broker.
+#[doc(hidden)]
+pub mod convert;
 mod sasl;
 mod session;
 #[cfg(test)]
 mod tests;
+/// Public for the fuzz target (fuzz/src/amqp10.rs); not an API of the broker.
+#[doc(hidden)]
+pub mod value;
 
 use bytes::BytesMut;
 use std::net::SocketAddr;

@@ -806,6 +806,14 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     let Some(decoded) = codec::decode(message.body, 0, false) else {
                         continue;
                     };
+                    // The copy brings the failed deliveries along, as a classic queue's does;
+                    // the rejection that kills it is one (the group does not count a
+                    // discard as a return).
+                    let rejected = u32::from(matches!(reason, DeadLetterReason::Rejected));
+                    let delivery_count = failed_deliveries(
+                        &decoded,
+                        message.delivery_count.saturating_add(rejected),
+                    );
                     let reason = match reason {
                         DeadLetterReason::Rejected => DeathReason::Rejected,
                         DeadLetterReason::Expired => DeathReason::Expired,
@@ -817,7 +825,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                             id: message.id,
                             message: Arc::new(decoded),
                             redelivered: message.delivered_before,
-                            delivery_count: 0,
+                            delivery_count,
                             expires_at: None,
                             store_ref: None,
                         },
@@ -848,9 +856,9 @@ impl QuorumQueue {
                 if let Some(decoded) = codec::decode(message.body, message.delivery_count, true) {
                     let _ = get.send(QueuedMessage {
                         id: message.id,
+                        delivery_count: failed_deliveries(&decoded, message.delivery_count),
                         message: Arc::new(decoded),
                         redelivered: message.delivered_before,
-                        delivery_count: 0,
                         expires_at: None,
                         store_ref: None,
                     });
@@ -875,6 +883,7 @@ impl QuorumQueue {
             tracing::warn!(queue = %queue.name, "unreadable message in a quorum queue's log");
             return;
         };
+        let delivery_count = failed_deliveries(&decoded, message.delivery_count);
         let decoded = Arc::new(decoded);
         let cost = pipeline_cost(&decoded);
         consumer.take_credit(cost);
@@ -885,9 +894,7 @@ impl QuorumQueue {
                 id: message.id,
                 message: decoded,
                 redelivered: message.delivered_before,
-                // The 1.0 header's failed-delivery count is kept by classic queues only;
-                // the group counts returns (x-delivery-count), not failed deliveries.
-                delivery_count: 0,
+                delivery_count,
                 expires_at: None,
                 store_ref: None,
             },
@@ -898,6 +905,14 @@ impl QuorumQueue {
             consumer.return_credit(cost);
         }
     }
+}
+
+/// The AMQP 1.0 header's delivery-count for a message of the group: the returns the group
+/// counted (the count 0-9-1 consumers see as `x-delivery-count` and the delivery limit
+/// checks, as RabbitMQ 4's quorum queue maps its `delivery_count` into the header), on top
+/// of what a dead-lettered copy brought along from the queue it died in.
+fn failed_deliveries(message: &Message, returned: u32) -> u32 {
+    message.inherited_delivery_count.saturating_add(returned)
 }
 
 #[cfg(test)]

@@ -13,13 +13,19 @@ Warren only), with python-qpid-proton and pika:
 - a message without a header section is not durable (the AMQP 1.0 default, RabbitMQ 4.2
   and later; 4.0 and 4.1 took it as durable), unless its x-basic-delivery-mode annotation
   is ubyte 2: it does not survive a restart of a durable queue, a durable one does.
+
+The cases run against classic and quorum queues (`queue_type`): a quorum queue keeps the
+sections in its Raft log, and its header delivery-count is the returns its group counted
+(RabbitMQ 4's quorum queue maps its own count into the header), plus a rejection that
+dead-letters the message.
 """
 import pika  # noqa: F401 (the `ch` fixture's client)
+import pytest
 from proton import Delivery, Message, symbol, ubyte
 
 from conftest import connect, get_one
 from own_broker import Broker, needs_warren_bin
-from test_amqp10 import (addr_queue, amqp10, c10, data, dead_letter_pair,  # noqa: F401
+from test_amqp10 import (addr_queue, amqp10, c10, data,  # noqa: F401
                          eventually, published_sections, pump, ready, receive_raw, send_raw)
 
 
@@ -27,6 +33,27 @@ def fail(receiver):
     """Settles the last received delivery as modified with delivery-failed (requeued)."""
     receiver.fetcher.unsettled[0].local.failed = True
     receiver.settle(Delivery.MODIFIED)
+
+
+@pytest.fixture(params=["classic", "quorum"])
+def queue_type(request):
+    return request.param
+
+
+def declare(ch, queue, queue_type, arguments=None, durable=False):
+    """Declares `queue` of `queue_type` (a quorum queue is always durable)."""
+    arguments = dict(arguments or {})
+    if queue_type == "quorum":
+        arguments["x-queue-type"] = "quorum"
+    ch.queue_declare(queue, durable=durable or queue_type == "quorum", arguments=arguments)
+
+
+def dead_letter_pair_of(ch, names, queue_type):
+    """A queue dead-lettering into a second one, both of `queue_type`."""
+    dlq, q = names.queue("dlq"), names.queue()
+    declare(ch, dlq, queue_type)
+    declare(ch, q, queue_type, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    return q, dlq
 
 
 def decoded(payload):
@@ -37,11 +64,11 @@ def decoded(payload):
 
 # ---- delivery-count ------------------------------------------------------------------------
 
-def test_delivery_count_is_kept_per_queue(names, ch, c10):
+def test_delivery_count_is_kept_per_queue(names, ch, c10, queue_type):
     x, q1, q2 = names.exchange(), names.queue(), names.queue()
     ch.exchange_declare(x, "fanout")
     for q in (q1, q2):
-        ch.queue_declare(q)
+        declare(ch, q, queue_type)
         ch.queue_bind(q, x)
     c10.create_sender("/exchanges/" + x).send(data(b"both"))
     r1 = c10.create_receiver(addr_queue(q1))
@@ -59,9 +86,10 @@ def test_delivery_count_is_kept_per_queue(names, ch, c10):
     r2.accept()
 
 
-def test_a_link_that_goes_with_the_delivery_unsettled_counts_a_failed_delivery(names, ch, c10):
+def test_a_link_that_goes_with_the_delivery_unsettled_counts_a_failed_delivery(
+        names, ch, c10, queue_type):
     q = names.queue()
-    ch.queue_declare(q)
+    declare(ch, q, queue_type)
     c10.create_sender(addr_queue(q)).send(data(b"held"))
     receiver = c10.create_receiver(addr_queue(q))
     assert receiver.receive(timeout=10).delivery_count == 0
@@ -78,8 +106,8 @@ def deaths(m):
     return [dict(d) for d in m.annotations[symbol("x-opt-deaths")]]
 
 
-def test_a_rejected_10_message_is_dead_lettered_as_published(names, ch, c10):
-    q, dlq = dead_letter_pair(ch, names)
+def test_a_rejected_10_message_is_dead_lettered_as_published(names, ch, c10, queue_type):
+    q, dlq = dead_letter_pair_of(ch, names, queue_type)
     payload, bare_and_footer = published_sections()
     send_raw(c10, addr_queue(q), payload)
     receiver = c10.create_receiver(addr_queue(q))
@@ -124,8 +152,36 @@ def test_a_rejected_10_message_is_dead_lettered_as_published(names, ch, c10):
     assert props.headers["color"] in ("green", b"green")
 
 
-def test_expired_and_overflowing_10_messages_carry_their_deaths(names, ch, c10):
-    q, dlq = dead_letter_pair(ch, names)
+def test_a_client_republishes_a_dead_lettered_message_with_its_deaths(names, ch, c10, queue_type):
+    """x-opt-deaths is an array of maps, which serde_amqp 0.18 cannot decode: such a
+    message was refused when a client sent it back (a shovel, a retry loop)."""
+    q, dlq = dead_letter_pair_of(ch, names, queue_type)
+    payload, bare_and_footer = published_sections()
+    send_raw(c10, addr_queue(q), payload)
+    receiver = c10.create_receiver(addr_queue(q))
+    receiver.receive(timeout=10)
+    receiver.reject()
+    assert eventually(c10, lambda: ready(ch, dlq) == 1)
+    received = receive_raw(c10, addr_queue(dlq))
+    assert deaths(decoded(received))
+    again = names.queue()
+    declare(ch, again, queue_type)
+    send_raw(c10, addr_queue(again), received)  # header, annotations and all
+    republished = receive_raw(c10, addr_queue(again))
+    assert republished.endswith(bare_and_footer)
+    m = decoded(republished)
+    [death] = deaths(m)
+    assert death[symbol("queue")] == q and death[symbol("reason")] == symbol("rejected")
+    assert death[symbol("count")] == 1
+    # The 0-9-1 view carries the annotation as a header (an array of tables).
+    send_raw(c10, addr_queue(again), received)
+    _, props, _ = get_one(ch, again, timeout=10)
+    [death] = props.headers["x-opt-deaths"]
+    assert death["queue"] in (q, q.encode()) and death["count"] == 1
+
+
+def test_expired_and_overflowing_10_messages_carry_their_deaths(names, ch, c10, queue_type):
+    q, dlq = dead_letter_pair_of(ch, names, queue_type)
     payload, bare_and_footer = published_sections()
     # The same sections with a header ttl of 50 ms (proton writes it from `ttl` in seconds).
     header = Message(durable=True, priority=6, ttl=0.05).encode()
@@ -140,9 +196,9 @@ def test_expired_and_overflowing_10_messages_carry_their_deaths(names, ch, c10):
     assert m.subject == "the subject"
 
     full, full_dlq = names.queue(), names.queue("dlq")
-    ch.queue_declare(full_dlq)
-    ch.queue_declare(full, arguments={"x-max-length": 1, "x-dead-letter-exchange": "",
-                                      "x-dead-letter-routing-key": full_dlq})
+    declare(ch, full_dlq, queue_type)
+    declare(ch, full, queue_type, {"x-max-length": 1, "x-dead-letter-exchange": "",
+                                   "x-dead-letter-routing-key": full_dlq})
     send_raw(c10, addr_queue(full), payload)
     send_raw(c10, addr_queue(full), payload)  # drops the first from the head
     assert eventually(c10, lambda: ready(ch, full_dlq) == 1)
@@ -185,7 +241,7 @@ def header_less(body, annotations=None):
 
 
 @needs_warren_bin
-def test_counts_deaths_and_durability_survive_a_crash(tmp_path):
+def test_counts_deaths_and_durability_survive_a_crash(tmp_path, queue_type):
     data_dir = str(tmp_path)
     payload, bare_and_footer = published_sections()
     b = Broker(data_dir)
@@ -194,13 +250,13 @@ def test_counts_deaths_and_durability_survive_a_crash(tmp_path):
         ch = c.channel()
         ch.exchange_declare("fid-x", "fanout", durable=True)
         for q in ("fid-1", "fid-2"):
-            ch.queue_declare(q, durable=True)
+            declare(ch, q, queue_type, durable=True)
             ch.queue_bind(q, "fid-x")
-        ch.queue_declare("fid-dlq", durable=True)
-        ch.queue_declare("fid-q", durable=True, arguments={
-            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fid-dlq"})
+        declare(ch, "fid-dlq", queue_type, durable=True)
+        declare(ch, "fid-q", queue_type, {
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fid-dlq"}, durable=True)
+        # Classic: a quorum queue keeps every message, durable or not.
         ch.queue_declare("fid-plain", durable=True)
-        c.close()
         c10 = amqp10(port=b.port)
         c10.create_sender("/exchanges/fid-x").send(
             Message(body=b"counted", durable=True, inferred=True))
@@ -225,6 +281,10 @@ def test_counts_deaths_and_durability_survive_a_crash(tmp_path):
         # Accepted means on disk, and so is everything written before it (one log).
         c10.create_sender("/queues/fid-plain").send(
             Message(body=b"durable", durable=True, inferred=True))
+        # A quorum queue's returns and dead-letters are applied once committed (on disk):
+        # wait for them to show before the crash.
+        assert eventually(c10, lambda: ready(ch, "fid-1") == 1 and ready(ch, "fid-dlq") == 1)
+        c.close()
         b.proc.kill()  # no shutdown: only what was fsync'd is there
         b.proc.wait(10)
     finally:

@@ -66,8 +66,20 @@ impl Session {
                         "first transfer of a delivery without a delivery-id",
                     )));
                 };
+                if link.credit == 0 {
+                    // A sender that ignores credit (ours is withheld during a resource
+                    // alarm): RabbitMQ 4 detaches the link with transfer-limit-exceeded and
+                    // the message goes nowhere.
+                    return Err(Fail::Link(
+                        handle,
+                        codec::error(
+                            LinkError::TransferLimitExceeded,
+                            format!("insufficient credit (0) for delivery {delivery_id}"),
+                        ),
+                    ));
+                }
                 link.delivery_count = link.delivery_count.wrapping_add(1);
-                link.credit = link.credit.saturating_sub(1);
+                link.credit -= 1;
                 if !t.more && !t.aborted {
                     // One frame: the payload stays a slice of the read buffer.
                     let settled = t.settled.unwrap_or(false);
