@@ -193,6 +193,9 @@ pub enum CtlCommand {
     /// Removes a node from the cluster (it should be stopped first), run against another
     /// member.
     ForgetClusterNode { name: String },
+    /// Shows a quorum queue's members with their Raft state, log and commit index and term,
+    /// as the node asked knows them (rabbitmq-queues quorum_status).
+    QuorumStatus { queue: String },
 }
 
 impl GlobalOptions {

@@ -102,3 +102,40 @@ pub fn forget_cluster_node(ctx: &Context, name: &str) -> Result<(), CtlError> {
         .delete(&format!("/api/cluster/nodes/{}", segment(name)), &[])
         .map_err(Into::into)
 }
+
+/// `rabbitmq-queues quorum_status`'s columns, from the node asked (its own member in full; the
+/// leader also knows how far each member's log goes).
+pub fn quorum_status(ctx: &Context, queue: &str) -> Result<(), CtlError> {
+    let vhost = &ctx.vhost;
+    ctx.style.banner(&format!(
+        "Status of quorum queue {queue} in vhost {vhost} ..."
+    ));
+    let path = format!(
+        "/api/queues/{}/{}/quorum_status",
+        segment(vhost),
+        segment(queue)
+    );
+    let rows = ctx.api.get(&path)?;
+    if ctx.style.format == Format::Json {
+        println!("{rows}");
+        return Ok(());
+    }
+    let columns = [
+        ("Node Name", "node_name"),
+        ("Raft State", "raft_state"),
+        ("Log Index", "log_index"),
+        ("Commit Index", "commit_index"),
+        ("Snapshot Index", "snapshot_index"),
+        ("Term", "term"),
+    ];
+    let headers: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
+    let rows: Vec<Vec<Value>> = rows
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|row| columns.iter().map(|(_, key)| row[*key].clone()).collect())
+        .collect();
+    print!("{}", crate::output::render(&ctx.style, &headers, &rows));
+    Ok(())
+}

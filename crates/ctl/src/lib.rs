@@ -132,6 +132,7 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             cluster::add_cluster_node(&ctx, &name, &address)
         }
         CtlCommand::ForgetClusterNode { name } => cluster::forget_cluster_node(&ctx, &name),
+        CtlCommand::QuorumStatus { queue } => cluster::quorum_status(&ctx, &queue),
     }
 }
 
