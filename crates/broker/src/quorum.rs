@@ -722,8 +722,8 @@ impl Queue {
 /// it is refused (a publish then gets a nack).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-/// Most nodes a forwarded proposal is tried at (following "not the leader" answers).
-const FORWARD_ATTEMPTS: usize = 5;
+/// Between attempts to forward publishes while no member answers as the leader.
+const FORWARD_RETRY: Duration = Duration::from_millis(200);
 
 async fn run_group(
     weak: Weak<Queue>,
@@ -942,17 +942,30 @@ fn forward_batch(
     let transport = host.node().transport().clone();
     let own = host.node_id();
     let reply = Box::pin(async move {
-        let mut targets: std::collections::VecDeque<NodeId> = targets.into();
-        for _ in 0..FORWARD_ATTEMPTS {
-            let to = targets.pop_front()?;
+        // Each target in turn (a hinted leader first), while the group elects or a link to
+        // the leader's node comes up, for as long as a proposal waits for a leader.
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        let mut hint: Option<NodeId> = None;
+        for attempt in 0.. {
+            let to = match hint.take() {
+                Some(leader) => leader,
+                None => *targets.get(attempt % targets.len().max(1))?,
+            };
             let request = RaftRequest::ClientWrite(proposal.clone());
             match transport.send(own, to, group, request).await {
                 Ok(RaftResponse::ClientWrite { reply, .. }) => return Some(reply),
                 Err(TransportError::NotLeader {
                     leader: Some(leader),
                     ..
-                }) if leader != to => targets.push_front(leader),
-                Ok(_) | Err(_) => {}
+                }) if leader != to => hint = Some(leader),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(group, to, error = %e, "forwarding publishes failed"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            if hint.is_none() {
+                tokio::time::sleep(FORWARD_RETRY).await;
             }
         }
         None

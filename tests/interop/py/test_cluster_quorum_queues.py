@@ -176,12 +176,21 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(cluster):
         "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
     conn.close()
 
-    assert eventually("qq1 on the declaring node alone",
-                      lambda: agreed_leader(cluster, "qq1", [second.name])) == second.name
-    two = eventually("qq2 on two nodes", lambda: [
-        m for m in (queue_info(first, "qq2") or {}).get("members", [])] or None)
-    assert len(two) == 2 and second.name in two
-    assert eventually("qq2's leader agreed", lambda: agreed_leader(cluster, "qq2", two)) in two
+    # Every node lists the members; the members agree on the leader. (A node outside the
+    # group shows no leader until it has one to forward to: it runs no member.)
+    def placed(name, size):
+        listed = [(queue_info(n, name) or {}).get("members") for n in cluster]
+        if any(m is None or len(m) != size for m in listed) or len({tuple(sorted(m)) for m in listed}) != 1:
+            return None
+        return listed[0]
+
+    assert eventually("qq1 on the declaring node alone", lambda: placed("qq1", 1)) == [second.name]
+    assert eventually("qq1 led by its one member",
+                      lambda: agreed_leader([second], "qq1", [second.name])) == second.name
+    two = eventually("qq2 on two nodes", lambda: placed("qq2", 2))
+    assert two[0] == second.name
+    members = [n for n in cluster if n.name in two]
+    assert eventually("qq2's leader agreed", lambda: agreed_leader(members, "qq2", two)) in two
 
     # Published on a node outside the group: forwarded to the leader, confirmed, and there.
     outside = next(n for n in cluster if n.name not in two)
@@ -191,7 +200,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(cluster):
     for i in range(20):
         channel.basic_publish("", "qq2", b"m%d" % i)
     conn.close()
-    leader = next(n for n in cluster if n.name == agreed_leader(cluster, "qq2", two))
+    leader = next(n for n in cluster if n.name == agreed_leader(members, "qq2", two))
     eventually("the forwarded publishes on the leader",
                lambda: queue_info(leader, "qq2")["messages"] == 20)
 
