@@ -1053,6 +1053,12 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
             command,
         })
     };
+    // A new leader may not have applied what the old one committed yet (a follower learns
+    // the commit index late): the consumers the group knows are read once it has.
+    if let Err(e) = raft.ensure_linearizable().await {
+        tracing::debug!(queue = %queue.name, error = %e, "lost the leadership while taking over");
+        return;
+    }
     let config = qq.desired_config();
     if group.with_queue(|q| q.config() != &config) {
         let _ = write(Command::SetConfig(config)).await;
