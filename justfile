@@ -28,6 +28,10 @@ bench:
 fuzz seconds="3600":
     fuzz/run.sh {{seconds}}
 
+# Cluster chaos with real processes: 20 rounds of each failure (docs/CLUSTERING.md).
+chaos rounds="20":
+    WARREN_CHAOS_ROUNDS={{rounds}} tools/chaos.sh
+
 # Run the broker with debug logs.
 run:
     RUST_LOG=debug cargo run --release -- server

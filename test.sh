@@ -66,6 +66,9 @@ fi
 echo "== broker up on port $port, HTTP API on $mgmt_port, Prometheus on $prometheus_port (log: $log)"
 
 status=0
+# The cluster chaos tests (test_cluster_chaos.py, test_cluster_messages.py) run a few rounds
+# of each failure here; `tools/chaos.sh` (`just chaos`) runs the full 20.
+export WARREN_CHAOS_ROUNDS="${WARREN_CHAOS_ROUNDS:-3}"
 # The HTTP API tests (test_api_*.py, rabbitmqadmin) and the `warren ctl` tests (test_ctl.py)
 # read WARREN_MGMT_URL, the Prometheus test (test_prometheus.py) WARREN_PROMETHEUS_URL; each
 # skips without its URL.

@@ -2,6 +2,7 @@
 # The web console's browser test: headless Debian Chromium driven by playwright-core.
 #
 #   WARREN_MGMT_URL=http://127.0.0.1:15672/ tests/console/run.sh      # Warren's console
+#   tests/console/run.sh quorum.test.mjs     # another scenario (see its header for its env)
 #   CONSOLE_DEV_API=http://127.0.0.1:15672 tests/console/run.sh       # the assets under
 #       crates/console served by devserver.mjs, /api forwarded to that API (e.g. RabbitMQ's)
 #
@@ -34,4 +35,4 @@ if ! cmp -s "$here/package-lock.json" "$here/node_modules/.package-lock.installe
   cp "$here/package-lock.json" "$here/node_modules/.package-lock.installed"
 fi
 
-CHROMIUM="$chromium" exec node "$here/console.test.mjs"
+CHROMIUM="$chromium" exec node "$here/${1:-console.test.mjs}"

@@ -23,6 +23,7 @@ pub mod cluster;
 pub(crate) mod codec;
 mod host;
 pub mod placement;
+pub mod status;
 
 pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 
@@ -367,6 +368,15 @@ impl QuorumQueue {
                 consumer_tag: c.tag.clone(),
             });
         }
+    }
+
+    /// The group as this node's member sees it (None while the group is still starting);
+    /// read from openraft's metrics, see [`status`].
+    pub fn group_status(&self) -> Option<status::GroupStatus> {
+        let group = self.group.get()?;
+        let metrics = group.raft().metrics();
+        let metrics = metrics.borrow();
+        Some(status::GroupStatus::from_metrics(self.group_id, &metrics))
     }
 
     fn propose(&self, command: Command, confirm: Option<Arc<QuorumConfirm>>) {

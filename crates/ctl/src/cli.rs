@@ -193,9 +193,13 @@ pub enum CtlCommand {
     /// Removes a node from the cluster (it should be stopped first), run against another
     /// member.
     ForgetClusterNode { name: String },
-    /// Shows a quorum queue's members with their Raft state, log and commit index and term,
-    /// as the node asked knows them (rabbitmq-queues quorum_status).
-    QuorumStatus { queue: String },
+    /// Shows a quorum queue's Raft group as this node sees it (rabbitmq-queues
+    /// quorum_status): each member's state, log, commit and snapshot index, term, and as the
+    /// leader sees them its matched index and lag. QUEUE in -p's vhost, or VHOST QUEUE.
+    QuorumStatus {
+        #[arg(num_args = 1..=2, required = true, value_names = ["VHOST", "QUEUE"])]
+        args: Vec<String>,
+    },
 }
 
 impl GlobalOptions {

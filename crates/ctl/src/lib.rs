@@ -13,6 +13,7 @@ mod columns;
 mod exit;
 mod operations;
 mod output;
+mod quorum_status;
 mod status;
 
 use api::Api;
@@ -132,7 +133,7 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             cluster::add_cluster_node(&ctx, &name, &address)
         }
         CtlCommand::ForgetClusterNode { name } => cluster::forget_cluster_node(&ctx, &name),
-        CtlCommand::QuorumStatus { queue } => cluster::quorum_status(&ctx, &queue),
+        CtlCommand::QuorumStatus { args } => quorum_status::quorum_status(&ctx, &args),
     }
 }
 

@@ -20,6 +20,7 @@ mod global;
 mod node;
 mod process;
 mod queues;
+mod raft;
 mod selection;
 
 pub use exposition::{Exposition, Kind, CONTENT_TYPE};
@@ -56,6 +57,7 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
     node::resources(&mut out, broker);
     let queues = queues::QueueReadings::take(broker);
     queues::families(&mut out, &queues, per_object);
+    raft::families(&mut out, &raft::RaftReadings::take(broker), per_object);
     let channels = channels::ChannelReadings::take(broker);
     channels::families(&mut out, &channels, per_object);
     exchanges(&mut out, broker, per_object);
@@ -88,6 +90,9 @@ pub fn render_detailed(broker: &Broker, selection: Selection) -> String {
         let queues = queues::QueueReadings::take(broker);
         queues::families(&mut out, &queues, true);
         queues::info(&mut out, &queues);
+    }
+    if out.selected(&["ra_metrics"]) {
+        raft::families(&mut out, &raft::RaftReadings::take(broker), true);
     }
     if out.selected(CHANNEL_GROUPS) {
         channels::families(&mut out, &channels::ChannelReadings::take(broker), true);

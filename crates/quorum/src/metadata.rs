@@ -404,17 +404,31 @@ impl<T: Transport> MetadataGroup<T> {
                 )));
             }
             let leader = hint.take().or_else(|| self.leader());
-            let result = match leader {
+            // Bounded by the deadline: a leader cut off from the majority never commits, and
+            // its caller must hear so instead of waiting until the partition heals.
+            let attempt = match leader {
                 None => {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     continue;
                 }
-                Some(leader) if leader == self.node => serve_here(&self.raft, request()).await,
-                Some(leader) => {
-                    self.transport
-                        .send(self.node, leader, METADATA_GROUP, request())
+                Some(leader) if leader == self.node => {
+                    tokio::time::timeout_at(deadline.into(), serve_here(&self.raft, request()))
                         .await
                 }
+                Some(leader) => {
+                    tokio::time::timeout_at(
+                        deadline.into(),
+                        self.transport
+                            .send(self.node, leader, METADATA_GROUP, request()),
+                    )
+                    .await
+                }
+            };
+            let Ok(result) = attempt else {
+                return Err(QuorumError::Raft(format!(
+                    "the metadata change did not complete within {METADATA_OP_TIMEOUT:?}: no \
+                     majority of the cluster confirmed it (is this node cut off from the others?)"
+                )));
             };
             match result {
                 Ok(response) => return Ok(response),

@@ -39,3 +39,7 @@ pub type Raft = openraft::Raft<QueueRaft>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
 pub type StorageError = openraft::StorageError<NodeId>;
+/// What a member's openraft reports about its group (term, indexes, membership, and on the
+/// leader each member's replication progress); read by the status views.
+pub type Metrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
+pub use openraft::ServerState;

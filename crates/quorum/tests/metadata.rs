@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use openraft::{Config, SnapshotPolicy};
 use parking_lot::Mutex;
-use warren_quorum::metadata::{MemberInfo, MetadataGroup, MetadataMachine};
+use warren_quorum::metadata::{MemberInfo, MetadataGroup, MetadataMachine, METADATA_OP_TIMEOUT};
 use warren_quorum::network::{InProcessNetwork, Transport};
 use warren_quorum::node::QuorumNode;
 use warren_quorum::tcp::{TcpTransport, TcpTransportConfig};
@@ -246,6 +246,67 @@ async fn a_follower_proposes_and_the_group_survives_a_leader_crash_and_a_restart
         .await
         .unwrap();
     assert_eq!(ledger.ops().last().map(String::as_str), Some("policy d"));
+    cluster.shutdown().await;
+}
+
+/// A leader cut off from the others cannot commit: a change proposed on it fails once the
+/// operation's deadline passes (before the fix it waited until the partition healed), and it
+/// never applies anywhere, while the majority elects a leader and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_majority_refuses_a_change_and_it_never_applies() {
+    let mut cluster = LocalCluster::new(raft_config(100_000));
+    for id in [1, 2, 3] {
+        cluster.start(id).await;
+    }
+    let members: Vec<(NodeId, MemberInfo)> = [1, 2, 3].map(|id| (id, info(id))).to_vec();
+    cluster.member(1).group.initialize(&members).await.unwrap();
+    let old_leader = cluster.leader().await;
+    cluster
+        .member(old_leader)
+        .group
+        .propose("vhost a")
+        .await
+        .unwrap();
+
+    cluster.net.isolate(old_leader);
+    let refused = tokio::time::timeout(
+        METADATA_OP_TIMEOUT + DEADLINE,
+        cluster.member(old_leader).group.propose("vhost cut-off"),
+    )
+    .await
+    .expect("a change on a cut-off leader must end, not wait for the partition to heal");
+    let error = refused
+        .expect_err("no majority: the change cannot be committed")
+        .to_string();
+    assert!(error.contains("no majority"), "{error}");
+
+    let majority: Vec<NodeId> = [1, 2, 3]
+        .into_iter()
+        .filter(|id| *id != old_leader)
+        .collect();
+    eventually("a leader among the majority", || {
+        let leaders: Vec<Option<NodeId>> = majority
+            .iter()
+            .map(|id| cluster.member(*id).group.leader())
+            .collect();
+        leaders[0].is_some_and(|l| l != old_leader) && leaders.iter().all(|l| *l == leaders[0])
+    })
+    .await;
+    cluster
+        .member(majority[0])
+        .group
+        .propose("vhost b")
+        .await
+        .unwrap();
+
+    cluster.net.heal();
+    for id in [1, 2, 3] {
+        let ledger = cluster.member(id).ledger.clone();
+        eventually("every member with what was committed", || {
+            ledger.ops() == strings(&["vhost a", "vhost b"])
+        })
+        .await;
+    }
     cluster.shutdown().await;
 }
 

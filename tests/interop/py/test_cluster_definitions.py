@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from own_broker import needs_warren_bin
-from test_cluster_formation import Node, agreed, eventually
+from cluster_nodes import Node, agreed, eventually
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 

@@ -4,121 +4,19 @@ and one metadata-group leader; kill -9 of the leader gives a new leader among th
 shows the dead node down; restarted, it rejoins and catches up; a node with another secret is
 refused; a forgotten node leaves the membership, and is added back with add_cluster_node.
 Over mutual TLS two nodes form a cluster and a node without TLS does not get in."""
-import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 
 import pika
 import pytest
-import requests
 
 import tls_certs
-from own_broker import WARREN_BIN, free_port, needs_warren_bin
+from cluster_nodes import Node, agreed, eventually, members
+from own_broker import needs_warren_bin
 
 pytestmark = needs_warren_bin
-
-SETTLE_S = 30
-
-
-def eventually(what, check, timeout=SETTLE_S):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (requests.RequestException, ValueError, KeyError, subprocess.SubprocessError) as e:
-            last = e
-        time.sleep(0.3)
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
-
-
-class Node:
-    """One cluster node: its own data directory, AMQP, HTTP API and cluster ports."""
-
-    def __init__(self, root, name, secret_file, extra=()):
-        self.name = name
-        self.extra = list(extra)
-        self.data_dir = os.path.join(root, name.replace("@", "-"))
-        self.secret_file = secret_file
-        self.amqp_port = free_port()
-        self.http_port = free_port()
-        self.cluster_port = free_port()
-        self.prometheus_port = free_port()
-        self.address = "127.0.0.1:%d" % self.cluster_port
-        self.proc = None
-        self.log_path = os.path.join(root, name.replace("@", "-") + ".log")
-
-    def start(self, peers):
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [WARREN_BIN, "server", "--bind", "127.0.0.1",
-             "--amqp-port", str(self.amqp_port), "--management-port", str(self.http_port),
-             "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
-             "--prometheus-tls-port", "0", "--data-dir", self.data_dir,
-             "--node-name", self.name, "--cluster-port", str(self.cluster_port),
-             "--cluster-advertise", self.address,
-             "--cluster-secret-file", self.secret_file,
-             "--cluster-peers", ",".join(p.address for p in peers), *self.extra],
-            stdout=log, stderr=subprocess.STDOUT)
-        eventually("%s's HTTP API" % self.name, lambda: self.get("/api/overview"))
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def get(self, path):
-        response = requests.get("http://127.0.0.1:%d%s" % (self.http_port, path),
-                                auth=("guest", "guest"), timeout=5)
-        response.raise_for_status()
-        return response.json()
-
-    def ctl(self, *args):
-        return subprocess.run(
-            [WARREN_BIN, "ctl", "--url", "http://127.0.0.1:%d" % self.http_port, *args],
-            capture_output=True, text=True, timeout=90)
-
-    def status(self):
-        result = self.ctl("cluster_status", "--formatter", "json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def metrics(self):
-        response = requests.get("http://127.0.0.1:%d/metrics" % self.prometheus_port, timeout=5)
-        response.raise_for_status()
-        return response.text
-
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-
-def members(status):
-    return sorted(m["name"] for m in status["members"])
-
-
-def agreed(nodes, expected_names):
-    """Every node's cluster_status lists `expected_names` and names the same leader."""
-    statuses = [n.status() for n in nodes]
-    leaders = {s["leader"] for s in statuses}
-    if len(leaders) != 1 or None in leaders:
-        return None
-    if any(members(s) != sorted(expected_names) for s in statuses):
-        return None
-    return statuses[0]["leader"]
 
 
 # Three brokers, a failover, restarts and membership changes: minutes on a slow machine.

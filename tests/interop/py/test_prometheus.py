@@ -103,6 +103,12 @@ RABBITMQ_FAMILIES = {
     "rabbitmq_global_messages_dead_lettered_expired_total": ("counter", "Total number of messages dead-lettered due to message TTL exceeded"),
     "rabbitmq_global_messages_dead_lettered_maxlen_total": ("counter", "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx"),
     "rabbitmq_global_messages_dead_lettered_rejected_total": ("counter", "Total number of messages dead-lettered due to basic.reject or basic.nack"),
+    # ra_metrics: quorum queues' Raft groups (summed; present with 0 without any).
+    "rabbitmq_raft_term_total": ("counter", "Current Raft term number"),
+    "rabbitmq_raft_log_snapshot_index": ("gauge", "Raft log snapshot index"),
+    "rabbitmq_raft_log_last_applied_index": ("gauge", "Raft log last applied index"),
+    "rabbitmq_raft_log_commit_index": ("gauge", "Raft log commit index"),
+    "rabbitmq_raft_log_last_written_index": ("gauge", "Raft log last written index"),
 }
 
 # Families RabbitMQ added after 3.10 (the Overview dashboard of today reads this one).

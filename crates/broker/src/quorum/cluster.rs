@@ -6,10 +6,11 @@
 //! handshake tells who answers there. Formation is deterministic and safe on restart:
 //!
 //! - a node whose metadata member has state (a log, a snapshot, a vote) never initializes;
-//! - otherwise, once every seed answered, the node whose id is the lowest of itself and its
-//!   seeds initializes the metadata group with itself as the only member;
-//! - every other uninitialized node asks the seeds to add it (forwarded to the leader) until
-//!   one does: each node announces its own name and address, so the membership carries them.
+//! - every uninitialized node asks the seeds to add it (forwarded to the leader) until one
+//!   does: each node announces its own name and address, so the membership carries them;
+//! - only when no seed is in a cluster yet and every seed answered does the node whose id is
+//!   the lowest of itself and its seeds initialize the metadata group with itself as the only
+//!   member (so a wiped node with the lowest id joins the running cluster, not a new one).
 //!
 //! A watcher keeps this node linked to every member the membership lists (the lower id dials;
 //! a higher one probes when no link is up, since the lower may not know its address yet).
@@ -54,6 +55,10 @@ pub struct ClusterMember {
     pub matched_index: Option<u64>,
     /// How far the member is behind the leader's log, in entries (absent on followers).
     pub lag: Option<u64>,
+    /// For a running peer: how long the failure detector has seen it up without a break (a
+    /// lower bound of its uptime, as this node cannot ask it); None for this node itself
+    /// and for peers that are down.
+    pub up_for_ms: Option<u64>,
 }
 
 /// The cluster as this node sees it.
@@ -144,8 +149,11 @@ impl ClusterNode {
     async fn form(self: Arc<Self>, seeds: Vec<String>) {
         let mut ticker = tokio::time::interval(WATCH_INTERVAL);
         let mut announced_waiting = false;
-        // Seeds whose node is known: each is probed once, since every probe's connection
-        // replaces the pair's link (and fails the requests in flight on it).
+        // Seeds whose node is known: each is probed again only while no link to it is up,
+        // since every probe's connection replaces the pair's link (and fails the requests in
+        // flight on it). Probing again matters: when a seed with a lower id replaced this
+        // node's probe by its own connection and that one closed, nobody else redials — the
+        // seed does not know this node's address until it is a member.
         let mut known: std::collections::HashMap<String, NodeId> = Default::default();
         loop {
             ticker.tick().await;
@@ -175,8 +183,10 @@ impl ClusterNode {
             let mut all_answered = true;
             for seed in &seeds {
                 if let Some(id) = known.get(seed) {
-                    seed_ids.insert(*id);
-                    continue;
+                    if self.transport.liveness().is_up(*id) {
+                        seed_ids.insert(*id);
+                        continue;
+                    }
                 }
                 match self.discover(seed).await {
                     Ok(id) => {
@@ -195,8 +205,19 @@ impl ClusterNode {
                 }
             }
             seed_ids.remove(&self.id);
+            // Joining comes first, even for the lowest id: a node whose data was wiped (or a
+            // new node with a low name) must join the cluster its seeds already form, not
+            // start a second one beside it.
+            let mut joined = false;
+            for seed in seed_ids.iter().copied() {
+                if self.ask_to_join(seed).await {
+                    tracing::info!(node = %self.name, via = seed, "joined the cluster");
+                    joined = true;
+                    break;
+                }
+            }
             let initialized = matches!(self.metadata.is_initialized().await, Ok(true));
-            if !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
+            if !joined && !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
                 match self.metadata.initialize(&[(self.id, self.info())]).await {
                     Ok(()) => {
                         tracing::info!(
@@ -206,13 +227,6 @@ impl ClusterNode {
                         self.membership.send_replace(Some(true));
                     }
                     Err(e) => tracing::warn!(error = %e, "initializing the cluster failed"),
-                }
-                continue;
-            }
-            for seed in seed_ids {
-                if self.ask_to_join(seed).await {
-                    tracing::info!(node = %self.name, via = seed, "joined the cluster");
-                    break;
                 }
             }
         }
@@ -312,6 +326,11 @@ impl ClusterNode {
                     .matched_index
                     .zip(leader_index)
                     .map(|(matched, last)| last.saturating_sub(matched)),
+                up_for_ms: (member.node != self.id)
+                    .then(|| self.transport.liveness().status(member.node))
+                    .flatten()
+                    .filter(|peer| peer.up)
+                    .map(|peer| peer.since.elapsed().as_millis() as u64),
             })
             .collect();
         ClusterStatus {

@@ -5,6 +5,7 @@ import { get, hasTag, signedInUser, signOut, whenUnauthorized } from "./api.js";
 import { el, fill, flash } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as channels from "./pages/channels.js";
+import * as cluster from "./pages/cluster.js";
 import * as connections from "./pages/connections.js";
 import * as exchange from "./pages/exchange.js";
 import * as exchanges from "./pages/exchanges.js";
@@ -30,6 +31,8 @@ function pageFor(segments) {
       return rest.length >= 2 ? ["exchanges", exchange] : ["exchanges", exchanges];
     case "queues":
       return rest.length >= 2 ? ["queues", queue] : ["queues", queues];
+    case "cluster":
+      return ["cluster", cluster];
     case "admin":
       return ["admin", admin];
     case "login":
@@ -73,6 +76,8 @@ async function show() {
   }
   // Users, vhosts and permissions are administrators' business, policies policymakers' too.
   document.querySelector('#menu a[data-section="admin"]').hidden = !hasTag("policymaker");
+  // The cluster's status is for monitoring users (the API refuses it to others).
+  document.querySelector('#menu a[data-section="cluster"]').hidden = !hasTag("monitoring");
   if (!page) {
     fill(main, el("h1", {}, "Not found"), el("p", {}, "No such page. ", el("a", { href: "#/" }, "Overview")));
     return;

@@ -128,6 +128,10 @@ pub fn other_members(api: &Api) -> Vec<Value> {
         .filter(|member| member.name != api.node)
         .map(|member| {
             let mut node = json!({"name": member.name, "type": "disc", "running": member.running});
+            if let Some(up_for_ms) = member.up_for_ms {
+                // RabbitMQ's `uptime`; here how long this node has seen the peer up.
+                node["uptime"] = json!(up_for_ms);
+            }
             add_raft_fields(&mut node, member);
             node
         })

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
+use warren_broker::quorum::status::{GroupStatus, NodeId, NodeNames};
 use warren_broker::{DefinitionOp, Queue, VHost};
 use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader};
 
@@ -42,7 +43,7 @@ pub fn vhost_totals(vhost: &VHost) -> ([u64; 3], usize) {
     (totals, queues.len())
 }
 
-fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
+fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Value {
     let applied = vhost.applied_policies(EntityKind::Queue, &q.name);
     let vhost = vhost.name.as_str();
     let rates = api.rates.get(&rate_key("queue", vhost, &q.name));
@@ -79,22 +80,26 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
     });
     if let Some(qq) = q.quorum() {
-        // RabbitMQ's quorum queue fields: the leader (also the queue's `node`), the members
-        // and those of them running, by node name.
-        let name = |id| node_name(api, id);
-        let leader = qq.leader().map(name);
-        let members = qq.member_ids();
-        let online: Vec<String> = members
-            .iter()
-            .filter(|id| is_running(api, **id))
-            .map(|id| name(*id))
-            .collect();
-        if let Some(leader) = &leader {
-            shown["node"] = json!(leader);
+        // RabbitMQ's quorum queue fields: the leader (also the queue's `node`), every member
+        // and the members that are running, by node name (leader null while the group elects,
+        // and on a node that is no member until it learns the leader).
+        let status = qq.group_status();
+        let members: Vec<NodeId> = status.as_ref().map_or_else(
+            || qq.member_ids(),
+            |s| s.members.iter().map(|m| m.node).collect(),
+        );
+        let leader = status.as_ref().and_then(|s| s.leader).or(qq.leader());
+        let running = |id: &&NodeId| names.is_running(**id);
+        if let Some(leader) = leader {
+            shown["node"] = json!(names.name(leader));
         }
-        shown["leader"] = json!(leader);
-        shown["members"] = json!(members.into_iter().map(name).collect::<Vec<_>>());
-        shown["online"] = json!(online);
+        shown["leader"] = json!(leader.map(|id| names.name(id)));
+        shown["members"] = json!(members.iter().map(|id| names.name(*id)).collect::<Vec<_>>());
+        shown["online"] = json!(members
+            .iter()
+            .filter(running)
+            .map(|id| names.name(*id))
+            .collect::<Vec<_>>());
     }
     shown
 }
@@ -167,11 +172,36 @@ pub async fn quorum_status(
 }
 
 fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
+    let names = NodeNames::of(&api.broker);
     vhost
         .queues()
         .iter()
-        .map(|q| queue_json(api, vhost, q))
+        .map(|q| queue_json(api, &names, vhost, q))
         .collect()
+}
+
+/// Warren's own `raft` object on one quorum queue's GET: the group as this node's member
+/// sees it (what `warren ctl quorum_status` prints), null while the group starts.
+fn raft_json(names: &NodeNames, status: &GroupStatus) -> Value {
+    json!({
+        "node": names.name(status.node),
+        "state": status.state,
+        "leader": status.leader.map(|id| names.name(id)),
+        "term": status.term,
+        "commit_index": status.commit_index,
+        "last_applied_index": status.last_applied_index,
+        "last_log_index": status.last_log_index,
+        "snapshot_index": status.snapshot_index,
+        "log_entries": status.log_entries,
+        "members": status.members.iter().map(|m| json!({
+            "name": names.name(m.node),
+            "state": m.state,
+            "voter": m.voter,
+            "online": names.is_running(m.node),
+            "matched_index": m.matched_index,
+            "lag": m.lag,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 pub async fn list(
@@ -205,7 +235,13 @@ pub async fn one(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let (vhost, q) = find(&api, &who, &vhost, &name)?;
-    let mut body = queue_json(&api, &vhost, &q);
+    let names = NodeNames::of(&api.broker);
+    let mut body = queue_json(&api, &names, &vhost, &q);
+    if let Some(qq) = q.quorum() {
+        body["raft"] = qq
+            .group_status()
+            .map_or(Value::Null, |status| raft_json(&names, &status));
+    }
     body["consumer_details"] = Value::Array(connections::consumers_of(
         &api,
         &who,

@@ -6,6 +6,7 @@ import { actionButton, el, facts, field, fill, flash, form, select } from "../do
 import { bytes, count, json, path, rate, yesNo } from "../format.js";
 import { publishForm } from "../forms.js";
 import { table } from "../list.js";
+import { leaderCell, membersCell } from "../members.js";
 
 function consumersTable(queue) {
   return table(
@@ -101,6 +102,10 @@ export async function render(main, context) {
         ["Virtual host", queue.vhost],
         ["Type", queue.type],
         ["State", queue.state],
+        ["Leader", Array.isArray(queue.members) ? leaderCell(queue) : undefined],
+        ["Members", Array.isArray(queue.members) ? membersCell(queue) : undefined],
+        ["Raft term", queue.raft ? String(queue.raft.term) : undefined],
+        ["Commit index", queue.raft && queue.raft.commit_index !== null ? count(queue.raft.commit_index) : undefined],
         ["Durable", yesNo(queue.durable)],
         ["Auto delete", yesNo(queue.auto_delete)],
         ["Exclusive", yesNo(queue.exclusive)],

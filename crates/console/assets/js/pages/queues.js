@@ -5,6 +5,7 @@ import { el, field, fill, flash, form, route, select, tags, textInput } from "..
 import { count, json, path, rate } from "../format.js";
 import { argumentsField, checkbox, jsonObject, vhostSelect } from "../forms.js";
 import { pagedList } from "../list.js";
+import { leaderCell, membersCell } from "../members.js";
 
 export function features(queue) {
   return tags([
@@ -34,6 +35,10 @@ export async function render(main) {
       { title: "Incoming", num: true, cell: (q) => rate(path(q, "message_stats.publish_details.rate")) },
       { title: "Deliver / get", num: true, cell: (q) => rate(path(q, "message_stats.deliver_get_details.rate")) },
       { title: "Ack", num: true, cell: (q) => rate(path(q, "message_stats.ack_details.rate")) },
+      // Quorum queues' Raft group (empty for classic queues); last, so the columns before
+      // keep their places.
+      { title: "Leader", cell: leaderCell },
+      { title: "Members", cell: membersCell },
     ],
   });
   const addForm = form(

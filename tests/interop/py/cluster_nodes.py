@@ -1,0 +1,418 @@
+"""Real `warren server` cluster nodes for tests: start, stop, kill -9, SIGSTOP/SIGCONT, restart
+and wipe-and-restart N processes, wait until they agree on one membership and leader, read
+their status. Two network modes:
+
+- loopback (always): every node on 127.0.0.1 with free-picked ports;
+- network namespaces (`Cluster(..., netns=True)`, root only): every node in its own `ip netns`,
+  its cluster traffic on a veth pair into one bridge, so a partition is real — `partition(node)`
+  takes the node's bridge-side veth down (packets are dropped, connections go silent, nothing is
+  reset), `heal(node)` brings it up. The test reaches every node on a second veth pair of its
+  own (the client link), which a partition leaves alone: the test can talk to both sides.
+  `netns_unavailable()` says why a machine cannot (not root, no `ip netns`, no bridge, bridged
+  traffic filtered), for the netns tests to skip with that reason.
+
+Needs WARREN_BIN (see own_broker.py)."""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import requests
+
+from own_broker import WARREN_BIN, free_port
+
+SETTLE_S = 30
+
+
+def eventually(what, check, timeout=SETTLE_S, interval_s=0.3):
+    """Polls `check` until it returns something truthy (returned), or fails after `timeout`
+    seconds naming `what` and the last answer or error."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (requests.RequestException, ValueError, KeyError, subprocess.SubprocessError,
+                json.JSONDecodeError, AssertionError) as e:
+            last = e
+        time.sleep(interval_s)
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+class NodeExited(Exception):
+    """A node's process ended while a test waited for it (never retried)."""
+
+
+class Node:
+    """One cluster node: its own data directory, AMQP, HTTP API and cluster ports. In a network
+    namespace (`netns`) it listens on the standard ports, reached at `host` (its client link);
+    otherwise on free loopback ports."""
+
+    def __init__(self, root, name, secret_file, extra=(), netns=None, host="127.0.0.1",
+                 cluster_host=None):
+        self.name = name
+        self.extra = list(extra)
+        self.data_dir = os.path.join(root, name.replace("@", "-"))
+        self.secret_file = secret_file
+        self.netns = netns
+        self.host = host
+        # `guest` may only log in from loopback (as in RabbitMQ): a node in a namespace, reached
+        # over its client link, gets another default user.
+        self.user, self.password = ("chaos", "chaos-pw") if netns else ("guest", "guest")
+        if netns:
+            self.extra += ["--default-user", self.user, "--default-pass", self.password]
+        if netns:
+            self.amqp_port, self.http_port, self.cluster_port, self.prometheus_port = (
+                5672, 15672, 25672, 15692)
+        else:
+            self.amqp_port = free_port()
+            self.http_port = free_port()
+            self.cluster_port = free_port()
+            self.prometheus_port = free_port()
+        self.address = "%s:%d" % (cluster_host or host, self.cluster_port)
+        self.proc = None
+        self.paused = False
+        self.log_path = os.path.join(root, name.replace("@", "-") + ".log")
+
+    @property
+    def amqp_url(self):
+        return "amqp://%s:%s@%s:%d/%%2F" % (self.user, self.password, self.host, self.amqp_port)
+
+    @property
+    def api_url(self):
+        return "http://%s:%d" % (self.host, self.http_port)
+
+    def command(self, peers):
+        bind = "0.0.0.0" if self.netns else "127.0.0.1"
+        command = [
+            WARREN_BIN, "server", "--bind", bind,
+            "--amqp-port", str(self.amqp_port), "--management-port", str(self.http_port),
+            "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
+            "--prometheus-tls-port", "0", "--data-dir", self.data_dir,
+            "--node-name", self.name, "--cluster-port", str(self.cluster_port),
+            "--cluster-advertise", self.address,
+            "--cluster-secret-file", self.secret_file,
+            "--cluster-peers", ",".join(p.address for p in peers), *self.extra]
+        # `ip netns exec` execs the command: the child's pid is the broker's, signals reach it.
+        return (["ip", "netns", "exec", self.netns] if self.netns else []) + command
+
+    def start(self, peers, wait=True):
+        """Starts the broker with `peers` as its seeds; waits for its HTTP API."""
+        assert not self.running(), "%s is already running" % self.name
+        with open(self.log_path, "a") as log:
+            log.write("\n==== start %s\n" % time.strftime("%H:%M:%S"))
+            log.flush()
+            self.proc = subprocess.Popen(self.command(peers), stdout=log,
+                                         stderr=subprocess.STDOUT)
+        self.paused = False
+        if wait:
+            eventually("%s's HTTP API" % self.name, self._answers, timeout=60)
+
+    def _answers(self):
+        if self.proc.poll() is not None:
+            raise NodeExited("%s exited (%s), see %s" % (self.name, self.proc.returncode,
+                                                         self.log_path))
+        return self.get("/api/overview")
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        """kill -9: no shutdown, whatever was not on disk is lost."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.paused = False
+
+    def pause(self):
+        """SIGSTOP: the process is frozen, its sockets stay open (a hung node, a long GC)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            if self.paused:
+                self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.paused = False
+
+    def wipe(self):
+        """Removes the node's data directory (the node must be down): a node replaced by a
+        fresh machine under the same name."""
+        assert not self.running(), "wipe a stopped node"
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def request(self, method, path, timeout=10, **kwargs):
+        return requests.request(method, self.api_url + path, auth=(self.user, self.password),
+                                timeout=timeout, **kwargs)
+
+    def get(self, path, timeout=5):
+        response = self.request("GET", path, timeout=timeout)
+        response.raise_for_status()
+        return response.json()
+
+    def ctl(self, *args, timeout=90):
+        return subprocess.run([WARREN_BIN, "ctl", "--url", self.api_url, "--username", self.user,
+                               "--password", self.password, *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def status(self):
+        """`warren ctl cluster_status` as JSON."""
+        result = self.ctl("cluster_status", "--formatter", "json", timeout=20)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def api_status(self):
+        """GET /api/cluster/status."""
+        return self.get("/api/cluster/status")
+
+    def metrics(self):
+        response = requests.get("http://%s:%d/metrics" % (self.host, self.prometheus_port),
+                                timeout=5)
+        response.raise_for_status()
+        return response.text
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+
+def members(status):
+    return sorted(m["name"] for m in status["members"])
+
+
+def agreed(nodes, expected_names):
+    """Every node's cluster_status lists `expected_names` and names the same leader (its name),
+    else None."""
+    statuses = [n.status() for n in nodes]
+    leaders = {s["leader"] for s in statuses}
+    if len(leaders) != 1 or None in leaders:
+        return None
+    if any(members(s) != sorted(expected_names) for s in statuses):
+        return None
+    return statuses[0]["leader"]
+
+
+def all_up_and_caught_up(nodes, expected_names):
+    """The nodes agree on `expected_names` and a leader, the leader sees every member running
+    and no member behind (lag 0); the leader's name, else None."""
+    leader = agreed(nodes, expected_names)
+    if leader is None:
+        return None
+    by_name = {n.name: n for n in nodes}
+    if leader not in by_name:
+        return None
+    status = by_name[leader].api_status()
+    if not all(m["running"] for m in status["members"]):
+        return None
+    if any(m.get("lag") not in (0, None) for m in status["members"]):
+        return None
+    return leader
+
+
+def netns_unavailable():
+    """Why network-namespace clusters cannot run here (None when they can): needs root, `ip
+    netns`, a bridge, and bridged traffic that no firewall drops (br_netfilter + a FORWARD DROP
+    policy, as Docker hosts have, would silently cut the cluster). Probed once with two
+    namespaces and a TCP connection between them."""
+    global _NETNS_PROBE
+    if _NETNS_PROBE is not None:
+        return _NETNS_PROBE or None
+    reason = ""
+    if os.geteuid() != 0:
+        reason = "network namespaces need root"
+    elif shutil.which("ip") is None:
+        reason = "no `ip` command (iproute2)"
+    else:
+        net = None
+        try:
+            net = NetnsNetwork(2)
+            net.setup()
+            probe = ("import socket,sys; s=socket.socket(); s.settimeout(3); "
+                     "s.connect((sys.argv[1], int(sys.argv[2]))); s.close()")
+            listener = subprocess.Popen(
+                ["ip", "netns", "exec", net.namespaces[1], "python3", "-c",
+                 "import socket; s=socket.socket(); s.bind(('0.0.0.0', 25999)); s.listen(1); "
+                 "s.settimeout(10); s.accept()"])
+            try:
+                connected = None
+                for _ in range(30):
+                    connected = subprocess.run(
+                        ["ip", "netns", "exec", net.namespaces[0], "python3", "-c", probe,
+                         net.cluster_ip(1), "25999"], capture_output=True, text=True)
+                    if connected.returncode == 0:
+                        break
+                    time.sleep(0.2)
+                if connected.returncode != 0:
+                    reason = ("bridged traffic between network namespaces does not get through "
+                              "(a firewall on the bridge?): %s" % connected.stderr.strip()[-200:])
+            finally:
+                listener.kill()
+                listener.wait()
+        except (subprocess.CalledProcessError, OSError) as e:
+            detail = getattr(e, "stderr", None) or str(e)
+            reason = "cannot set up network namespaces here: %s" % str(detail).strip()[-200:]
+        finally:
+            if net is not None:
+                net.teardown()
+    _NETNS_PROBE = reason
+    return reason or None
+
+
+_NETNS_PROBE = None
+
+
+class NetnsNetwork:
+    """N network namespaces: each with `eth0` on a veth pair into one bridge (the cluster
+    network, 10.R.0.0/24) and `cl0` on a veth pair to the root namespace (the client link,
+    10.R.i.0/24, point to point). Names carry a random tag so concurrent runs do not collide;
+    the namespaces have no route between the client links, so cluster traffic only ever crosses
+    the bridge."""
+
+    def __init__(self, size):
+        self.size = size
+        self.tag = "%04x" % random.randrange(0x10000)
+        self.octet = random.randrange(100, 250)
+        self.bridge = "wcbr%s" % self.tag
+        self.namespaces = ["wc%s-%d" % (self.tag, i) for i in range(size)]
+        self._made = []
+
+    def cluster_ip(self, i):
+        return "10.%d.0.%d" % (self.octet, 10 + i)
+
+    def client_ip(self, i):
+        return "10.%d.%d.2" % (self.octet, 1 + i)
+
+    def cluster_veth(self, i):
+        """The bridge-side end of node i's cluster link: what a partition takes down."""
+        return "wc%sc%d" % (self.tag, i)
+
+    def _ip(self, *args, netns=None):
+        command = (["ip", "netns", "exec", netns, "ip"] if netns else ["ip"]) + list(args)
+        subprocess.run(command, check=True, capture_output=True, text=True)
+
+    def setup(self):
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._made.append(("link", self.bridge))
+        self._ip("link", "set", self.bridge, "up")
+        for i, ns in enumerate(self.namespaces):
+            self._ip("netns", "add", ns)
+            self._made.append(("netns", ns))
+            self._ip("link", "set", "lo", "up", netns=ns)
+            cluster_veth, client_veth = self.cluster_veth(i), "wc%sl%d" % (self.tag, i)
+            self._ip("link", "add", cluster_veth, "type", "veth", "peer", "name", "eth0",
+                     "netns", ns)
+            self._made.append(("link", cluster_veth))
+            self._ip("link", "set", cluster_veth, "master", self.bridge)
+            self._ip("link", "set", cluster_veth, "up")
+            self._ip("addr", "add", self.cluster_ip(i) + "/24", "dev", "eth0", netns=ns)
+            self._ip("link", "set", "eth0", "up", netns=ns)
+            self._ip("link", "add", client_veth, "type", "veth", "peer", "name", "cl0",
+                     "netns", ns)
+            self._made.append(("link", client_veth))
+            self._ip("addr", "add", "10.%d.%d.1/24" % (self.octet, 1 + i), "dev", client_veth)
+            self._ip("link", "set", client_veth, "up")
+            self._ip("addr", "add", self.client_ip(i) + "/24", "dev", "cl0", netns=ns)
+            self._ip("link", "set", "cl0", "up", netns=ns)
+
+    def partition(self, i):
+        self._ip("link", "set", self.cluster_veth(i), "down")
+
+    def heal(self, i):
+        self._ip("link", "set", self.cluster_veth(i), "up")
+
+    def teardown(self):
+        # Deleting a namespace deletes the veth ends in it, and with them their peers.
+        for kind, name in reversed(self._made):
+            if kind == "netns":
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            else:
+                subprocess.run(["ip", "link", "del", name], capture_output=True)
+        self._made = []
+
+
+class Cluster:
+    """`size` nodes sharing a secret, under one temporary directory, each seeded with the
+    others' addresses; loopback or (`netns=True`) one network namespace per node."""
+
+    def __init__(self, prefix, size=3, netns=False, extra=()):
+        self.root = tempfile.mkdtemp(prefix="warren-%s-" % prefix)
+        self.secret_file = os.path.join(self.root, "secret")
+        with open(self.secret_file, "w") as f:
+            f.write("%s-cluster-secret\n" % prefix)
+        self.net = None
+        if netns:
+            self.net = NetnsNetwork(size)
+            self.net.setup()
+            self.nodes = [Node(self.root, "%s%d@%s" % (prefix, i + 1, self.net.cluster_ip(i)),
+                               self.secret_file, extra, netns=self.net.namespaces[i],
+                               host=self.net.client_ip(i), cluster_host=self.net.cluster_ip(i))
+                          for i in range(size)]
+        else:
+            self.nodes = [Node(self.root, "%s%d@127.0.0.1" % (prefix, i + 1), self.secret_file,
+                               extra) for i in range(size)]
+        self.names = [n.name for n in self.nodes]
+
+    def peers_of(self, node):
+        return [p for p in self.nodes if p is not node]
+
+    def node(self, name):
+        return next(n for n in self.nodes if n.name == name)
+
+    def start(self, timeout=90):
+        """Starts every node and waits (generously: debug builds on a loaded machine) until
+        they agree on the membership and a leader; returns the leader's name."""
+        for node in self.nodes:
+            node.start(self.peers_of(node))
+        return self.wait_agreed(timeout=timeout)
+
+    def wait_agreed(self, nodes=None, timeout=60, caught_up=False):
+        """Waits until `nodes` (default: all) list every member and name one leader (and, with
+        `caught_up`, the leader sees every member running and at lag 0); the leader's name."""
+        nodes = nodes or self.nodes
+        check = all_up_and_caught_up if caught_up else agreed
+        return eventually("%s agreeing on %s" % ([n.name for n in nodes], self.names),
+                          lambda: check(nodes, self.names), timeout=timeout)
+
+    def restart(self, node, wipe=False):
+        """Stops (cleanly, unless already down) and starts `node` again; with `wipe`, its data
+        directory is removed in between."""
+        node.stop()
+        if wipe:
+            node.wipe()
+        node.start(self.peers_of(node))
+
+    def partition(self, node):
+        assert self.net, "partitions need netns=True"
+        self.net.partition(self.nodes.index(node))
+
+    def heal(self, node):
+        assert self.net, "partitions need netns=True"
+        self.net.heal(self.nodes.index(node))
+
+    def close(self):
+        for node in self.nodes:
+            try:
+                node.stop()
+            except (OSError, subprocess.SubprocessError):
+                pass
+        if self.net is not None:
+            self.net.teardown()
+        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            print("cluster logs kept in %s" % self.root)
