@@ -30,7 +30,7 @@ def cluster():
     with open(secret_file, "w") as f:
         f.write("quorum-groups-test-secret\n")
     # Names whose lowest node id (the one that forms the cluster) is started last, as in the
-    # other cluster tests: formation when that node starts first is a known, separate issue.
+    # other cluster tests (formation when it starts first stalled before main's fix 1bb3fd0).
     nodes = [Node(root, "qgroup%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
     try:
         for node in nodes:
