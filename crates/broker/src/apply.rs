@@ -242,6 +242,7 @@ impl Broker {
                 auto_delete,
                 arguments,
                 connection,
+                members,
             } => {
                 let declaration = QueueDeclaration {
                     name: short(&name),
@@ -253,8 +254,12 @@ impl Broker {
                 };
                 let target = self.live_vhost(&vhost)?;
                 let created = target.queue(&name).is_none();
-                let (name, message_count, consumer_count) =
-                    target.declare_queue_named(declaration, connection, server_named)?;
+                let (name, message_count, consumer_count) = target.declare_queue_with_members(
+                    declaration,
+                    connection,
+                    server_named,
+                    members,
+                )?;
                 Ok(Outcome::QueueDeclared {
                     name: name.to_string(),
                     created,

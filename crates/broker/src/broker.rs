@@ -591,6 +591,7 @@ mod tests {
                 name: "legacy".into(),
                 auto_delete: false,
                 arguments: FieldTable::new(),
+                members: Vec::new(),
             }],
             ..Definitions::default()
         };

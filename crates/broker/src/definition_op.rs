@@ -167,6 +167,12 @@ pub enum DefinitionOp {
         #[serde(with = "table_base64")]
         arguments: FieldTable,
         connection: ConnectionId,
+        /// A quorum queue's Raft group members (node ids), chosen by the proposing node
+        /// (`Broker::change`), the declaring node first; empty for other queues, on a single
+        /// node, and in ops logged before groups spanned nodes (each node then runs a group
+        /// of its own, as it did).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<u64>,
     },
     /// Removes a queue. queue.delete's `if-unused`/`if-empty` look at the queue's live
     /// consumers and messages, which are node-local: they are checked before the op is

@@ -23,6 +23,9 @@ pub struct QueueDefinition {
     pub name: ShortStr,
     pub auto_delete: bool,
     pub arguments: FieldTable,
+    /// A quorum queue's Raft group members (node ids) when its group spans nodes; empty
+    /// otherwise (and in blobs written before it could).
+    pub members: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +117,11 @@ impl Definitions {
                 t.insert("name", text(&q.name));
                 t.insert("auto_delete", FieldValue::Bool(q.auto_delete));
                 t.insert("arguments", FieldValue::Table(q.arguments.clone()));
+                if !q.members.is_empty() {
+                    // Node ids are u64; the table keeps them as i64 bit for bit.
+                    let members = q.members.iter().map(|id| FieldValue::I64(*id as i64));
+                    t.insert("members", FieldValue::Array(members.collect()));
+                }
                 FieldValue::Table(t)
             })
             .collect();
@@ -160,6 +168,16 @@ impl Definitions {
                     name: get_str(t, "name")?,
                     auto_delete: get_bool(t, "auto_delete"),
                     arguments: get_table(t, "arguments"),
+                    members: match t.get("members") {
+                        Some(FieldValue::Array(ids)) => ids
+                            .iter()
+                            .filter_map(|id| match id {
+                                FieldValue::I64(id) => Some(*id as u64),
+                                _ => None,
+                            })
+                            .collect(),
+                        _ => Vec::new(),
+                    },
                 })
             })
             .collect();
@@ -265,6 +283,7 @@ mod tests {
                 name: "q".into(),
                 auto_delete: true,
                 arguments: args.clone(),
+                members: vec![7, u64::MAX],
             }],
             bindings: vec![BindingDefinition {
                 source: "ex".into(),

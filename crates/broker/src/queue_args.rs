@@ -152,6 +152,11 @@ fn check_declare_arg(key: &str, v: &FieldValue, args: &FieldTable) -> Result<(),
             n => Err(format!("\"unsupported queue version '{n}'\"")),
         },
         "x-single-active-consumer" => boolean(v),
+        // `check_initial_cluster_size_arg`: a non-negative integer, and not zero.
+        "x-quorum-initial-group-size" => match non_negative(v)? {
+            0 => Err("{value_zero,0}".to_owned()),
+            _ => Ok(()),
+        },
         "x-queue-type" => one_of(v, &["classic", "quorum", "stream"], |s| {
             format!("\"unsupported queue type '{s}'\"")
         }),

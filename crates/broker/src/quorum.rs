@@ -22,9 +22,10 @@
 pub mod cluster;
 pub(crate) mod codec;
 mod host;
+pub mod placement;
 pub mod status;
 
-pub use host::{QuorumHost, LOCAL_NODE_ID};
+pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
@@ -45,9 +46,10 @@ use warren_quorum::machine::{
     Command, ConsumerKey, DeadLetterReason, Effect, MsgId, Overflow, QueueConfig, Reply,
     DEFAULT_DELIVERY_LIMIT,
 };
+use warren_quorum::network::{RaftRequest, RaftResponse, Transport, TransportError};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::storage::Applied;
-use warren_quorum::types::{GroupId, Proposal};
+use warren_quorum::types::{GroupId, NodeId, Proposal};
 
 /// How often the leader lets time pass (`Tick`) while the head of the queue can expire.
 const TICK_INTERVAL: Duration = Duration::from_millis(200);
@@ -193,6 +195,22 @@ impl Consumers {
     }
 }
 
+/// One member of a queue's group as Raft sees it on this node (`quorum_status`).
+#[derive(Clone, Debug)]
+pub struct MemberStatus {
+    pub node: NodeId,
+    /// leader, follower, candidate or learner.
+    pub state: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: Option<u64>,
+    /// The last entry this member applied (applied entries are committed ones).
+    pub commit_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    /// On the leader: the last log index each member is known to hold.
+    pub matched: std::collections::BTreeMap<NodeId, Option<u64>>,
+}
+
 /// The quorum-specific part of a [`Queue`].
 pub struct QuorumQueue {
     group_id: GroupId,
@@ -203,10 +221,19 @@ pub struct QuorumQueue {
     commands: UnboundedSender<Proposed>,
     /// Taken by `start`.
     commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
-    /// Set once the group runs and this member leads it.
+    /// The group's members (node ids) as declared, the first of them the one that made the
+    /// group; empty: this node alone (a single node, or a queue declared before groups
+    /// spanned nodes).
+    members: Vec<NodeId>,
+    /// Set once this node's member of the group runs (never on a node that is not a member).
     group: OnceLock<Arc<QueueGroup>>,
     /// Told when `group` is set, so a basic.get on a queue still starting waits for it.
     group_started: tokio::sync::Notify,
+    /// The group's leader as this node knows it: the seam through which the node serving the
+    /// queue's clients follows the leader (`leader_events`).
+    leader: tokio::sync::watch::Sender<Option<NodeId>>,
+    /// Wakes the proposer when the leader changed, so a new leader takes over at once.
+    leader_changed: Arc<tokio::sync::Notify>,
     consumers: Mutex<Consumers>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
@@ -223,7 +250,12 @@ impl std::fmt::Debug for QuorumQueue {
 }
 
 impl QuorumQueue {
-    pub fn new(host: Arc<QuorumHost>, group_id: GroupId, config: QueueConfig) -> QuorumQueue {
+    pub fn new(
+        host: Arc<QuorumHost>,
+        group_id: GroupId,
+        config: QueueConfig,
+        members: Vec<NodeId>,
+    ) -> QuorumQueue {
         let (commands, commands_rx) = unbounded_channel();
         // Keys of consumers of an earlier run may still be in the group's state (they are
         // cancelled at start); start this run's keys far from theirs.
@@ -236,8 +268,11 @@ impl QuorumQueue {
             config: Mutex::new(config),
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
+            members,
             group: OnceLock::new(),
             group_started: tokio::sync::Notify::new(),
+            leader: tokio::sync::watch::Sender::new(None),
+            leader_changed: Arc::new(tokio::sync::Notify::new()),
             consumers: Mutex::new(Consumers::default()),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
@@ -249,9 +284,90 @@ impl QuorumQueue {
         self.group_id
     }
 
-    /// Whether this node's member runs and leads the group (the API's `leader`).
+    /// Whether this node's member runs and leads the group.
     pub fn is_leading(&self) -> bool {
         self.group.get().is_some_and(|g| g.is_leader())
+    }
+
+    /// The members as declared (empty: this node alone); see [`QuorumQueue::member_ids`].
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// The group's members: its voters as this node's member knows them, else as declared.
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        if let Some(members) = self.group.get().map(|g| g.members()) {
+            if !members.is_empty() {
+                return members;
+            }
+        }
+        match self.members.is_empty() {
+            true => vec![self.host.node_id()],
+            false => self.members.clone(),
+        }
+    }
+
+    /// The group's leader as this node knows it (None: not known yet, or this node is not a
+    /// member and has not heard).
+    pub fn leader(&self) -> Option<NodeId> {
+        *self.leader.borrow()
+    }
+
+    /// Every change of [`QuorumQueue::leader`]: the node of the leader is the one that serves
+    /// the queue's consumers.
+    pub fn leader_events(&self) -> tokio::sync::watch::Receiver<Option<NodeId>> {
+        self.leader.subscribe()
+    }
+
+    /// This node's member of the group as Raft sees it (None on a node that is not a member).
+    pub fn raft_status(&self) -> Option<MemberStatus> {
+        let group = self.group.get()?;
+        let metrics = group.raft().metrics().borrow().clone();
+        Some(MemberStatus {
+            node: metrics.id,
+            state: format!("{:?}", metrics.state).to_lowercase(),
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            last_log_index: metrics.last_log_index,
+            commit_index: metrics.last_applied.map(|id| id.index),
+            snapshot_index: metrics.snapshot.map(|id| id.index),
+            matched: metrics
+                .replication
+                .map(|replication| {
+                    replication
+                        .into_iter()
+                        .map(|(node, matched)| (node, matched.map(|id| id.index)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// This node stopped leading the group: its consumers are cancelled (basic.cancel, for
+    /// clients that asked for consumer_cancel_notify) and forget what they held; the new
+    /// leader returns those messages to the queue, redelivered (`take_over`), and answers
+    /// any later ack of them as of an unknown message.
+    fn lose_leadership(&self, queue: &Queue) {
+        let cancelled: Vec<Arc<Consumer>> = {
+            let mut consumers = self.consumers.lock();
+            consumers.held.clear();
+            consumers.cancelled.clear();
+            consumers.gets.clear();
+            consumers.by_key.drain().map(|(_, c)| c).collect()
+        };
+        if !cancelled.is_empty() {
+            tracing::info!(
+                queue = %queue.name,
+                consumers = cancelled.len(),
+                "quorum queue leadership moved away: cancelling this node's consumers"
+            );
+        }
+        for c in cancelled {
+            let _ = c.send(ConnectionEvent::ConsumerCancelled {
+                channel: c.channel,
+                consumer_tag: c.tag.clone(),
+            });
+        }
     }
 
     /// The group as this node's member sees it (None while the group is still starting);
@@ -429,6 +545,10 @@ impl QuorumQueue {
     /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
     async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         let group = self.started_group().await?;
+        // Only the leader's node serves gets (a follower's answer would be "empty").
+        if known_leader(&group, LEADER_WAIT).await.0 != Some(self.host.node_id()) {
+            return None;
+        }
         if self.is_deleted() {
             return None;
         }
@@ -475,8 +595,8 @@ impl QuorumQueue {
         Some((message, self.message_count()))
     }
 
-    /// The group once it leads; a queue declared just now may still be starting it (what was
-    /// published meanwhile waits in order, so a get must not answer "empty" before then).
+    /// The group once it runs here; a queue declared just now may still be starting it (what
+    /// was published meanwhile waits in order, so a get must not answer "empty" before then).
     async fn started_group(&self) -> Option<Arc<QueueGroup>> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -608,11 +728,18 @@ impl Queue {
     }
 }
 
+/// How long a proposal waits for the group to know a leader (an election under way) before
+/// it is refused (a publish then gets a nack).
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// Between attempts to forward publishes while no member answers as the leader.
+const FORWARD_RETRY: Duration = Duration::from_millis(200);
+
 async fn run_group(
     weak: Weak<Queue>,
     mut commands: UnboundedReceiver<Proposed>,
 ) -> Result<(), String> {
-    let (host, group_id, config, name) = {
+    let (host, group_id, config, name, members) = {
         let queue = weak.upgrade().ok_or("queue gone")?;
         let qq = queue.quorum().ok_or("not a quorum queue")?;
         (
@@ -620,10 +747,34 @@ async fn run_group(
             qq.group_id,
             qq.desired_config(),
             queue.name.clone(),
+            qq.members.clone(),
         )
     };
+    let own = host.node_id();
     // A queue of this name deleted just before: its data must be gone first.
     host.removed(group_id).await;
+    let (in_flight_tx, in_flight_rx) = unbounded_channel::<InFlight>();
+    tokio::spawn(complete(in_flight_rx));
+    let in_flight_entries = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+    if !members.is_empty() && !members.contains(&own) {
+        // Not a member: this node's record of the queue forwards publishes to the group.
+        tracing::debug!(queue = %name, group = group_id, "quorum queue served by other nodes");
+        while let Some(first) = commands.recv().await {
+            let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
+                break;
+            };
+            let batch = take_batch(first, &mut commands);
+            forward_batch(
+                &host,
+                group_id,
+                members.clone(),
+                batch,
+                permit,
+                &in_flight_tx,
+            );
+        }
+        return Ok(());
+    }
     let (effects_tx, effects_rx) = unbounded_channel();
     let group = host
         .node()
@@ -635,18 +786,17 @@ async fn run_group(
         .is_initialized()
         .await
         .map_err(|e| e.to_string())?;
-    if !initialized {
+    // The first member makes the group; the others wait for it to contact them. A restarted
+    // member finds its group (and its membership) in its log.
+    if !initialized && members.first().is_none_or(|first| *first == own) {
+        let initial = match members.is_empty() {
+            true => vec![own],
+            false => members.clone(),
+        };
         group
-            .initialize(&[host.node_id()])
+            .initialize(&initial)
             .await
             .map_err(|e| e.to_string())?;
-    }
-    // One member: it elects itself (at once when new, after an election timeout on restart).
-    let mut metrics = group.raft().metrics();
-    while metrics.borrow().current_leader != Some(host.node_id()) {
-        if metrics.changed().await.is_err() {
-            return Err("group stopped before it led".into());
-        }
     }
     let group = Arc::new(group);
     let raft = group.raft().clone();
@@ -662,59 +812,54 @@ async fn run_group(
             qq.remove_data(group.clone());
             return Ok(());
         }
-        // A group recovered from its log has the config of its last run; the policies may
-        // have changed since. Written ahead of the commands waiting to be proposed; a change
-        // after `config` was read above is among them (`set_config`) and lands after it.
-        if group.with_queue(|q| q.config() != &config) {
-            let proposal = Proposal {
-                now_ms: now_ms(),
-                command: Command::SetConfig(config.clone()),
-            };
-            let _ = raft.client_write(proposal).await;
-        }
-        // Consumers of an earlier run (the broker restarted) are gone: what they held is
-        // returned, redelivered, as RabbitMQ does when a consumer's channel goes down.
-        let live: Vec<ConsumerKey> = qq.consumers.lock().by_key.keys().copied().collect();
-        for stale in group.with_queue(|q| q.consumer_keys()) {
-            if !live.contains(&stale) {
-                let proposal = Proposal {
-                    now_ms: now_ms(),
-                    command: Command::Cancel { consumer: stale },
-                };
-                let _ = raft.client_write(proposal).await;
-            }
-        }
     }
-    tracing::info!(queue = %name, group = group_id, "quorum queue group leads");
+    tracing::info!(queue = %name, group = group_id, ?members, "quorum queue group started");
     tokio::spawn(apply_effects(weak.clone(), effects_rx));
     tokio::spawn(tick(weak.clone(), group.clone()));
-    let (in_flight_tx, in_flight_rx) = unbounded_channel::<InFlight>();
-    tokio::spawn(complete(in_flight_rx));
-    // Whatever arrived while the previous entry was being proposed goes into one entry:
-    // openraft 0.9 appends and flushes each client write on its own, so a batch is what lets
-    // one fsync cover many publishes.
-    let in_flight_entries = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
-    while let Some(first) = commands.recv().await {
+    tokio::spawn(watch_leader(weak.clone(), group.clone()));
+    // The term in which this member, leading, last took the queue over.
+    let mut took_over_in: Option<u64> = None;
+    loop {
+        let first = {
+            let Some(queue) = weak.upgrade() else { break };
+            let Some(qq) = queue.quorum() else { break };
+            // `notify_one` keeps a permit when nobody waits: a change is never missed.
+            let leader_changed = qq.leader_changed.clone();
+            drop(queue);
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(command) => Some(command),
+                    None => break,
+                },
+                _ = leader_changed.notified() => None,
+            }
+        };
+        let (leader, term) = known_leader(&group, LEADER_WAIT).await;
+        if leader == Some(own) {
+            if took_over_in != Some(term) {
+                take_over(&weak, &group).await;
+                took_over_in = Some(term);
+            }
+        } else {
+            took_over_in = None;
+        }
+        let Some(first) = first else { continue };
+        // Whatever arrived while the previous entry was being proposed goes into one entry:
+        // openraft 0.9 appends and flushes each client write on its own, so a batch is what
+        // lets one fsync cover many publishes.
         let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
             break;
         };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match commands.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
+        let batch = take_batch(first, &mut commands);
+        if leader != Some(own) {
+            // A follower: publishes go to the leader; what else consumers do here waits
+            // until this node leads (or is dropped: see `QuorumQueue::lose_leadership`).
+            let mut targets: Vec<NodeId> = leader.into_iter().collect();
+            targets.extend(group.members().into_iter().filter(|m| *m != own));
+            forward_batch(&host, group_id, targets, batch, permit, &in_flight_tx);
+            continue;
         }
-        let mut waiting = Vec::with_capacity(batch.len());
-        let mut batched = Vec::with_capacity(batch.len());
-        for proposed in batch {
-            waiting.push((proposed.confirm, proposed.answered));
-            batched.push(proposed.command);
-        }
-        let command = match batched.len() {
-            1 => batched.pop().expect("one command"),
-            _ => Command::Batch(batched),
-        };
+        let (waiting, command) = into_entry(batch);
         let proposal = Proposal {
             now_ms: now_ms(),
             command,
@@ -728,24 +873,236 @@ async fn run_group(
                     }
                 });
                 if let Err(lost) = in_flight_tx.send((reply, waiting, permit)) {
-                    for (confirm, _) in lost.0 .1 {
-                        if let Some(c) = confirm {
-                            c.answered(false);
-                        }
-                    }
+                    refuse(lost.0 .1);
                 }
             }
             Err(e) => {
                 tracing::warn!(queue = %name, error = %e, "quorum queue proposal failed");
-                for (confirm, _) in waiting {
-                    if let Some(c) = confirm {
-                        c.answered(false);
-                    }
-                }
+                refuse(waiting);
             }
         }
     }
     Ok(())
+}
+
+/// `first` and whatever else waits, up to a batch.
+fn take_batch(first: Proposed, commands: &mut UnboundedReceiver<Proposed>) -> Vec<Proposed> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match commands.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// One log entry's command for a batch, and who waits on each of its commands.
+fn into_entry(batch: Vec<Proposed>) -> (Vec<Waiting>, Command) {
+    let mut waiting = Vec::with_capacity(batch.len());
+    let mut batched = Vec::with_capacity(batch.len());
+    for proposed in batch {
+        waiting.push((proposed.confirm, proposed.answered));
+        batched.push(proposed.command);
+    }
+    let command = match batched.len() {
+        1 => batched.pop().expect("one command"),
+        _ => Command::Batch(batched),
+    };
+    (waiting, command)
+}
+
+/// Nacks the confirms of commands that will not be carried out.
+fn refuse(waiting: Vec<Waiting>) {
+    for (confirm, _) in waiting {
+        if let Some(c) = confirm {
+            c.answered(false);
+        }
+    }
+}
+
+/// Sends a batch's publishes to the group's leader (tried at `targets` in order, following
+/// "not the leader" answers), confirmed once the leader committed them. Consumer commands
+/// are not forwarded: a queue's consumers are served on its leader's node.
+fn forward_batch(
+    host: &Arc<QuorumHost>,
+    group: GroupId,
+    targets: Vec<NodeId>,
+    batch: Vec<Proposed>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    in_flight: &UnboundedSender<InFlight>,
+) {
+    let (enqueues, dropped): (Vec<Proposed>, Vec<Proposed>) = batch
+        .into_iter()
+        .partition(|p| matches!(p.command, Command::Enqueue { .. }));
+    refuse(
+        dropped
+            .into_iter()
+            .map(|p| (p.confirm, p.answered))
+            .collect(),
+    );
+    if enqueues.is_empty() {
+        return;
+    }
+    let (waiting, command) = into_entry(enqueues);
+    let proposal = Proposal {
+        now_ms: now_ms(),
+        command,
+    };
+    let transport = host.node().transport().clone();
+    let own = host.node_id();
+    let reply = Box::pin(async move {
+        // Each target in turn (a hinted leader first), while the group elects or a link to
+        // the leader's node comes up, for as long as a proposal waits for a leader.
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        let mut hint: Option<NodeId> = None;
+        for attempt in 0.. {
+            let to = match hint.take() {
+                Some(leader) => leader,
+                None => *targets.get(attempt % targets.len().max(1))?,
+            };
+            let request = RaftRequest::ClientWrite(proposal.clone());
+            match transport.send(own, to, group, request).await {
+                Ok(RaftResponse::ClientWrite { reply, .. }) => return Some(reply),
+                Err(TransportError::NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) if leader != to => hint = Some(leader),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(group, to, error = %e, "forwarding publishes failed"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            if hint.is_none() {
+                tokio::time::sleep(FORWARD_RETRY).await;
+            }
+        }
+        None
+    });
+    if let Err(lost) = in_flight.send((reply, waiting, permit)) {
+        refuse(lost.0 .1);
+    }
+}
+
+/// The group's leader as this member knows it, with the term; waits up to `patience` while
+/// none is known.
+async fn known_leader(group: &QueueGroup, patience: Duration) -> (Option<NodeId>, u64) {
+    let mut metrics = group.raft().metrics();
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let (leader, term) = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if leader.is_some() {
+            return (leader, term);
+        }
+        match tokio::time::timeout_at(deadline, metrics.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => return (None, term),
+        }
+    }
+}
+
+/// Publishes the leader this member knows (the queue's watch, the host's broadcast) and hands
+/// the queue over when this node stops leading. Taking over runs in the proposer, ahead of
+/// the commands waiting there.
+async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
+    let mut metrics = group.raft().metrics();
+    let own = group.raft().metrics().borrow().id;
+    let mut leading = false;
+    loop {
+        let (leader, is_leader) = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.state.is_leader())
+        };
+        {
+            let Some(queue) = weak.upgrade() else { return };
+            let Some(qq) = queue.quorum() else { return };
+            if qq.is_deleted() {
+                return;
+            }
+            let changed = qq.leader.send_if_modified(|known| {
+                let changed = *known != leader;
+                *known = leader;
+                changed
+            });
+            if changed {
+                tracing::info!(queue = %queue.name, group = group.group(), ?leader, "quorum queue leader");
+                qq.host.announce_leader(LeaderChange {
+                    group: group.group(),
+                    leader,
+                });
+                qq.leader_changed.notify_one();
+            }
+            if leading && !(is_leader && leader == Some(own)) {
+                qq.lose_leadership(&queue);
+            }
+        }
+        leading = is_leader && leader == Some(own);
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// This member now leads: the queue's state is brought in line with this node before anything
+/// else is proposed. The config follows the current policies; consumers the group knows that
+/// are not attached here (they were on the old leader's node, or on this node before a
+/// restart) are cancelled, which returns what they held to the queue, redelivered, as
+/// RabbitMQ does when a consumer's node goes down; consumers attached here while another node
+/// led start receiving.
+async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
+    let Some(queue) = weak.upgrade() else { return };
+    let Some(qq) = queue.quorum() else { return };
+    let raft = group.raft();
+    let write = |command: Command| {
+        raft.client_write(Proposal {
+            now_ms: now_ms(),
+            command,
+        })
+    };
+    // A new leader may not have applied what the old one committed yet (a follower learns
+    // the commit index late): the consumers the group knows are read once it has.
+    if let Err(e) = raft.ensure_linearizable().await {
+        tracing::debug!(queue = %queue.name, error = %e, "lost the leadership while taking over");
+        return;
+    }
+    let config = qq.desired_config();
+    if group.with_queue(|q| q.config() != &config) {
+        let _ = write(Command::SetConfig(config)).await;
+    }
+    let (local, attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
+        let consumers = qq.consumers.lock();
+        let local = consumers
+            .by_key
+            .keys()
+            .chain(consumers.cancelled.iter())
+            .chain(consumers.gets.keys())
+            .copied()
+            .collect();
+        let attached = consumers
+            .by_key
+            .iter()
+            .map(|(key, c)| (*key, if c.no_ack { 0 } else { c.prefetch_count }))
+            .collect();
+        (local, attached)
+    };
+    let known: Vec<ConsumerKey> = group.with_queue(|q| q.consumer_keys());
+    for stale in known.iter().filter(|key| !local.contains(key)) {
+        let _ = write(Command::Cancel { consumer: *stale }).await;
+    }
+    for (key, prefetch) in attached {
+        if !known.contains(&key) {
+            let _ = write(Command::Checkout {
+                consumer: key,
+                prefetch,
+            })
+            .await;
+        }
+    }
+    tracing::info!(queue = %queue.name, group = group.group(), "quorum queue leads here");
 }
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.
@@ -777,6 +1134,9 @@ async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
         if qq.is_deleted() {
             return;
         }
+        if !group.is_leader() {
+            continue;
+        }
         let now = now_ms();
         let due = group.with_queue(|q| {
             q.ready_messages()
@@ -795,6 +1155,11 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
     while let Some(applied) = effects.recv().await {
         let Some(queue) = weak.upgrade() else { return };
         let Some(qq) = queue.quorum() else { return };
+        // Every member computes the effects; only the leader acts on them (a follower's
+        // consumers, if any, start receiving when it leads).
+        if !qq.is_leading() {
+            continue;
+        }
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
         for effect in applied.effects {

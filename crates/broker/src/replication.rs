@@ -24,7 +24,9 @@ use crate::broker::Broker;
 use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
 use crate::error::AmqpError;
 use crate::queue::Queue;
+use crate::quorum::placement;
 use crate::vhost::VHost;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -86,6 +88,7 @@ impl Broker {
         if self.is_node_local(&op) {
             return Change::Done(self.apply(op));
         }
+        let op = self.with_quorum_members(op);
         let submitted = replicator.submit(op.without_connection().encode());
         Change::Pending(Box::pin(async move {
             match submitted.await {
@@ -134,6 +137,52 @@ impl Broker {
             tracing::debug!(code = e.code as u16, text = %e.text, "replicated definitions op refused");
         }
         encode_result(&result)
+    }
+
+    /// A new quorum queue's declaration with its group's members chosen here, the declaring
+    /// node (`quorum::placement`). An existing queue keeps its group (the op then only checks
+    /// equivalence), and an op that already names members keeps them.
+    fn with_quorum_members(&self, mut op: DefinitionOp) -> DefinitionOp {
+        let DefinitionOp::QueueDeclare {
+            vhost,
+            name,
+            arguments,
+            members,
+            ..
+        } = &mut op
+        else {
+            return op;
+        };
+        let Some(cluster) = self.cluster() else {
+            return op;
+        };
+        let exists = self.vhost(vhost).is_some_and(|v| v.queue(name).is_some());
+        if !members.is_empty() || exists || !crate::queue_args::is_quorum(arguments) {
+            return op;
+        }
+        let Some(size) = placement::initial_group_size(arguments) else {
+            return op;
+        };
+        let mut groups: HashMap<u64, usize> = HashMap::new();
+        for queue in self.vhosts().iter().flat_map(|v| v.queues()) {
+            if let Some(qq) = queue.quorum() {
+                for member in qq.members() {
+                    *groups.entry(*member).or_default() += 1;
+                }
+            }
+        }
+        let candidates: Vec<placement::Candidate> = cluster
+            .status()
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| placement::Candidate {
+                node: m.id,
+                running: m.running,
+            })
+            .collect();
+        *members = placement::choose_members(cluster.id(), &candidates, &groups, size);
+        op
     }
 
     /// Ops about exclusive queues, which live on this node only: a declaration of one, or a

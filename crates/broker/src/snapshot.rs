@@ -286,6 +286,7 @@ mod tests {
                         name: "q".into(),
                         auto_delete: false,
                         arguments: FieldTable::new(),
+                        members: Vec::new(),
                     }],
                     ..Definitions::default()
                 },
@@ -334,6 +335,7 @@ mod tests {
                 name: "old".into(),
                 auto_delete: false,
                 arguments: FieldTable::new(),
+                members: Vec::new(),
             }],
             ..Definitions::default()
         };

@@ -333,6 +333,18 @@ impl VHost {
         connection: ConnectionId,
         server_named: bool,
     ) -> AmqpResult<(ShortStr, u32, u32)> {
+        self.declare_queue_with_members(d, connection, server_named, Vec::new())
+    }
+
+    /// [`VHost::declare_queue_named`] for a quorum queue whose Raft group members (node ids)
+    /// the declaring node chose (`Broker::change`); empty: a group of this node alone.
+    pub fn declare_queue_with_members(
+        self: &Arc<Self>,
+        d: QueueDeclaration,
+        connection: ConnectionId,
+        server_named: bool,
+        members: Vec<u64>,
+    ) -> AmqpResult<(ShortStr, u32, u32)> {
         if d.name.starts_with(names::DIRECT_REPLY_TO) {
             // Passive or not, a declare of a direct reply-to name only asks whether it is
             // there: the pseudo-queue is, and so is the address of a live reply consumer,
@@ -433,7 +445,7 @@ impl VHost {
                 )));
             }
         }
-        let queue = self.create_queue(name, durable, owner, d.auto_delete, arguments)?;
+        let queue = self.create_queue(name, durable, owner, d.auto_delete, arguments, members)?;
         churn::bump(&self.counters.queues.created);
         if queue.stored.is_some() || queue.quorum().is_some() {
             self.persist_definitions();
@@ -450,10 +462,11 @@ impl VHost {
         owner: Option<ConnectionId>,
         auto_delete: bool,
         arguments: FieldTable,
+        members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
         let limits = queue_limits(&arguments);
         if is_quorum(&arguments) {
-            return self.create_quorum_queue(name, arguments, limits);
+            return self.create_quorum_queue(name, arguments, limits, members);
         }
         let stored = match (&self.store, durable && owner.is_none()) {
             (Some(store), true) => {
@@ -499,6 +512,7 @@ impl VHost {
         name: ShortStr,
         arguments: FieldTable,
         limits: crate::queue::QueueLimits,
+        members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
         let Some(host) = self.quorum.get() else {
             return Err(AmqpError::precondition(format!(
@@ -513,6 +527,7 @@ impl VHost {
                 &arguments,
                 &self.policies.read().applied(EntityKind::Queue, &name),
             ),
+            members,
         );
         let queue = Arc::new(
             Queue::new(

@@ -110,6 +110,11 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         self.id
     }
 
+    /// How this node reaches its peers (a follower forwards proposals to its leader on it).
+    pub fn transport(&self) -> &Arc<T> {
+        &self.transport
+    }
+
     /// Where a transport hands this node's incoming RPCs.
     pub fn registry(&self) -> GroupRegistry {
         self.registry.clone()
@@ -230,6 +235,16 @@ impl QueueGroup {
 
     pub fn is_leader(&self) -> bool {
         self.leader() == Some(self.node)
+    }
+
+    /// The group's voters as this member's membership lists them.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .voter_ids()
+            .collect()
     }
 
     /// Proposes a command stamped with the wall clock; see [`QueueGroup::propose_at`].

@@ -282,6 +282,7 @@ impl Channel {
                     auto_delete: m.auto_delete,
                     arguments: m.arguments,
                     connection: ctx.connection,
+                    members: Vec::new(),
                 };
                 self.change(ctx, op, Reply::QueueDeclare { no_wait })?;
             }

@@ -281,7 +281,9 @@ def test_a_cluster_shows_every_node_and_each_quorum_queues_members(cluster):
         assert sorted(qq["online"]) == sorted(qq["members"])
         lag = samples(scrape(node, "/metrics/per-object"), "warren_raft_member_lag")
         assert {dict(k)["node"] for k in lag} <= set(names)
-        assert len(lag) >= 1
+        # The group spans the nodes: only its leader knows how far each member lags.
+        if qq["leader"] == node.name:
+            assert len(lag) >= 1
 
         status = ctl(node, "quorum_status", "qq.cluster", "--formatter", "json")
         assert status.returncode == 0, status.stderr

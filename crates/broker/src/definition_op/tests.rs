@@ -122,6 +122,7 @@ fn every_op() -> Vec<DefinitionOp> {
             auto_delete: true,
             arguments: args(),
             connection: 9,
+            members: Vec::new(),
         },
         QueueDelete {
             vhost: s("v"),
@@ -253,6 +254,7 @@ fn queue(name: &str, durable: bool) -> DefinitionOp {
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        members: Vec::new(),
     }
 }
 
@@ -289,6 +291,7 @@ fn applying_declares_answers_as_the_channel_replies() {
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        members: Vec::new(),
     };
     assert!(matches!(
         broker.apply(named),

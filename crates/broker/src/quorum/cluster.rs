@@ -286,6 +286,20 @@ impl ClusterNode {
         }
     }
 
+    /// The name of member `id`, if the membership lists it.
+    pub fn member_name(&self, id: NodeId) -> Option<String> {
+        self.metadata
+            .members()
+            .into_iter()
+            .find(|(member, _)| *member == id)
+            .map(|(_, info)| info.name)
+    }
+
+    /// Whether node `id` is this one or a peer the failure detector sees up.
+    pub fn is_running(&self, id: NodeId) -> bool {
+        id == self.id || self.transport.liveness().is_up(id)
+    }
+
     /// The cluster as this node sees it.
     pub fn status(&self) -> ClusterStatus {
         let status: MetadataStatus = self.metadata.status();

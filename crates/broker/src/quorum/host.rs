@@ -26,12 +26,26 @@ use warren_quorum::wal::WalOptions;
 /// This node's id in its queue groups when it runs alone: every group has this one member.
 pub const LOCAL_NODE_ID: NodeId = 1;
 
+/// Leader changes kept for slow subscribers of [`QuorumHost::leader_changes`]; one that lags
+/// further is told so (and reads each queue's current leader again).
+const LEADER_CHANGES_BUFFERED: usize = 1024;
+
+/// A queue group's leader as this node now knows it (None: an election is under way). Only
+/// the leader's node serves the queue's consumers; a node holding the queue's record
+/// elsewhere forwards to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderChange {
+    pub group: GroupId,
+    pub leader: Option<NodeId>,
+}
+
 /// The quorum-queue side of a broker with a data directory.
 pub struct QuorumHost {
     node: QuorumNode<NodeTransport>,
     /// Groups whose data is being removed (their queue was deleted); a queue declared again
     /// under the same name waits for that before it starts the group afresh.
     removing: Mutex<HashSet<GroupId>>,
+    leaders: tokio::sync::broadcast::Sender<LeaderChange>,
 }
 
 impl std::fmt::Debug for QuorumHost {
@@ -80,11 +94,23 @@ impl QuorumHost {
         Ok(Arc::new(QuorumHost {
             node,
             removing: Mutex::default(),
+            leaders: tokio::sync::broadcast::Sender::new(LEADER_CHANGES_BUFFERED),
         }))
     }
 
     pub fn node(&self) -> &QuorumNode<NodeTransport> {
         &self.node
+    }
+
+    /// Every leader change of this node's queue groups (also per queue:
+    /// `QuorumQueue::leader_events`).
+    pub fn leader_changes(&self) -> tokio::sync::broadcast::Receiver<LeaderChange> {
+        self.leaders.subscribe()
+    }
+
+    pub(crate) fn announce_leader(&self, change: LeaderChange) {
+        // Nobody subscribed: nothing to tell.
+        let _ = self.leaders.send(change);
     }
 
     /// This node's id in its groups.

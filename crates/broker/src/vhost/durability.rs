@@ -46,6 +46,10 @@ impl VHost {
                     name: q.name.clone(),
                     auto_delete: q.auto_delete,
                     arguments: q.arguments.clone(),
+                    members: q
+                        .quorum()
+                        .map(|qq| qq.members().to_vec())
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -118,9 +122,15 @@ impl VHost {
             self.exchanges.write().insert(e.name, Arc::new(exchange));
         }
         for q in defs.queues {
-            if let Err(e) =
-                self.create_queue(q.name.clone(), true, None, q.auto_delete, q.arguments)
-            {
+            let created = self.create_queue(
+                q.name.clone(),
+                true,
+                None,
+                q.auto_delete,
+                q.arguments,
+                q.members,
+            );
+            if let Err(e) = created {
                 tracing::error!(queue = %q.name, error = %e, "could not recreate queue");
             }
         }

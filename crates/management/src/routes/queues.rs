@@ -80,18 +80,20 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
     });
     if let Some(qq) = q.quorum() {
-        // RabbitMQ's quorum queue fields: the leader, every member and the members that are
-        // running, by node name (leader null while the group elects).
+        // RabbitMQ's quorum queue fields: the leader (also the queue's `node`), every member
+        // and the members that are running, by node name (leader null while the group elects,
+        // and on a node that is no member until it learns the leader).
         let status = qq.group_status();
         let members: Vec<NodeId> = status.as_ref().map_or_else(
-            || vec![names.own_id()],
+            || qq.member_ids(),
             |s| s.members.iter().map(|m| m.node).collect(),
         );
-        let running = |id: &&NodeId| names.is_running(**id) && status.is_some();
-        shown["leader"] = json!(status
-            .as_ref()
-            .and_then(|s| s.leader)
-            .map(|id| names.name(id)));
+        let leader = status.as_ref().and_then(|s| s.leader).or(qq.leader());
+        let running = |id: &&NodeId| names.is_running(**id);
+        if let Some(leader) = leader {
+            shown["node"] = json!(names.name(leader));
+        }
+        shown["leader"] = json!(leader.map(|id| names.name(id)));
         shown["members"] = json!(members.iter().map(|id| names.name(*id)).collect::<Vec<_>>());
         shown["online"] = json!(members
             .iter()
@@ -100,6 +102,73 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
             .collect::<Vec<_>>());
     }
     shown
+}
+
+/// A quorum group member's node name: this node's own, or the cluster's membership's (a node
+/// no longer in it shows as its id).
+fn node_name(api: &Api, id: u64) -> String {
+    match api.broker.cluster() {
+        Some(cluster) if id != cluster.id() => {
+            cluster.member_name(id).unwrap_or_else(|| id.to_string())
+        }
+        _ => api.node.clone(),
+    }
+}
+
+fn is_running(api: &Api, id: u64) -> bool {
+    api.broker
+        .cluster()
+        .is_none_or(|cluster| cluster.is_running(id))
+}
+
+/// `GET /api/queues/{vhost}/{name}/quorum_status`: a quorum queue's members with their Raft
+/// state as this node knows it (`rabbitmq-queues quorum_status`'s rows): its own member in
+/// full; on the leader, every member's log index as replicated to it; elsewhere the leader.
+pub async fn quorum_status(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> ApiResult {
+    let (vhost, queue) = find(&api, &who, &vhost, &name)?;
+    let qq = queue.quorum().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "queue '{name}' in vhost '{}' is not a quorum queue",
+            vhost.name
+        ))
+    })?;
+    let own = qq.raft_status();
+    let leader = qq.leader();
+    let rows: Vec<Value> = qq
+        .member_ids()
+        .into_iter()
+        .map(|id| {
+            let mut row = json!({
+                "node_name": node_name(&api, id),
+                "raft_state": null,
+                "log_index": null,
+                "commit_index": null,
+                "snapshot_index": null,
+                "term": own.as_ref().map(|s| s.term),
+                "running": is_running(&api, id),
+            });
+            match &own {
+                Some(status) if status.node == id => {
+                    row["raft_state"] = json!(status.state);
+                    row["log_index"] = json!(status.last_log_index);
+                    row["commit_index"] = json!(status.commit_index);
+                    row["snapshot_index"] = json!(status.snapshot_index);
+                }
+                Some(status) if status.state == "leader" => {
+                    row["raft_state"] = json!("follower");
+                    row["log_index"] = json!(status.matched.get(&id).copied().flatten());
+                }
+                _ if leader == Some(id) => row["raft_state"] = json!("leader"),
+                _ => {}
+            }
+            row
+        })
+        .collect();
+    Ok(Json(json!(rows)).into_response())
 }
 
 fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
@@ -193,6 +262,7 @@ pub async fn declare_simple(api: &Api, vhost: &VHost, name: &str) -> ApiResult<(
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        members: Vec::new(),
     })
     .await?;
     Ok(())
@@ -242,6 +312,7 @@ pub async fn declare(
             auto_delete: body_bool(&body, "auto_delete", false)?,
             arguments,
             connection: 0,
+            members: Vec::new(),
         })
         .await?;
     Ok(super::created_or_updated(!outcome.created()))

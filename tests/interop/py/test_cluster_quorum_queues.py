@@ -1,0 +1,227 @@
+"""A quorum queue in a cluster is one Raft group over several nodes: declared on one node with
+x-quorum-initial-group-size 3, every node's API shows the same three members and one leader;
+1,000 messages published with confirms on the leader's node survive kill -9 of that node (a
+new leader within seconds holds every confirmed message, and its node serves them); a
+consumer on the old leader's node is cancelled with basic.cancel and its unacked messages
+come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
+and 2 place the group on that many nodes, the declaring node first."""
+import os
+import shutil
+import tempfile
+import time
+from urllib.parse import quote
+
+import pika
+import pytest
+
+from own_broker import needs_warren_bin
+from test_cluster_definitions import amqp, api
+from test_cluster_formation import Node, agreed, eventually
+
+pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
+
+MESSAGES = 1000
+
+
+@pytest.fixture
+def cluster():
+    root = tempfile.mkdtemp(prefix="warren-cluster-qq-")
+    secret_file = os.path.join(root, "secret")
+    with open(secret_file, "w") as f:
+        f.write("quorum-groups-test-secret\n")
+    # Names whose lowest node id (the one that forms the cluster) is started last, as in the
+    # other cluster tests (formation when it starts first stalled before main's fix 1bb3fd0).
+    nodes = [Node(root, "qgroup%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
+    try:
+        for node in nodes:
+            node.start([p for p in nodes if p is not node])
+        # Generous: three debug builds forming on a loaded 2-core CI machine.
+        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
+                   timeout=90)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def queue_info(node, name):
+    response = api(node, "GET", "/api/queues/%%2F/%s" % quote(name, safe=""))
+    return response.json() if response.status_code == 200 else None
+
+
+def agreed_leader(nodes, name, members):
+    """Every node's API shows `members` (by name) and the same leader, among them."""
+    infos = [queue_info(n, name) for n in nodes]
+    if any(i is None for i in infos):
+        return None
+    leaders = {i["leader"] for i in infos}
+    if len(leaders) != 1 or None in leaders:
+        return None
+    if any(sorted(i["members"]) != sorted(members) for i in infos):
+        return None
+    leader = leaders.pop()
+    return leader if leader in members else None
+
+
+def quorum_status(node, name):
+    response = api(node, "GET", "/api/queues/%%2F/%s/quorum_status" % quote(name, safe=""))
+    assert response.status_code == 200, response.text
+    return {row["node_name"]: row for row in response.json()}
+
+
+def test_a_group_of_three_survives_its_leader(cluster):
+    by_name = {n.name: n for n in cluster}
+    names = sorted(by_name)
+    conn = amqp(cluster[0])
+    channel = conn.channel()
+    channel.queue_declare("qq3", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
+    conn.close()
+
+    leader = eventually("one leader of three members on every node",
+                        lambda: agreed_leader(cluster, "qq3", names))
+    for node in cluster:
+        info = queue_info(node, "qq3")
+        assert sorted(info["online"]) == names
+        assert info["type"] == "quorum"
+
+    # 1,000 confirmed publishes on the leader's node.
+    conn = amqp(by_name[leader])
+    channel = conn.channel()
+    channel.confirm_delivery()
+    bodies = [b"message-%04d" % i for i in range(MESSAGES)]
+    for body in bodies:
+        channel.basic_publish("", "qq3", body, pika.BasicProperties(delivery_mode=2))
+    eventually("the leader to count the messages",
+               lambda: queue_info(by_name[leader], "qq3")["messages"] == MESSAGES)
+
+    # A consumer on the leader's node holds ten messages unacked when its node dies. (Its
+    # connection dies with the node; the new leader returns what it held, redelivered.)
+    consumer_conn = amqp(by_name[leader])
+    consumer_channel = consumer_conn.channel()
+    consumer_channel.basic_qos(prefetch_count=10)
+    held = []
+    consumer_channel.basic_consume("qq3", lambda ch, m, p, body: held.append(body))
+    deadline = time.monotonic() + 30
+    while len(held) < 10 and time.monotonic() < deadline:
+        consumer_conn.process_data_events(time_limit=0.5)
+    assert held == bodies[:10]
+
+    by_name[leader].kill()
+    survivors = [n for n in cluster if n.name != leader]
+    new_leader = eventually(
+        "a new leader among the survivors",
+        lambda: (lambda l: l if l and l != leader else None)(
+            agreed_leader(survivors, "qq3", names)),
+        timeout=60)
+    info = queue_info(by_name[new_leader], "qq3")
+    assert leader not in info["online"]
+    assert sorted(info["online"]) == sorted(n.name for n in survivors)
+
+    # Every confirmed message is on the new leader, in order; the ten the dead node's consumer
+    # held come first, redelivered.
+    eventually("every message back in the queue",
+               lambda: queue_info(by_name[new_leader], "qq3")["messages_ready"] == MESSAGES)
+    conn = amqp(by_name[new_leader])
+    channel = conn.channel()
+    got = []
+    for _ in range(MESSAGES):
+        method, _, body = channel.basic_get("qq3", auto_ack=False)
+        assert method is not None, "the queue ran dry after %d messages" % len(got)
+        assert method.redelivered == (len(got) < 10), (len(got), body)
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+    assert got == bodies
+    assert channel.basic_get("qq3", auto_ack=True)[0] is None
+
+    # The group goes on with two of its three members: a publish is replicated to both.
+    channel.basic_publish("", "qq3", b"after-failover")
+    eventually("the follower to replicate the publish",
+               lambda: all(queue_info(n, "qq3")["messages_ready"] == 1 for n in survivors))
+    method, _, body = channel.basic_get("qq3", auto_ack=True)
+    assert body == b"after-failover"
+    conn.close()
+
+    # The killed node comes back as a follower and catches up with the leader's log.
+    by_name[leader].start([p for p in cluster if p is not by_name[leader]])
+    eventually("the restarted node to see the new leader",
+               lambda: agreed_leader(cluster, "qq3", names) == new_leader, timeout=60)
+
+    def caught_up():
+        leader_view = quorum_status(by_name[new_leader], "qq3")
+        own = quorum_status(by_name[leader], "qq3")[leader]
+        mine = leader_view[new_leader]
+        return (own["raft_state"] == "follower"
+                and own["commit_index"] is not None
+                and own["commit_index"] >= mine["commit_index"]
+                and leader_view[leader]["log_index"] == mine["log_index"])
+
+    eventually("the restarted member to catch up", caught_up, timeout=60)
+    text = by_name[new_leader].ctl("quorum_status", "qq3")
+    assert text.returncode == 0, text.stderr
+    assert "Raft State" in text.stdout and "Commit Index" in text.stdout
+    for name in names:
+        assert name in text.stdout
+
+
+def test_group_sizes_one_and_two_place_the_declaring_node_first(cluster):
+    first, second, _ = cluster
+    conn = amqp(second)
+    channel = conn.channel()
+    channel.queue_declare("qq1", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
+    channel.queue_declare("qq2", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    conn.close()
+
+    # Every node lists the members; the members agree on the leader. (A node outside the
+    # group shows no leader until it has one to forward to: it runs no member.)
+    def placed(name, size):
+        listed = [(queue_info(n, name) or {}).get("members") for n in cluster]
+        if any(m is None or len(m) != size for m in listed) or len({tuple(sorted(m)) for m in listed}) != 1:
+            return None
+        return listed[0]
+
+    assert eventually("qq1 on the declaring node alone", lambda: placed("qq1", 1)) == [second.name]
+    assert eventually("qq1 led by its one member",
+                      lambda: agreed_leader([second], "qq1", [second.name])) == second.name
+    two = eventually("qq2 on two nodes", lambda: placed("qq2", 2))
+    assert two[0] == second.name
+    members = [n for n in cluster if n.name in two]
+    assert eventually("qq2's leader agreed", lambda: agreed_leader(members, "qq2", two)) in two
+
+    # Published on a node outside the group: forwarded to the leader, confirmed, and there.
+    outside = next(n for n in cluster if n.name not in two)
+    conn = amqp(outside)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i in range(20):
+        channel.basic_publish("", "qq2", b"m%d" % i)
+    conn.close()
+    leader = next(n for n in cluster if n.name == agreed_leader(members, "qq2", two))
+    eventually("the forwarded publishes on the leader",
+               lambda: queue_info(leader, "qq2")["messages"] == 20)
+
+    # Deleting the queue removes the group on every member.
+    conn = amqp(first)
+    conn.channel().queue_delete("qq2")
+    conn.close()
+    eventually("qq2 gone everywhere", lambda: all(queue_info(n, "qq2") is None for n in cluster))
+
+
+def test_invalid_group_sizes_are_refused_as_rabbitmq_does(cluster):
+    conn = amqp(cluster[0])
+    # Texts as RabbitMQ 3.10.8 answers them (checked side by side).
+    for value, why in [(0, "{value_zero,0}"), (-1, "{value_negative,-1}"),
+                       ("x", '"expected integer, got longstr"')]:
+        channel = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.queue_declare("bad", durable=True, arguments={
+                "x-queue-type": "quorum", "x-quorum-initial-group-size": value})
+        assert refused.value.reply_code == 406
+        assert refused.value.reply_text == (
+            "PRECONDITION_FAILED - invalid arg 'x-quorum-initial-group-size' for queue 'bad' "
+            "in vhost '/': %s" % why)
+    conn.close()
