@@ -19,6 +19,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
+use crate::name_map::NameMap;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
 use crate::queue::{Queue, QueueKind, StoredQueue};
@@ -27,7 +28,6 @@ use crate::queue_args::{
 };
 use crate::quorum::{QuorumHost, QuorumQueue};
 use parking_lot::{Mutex, RwLock};
-use crate::name_map::NameMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};

@@ -216,6 +216,9 @@ mod tests {
             PublishProperties::decode(&bad_utf8),
             Err(CodecError::Syntax("short string is not UTF-8"))
         );
-        assert_eq!(PublishProperties::decode(&bad_utf8), via_full_decode(&bad_utf8));
+        assert_eq!(
+            PublishProperties::decode(&bad_utf8),
+            via_full_decode(&bad_utf8)
+        );
     }
 }

@@ -11,10 +11,10 @@ use crate::pending::Reply;
 use crate::permissions::{self, PublishGrants, Resource};
 use crate::publish::{ConfirmState, PendingPublish, TxOp};
 use std::collections::VecDeque;
-use warren_broker::name_map::NameMap;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
+use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::{
     AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, ExchangeDeclaration,
