@@ -3,11 +3,11 @@
 //! for fanout, a trie for topic, argument tables for headers.
 
 use crate::headers_match::{headers_match, RoutingHeaders, XMatch};
+use crate::name_map::NameMap;
 use crate::policy::{effective_alternate_exchange, AppliedPolicies};
 use crate::queue::Queue;
 use crate::topic::TopicTrie;
 use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::sync::Arc;
 use warren_codec::{FieldTable, ShortStr};
 
@@ -81,7 +81,7 @@ pub struct Binding {
 #[derive(Debug, Default)]
 struct Bindings {
     all: Vec<Binding>,
-    direct: HashMap<ShortStr, Vec<Destination>>,
+    direct: NameMap<Vec<Destination>>,
     topic: TopicTrie<Destination>,
     /// Headers bindings: (rule, arguments, destination), checked one by one.
     headers: Vec<(XMatch, FieldTable, Destination)>,

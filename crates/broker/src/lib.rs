@@ -19,6 +19,7 @@ pub mod exchange;
 pub mod headers_match;
 pub mod memory;
 pub mod message;
+pub mod name_map;
 pub mod names;
 pub mod parameters;
 pub mod policy;

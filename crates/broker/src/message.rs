@@ -10,7 +10,7 @@
 
 use crate::queue_args::MAX_EXPIRY_MS;
 use bytes::Bytes;
-use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
+use warren_codec::{BasicProperties, ContentHeader, PublishProperties, ShortStr, BASIC_CLASS_ID};
 
 /// What a queued message costs beyond its bytes: the `Message` and its `Arc`, the
 /// `QueuedMessage` in a ready list, and the method/header/body frame overhead (~50 bytes)
@@ -54,17 +54,54 @@ impl Message {
         properties_raw: Bytes,
         body: Bytes,
     ) -> Message {
+        Message::with_fields(
+            exchange,
+            routing_key,
+            properties.delivery_mode,
+            properties.priority,
+            properties.expiration.as_ref(),
+            properties_raw,
+            body,
+        )
+    }
+
+    /// Builds a message from the properties the publish path read (`PublishProperties`,
+    /// already checked), without a full `BasicProperties`.
+    pub fn from_publish(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: &PublishProperties,
+        properties_raw: Bytes,
+        body: Bytes,
+    ) -> Message {
+        Message::with_fields(
+            exchange,
+            routing_key,
+            properties.delivery_mode,
+            properties.priority,
+            properties.expiration.as_ref(),
+            properties_raw,
+            body,
+        )
+    }
+
+    fn with_fields(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        delivery_mode: Option<u8>,
+        priority: Option<u8>,
+        expiration: Option<&ShortStr>,
+        properties_raw: Bytes,
+        body: Bytes,
+    ) -> Message {
         Message {
             exchange,
             routing_key,
             properties_raw,
             body,
-            persistent: properties.delivery_mode == Some(2),
-            priority: properties.priority.unwrap_or(0),
-            expiration_ms: properties
-                .expiration
-                .as_ref()
-                .and_then(|e| parse_expiration(e).ok()),
+            persistent: delivery_mode == Some(2),
+            priority: priority.unwrap_or(0),
+            expiration_ms: expiration.and_then(|e| parse_expiration(e).ok()),
             amqp10: None,
             inherited_delivery_count: 0,
             dead_lettered: false,

@@ -19,6 +19,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
+use crate::name_map::NameMap;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
 use crate::queue::{Queue, QueueKind, StoredQueue};
@@ -62,8 +63,8 @@ pub struct QueueDeclaration {
 
 pub struct VHost {
     pub name: String,
-    exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
-    queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
+    exchanges: RwLock<NameMap<Arc<Exchange>>>,
+    queues: RwLock<NameMap<Arc<Queue>>>,
     /// Policies and operator policies (`vhost/policies.rs`); taken before `queues` and
     /// `exchanges` when both are.
     policies: RwLock<Policies>,
@@ -113,8 +114,8 @@ impl VHost {
     ) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_owned(),
-            exchanges: RwLock::new(HashMap::new()),
-            queues: RwLock::new(HashMap::new()),
+            exchanges: RwLock::new(NameMap::default()),
+            queues: RwLock::new(NameMap::default()),
             policies: RwLock::new(Policies::default()),
             reply_consumers: Mutex::new(HashMap::new()),
             memory,

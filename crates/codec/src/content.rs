@@ -2,7 +2,7 @@
 //! property block. The property bytes are kept raw so a broker can pass them to consumers
 //! without re-encoding; `properties()` decodes them when a field is needed.
 
-use crate::{BasicProperties, CodecError, Reader, Writer};
+use crate::{BasicProperties, CodecError, PublishProperties, Reader, Writer};
 use bytes::{Bytes, BytesMut};
 
 pub const BASIC_CLASS_ID: u16 = 60;
@@ -39,6 +39,12 @@ impl ContentHeader {
             body_size,
             properties: buf.freeze(),
         }
+    }
+
+    /// The properties routing needs, read without decoding the rest (same checks and errors
+    /// as `properties`).
+    pub fn publish_properties(&self) -> Result<PublishProperties, CodecError> {
+        PublishProperties::decode(&self.properties)
     }
 
     /// Decodes the property block; fails on a malformed one.

@@ -12,6 +12,7 @@ mod field_table;
 mod frame;
 #[rustfmt::skip]
 mod generated;
+mod publish_properties;
 mod reader;
 mod short_str;
 mod writer;
@@ -24,6 +25,7 @@ pub use frame::{
     RawFrame, FRAME_END, FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
 };
 pub use generated::*;
+pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;
 pub use writer::Writer;

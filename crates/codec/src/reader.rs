@@ -76,6 +76,16 @@ impl Reader {
         ShortStr::from_bytes(bytes).ok_or(CodecError::Syntax("short string is not UTF-8"))
     }
 
+    /// Checks a short string as `shortstr` does (same errors) without keeping it.
+    pub fn skip_shortstr(&mut self) -> Result<(), CodecError> {
+        let len = self.octet()? as usize;
+        if ShortStr::is_valid(self.take(len)?) {
+            Ok(())
+        } else {
+            Err(CodecError::Syntax("short string is not UTF-8"))
+        }
+    }
+
     pub fn longstr(&mut self) -> Result<LongStr, CodecError> {
         let len = self.long()? as usize;
         self.take_bytes(len)

@@ -22,11 +22,12 @@ impl ShortStr {
     /// Checks the invariant on bytes from the wire. Names and routing keys are nearly always
     /// ASCII, which `is_ascii` checks a word at a time; only the rest pays for `from_utf8`.
     pub fn from_bytes(bytes: Bytes) -> Option<ShortStr> {
-        if bytes.len() > Self::MAX_LEN || !(bytes.is_ascii() || std::str::from_utf8(&bytes).is_ok())
-        {
-            return None;
-        }
-        Some(ShortStr(bytes))
+        Self::is_valid(&bytes).then_some(ShortStr(bytes))
+    }
+
+    /// Whether `bytes` would make a short string (`from_bytes` without keeping them).
+    pub fn is_valid(bytes: &[u8]) -> bool {
+        bytes.len() <= Self::MAX_LEN && (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok())
     }
 
     pub fn as_str(&self) -> &str {

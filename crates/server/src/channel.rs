@@ -10,10 +10,11 @@ use crate::deliver::Unacked;
 use crate::pending::Reply;
 use crate::permissions::{self, PublishGrants, Resource};
 use crate::publish::{ConfirmState, PendingPublish, TxOp};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
+use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::{
     AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, ExchangeDeclaration,
@@ -40,7 +41,7 @@ pub struct Channel {
     pub flow: Arc<ChannelFlow>,
     /// basic.qos(global=false): prefetch for consumers created from now on.
     pub consumer_prefetch: u32,
-    pub consumers: HashMap<ShortStr, ConsumerEntry>,
+    pub consumers: NameMap<ConsumerEntry>,
     /// The direct reply-to address key, when this channel consumes amq.rabbitmq.reply-to.
     pub reply_to_key: Option<String>,
     pub next_delivery_tag: u64,
@@ -72,7 +73,7 @@ impl Channel {
             info: ChannelInfo::new(id, flow.clone()),
             flow,
             consumer_prefetch: 0,
-            consumers: HashMap::new(),
+            consumers: NameMap::default(),
             reply_to_key: None,
             next_delivery_tag: 0,
             unacked: VecDeque::new(),

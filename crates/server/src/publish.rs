@@ -250,13 +250,14 @@ impl Channel {
                 ctx.vhost.name()
             )));
         }
+        // Only what routing and the checks below need is read; the properties go to
+        // consumers as the publisher's bytes unless one of them has to change.
         let mut props = p
             .header
-            .properties()
+            .publish_properties()
             .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
         // RabbitMQ's order: the reply-to rewrite, user-id, expiration, then the CC/BCC headers.
-        let mut properties_raw = p.header.properties.clone();
-        let mut reencode = false;
+        let mut reply_to_rewrite = None;
         if props
             .reply_to
             .as_ref()
@@ -267,8 +268,7 @@ impl Channel {
                     "fast reply consumer does not exist",
                 ));
             };
-            props.reply_to = Some(ShortStr::from(format!("{DIRECT_REPLY_TO_PREFIX}{key}")));
-            reencode = true;
+            reply_to_rewrite = Some(ShortStr::from(format!("{DIRECT_REPLY_TO_PREFIX}{key}")));
         }
         if let Some(user_id) = &props.user_id {
             if user_id.as_str() != ctx.user {
@@ -287,13 +287,27 @@ impl Channel {
         }
         // Sender-selected distribution: empty (no allocation) unless CC or BCC is present.
         let cc_routes = header_routes(props.headers.as_ref())?;
-        reencode |= strip_bcc(&mut props);
-        if reencode {
-            // Only a rewritten reply-to or a removed BCC costs a re-encode; every other
-            // message keeps the properties exactly as published.
-            properties_raw = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
-        }
-        let message = Arc::new(Message::new(
+        // Routing (a headers exchange) sees the headers without BCC, as consumers do.
+        let bcc_removed = props
+            .headers
+            .as_mut()
+            .is_some_and(|h| h.remove("BCC").is_some());
+        let properties_raw = if reply_to_rewrite.is_some() || bcc_removed {
+            // Only a rewritten reply-to or a removed BCC costs a full decode and re-encode;
+            // every other message keeps the properties exactly as published.
+            let mut full = p
+                .header
+                .properties()
+                .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
+            if let Some(reply_to) = reply_to_rewrite {
+                full.reply_to = Some(reply_to);
+            }
+            strip_bcc(&mut full);
+            ContentHeader::new(BASIC_CLASS_ID, 0, &full).properties
+        } else {
+            p.header.properties
+        };
+        let message = Arc::new(Message::from_publish(
             p.method.exchange.clone(),
             p.method.routing_key.clone(),
             &props,
