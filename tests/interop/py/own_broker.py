@@ -1,6 +1,7 @@
 """A Warren broker process of a test's own, for tests that need limits or a data directory
 the shared broker does not have. Needs the broker binary in WARREN_BIN (test.sh sets it)."""
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -14,7 +15,33 @@ needs_warren_bin = pytest.mark.skipif(
 )
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
+    """A port free right now, outside the kernel's ephemeral range (32768–60999 by default):
+    a port the kernel handed out for `bind(0)` may be taken again for an outgoing connection
+    before the broker binds it, which made a node fail to start now and then."""
+    low, high = 20000, 32767
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+        high = min(high, ephemeral_low - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(200 if high > low else 0):
+        port = random.randint(low, high)
+        if port in _HANDED_OUT:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _HANDED_OUT.add(port)
+        return port
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
