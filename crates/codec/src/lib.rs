@@ -14,6 +14,7 @@ mod frame;
 mod generated;
 mod reader;
 mod short_str;
+pub mod socket_buffer;
 mod writer;
 
 pub use content::{ContentHeader, BASIC_CLASS_ID};
