@@ -32,9 +32,7 @@ use tokio::sync::watch;
 use warren_broker::alarm::AlarmSet;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
 use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
-use warren_codec::socket_buffer::{
-    new_socket_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
-};
+use warren_codec::socket_buffer::{new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing};
 use warren_codec::FieldTable;
 use warren_store::DurableState;
 
@@ -121,7 +119,7 @@ where
             writer,
             rbuf: read,
             read_sizing: ReadSizing::default(),
-            wbuf: new_socket_buffer(),
+            wbuf: new_write_buffer(),
             user: String::new(),
             vhost: None,
             peer_max_frame: MIN_MAX_FRAME_SIZE,

@@ -5,7 +5,8 @@
 //! (64 KiB each) they made a connection carrying 10 msg/s cost ~75 KB of RSS, because reads
 //! and writes walk through the whole allocation and so touch every page of it in time;
 //! 20,000 such connections were 1.5 GB. Here:
-//! - A read buffer starts at `START_BYTES`; each read that fills all the room it had doubles
+//! - A write buffer starts empty and grows as output needs; a read buffer starts at
+//!   `START_BYTES`; each read that fills all the room it had doubles
 //!   the room the next read gets, up to `MAX_READ_BYTES`, so a busy connection is back to
 //!   many frames per syscall after a handful of reads.
 //! - An empty buffer is rewound to the start of its allocation (when nothing else holds on
@@ -17,14 +18,20 @@
 
 use bytes::BytesMut;
 
-/// What a new buffer gets, and what an idle one goes back to.
-pub const START_BYTES: usize = 4 * 1024;
+/// What a new read buffer gets, and what an idle one goes back to (a few small frames).
+pub const START_BYTES: usize = 2 * 1024;
 /// The most room a read is given (unless a frame being read needs more).
 pub const MAX_READ_BYTES: usize = 64 * 1024;
 
-/// A new read or write buffer.
+/// A new read buffer.
 pub fn new_socket_buffer() -> BytesMut {
     BytesMut::with_capacity(START_BYTES)
+}
+
+/// A new write buffer: empty until the first frame, then as large as the output needs
+/// (a quiet connection's few hundred bytes).
+pub fn new_write_buffer() -> BytesMut {
+    BytesMut::new()
 }
 
 /// Moves an empty buffer's start back to the start of its allocation, without allocating
@@ -39,12 +46,12 @@ pub fn rewind(buf: &mut BytesMut) {
     }
 }
 
-/// At an idle check: an empty write buffer that grew (a burst of deliveries) goes back to
-/// `START_BYTES`.
+/// At an idle check: an empty write buffer that grew past `START_BYTES` (a burst of
+/// deliveries) is given back.
 pub fn shrink_idle_write_buffer(buf: &mut BytesMut) {
     rewind(buf);
     if buf.is_empty() && buf.capacity() > START_BYTES {
-        *buf = new_socket_buffer();
+        *buf = new_write_buffer();
     }
 }
 
@@ -167,11 +174,11 @@ mod tests {
 
     #[test]
     fn an_empty_write_buffer_that_grew_goes_back_to_the_start_size() {
-        let mut buf = new_socket_buffer();
+        let mut buf = new_write_buffer();
         buf.put_bytes(0, 100_000);
         buf.advance(100_000);
         shrink_idle_write_buffer(&mut buf);
-        assert_eq!(buf.capacity(), START_BYTES);
+        assert_eq!(buf.capacity(), 0);
         // One that still holds output keeps it.
         buf.put_bytes(3, 10_000);
         buf.advance(1);

@@ -45,7 +45,7 @@ use warren_broker::{
     churn, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo, VHost,
 };
 use warren_codec::socket_buffer::{
-    new_socket_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
+    new_socket_buffer, new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
 };
 use warren_codec::*;
 use warren_store::DurableState;
@@ -151,7 +151,7 @@ where
             writer,
             rbuf: new_socket_buffer(),
             read_sizing: ReadSizing::default(),
-            wbuf: new_socket_buffer(),
+            wbuf: new_write_buffer(),
             unflushed: false,
             // Until tune-ok, and so before authentication, frames are limited to the
             // protocol's minimum: an unauthenticated peer cannot make us buffer more.
@@ -240,7 +240,12 @@ where
     /// Serves the connection to its end and releases everything it held.
     pub async fn serve(mut self) {
         let result =
-            match tokio::time::timeout(self.config.handshake_timeout, self.handshake()).await {
+            // Boxed, as the AMQP 1.0 hand-off below: a future lives inside the connection's
+            // task for the task's whole life at the size of its largest state, and these two
+            // are only live for a moment (or, for 1.0, instead of everything else).
+            match tokio::time::timeout(self.config.handshake_timeout, Box::pin(self.handshake()))
+                .await
+            {
                 Err(_) => {
                     tracing::info!(peer = %self.peer, "handshake timed out");
                     Ok(false)
@@ -257,8 +262,10 @@ where
             };
             let (broker, tls) = (self.broker.clone(), self.tls.is_some());
             let (reader, writer, rbuf) = (self.reader, self.writer, self.rbuf);
-            return warren_amqp10::serve(reader, writer, rbuf, endpoints, broker, config, tls)
-                .await;
+            return Box::pin(warren_amqp10::serve(
+                reader, writer, rbuf, endpoints, broker, config, tls,
+            ))
+            .await;
         }
         match result {
             Ok(true) => {
