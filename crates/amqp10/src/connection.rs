@@ -20,7 +20,7 @@ use crate::codec::{self, *};
 use crate::sasl;
 use crate::session::{self, Env, Fail, Session};
 use crate::{Amqp10Config, Endpoints};
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -32,11 +32,16 @@ use tokio::sync::watch;
 use warren_broker::alarm::AlarmSet;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
 use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_codec::socket_buffer::{new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing};
 use warren_codec::FieldTable;
 use warren_store::DurableState;
 
 const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// The longest the loop sleeps between idle duties: the idle-timeout checks (when the
+/// timeouts are long) and giving back buffer room a burst left behind.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
+/// The shortest: a client asking for a tiny idle-time-out does not make us spin.
+const IDLE_CHECK_MIN: Duration = Duration::from_millis(50);
 const EVENT_BATCH: usize = 512;
 /// Frames before open (SASL, the open itself) are small: an unauthenticated peer cannot
 /// make us buffer more than this.
@@ -62,6 +67,9 @@ pub struct Connection<R, W> {
     reader: R,
     writer: W,
     rbuf: BytesMut,
+    /// How much room the next read gets: small for a quiet connection, more for a busy one
+    /// (`socket_buffer.rs` in the codec).
+    read_sizing: ReadSizing,
     wbuf: BytesMut,
     user: String,
     vhost: Option<Arc<VHost>>,
@@ -110,7 +118,8 @@ where
             reader,
             writer,
             rbuf: read,
-            wbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            read_sizing: ReadSizing::default(),
+            wbuf: new_write_buffer(),
             user: String::new(),
             vhost: None,
             peer_max_frame: MIN_MAX_FRAME_SIZE,
@@ -166,16 +175,19 @@ where
             self.writer.write_all(&self.wbuf).await?;
             self.writer.flush().await?;
             self.wbuf.clear();
+            rewind(&mut self.wbuf);
             self.last_write = Instant::now();
         }
         Ok(())
     }
 
     async fn fill(&mut self) -> io::Result<()> {
-        self.rbuf.reserve(READ_CHUNK_BYTES);
-        if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+        let room = self.read_sizing.prepare(&mut self.rbuf);
+        let n = self.reader.read_buf(&mut self.rbuf).await?;
+        if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        self.read_sizing.note_read(n, room);
         self.last_read = Instant::now();
         Ok(())
     }
@@ -404,28 +416,33 @@ where
     // ---- the open connection -------------------------------------------------------------
 
     async fn run(&mut self) -> io::Result<()> {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        // One timer per connection: its period is what the idle-timeouts need, at most
+        // `IDLE_CHECK` (thousands of quiet connections should not wake up twice a second).
+        let mut tick = tokio::time::interval(self.idle_check_period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut alarms_live = true;
         loop {
             let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
             let awaiting_fsync = self.sessions.values().any(Session::has_awaiting_fsync);
+            let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf), if !backed_up => {
-                    if read? == 0 {
+                    let n = read?;
+                    if n == 0 {
                         return Ok(());
                     }
+                    self.read_sizing.note_read(n, read_room);
                     self.last_read = Instant::now();
                     if !self.on_input() {
                         self.flush().await?;
                         return Ok(());
                     }
-                    self.rbuf.reserve(READ_CHUNK_BYTES);
                 }
                 written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
                     let n = written?;
-                    let _ = self.wbuf.split_to(n);
+                    self.wbuf.advance(n);
                     if self.wbuf.is_empty() {
+                        rewind(&mut self.wbuf);
                         self.writer.flush().await?;
                     }
                     self.last_write = Instant::now();
@@ -469,8 +486,26 @@ where
         }
     }
 
-    /// Idle-timeout duties; false when the client has been silent too long.
+    /// How often `on_tick` runs: often enough to send something within the client's
+    /// idle-time-out and to notice ours, at most every `IDLE_CHECK`.
+    fn idle_check_period(&self) -> Duration {
+        let mut period = IDLE_CHECK;
+        if let Some(idle) = self.peer_idle {
+            // We send at half the client's time-out, so a tick must come within the rest.
+            period = period.min(idle / 4);
+        }
+        let ours = self.config.idle_timeout;
+        if !ours.is_zero() {
+            period = period.min(ours / 2);
+        }
+        period.max(IDLE_CHECK_MIN)
+    }
+
+    /// Idle-timeout duties and giving back buffer room; false when the client has been
+    /// silent too long.
     fn on_tick(&mut self) -> bool {
+        self.read_sizing.on_idle_check(&mut self.rbuf);
+        shrink_idle_write_buffer(&mut self.wbuf);
         if let Some(idle) = self.peer_idle {
             if self.wbuf.is_empty() && self.last_write.elapsed() >= idle / 2 {
                 write_empty_frame(&mut self.wbuf);

@@ -15,6 +15,7 @@ mod generated;
 mod publish_properties;
 mod reader;
 mod short_str;
+pub mod socket_buffer;
 mod writer;
 
 pub use content::{ContentHeader, BASIC_CLASS_ID};

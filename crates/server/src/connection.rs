@@ -44,18 +44,16 @@ use warren_broker::registry::{ConnectionFacts, ConnectionState};
 use warren_broker::{
     churn, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo, VHost,
 };
+use warren_codec::socket_buffer::{
+    new_socket_buffer, new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
+};
 use warren_codec::*;
 use warren_store::DurableState;
 
 /// Output buffered beyond this stops reading input and deliveries until the socket drains.
 const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
-/// Read buffer reserve per read: big enough for many small frames at once.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// A buffer that grew past this (a burst of output, a large message) goes back to
-/// `READ_CHUNK_BYTES` once it is empty at an idle check, so an idle connection does not keep
-/// the memory of its busiest moment.
-const SHRINK_ABOVE_BYTES: usize = 4 * READ_CHUNK_BYTES;
-/// How often the loop looks for buffers to shrink (and, at most, for heartbeats).
+/// How often the loop looks for buffers to shrink (`socket_buffer.rs` in the codec) and, at
+/// most, for heartbeats.
 const IDLE_CHECK: Duration = Duration::from_secs(5);
 /// Deliveries taken per wake-up before the loop looks at the socket again.
 const EVENT_BATCH: usize = 512;
@@ -89,6 +87,8 @@ pub struct Connection<R, W> {
     reader: R,
     writer: W,
     rbuf: BytesMut,
+    /// How much room the next read gets: small for a quiet connection, more for a busy one.
+    read_sizing: ReadSizing,
     wbuf: BytesMut,
     /// Bytes were written since the last flush. A plain socket's flush does nothing, but a
     /// TLS writer may keep encrypted records it could not hand to a full socket, and only
@@ -149,8 +149,9 @@ where
             broker,
             reader,
             writer,
-            rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            wbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            rbuf: new_socket_buffer(),
+            read_sizing: ReadSizing::default(),
+            wbuf: new_write_buffer(),
             unflushed: false,
             // Until tune-ok, and so before authentication, frames are limited to the
             // protocol's minimum: an unauthenticated peer cannot make us buffer more.
@@ -239,7 +240,12 @@ where
     /// Serves the connection to its end and releases everything it held.
     pub async fn serve(mut self) {
         let result =
-            match tokio::time::timeout(self.config.handshake_timeout, self.handshake()).await {
+            // Boxed, as the AMQP 1.0 hand-off below: a future lives inside the connection's
+            // task for the task's whole life at the size of its largest state, and these two
+            // are only live for a moment (or, for 1.0, instead of everything else).
+            match tokio::time::timeout(self.config.handshake_timeout, Box::pin(self.handshake()))
+                .await
+            {
                 Err(_) => {
                     tracing::info!(peer = %self.peer, "handshake timed out");
                     Ok(false)
@@ -256,8 +262,10 @@ where
             };
             let (broker, tls) = (self.broker.clone(), self.tls.is_some());
             let (reader, writer, rbuf) = (self.reader, self.writer, self.rbuf);
-            return warren_amqp10::serve(reader, writer, rbuf, endpoints, broker, config, tls)
-                .await;
+            return Box::pin(warren_amqp10::serve(
+                reader, writer, rbuf, endpoints, broker, config, tls,
+            ))
+            .await;
         }
         match result {
             Ok(true) => {
@@ -307,6 +315,7 @@ where
             // A TLS writer sends what it still holds only on flush (free on plain TCP).
             self.writer.flush().await?;
             self.wbuf.clear();
+            rewind(&mut self.wbuf);
             self.unflushed = false;
             self.last_write = Instant::now();
         }
@@ -314,10 +323,12 @@ where
     }
 
     async fn fill(&mut self) -> io::Result<()> {
-        self.rbuf.reserve(READ_CHUNK_BYTES);
-        if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+        let room = self.read_sizing.prepare(&mut self.rbuf);
+        let n = self.reader.read_buf(&mut self.rbuf).await?;
+        if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        self.read_sizing.note_read(n, room);
         self.last_read = Instant::now();
         Ok(())
     }
@@ -553,9 +564,7 @@ where
             let room = self.wbuf.len() < WRITE_HIGH_WATER_BYTES;
             let confirms_waiting = self.channels.values().any(|c| c.awaits_durability());
             let held_back = self.throttle.is_blocked();
-            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK_BYTES / 4 {
-                self.rbuf.reserve(READ_CHUNK_BYTES);
-            }
+            let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf),
                     if room && !held_back && self.pending.is_none() => {
@@ -563,6 +572,7 @@ where
                     if n == 0 {
                         return Ok(());
                     }
+                    self.read_sizing.note_read(n, read_room);
                     info.recv_oct.fetch_add(n as u64, Relaxed);
                     info.recv_cnt.fetch_add(1, Relaxed);
                     self.last_read = Instant::now();
@@ -581,6 +591,7 @@ where
                             info.send_oct.fetch_add(n as u64, Relaxed);
                             info.send_cnt.fetch_add(1, Relaxed);
                             self.wbuf.advance(n);
+                            rewind(&mut self.wbuf);
                             self.last_write = Instant::now();
                             self.unflushed = true;
                         }
@@ -651,12 +662,8 @@ where
     /// Gives back buffer room a burst left behind, when the buffer holds nothing. Runs at the
     /// idle check only, so a busy connection never reallocates for it.
     fn shrink_idle_buffers(&mut self) {
-        if self.rbuf.is_empty() && self.rbuf.capacity() > SHRINK_ABOVE_BYTES {
-            self.rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-        }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > SHRINK_ABOVE_BYTES {
-            self.wbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-        }
+        self.read_sizing.on_idle_check(&mut self.rbuf);
+        shrink_idle_write_buffer(&mut self.wbuf);
     }
 
     /// Handles every whole frame in the read buffer, up to the publish that blocks the
