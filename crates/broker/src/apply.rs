@@ -242,7 +242,12 @@ impl Broker {
                 auto_delete,
                 arguments,
                 connection,
+                home,
             } => {
+                // Another node's classic queue: this node holds a record forwarding there.
+                let home = home
+                    .filter(|home| home != self.node_name())
+                    .map(|home| self.forward_peers().peer(&home));
                 let declaration = QueueDeclaration {
                     name: short(&name),
                     passive: false,
@@ -253,8 +258,12 @@ impl Broker {
                 };
                 let target = self.live_vhost(&vhost)?;
                 let created = target.queue(&name).is_none();
-                let (name, message_count, consumer_count) =
-                    target.declare_queue_named(declaration, connection, server_named)?;
+                let (name, message_count, consumer_count) = target.declare_queue_at(
+                    declaration,
+                    connection,
+                    server_named,
+                    home.as_ref(),
+                )?;
                 Ok(Outcome::QueueDeclared {
                     name: name.to_string(),
                     created,

@@ -21,6 +21,7 @@ pub mod memory;
 pub mod message;
 pub mod names;
 pub mod parameters;
+pub mod placement;
 pub mod policy;
 pub mod publish_counters;
 pub mod queue;

@@ -143,6 +143,7 @@ pub async fn apply(broker: &Broker, plan: Plan) -> Result<ImportSummary, String>
                 auto_delete: q.auto_delete,
                 arguments: q.arguments,
                 connection: NO_CONNECTION,
+                home: None,
             };
             change(broker, op)
                 .await

@@ -282,6 +282,8 @@ impl Channel {
                     auto_delete: m.auto_delete,
                     arguments: m.arguments,
                     connection: ctx.connection,
+                    // In a cluster, `Broker::change` picks the home node.
+                    home: None,
                 };
                 self.change(ctx, op, Reply::QueueDeclare { no_wait })?;
             }

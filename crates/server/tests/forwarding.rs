@@ -80,6 +80,8 @@ async fn pair_of(queue_type: &'static str) -> Pair {
     let (stream_a, _) = accepted.unwrap();
     remote::open(stream_a, a.clone());
     let link_b = remote::open(connected.unwrap(), b.clone());
+    let peer_a = b.forward_peers().peer("a");
+    peer_a.set(link_b.clone());
     b.vhost("/")
         .unwrap()
         .install_remote_queue(
@@ -87,7 +89,7 @@ async fn pair_of(queue_type: &'static str) -> Pair {
             true,
             false,
             arguments,
-            &link_b,
+            &peer_a,
             queue_type,
         )
         .unwrap();

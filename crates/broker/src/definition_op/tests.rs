@@ -253,6 +253,7 @@ fn queue(name: &str, durable: bool) -> DefinitionOp {
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        home: None,
     }
 }
 
@@ -289,6 +290,7 @@ fn applying_declares_answers_as_the_channel_replies() {
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        home: None,
     };
     assert!(matches!(
         broker.apply(named),

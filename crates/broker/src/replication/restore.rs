@@ -218,6 +218,7 @@ fn vhost_ops(
             auto_delete: q.auto_delete,
             arguments: q.arguments.clone(),
             connection: 0,
+            home: None,
         });
     }
     for b in &want.bindings {
@@ -373,6 +374,7 @@ mod tests {
             auto_delete: false,
             arguments,
             connection: 0,
+            home: None,
         }
     }
 

@@ -126,6 +126,7 @@ fn queue(name: &str, durable: bool, exclusive: bool) -> DefinitionOp {
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 7,
+        home: None,
     }
 }
 
@@ -294,6 +295,7 @@ async fn an_unused_auto_delete_queue_goes_from_every_node() {
         auto_delete: true,
         arguments: FieldTable::new(),
         connection: 7,
+        home: None,
     };
     a.change(declare).result().await.unwrap();
     caught_up(&log, &mut b_applied).await;

@@ -61,9 +61,10 @@ fn queue_json(api: &Api, vhost: &VHost, q: &Arc<Queue>) -> Value {
         "auto_delete": q.auto_delete,
         "exclusive": q.exclusive_owner.is_some(),
         "arguments": table_to_json(&q.arguments),
-        "node": api.node,
+        // The serving node: this one, or the home node a remote record forwards to.
+        "node": q.remote().map_or(api.node.as_str(), |r| r.node()),
         "type": q.type_name(),
-        "state": "running",
+        "state": if q.remote().is_some_and(|r| !r.is_reachable()) { "down" } else { "running" },
         "consumers": q.consumer_count(),
         "messages": messages,
         "messages_details": details(rate(0)),
@@ -149,6 +150,7 @@ pub async fn declare_simple(api: &Api, vhost: &VHost, name: &str) -> ApiResult<(
         auto_delete: false,
         arguments: FieldTable::new(),
         connection: 0,
+        home: None,
     })
     .await?;
     Ok(())
@@ -198,6 +200,7 @@ pub async fn declare(
             auto_delete: body_bool(&body, "auto_delete", false)?,
             arguments,
             connection: 0,
+            home: None,
         })
         .await?;
     Ok(super::created_or_updated(!outcome.created()))
