@@ -324,6 +324,15 @@ impl VHost {
             .queue(name)
             .ok_or_else(|| not_found_queue(&self.name, name))?;
         self.check_exclusive(&queue, connection)?;
+        Ok(queue)
+    }
+
+    /// `queue_for` for what needs the queue's messages now (basic.consume, basic.get,
+    /// queue.purge): a queue whose serving node is unreachable answers 404 too. (Bindings,
+    /// applied on every node from the metadata log, do not look: whether a node's link is
+    /// up must not change what the log makes of an op.)
+    pub fn queue_to_use(&self, name: &str, connection: ConnectionId) -> AmqpResult<Arc<Queue>> {
+        let queue = self.queue_for(name, connection)?;
         self.check_reachable(&queue)?;
         Ok(queue)
     }

@@ -240,19 +240,17 @@ impl TcpTransport {
         let _ = self.forward.set(handler);
     }
 
-    /// Opens a forwarding connection to `peer` (whose address the transport knows from
-    /// [`TcpTransport::add_peer`] or [`TcpTransport::discover`]), authenticated as the Raft
-    /// link is.
-    pub async fn dial_forward(&self, peer: NodeId) -> Result<BoxedStream, String> {
+    /// Opens a forwarding connection to `peer` listening at `addr` (its advertised address in
+    /// the membership: the transport may not have it, when the peer dialled the Raft link),
+    /// authenticated as the Raft link is.
+    pub async fn dial_forward(
+        &self,
+        peer: NodeId,
+        addr: SocketAddr,
+    ) -> Result<BoxedStream, String> {
         if self.is_shut_down() {
             return Err("this node is shutting down".into());
         }
-        let addr = self
-            .addrs
-            .lock()
-            .get(&peer)
-            .copied()
-            .ok_or_else(|| format!("no address known for node {peer}"))?;
         self.dial_kind(Some(peer), addr, KIND_FORWARD)
             .await
             .map(|(_, stream)| stream)

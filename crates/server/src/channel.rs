@@ -321,7 +321,7 @@ impl Channel {
             Method::QueuePurge(m) => {
                 let name = self.queue_name(m.queue)?;
                 permissions::check_read_queue(ctx, &name)?;
-                let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
+                let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
                 let message_count = queue.purge();
                 if !m.no_wait {
                     ctx.send(ch, QueuePurgeOk { message_count });

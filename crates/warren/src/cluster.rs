@@ -306,7 +306,15 @@ async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNo
             let transport = cluster.transport().clone();
             let broker = live.clone();
             tokio::spawn(async move {
-                match transport.dial_forward(id).await {
+                let addr = tokio::net::lookup_host(&info.addr)
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next());
+                let dialed = match addr {
+                    Some(addr) => transport.dial_forward(id, addr).await,
+                    None => Err(format!("cannot resolve {}", info.addr)),
+                };
+                match dialed {
                     Ok(stream) => {
                         peer.set(remote::open(stream, broker));
                         peer.dialed(true);
