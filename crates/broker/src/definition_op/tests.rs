@@ -122,6 +122,7 @@ fn every_op() -> Vec<DefinitionOp> {
             auto_delete: true,
             arguments: args(),
             connection: 9,
+            home: Some(s("rabbit@n1")),
         },
         QueueDelete {
             vhost: s("v"),
