@@ -14,7 +14,7 @@ use join_all::futures_join_all;
 use tcp_support::{enqueue, raft_config, transport_config, FreezableProxy, TcpCluster, DEADLINE};
 use warren_quorum::handshake::{self, HandshakeError};
 use warren_quorum::machine::{QueueState, Reply};
-use warren_quorum::tcp::{ClusterTls, TcpTransportConfig};
+use warren_quorum::tcp::{ClusterTls, TcpTransportConfig, KIND_RAFT};
 
 const NODES: [u64; 3] = [1, 2, 3];
 
@@ -315,6 +315,8 @@ async fn a_bad_frame_closes_that_connection_and_nothing_else() {
         handshake::dial(&mut stream, 9, 1, b"test-cookie")
             .await
             .expect("authenticated");
+        // The connection's kind, then the bad frame.
+        stream.write_all(&[KIND_RAFT]).await.expect("write");
         stream.write_all(&bad).await.expect("write");
         assert!(closed_by_peer(&mut stream).await, "{bad:?} was not refused");
     }
