@@ -91,9 +91,9 @@ impl VHost {
     /// Changes where queue `name` is served, in place: its bindings and policies stay.
     ///
     /// - [`Serving::Here`] turns a remote record into the real queue: a classic queue as
-    ///   declared (a durable one finds its messages in this node's store, if it kept any);
-    ///   a quorum queue as this node's member of its group (the group's log has its
-    ///   messages).
+    ///   declared, empty (a classic queue's messages stay on the node that held them: this
+    ///   is for a queue whose data is replicated, or a fresh start); a quorum queue as this
+    ///   node's member of its group, started here (the group's log has its messages).
     /// - [`Serving::Node`] turns the real queue or a record for another node into a record
     ///   for that node. The real queue's data is left where it is (a classic queue's store,
     ///   a quorum queue's log): only this node stops serving it.
