@@ -243,7 +243,12 @@ impl Broker {
                 arguments,
                 connection,
                 members,
+                home,
             } => {
+                // Another node's classic queue: this node holds a record forwarding there.
+                let home = home
+                    .filter(|home| home != self.node_name())
+                    .map(|home| self.forward_peers().peer(&home));
                 let declaration = QueueDeclaration {
                     name: short(&name),
                     passive: false,
@@ -254,10 +259,11 @@ impl Broker {
                 };
                 let target = self.live_vhost(&vhost)?;
                 let created = target.queue(&name).is_none();
-                let (name, message_count, consumer_count) = target.declare_queue_with_members(
+                let (name, message_count, consumer_count) = target.declare_queue_at(
                     declaration,
                     connection,
                     server_named,
+                    home.as_ref(),
                     members,
                 )?;
                 Ok(Outcome::QueueDeclared {

@@ -68,6 +68,8 @@ pub struct Broker {
     cluster: OnceLock<Arc<crate::quorum::cluster::ClusterNode>>,
     /// The metadata log definitions changes go through, in a cluster (`replication.rs`).
     replicator: OnceLock<Arc<dyn Replicator>>,
+    /// Forwarding links to the nodes serving this node's remote queue records.
+    forward_peers: Arc<crate::remote::ForwardPeers>,
 }
 
 impl Broker {
@@ -98,6 +100,7 @@ impl Broker {
             disk: OnceLock::new(),
             node_name: OnceLock::new(),
             quorum: OnceLock::new(),
+            forward_peers: Arc::default(),
             cluster: OnceLock::new(),
             replicator: OnceLock::new(),
         });
@@ -416,6 +419,7 @@ impl Broker {
                     if let Some(host) = self.quorum.get() {
                         vhost.set_quorum_host(host.clone());
                     }
+                    vhost.set_forward_peers(self.forward_peers.clone());
                     let weak = self.self_ref.get().cloned().unwrap_or_default();
                     vhost.set_durable_change_hook(move || {
                         if let Some(broker) = weak.upgrade() {
@@ -478,6 +482,11 @@ impl Broker {
     /// Makes this node a cluster node (the first call sticks).
     pub fn enable_cluster(&self, cluster: Arc<crate::quorum::cluster::ClusterNode>) {
         let _ = self.cluster.set(cluster);
+    }
+
+    /// This node's forwarding links, by peer node name (`remote/peers.rs`).
+    pub fn forward_peers(&self) -> &Arc<crate::remote::ForwardPeers> {
+        &self.forward_peers
     }
 
     /// This node's cluster membership; None on a single node.

@@ -156,7 +156,10 @@ pub enum DefinitionOp {
     /// A non-passive queue.declare. `server_named`: the `amq.gen-` name was chosen by the
     /// proposing node. `connection` is the declaring connection on the node that built the
     /// op, which only exclusive queues (never replicated: see `replication.rs`) look at; a
-    /// replicated op carries 0, "no connection".
+    /// replicated op carries 0, "no connection". `home`: the node that serves a new
+    /// classic queue (chosen by the proposing node, `Broker::queue_home`); every other node
+    /// holds a remote record of it. None (a single node, an op logged before homes) is "the
+    /// node applying it".
     QueueDeclare {
         vhost: String,
         name: String,
@@ -173,6 +176,8 @@ pub enum DefinitionOp {
         /// of its own, as it did).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         members: Vec<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        home: Option<String>,
     },
     /// Removes a queue. queue.delete's `if-unused`/`if-empty` look at the queue's live
     /// consumers and messages, which are node-local: they are checked before the op is

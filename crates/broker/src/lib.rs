@@ -22,6 +22,7 @@ pub mod message;
 pub mod name_map;
 pub mod names;
 pub mod parameters;
+pub mod placement;
 pub mod policy;
 pub mod publish_counters;
 pub mod queue;

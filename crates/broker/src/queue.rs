@@ -980,6 +980,22 @@ impl Queue {
         (st.consumers.take_all(), n)
     }
 
+    /// This node stops serving the queue here (`VHost::set_serving`): no more deliveries
+    /// from this object, and its local consumers are returned (to be told basic.cancel).
+    /// Unlike `mark_deleted`, the queue's data stays: a classic queue's stored messages, a
+    /// quorum queue's group; a remote record's consumers are cancelled at the serving node.
+    pub(crate) fn detach(&self) -> Vec<Arc<Consumer>> {
+        match &self.kind {
+            QueueKind::Quorum(qq) => qq.detach_consumers(),
+            QueueKind::Remote(r) => r.mark_deleted().0,
+            QueueKind::Classic => {
+                let mut st = self.state.lock();
+                st.deleted = true;
+                st.consumers.take_all()
+            }
+        }
+    }
+
     /// Ready messages (expired ones leave first, as a client polling the count expects).
     pub fn message_count(self: &Arc<Self>) -> u32 {
         match &self.kind {

@@ -685,6 +685,16 @@ impl QuorumQueue {
         (consumers, count)
     }
 
+    /// This node stops serving the queue (`VHost::set_serving`): its consumers here are
+    /// taken (to be told basic.cancel); the group and its data stay.
+    pub(crate) fn detach_consumers(&self) -> Vec<Arc<Consumer>> {
+        let mut consumers = self.consumers.lock();
+        consumers.held.clear();
+        consumers.cancelled.clear();
+        consumers.gets.clear();
+        consumers.by_key.drain().map(|(_, c)| c).collect()
+    }
+
     /// Removes the group's log and snapshot, once; the removal is registered with the host
     /// at once, so a queue declared again under the name waits for it.
     fn remove_data(&self, group: Arc<QueueGroup>) {

@@ -26,9 +26,14 @@
 //! its consumers are registered with the link's own connection id and an events channel the
 //! link drains into frames, so the queue types need no notion of remote peers. The link
 //! (`remote/link.rs`) is one connection per node pair, carrying both directions' requests
-//! for all queues and consumers (`remote/frame.rs`).
+//! for all queues and consumers (`remote/frame.rs`). A record holds its serving node's
+//! [`PeerLink`] (`remote/peers.rs`), not a link: after a reconnect it binds itself on the
+//! new link.
 //!
-//! Failures: when the link is lost, local consumers of remote queues get basic.cancel
+//! Failures: while the serving node is unreachable (no live link), queue.declare,
+//! basic.consume, basic.get and queue.purge of the queue answer 404 as RabbitMQ does for a
+//! durable classic queue whose home node is down (`VHost::queue_for`), and a publish routed
+//! to it is nacked when confirmed (dropped otherwise). When the link is lost, local consumers of remote queues get basic.cancel
 //! (`ConnectionEvent::ConsumerCancelled`, RabbitMQ's consumer_cancel_notify when a queue's
 //! node goes down), unconfirmed publishes are nacked, acks of messages the client held
 //! become no-ops — the serving node requeues those (redelivered) as a closing channel's are.
@@ -36,15 +41,19 @@
 
 mod frame;
 mod link;
+pub mod peers;
 mod serve;
 
 pub use frame::{Frame, FrameError, SettleKind, MAX_FRAME_BYTES};
 pub use link::{open, ForwardLink};
+pub use peers::{ForwardPeers, PeerLink};
 
-use crate::consumer::{ConnectionId, Consumer};
+use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
 use crate::message::Message;
 use crate::queue::{Enqueued, QueuedMessage};
 use crate::quorum::QuorumConfirm;
+use parking_lot::Mutex;
+use peers::Record;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -59,29 +68,35 @@ pub struct RemoteCounts {
 /// the link there.
 #[derive(Debug)]
 pub struct RemoteQueue {
-    link: Arc<ForwardLink>,
-    /// The queue's id on the link.
-    qid: u64,
+    peer: Arc<PeerLink>,
+    record: Arc<Record>,
     /// The serving queue's type (`classic`, `quorum`), for the API and `x-queue-type`.
     served_type: &'static str,
-    counts: Arc<RemoteCounts>,
 }
 
 impl RemoteQueue {
-    /// A record for queue `queue` of `vhost` served at the other end of `link`.
+    /// A record for queue `queue` of `vhost` served by `peer` (bound on its link at once
+    /// when there is one, and on every later one).
     pub fn new(
-        link: &Arc<ForwardLink>,
+        peer: &Arc<PeerLink>,
         vhost: &str,
         queue: &str,
         served_type: &'static str,
     ) -> RemoteQueue {
-        let counts = Arc::new(RemoteCounts::default());
-        let qid = link.bind(vhost, queue, counts.clone());
+        let record = Arc::new(Record {
+            vhost: vhost.to_owned(),
+            queue: queue.to_owned(),
+            counts: Arc::default(),
+            bound: Mutex::new(None),
+        });
+        peer.register(&record);
+        if let Some(link) = peer.current() {
+            record.bind_on(&link);
+        }
         RemoteQueue {
-            link: link.clone(),
-            qid,
+            peer: peer.clone(),
+            record,
             served_type,
-            counts,
         }
     }
 
@@ -89,17 +104,62 @@ impl RemoteQueue {
         self.served_type
     }
 
-    pub fn link(&self) -> &Arc<ForwardLink> {
-        &self.link
+    /// The serving node's name.
+    pub fn node(&self) -> &str {
+        self.peer.name()
+    }
+
+    pub fn peer(&self) -> &Arc<PeerLink> {
+        &self.peer
+    }
+
+    /// Whether the serving node is reachable now (a live link to it).
+    pub fn is_reachable(&self) -> bool {
+        self.peer.is_up()
+    }
+
+    /// The live link and this record's id on it.
+    fn bound(&self) -> Option<(Arc<ForwardLink>, u64)> {
+        let link = self.peer.current()?;
+        let qid = self.record.bind_on(&link);
+        Some((link, qid))
+    }
+
+    /// The link the record is bound on now, if it is still live (what consumers and held
+    /// messages were made on: after a reconnect they are gone).
+    fn bound_live(&self) -> Option<(Arc<ForwardLink>, u64)> {
+        self.record
+            .bound
+            .lock()
+            .as_ref()
+            .filter(|(link, _)| link.is_alive())
+            .cloned()
     }
 
     pub fn publish(&self, message: &Message, confirm: Option<&Arc<QuorumConfirm>>) -> Enqueued {
-        self.link.publish(self.qid, message, confirm);
+        match self.bound() {
+            Some((link, qid)) => link.publish(qid, message, confirm),
+            None => {
+                // The serving node is unreachable: a confirmed publish is nacked.
+                if let Some(c) = confirm {
+                    c.expect_one();
+                    c.answered(false);
+                }
+            }
+        }
         Enqueued::Accepted
     }
 
     pub fn add_consumer(&self, consumer: Arc<Consumer>) {
-        self.link.consume(self.qid, consumer);
+        match self.bound() {
+            Some((link, qid)) => link.consume(qid, consumer),
+            None => {
+                let _ = consumer.send(ConnectionEvent::ConsumerCancelled {
+                    channel: consumer.channel,
+                    consumer_tag: consumer.tag.clone(),
+                });
+            }
+        }
     }
 
     pub fn remove_consumer(
@@ -108,7 +168,8 @@ impl RemoteQueue {
         channel: u16,
         tag: &str,
     ) -> Option<Arc<Consumer>> {
-        self.link.cancel(self.qid, connection, channel, tag)
+        let (link, qid) = self.bound_live()?;
+        link.cancel(qid, connection, channel, tag)
     }
 
     pub fn settle(
@@ -117,6 +178,10 @@ impl RemoteQueue {
         requeued: &[QueuedMessage],
         rejected: &[QueuedMessage],
     ) {
+        let Some((link, qid)) = self.bound_live() else {
+            // The link the messages came over is gone: the serving node requeued them.
+            return;
+        };
         for (kind, messages) in [
             (SettleKind::Ack, acked),
             (SettleKind::Requeue, requeued),
@@ -124,35 +189,43 @@ impl RemoteQueue {
         ] {
             if !messages.is_empty() {
                 let ids = messages.iter().map(|m| m.id).collect();
-                self.link.settle(self.qid, kind, ids);
+                link.settle(qid, kind, ids);
             }
         }
     }
 
     pub async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
-        self.link.get(self.qid, no_ack).await
+        let (link, qid) = self.bound()?;
+        link.get(qid, no_ack).await
     }
 
     /// Forwards the purge; answers the last reported count (as a quorum queue does).
     pub fn purge(&self) -> u32 {
-        let count = self.counts.messages.swap(0, Relaxed);
-        self.link.purge(self.qid);
+        let count = self.record.counts.messages.swap(0, Relaxed);
+        if let Some((link, qid)) = self.bound() {
+            link.purge(qid);
+        }
         count
     }
 
     /// The record goes (the queue was deleted, or this node now serves it): its consumers
     /// are cancelled on the serving node and returned to be notified here.
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
-        (self.link.unbind(self.qid), self.message_count())
+        let bound = self.record.bound.lock().take();
+        let consumers = match bound {
+            Some((link, qid)) => link.unbind(qid),
+            None => Vec::new(),
+        };
+        (consumers, self.message_count())
     }
 
     pub fn message_count(&self) -> u32 {
-        self.counts.messages.load(Relaxed)
+        self.record.counts.messages.load(Relaxed)
     }
 
     /// Consumers on every node (the serving queue counts the forwarded ones too).
     pub fn consumer_count(&self) -> u32 {
-        self.counts.consumers.load(Relaxed)
+        self.record.counts.consumers.load(Relaxed)
     }
 
     pub fn has_consumers(&self) -> bool {

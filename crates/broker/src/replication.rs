@@ -8,6 +8,10 @@
 //!   committed op to `Broker::apply_replicated` on every node, the proposing one included,
 //!   in log order; the proposer's result travels back to it as bytes.
 //!
+//! A queue declaration carries its home node, chosen by the proposing node (`placement.rs`):
+//! the home node creates the classic queue, every other node a remote record forwarding to
+//! it (`crate::remote`). Deleting it from any node deletes the queue and every record.
+//!
 //! Exclusive queues stay node-local: they live and die with one connection to one node, so
 //! their declaration, deletion and bindings (which only their owner may make) are applied
 //! locally, never proposed. Every other queue op is replicated. (So another node knows
@@ -88,7 +92,16 @@ impl Broker {
         if self.is_node_local(&op) {
             return Change::Done(self.apply(op));
         }
-        let op = self.with_quorum_members(op);
+        let mut op = self.with_quorum_members(op);
+        if let DefinitionOp::QueueDeclare {
+            home: home @ None,
+            arguments,
+            ..
+        } = &mut op
+        {
+            // Chosen here, by the proposing node, so every node agrees (`placement.rs`).
+            *home = self.queue_home(arguments);
+        }
         let submitted = replicator.submit(op.without_connection().encode());
         Change::Pending(Box::pin(async move {
             match submitted.await {

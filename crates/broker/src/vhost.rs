@@ -7,6 +7,7 @@ mod lifecycle;
 mod mirroring;
 mod policies;
 mod remote_queues;
+pub use remote_queues::Serving;
 #[cfg(test)]
 mod route_tests;
 
@@ -75,6 +76,8 @@ pub struct VHost {
     pub store: Option<Store>,
     /// Where quorum queues' Raft groups run, when the broker has a data directory.
     quorum: OnceLock<Arc<QuorumHost>>,
+    /// The node's forwarding links by peer, for remote queue records (set by the broker).
+    forward_peers: OnceLock<Arc<crate::remote::ForwardPeers>>,
     /// How durable changes reach the store: the owning broker's snapshot writer.
     on_durable_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
     connections: Mutex<HashMap<ConnectionId, lifecycle::OpenConnection>>,
@@ -121,6 +124,7 @@ impl VHost {
             memory,
             store,
             quorum: OnceLock::new(),
+            forward_peers: OnceLock::new(),
             on_durable_change: OnceLock::new(),
             connections: Mutex::new(HashMap::new()),
             limits: RwLock::new(VHostLimits::default()),
@@ -298,6 +302,16 @@ impl VHost {
         let _ = self.quorum.set(host);
     }
 
+    /// Shares the node's forwarding links with this vhost's remote records (set once, by
+    /// the broker; a vhost made alone gets its own, empty).
+    pub fn set_forward_peers(&self, peers: Arc<crate::remote::ForwardPeers>) {
+        let _ = self.forward_peers.set(peers);
+    }
+
+    pub fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers> {
+        self.forward_peers.get_or_init(Arc::default).clone()
+    }
+
     pub fn check_exclusive(&self, queue: &Queue, connection: ConnectionId) -> AmqpResult<()> {
         match queue.exclusive_owner {
             Some(owner) if owner != connection => Err(locked(&self.name, &queue.name)),
@@ -312,6 +326,30 @@ impl VHost {
             .ok_or_else(|| not_found_queue(&self.name, name))?;
         self.check_exclusive(&queue, connection)?;
         Ok(queue)
+    }
+
+    /// `queue_for` for what needs the queue's messages now (basic.consume, basic.get,
+    /// queue.purge): a queue whose serving node is unreachable answers 404 too. (Bindings,
+    /// applied on every node from the metadata log, do not look: whether a node's link is
+    /// up must not change what the log makes of an op.)
+    pub fn queue_to_use(&self, name: &str, connection: ConnectionId) -> AmqpResult<Arc<Queue>> {
+        let queue = self.queue_for(name, connection)?;
+        self.check_reachable(&queue)?;
+        Ok(queue)
+    }
+
+    /// A queue whose serving node is unreachable answers 404, as RabbitMQ answers for a
+    /// durable classic queue whose home node is down.
+    pub fn check_reachable(&self, queue: &Queue) -> AmqpResult<()> {
+        match queue.remote() {
+            Some(r) if !r.is_reachable() => Err(AmqpError::not_found(format!(
+                "home node '{}' of durable queue '{}' in vhost '{}' is down or inaccessible",
+                r.node(),
+                queue.name,
+                self.name
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// queue.declare; returns the queue's name with its message and consumer counts. The
@@ -334,16 +372,21 @@ impl VHost {
         connection: ConnectionId,
         server_named: bool,
     ) -> AmqpResult<(ShortStr, u32, u32)> {
-        self.declare_queue_with_members(d, connection, server_named, Vec::new())
+        self.declare_queue_at(d, connection, server_named, None, Vec::new())
     }
 
-    /// [`VHost::declare_queue_named`] for a quorum queue whose Raft group members (node ids)
-    /// the declaring node chose (`Broker::change`); empty: a group of this node alone.
-    pub fn declare_queue_with_members(
+    /// `declare_queue_named` in a cluster: a classic queue created here is served by `home`
+    /// when given (another node, its queue's home: this node holds a remote record of it),
+    /// else by this node; a quorum queue's Raft group spans `members` (node ids, chosen by
+    /// the declaring node in `Broker::change`; empty: a group of this node alone). Every
+    /// check runs the same either way, so every node applying a declaration reaches the
+    /// same answer.
+    pub fn declare_queue_at(
         self: &Arc<Self>,
         d: QueueDeclaration,
         connection: ConnectionId,
         server_named: bool,
+        home: Option<&Arc<crate::remote::PeerLink>>,
         members: Vec<u64>,
     ) -> AmqpResult<(ShortStr, u32, u32)> {
         if d.name.starts_with(names::DIRECT_REPLY_TO) {
@@ -362,6 +405,7 @@ impl VHost {
                 .queue(&d.name)
                 .ok_or_else(|| not_found_queue(&self.name, &d.name))?;
             self.check_exclusive(&existing, connection)?;
+            self.check_reachable(&existing)?;
             existing.touch();
             let (m, c) = (existing.message_count(), existing.consumer_count());
             return Ok((d.name, m, c));
@@ -409,6 +453,7 @@ impl VHost {
                 redeclared.as_ref().unwrap_or(&d.arguments),
                 &existing.arguments,
             )?;
+            self.check_reachable(&existing)?;
             existing.touch();
             let (m, c) = (existing.message_count(), existing.consumer_count());
             return Ok((name, m, c));
@@ -446,7 +491,12 @@ impl VHost {
                 )));
             }
         }
-        let queue = self.create_queue(name, durable, owner, d.auto_delete, arguments, members)?;
+        let queue = match home {
+            Some(peer) if owner.is_none() && !is_quorum(&arguments) => {
+                self.install_remote_queue(name, durable, d.auto_delete, arguments, peer, "classic")?
+            }
+            _ => self.create_queue(name, durable, owner, d.auto_delete, arguments, members)?,
+        };
         churn::bump(&self.counters.queues.created);
         if queue.stored.is_some() || queue.quorum().is_some() {
             self.persist_definitions();
@@ -465,9 +515,37 @@ impl VHost {
         arguments: FieldTable,
         members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
+        if is_quorum(&arguments) {
+            let limits = queue_limits(&arguments);
+            return self.create_quorum_queue(name, arguments, limits, members);
+        }
+        let queue =
+            self.build_queue(name.clone(), durable, owner, auto_delete, arguments, Vec::new())?;
+        let queue = {
+            let policies = self.policies.read();
+            queue.apply_policies(policies.applied(EntityKind::Queue, &name));
+            self.queues.write().entry(name).or_insert(queue).clone()
+        };
+        if queue.expires_ms().is_some() {
+            self.watch_expiry(&queue);
+        }
+        Ok(queue)
+    }
+
+    /// A queue as declared, not registered yet: a classic one (in the store when durable and
+    /// not exclusive), or a quorum queue whose group is not started yet (`start_quorum`).
+    pub(crate) fn build_queue(
+        self: &Arc<Self>,
+        name: ShortStr,
+        durable: bool,
+        owner: Option<ConnectionId>,
+        auto_delete: bool,
+        arguments: FieldTable,
+        members: Vec<u64>,
+    ) -> AmqpResult<Arc<Queue>> {
         let limits = queue_limits(&arguments);
         if is_quorum(&arguments) {
-            return self.create_quorum_queue(name, arguments, limits, members);
+            return self.build_quorum_queue(name, arguments, limits, members);
         }
         let stored = match (&self.store, durable && owner.is_none()) {
             (Some(store), true) => {
@@ -483,8 +561,8 @@ impl VHost {
             }
             _ => None,
         };
-        let queue = Arc::new(Queue::new(
-            name.clone(),
+        Ok(Arc::new(Queue::new(
+            name,
             durable,
             owner,
             auto_delete,
@@ -494,21 +572,32 @@ impl VHost {
             Arc::downgrade(self),
             stored,
             self.store.clone(),
-        ));
+        )))
+    }
+
+    /// Creates and registers a quorum queue and starts its Raft group (recovered from the
+    /// shared log when the queue existed before a restart).
+    fn create_quorum_queue(
+        self: &Arc<Self>,
+        name: ShortStr,
+        arguments: FieldTable,
+        limits: crate::queue::QueueLimits,
+        members: Vec<u64>,
+    ) -> AmqpResult<Arc<Queue>> {
+        let queue = self.build_quorum_queue(name.clone(), arguments, limits, members)?;
         let queue = {
             let policies = self.policies.read();
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
             self.queues.write().entry(name).or_insert(queue).clone()
         };
+        queue.start_quorum();
         if queue.expires_ms().is_some() {
             self.watch_expiry(&queue);
         }
         Ok(queue)
     }
 
-    /// Creates and registers a quorum queue and starts its Raft group (recovered from the
-    /// shared log when the queue existed before a restart).
-    fn create_quorum_queue(
+    fn build_quorum_queue(
         self: &Arc<Self>,
         name: ShortStr,
         arguments: FieldTable,
@@ -545,15 +634,6 @@ impl VHost {
             )
             .with_kind(QueueKind::Quorum(Box::new(quorum))),
         );
-        let queue = {
-            let policies = self.policies.read();
-            queue.apply_policies(policies.applied(EntityKind::Queue, &name));
-            self.queues.write().entry(name).or_insert(queue).clone()
-        };
-        queue.start_quorum();
-        if queue.expires_ms().is_some() {
-            self.watch_expiry(&queue);
-        }
         Ok(queue)
     }
 

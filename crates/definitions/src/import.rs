@@ -144,6 +144,7 @@ pub async fn apply(broker: &Broker, plan: Plan) -> Result<ImportSummary, String>
                 arguments: q.arguments,
                 connection: NO_CONNECTION,
                 members: Vec::new(),
+                home: None,
             };
             change(broker, op)
                 .await

@@ -3,13 +3,17 @@
 //!
 //! Fixed-size messages, in this order (integers big-endian, nonces fresh from the OS RNG):
 //!
-//! 1. dialer → acceptor: `"WRNC"`, version 1, dialer node id (u64), dialer nonce (32 bytes).
-//! 2. acceptor → dialer: `"WRNC"`, version 1, acceptor node id, acceptor nonce, and
+//! 1. dialer → acceptor: `"WRNC"`, version 2, dialer node id (u64), dialer nonce (32 bytes).
+//! 2. acceptor → dialer: `"WRNC"`, version 2, acceptor node id, acceptor nonce, and
 //!    `HMAC-SHA256(secret, "warren-cluster-v1" | 'A' | dialer id | acceptor id | dialer nonce |
 //!    acceptor nonce)`.
 //! 3. dialer → acceptor: the same MAC with role byte `'D'`, sent only once the acceptor's MAC
 //!    checked out (a dialer does not prove itself to a node that cannot prove itself).
 //! 4. acceptor → dialer: one byte, 1 = accepted, 0 = refused.
+//!
+//! (Version 2 added what follows an accepted handshake: the dialer's one byte naming the
+//! connection's kind, Raft RPCs or a forwarding link — see `tcp.rs`. A version 1 node would
+//! read that byte as a frame, so the versions refuse each other.)
 //!
 //! Both nonces go into both MACs, so neither side can replay an old exchange, and the role byte
 //! keeps one side's MAC from being reflected as the other's. Nothing but these messages is read
@@ -23,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";

@@ -15,6 +15,12 @@
 //! Every connection starts with the [`handshake`]: nothing is parsed as a frame before both
 //! sides proved they know the cluster secret. With [`ClusterTls`] configured, TLS wraps the
 //! connection first and the handshake and frames run inside it.
+//!
+//! After the handshake the dialer sends one byte naming the connection's kind:
+//! [`KIND_RAFT`] (the link described above) or [`KIND_FORWARD`], a byte stream the transport
+//! hands over, authenticated, to the handler set with [`TcpTransport::on_forward`] (the
+//! broker's forwarding links: queues served by another node). [`TcpTransport::dial_forward`]
+//! opens one.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -119,9 +125,17 @@ impl std::fmt::Debug for TcpTransportConfig {
 }
 
 /// A peer connection's byte stream: plain TCP or TLS over it.
-trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for S {}
-type BoxedStream = Box<dyn PeerStream>;
+pub type BoxedStream = Box<dyn PeerStream>;
+
+/// The connection kind byte after the handshake: the Raft RPC link.
+pub const KIND_RAFT: u8 = 0;
+/// The connection kind byte after the handshake: a forwarding link.
+pub const KIND_FORWARD: u8 = 1;
+
+/// What takes an accepted forwarding connection: the peer's id and the authenticated stream.
+pub type ForwardHandler = Arc<dyn Fn(NodeId, BoxedStream) + Send + Sync>;
 
 /// One authenticated connection to a peer, as senders see it.
 struct Link {
@@ -153,6 +167,7 @@ pub struct TcpTransport {
     runtime: tokio::runtime::Handle,
     liveness: Arc<Liveness>,
     registry: OnceLock<GroupRegistry>,
+    forward: OnceLock<ForwardHandler>,
     listener: Mutex<Option<TcpListener>>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     links: Mutex<HashMap<NodeId, Arc<Link>>>,
@@ -178,6 +193,7 @@ impl TcpTransport {
             runtime: tokio::runtime::Handle::current(),
             liveness: Arc::default(),
             registry: OnceLock::new(),
+            forward: OnceLock::new(),
             listener: Mutex::new(Some(listener)),
             addrs: Mutex::default(),
             links: Mutex::default(),
@@ -216,6 +232,29 @@ impl TcpTransport {
             let transport = self.clone();
             self.runtime.spawn(transport.accept_loop(listener));
         }
+    }
+
+    /// Sets what takes accepted forwarding connections (call once; later calls are ignored).
+    /// Until then they are closed.
+    pub fn on_forward(&self, handler: ForwardHandler) {
+        let _ = self.forward.set(handler);
+    }
+
+    /// Opens a forwarding connection to `peer` listening at `addr` (its advertised address in
+    /// the membership: the transport may not have it, when the peer dialled the Raft link),
+    /// authenticated as the Raft link is.
+    pub async fn dial_forward(
+        &self,
+        peer: NodeId,
+        addr: SocketAddr,
+    ) -> Result<BoxedStream, String> {
+        if self.is_shut_down() {
+            return Err("this node is shutting down".into());
+        }
+        self.dial_kind(Some(peer), addr, KIND_FORWARD)
+            .await
+            .map(|(_, stream)| stream)
+            .map_err(|e| e.to_string())
     }
 
     /// Tells the transport where a peer listens. The node with the lower id dials, so this
@@ -312,11 +351,22 @@ impl TcpTransport {
         Ok(peer)
     }
 
-    /// Dials `addr` and authenticates the node there (`expected`, or whichever answers).
+    /// Dials `addr` for the Raft link and authenticates the node there (`expected`, or
+    /// whichever answers).
     async fn dial(
         &self,
         expected: Option<NodeId>,
         addr: SocketAddr,
+    ) -> Result<(NodeId, BoxedStream), DialError> {
+        self.dial_kind(expected, addr, KIND_RAFT).await
+    }
+
+    /// Dials `addr`, authenticates the node there and names the connection's `kind`.
+    async fn dial_kind(
+        &self,
+        expected: Option<NodeId>,
+        addr: SocketAddr,
+        kind: u8,
     ) -> Result<(NodeId, BoxedStream), DialError> {
         let stream = tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
             .await
@@ -347,6 +397,14 @@ impl TcpTransport {
                 handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
                 other => DialError::Handshake(other),
             })?;
+            stream
+                .write_all(&[kind])
+                .await
+                .map_err(|e| DialError::Connect(e.to_string()))?;
+            stream
+                .flush()
+                .await
+                .map_err(|e| DialError::Connect(e.to_string()))?;
             Ok((peer, stream))
         };
         tokio::time::timeout(self.config.handshake_timeout, handshake)
@@ -402,15 +460,30 @@ impl TcpTransport {
                 },
                 None => Box::new(stream),
             };
-            match handshake::accept(&mut stream, self.config.node, &self.config.secret).await {
-                Ok(peer) => Ok((peer, stream)),
-                Err(e) => Err(e.to_string()),
-            }
+            let peer = handshake::accept(&mut stream, self.config.node, &self.config.secret)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut kind = [0u8; 1];
+            stream
+                .read_exact(&mut kind)
+                .await
+                .map_err(|e| format!("no connection kind after the handshake: {e}"))?;
+            Ok((peer, kind[0], stream))
         };
         let accepted = tokio::time::timeout(self.config.handshake_timeout, handshake).await;
         drop(permit);
         match accepted {
-            Ok(Ok((peer, stream))) => self.run_link(peer, stream).await,
+            Ok(Ok((peer, KIND_RAFT, stream))) => self.run_link(peer, stream).await,
+            Ok(Ok((peer, KIND_FORWARD, stream))) => match self.forward.get() {
+                Some(handler) => handler(peer, stream),
+                None => tracing::debug!(
+                    peer,
+                    "a forwarding connection before forwarding is set up; closed"
+                ),
+            },
+            Ok(Ok((peer, kind, _))) => {
+                tracing::error!(peer, %remote, kind, "refused a cluster connection of unknown kind");
+            }
             Ok(Err(reason)) => {
                 tracing::error!(%remote, "refused a cluster connection: {reason}");
             }

@@ -14,7 +14,7 @@ use join_all::futures_join_all;
 use tcp_support::{enqueue, raft_config, transport_config, FreezableProxy, TcpCluster, DEADLINE};
 use warren_quorum::handshake::{self, HandshakeError};
 use warren_quorum::machine::{QueueState, Reply};
-use warren_quorum::tcp::{ClusterTls, TcpTransportConfig};
+use warren_quorum::tcp::{ClusterTls, TcpTransportConfig, KIND_RAFT};
 
 const NODES: [u64; 3] = [1, 2, 3];
 
@@ -315,6 +315,8 @@ async fn a_bad_frame_closes_that_connection_and_nothing_else() {
         handshake::dial(&mut stream, 9, 1, b"test-cookie")
             .await
             .expect("authenticated");
+        // The connection's kind, then the bad frame.
+        stream.write_all(&[KIND_RAFT]).await.expect("write");
         stream.write_all(&bad).await.expect("write");
         assert!(closed_by_peer(&mut stream).await, "{bad:?} was not refused");
     }
@@ -412,4 +414,51 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
         }
     }
     cluster.shutdown().await;
+}
+
+/// A forwarding connection (kind byte 1 after the handshake) reaches the transport's
+/// `on_forward` handler, authenticated, with the dialer's id; bytes flow both ways on it.
+/// An unknown kind is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_connection_reaches_the_handler_and_an_unknown_kind_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use warren_quorum::network::GroupRegistry;
+    use warren_quorum::tcp::TcpTransport;
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let bind = |id| TcpTransport::bind(TcpTransportConfig::new(id, any, b"fw-cookie".to_vec()));
+    let (one, two) = (
+        bind(1).await.expect("bind 1"),
+        bind(2).await.expect("bind 2"),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    two.on_forward(Arc::new(move |peer, stream| {
+        let _ = tx.send((peer, stream));
+    }));
+    two.serve(GroupRegistry::new(2));
+
+    let mut dialed = one
+        .dial_forward(2, two.local_addr())
+        .await
+        .expect("forwarding dial");
+    let (peer, mut accepted) = tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .expect("handed over in time")
+        .expect("handed over");
+    assert_eq!(peer, 1);
+    dialed.write_all(b"ping").await.expect("write");
+    dialed.flush().await.expect("flush");
+    let mut got = [0u8; 4];
+    accepted.read_exact(&mut got).await.expect("read");
+    assert_eq!(&got, b"ping");
+
+    let mut stream = tokio::net::TcpStream::connect(two.local_addr())
+        .await
+        .expect("connect");
+    handshake::dial(&mut stream, 9, 2, b"fw-cookie")
+        .await
+        .expect("authenticated");
+    stream.write_all(&[7]).await.expect("write");
+    assert!(closed_by_peer(&mut stream).await, "kind 7 was not refused");
+    one.shutdown();
+    two.shutdown();
 }

@@ -284,6 +284,8 @@ impl Channel {
                     arguments: m.arguments,
                     connection: ctx.connection,
                     members: Vec::new(),
+                    // In a cluster, `Broker::change` picks the home node.
+                    home: None,
                 };
                 self.change(ctx, op, Reply::QueueDeclare { no_wait })?;
             }
@@ -321,7 +323,7 @@ impl Channel {
             Method::QueuePurge(m) => {
                 let name = self.queue_name(m.queue)?;
                 permissions::check_read_queue(ctx, &name)?;
-                let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
+                let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
                 let message_count = queue.purge();
                 if !m.no_wait {
                     ctx.send(ch, QueuePurgeOk { message_count });

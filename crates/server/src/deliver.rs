@@ -82,7 +82,7 @@ impl Channel {
         }
         let name = self.queue_name(m.queue)?;
         crate::permissions::check_read_queue(ctx, &name)?;
-        let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
+        let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
         check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
         if queue.quorum().is_some() && self.flow.has_global_limit() {
             // RabbitMQ 3.10's quorum queues refuse a consumer on a channel with a global
@@ -198,7 +198,7 @@ impl Channel {
     pub fn get(&mut self, m: BasicGet, ctx: &mut Ctx) -> AmqpResult<()> {
         let name = self.queue_name(m.queue)?;
         crate::permissions::check_read_queue(ctx, &name)?;
-        let queue = ctx.vhost.queue_for(&name, ctx.connection)?;
+        let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
         if queue.answers_get_later() {
             // The group answers asynchronously: the connection gets the result as an event
             // (`ConnectionEvent::QuorumGot`) and `answer_get` replies then.

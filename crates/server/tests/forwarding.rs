@@ -80,6 +80,8 @@ async fn pair_of(queue_type: &'static str) -> Pair {
     let (stream_a, _) = accepted.unwrap();
     remote::open(stream_a, a.clone());
     let link_b = remote::open(connected.unwrap(), b.clone());
+    let peer_a = b.forward_peers().peer("a");
+    peer_a.set(link_b.clone());
     b.vhost("/")
         .unwrap()
         .install_remote_queue(
@@ -87,7 +89,7 @@ async fn pair_of(queue_type: &'static str) -> Pair {
             true,
             false,
             arguments,
-            &link_b,
+            &peer_a,
             queue_type,
         )
         .unwrap();
@@ -462,7 +464,8 @@ async fn a_lost_link_cancels_consumers_nacks_unconfirmed_and_requeues_what_b_hel
             }
         }
     }
-    // Acks of what the client held are no-ops now: the channel stays usable.
+    // Acks of what the client held are no-ops now: the channel stays usable (a round trip
+    // that does not name the queue: with its node unreachable, naming it is a 404).
     consumer
         .send(
             1,
@@ -472,7 +475,17 @@ async fn a_lost_link_cancels_consumers_nacks_unconfirmed_and_requeues_what_b_hel
             },
         )
         .await;
-    passive_count(&mut consumer).await;
+    consumer
+        .send(
+            1,
+            BasicQos {
+                prefetch_size: 0,
+                prefetch_count: 5,
+                global: false,
+            },
+        )
+        .await;
+    assert!(matches!(consumer.method().await.1, Method::BasicQosOk(_)));
     pair.disk.set_stall_syncs(false);
 
     // A requeued the three (redelivered), ahead of the late publishes it took.

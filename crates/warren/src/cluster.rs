@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use warren_broker::quorum::cluster::{node_id, ClusterNode};
 use warren_broker::quorum::QuorumHost;
+use warren_broker::remote;
 use warren_broker::replication::metadata_group::{BrokerMetadata, ClusterReplicator};
 use warren_broker::Broker;
 use warren_quorum::failover::{FailoverDriver, FailoverOptions};
@@ -228,6 +229,7 @@ pub async fn join(
         name,
         advertised,
     } = open;
+    accept_forwarding(broker, &transport);
     let cluster = ClusterNode::start(
         &quorum,
         &name,
@@ -241,6 +243,7 @@ pub async fn join(
     .context("starting the metadata group")?;
     broker.enable_cluster(cluster.clone());
     broker.set_replicator(ClusterReplicator::new(cluster.clone()));
+    tokio::spawn(dial_forwarding(Arc::downgrade(broker), cluster.clone()));
     tracing::info!(
         node = %name,
         node_id = node_id(&name),
@@ -249,4 +252,79 @@ pub async fn join(
         "cluster port open; forming or joining the cluster"
     );
     Ok(cluster)
+}
+
+/// How often the forwarding dialer looks for peers without a link.
+const FORWARD_DIAL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Hands every forwarding connection a peer dials to this node to the broker: a link whose
+/// other end is that peer's remote queues, and this node's link to that peer.
+fn accept_forwarding(broker: &Arc<Broker>, transport: &Arc<TcpTransport>) {
+    let weak = Arc::downgrade(broker);
+    transport.on_forward(Arc::new(move |peer_id, stream| {
+        let Some(broker) = weak.upgrade() else {
+            return;
+        };
+        let name = broker.cluster().and_then(|cluster| {
+            cluster
+                .metadata()
+                .members()
+                .into_iter()
+                .find(|(id, _)| *id == peer_id)
+                .map(|(_, info)| info.name)
+        });
+        let Some(name) = name else {
+            // Not a member (yet) as this node sees it: the peer dials again.
+            tracing::debug!(
+                peer = peer_id,
+                "forwarding connection from a non-member; closed"
+            );
+            return;
+        };
+        let link = remote::open(stream, broker.clone());
+        broker.forward_peers().peer(&name).set(link);
+    }));
+}
+
+/// Keeps a forwarding link to every member whose id is above this node's (the lower id of
+/// a pair dials, as for the Raft link), dialling again with backoff while one is away.
+async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNode>) {
+    let mut ticker = tokio::time::interval(FORWARD_DIAL_INTERVAL);
+    loop {
+        ticker.tick().await;
+        let Some(live) = broker.upgrade() else {
+            return;
+        };
+        for (id, info) in cluster.metadata().members() {
+            if id <= cluster.id() {
+                continue;
+            }
+            let peer = live.forward_peers().peer(&info.name);
+            if !peer.may_dial() {
+                continue;
+            }
+            let transport = cluster.transport().clone();
+            let broker = live.clone();
+            tokio::spawn(async move {
+                let addr = tokio::net::lookup_host(&info.addr)
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next());
+                let dialed = match addr {
+                    Some(addr) => transport.dial_forward(id, addr).await,
+                    None => Err(format!("cannot resolve {}", info.addr)),
+                };
+                match dialed {
+                    Ok(stream) => {
+                        peer.set(remote::open(stream, broker));
+                        peer.dialed(true);
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %info.name, error = %e, "forwarding link not up");
+                        peer.dialed(false);
+                    }
+                }
+            });
+        }
+    }
 }

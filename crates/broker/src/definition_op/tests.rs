@@ -123,6 +123,7 @@ fn every_op() -> Vec<DefinitionOp> {
             arguments: args(),
             connection: 9,
             members: Vec::new(),
+            home: Some(s("rabbit@n1")),
         },
         QueueDelete {
             vhost: s("v"),
@@ -255,6 +256,7 @@ fn queue(name: &str, durable: bool) -> DefinitionOp {
         arguments: FieldTable::new(),
         connection: 0,
         members: Vec::new(),
+        home: None,
     }
 }
 
@@ -292,6 +294,7 @@ fn applying_declares_answers_as_the_channel_replies() {
         arguments: FieldTable::new(),
         connection: 0,
         members: Vec::new(),
+        home: None,
     };
     assert!(matches!(
         broker.apply(named),

@@ -123,6 +123,11 @@ impl ClusterNode {
         self.id
     }
 
+    /// The cluster transport (forwarding links are dialled over it too).
+    pub fn transport(&self) -> &Arc<TcpTransport> {
+        &self.transport
+    }
+
     pub fn metadata(&self) -> &MetadataGroup<NodeTransport> {
         &self.metadata
     }

@@ -219,6 +219,7 @@ fn vhost_ops(
             arguments: q.arguments.clone(),
             connection: 0,
             members: q.members.clone(),
+            home: None,
         });
     }
     for b in &want.bindings {
@@ -375,6 +376,7 @@ mod tests {
             arguments,
             connection: 0,
             members: Vec::new(),
+            home: None,
         }
     }
 

@@ -127,6 +127,7 @@ fn queue(name: &str, durable: bool, exclusive: bool) -> DefinitionOp {
         arguments: FieldTable::new(),
         connection: 7,
         members: Vec::new(),
+        home: None,
     }
 }
 
@@ -296,6 +297,7 @@ async fn an_unused_auto_delete_queue_goes_from_every_node() {
         arguments: FieldTable::new(),
         connection: 7,
         members: Vec::new(),
+        home: None,
     };
     a.change(declare).result().await.unwrap();
     caught_up(&log, &mut b_applied).await;

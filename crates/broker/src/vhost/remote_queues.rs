@@ -1,28 +1,42 @@
-//! Remote queue records: how a node that does not serve a queue holds it (see
-//! `crate::remote`). The cluster's definitions apply installs one on every node but the
-//! serving one, so routing, declare-ok and the API find the queue everywhere.
+//! Remote queue records and a queue's serving node: how a node that does not serve a queue
+//! holds it (see `crate::remote`), and [`VHost::set_serving`], which moves a queue between
+//! "served here" and "a record forwarding to node N" in place. The cluster's definitions
+//! apply installs a record on every node but the queue's home node, so routing, declare-ok
+//! and the API find the queue everywhere.
 
 use super::VHost;
+use crate::consumer::{ConnectionEvent, Consumer};
 use crate::error::{AmqpError, AmqpResult};
+use crate::exchange::{Binding, Destination};
 use crate::policy::EntityKind;
 use crate::queue::{Queue, QueueKind};
 use crate::queue_args::queue_limits;
-use crate::remote::{ForwardLink, RemoteQueue};
+use crate::remote::{PeerLink, RemoteQueue};
 use std::sync::Arc;
 use warren_codec::{FieldTable, ShortStr};
 
+/// Where a queue is served, for [`VHost::set_serving`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serving {
+    /// This node serves the queue: it holds the real queue.
+    Here,
+    /// The node of that name serves it; this node forwards to it.
+    Node(String),
+}
+
 impl VHost {
-    /// Registers queue `name` as served by the node at the other end of `link`
-    /// (`served_type`: `classic` or `quorum`, as that node declared it). Fails when a queue
-    /// of that name is already here: a record never silently replaces a queue (bindings
-    /// point at the queue they were made for).
+    /// Registers queue `name` as served by `peer` (`served_type`: `classic` or `quorum`, as
+    /// that node declared it). Fails when a queue of that name is already here: a record
+    /// never silently replaces a queue (bindings point at the queue they were made for;
+    /// [`VHost::set_serving`] is the way to move one).
+    #[allow(clippy::too_many_arguments)]
     pub fn install_remote_queue(
         self: &Arc<Self>,
         name: ShortStr,
         durable: bool,
         auto_delete: bool,
         arguments: FieldTable,
-        link: &Arc<ForwardLink>,
+        peer: &Arc<PeerLink>,
         served_type: &'static str,
     ) -> AmqpResult<Arc<Queue>> {
         // Policies before queues: the vhost's lock order.
@@ -34,10 +48,32 @@ impl VHost {
                 self.name
             )));
         }
-        let remote = RemoteQueue::new(link, &self.name, &name, served_type);
-        let queue = Arc::new(
+        let queue = self.remote_record(
+            name.clone(),
+            durable,
+            auto_delete,
+            arguments,
+            peer,
+            served_type,
+        );
+        queue.apply_policies(policies.applied(EntityKind::Queue, &name));
+        queues.insert(name, queue.clone());
+        Ok(queue)
+    }
+
+    fn remote_record(
+        self: &Arc<Self>,
+        name: ShortStr,
+        durable: bool,
+        auto_delete: bool,
+        arguments: FieldTable,
+        peer: &Arc<PeerLink>,
+        served_type: &'static str,
+    ) -> Arc<Queue> {
+        let remote = RemoteQueue::new(peer, &self.name, &name, served_type);
+        Arc::new(
             Queue::new(
-                name.clone(),
+                name,
                 durable,
                 None,
                 auto_delete,
@@ -49,9 +85,105 @@ impl VHost {
                 None,
             )
             .with_kind(QueueKind::Remote(Box::new(remote))),
-        );
-        queue.apply_policies(policies.applied(EntityKind::Queue, &name));
-        queues.insert(name, queue.clone());
-        Ok(queue)
+        )
     }
+
+    /// Changes where queue `name` is served, in place: its bindings and policies stay.
+    ///
+    /// - [`Serving::Here`] turns a remote record into the real queue: a classic queue as
+    ///   declared, empty (a classic queue's messages stay on the node that held them: this
+    ///   is for a queue whose data is replicated, or a fresh start); a quorum queue as this
+    ///   node's member of its group, started here (the group's log has its messages).
+    /// - [`Serving::Node`] turns the real queue or a record for another node into a record
+    ///   for that node. The real queue's data is left where it is (a classic queue's store,
+    ///   a quorum queue's log): only this node stops serving it.
+    ///
+    /// Either way this node's consumers of the queue get basic.cancel (RabbitMQ's
+    /// consumer_cancel_notify when a queue's leader moves), publishes awaiting the old
+    /// serving side's answer are nacked, and messages the consumers held go back to the
+    /// queue on the old serving side. Meant for the cluster's leader-change events (a quorum
+    /// queue's leader moved) and for a classic queue's home node. Nothing to do when the queue
+    /// is already served as asked; an unknown queue is a 404.
+    pub fn set_serving(self: &Arc<Self>, name: &str, serving: Serving) -> AmqpResult<()> {
+        let old = self
+            .queue(name)
+            .ok_or_else(|| super::not_found_queue(&self.name, name))?;
+        let served_type = old.type_name();
+        let new = match (&serving, old.remote()) {
+            (Serving::Here, None) => return Ok(()),
+            (Serving::Node(node), Some(r)) if r.node() == node => return Ok(()),
+            (Serving::Here, Some(_)) => self.real_queue(&old)?,
+            (Serving::Node(node), _) => {
+                let peer = self.forward_peers().peer(node);
+                self.remote_record(
+                    old.name.clone(),
+                    old.durable,
+                    old.auto_delete,
+                    old.arguments.clone(),
+                    &peer,
+                    served_type,
+                )
+            }
+        };
+        new.apply_policies(old.policies());
+        {
+            let mut queues = self.queues.write();
+            match queues.get(&old.name) {
+                Some(q) if Arc::ptr_eq(q, &old) => {
+                    queues.insert(old.name.clone(), new.clone());
+                }
+                // Deleted or replaced meanwhile: the newer change wins.
+                _ => return Ok(()),
+            }
+        }
+        let old_dest = Destination::Queue(old.clone());
+        for exchange in self.exchanges() {
+            let moved: Vec<Binding> = exchange
+                .bindings()
+                .into_iter()
+                .filter(|b| b.destination == old_dest)
+                .collect();
+            if moved.is_empty() {
+                continue;
+            }
+            exchange.unbind_destination(&old_dest);
+            for b in moved {
+                exchange.bind(Binding {
+                    destination: Destination::Queue(new.clone()),
+                    ..b
+                });
+            }
+        }
+        if new.quorum().is_some() {
+            new.start_quorum();
+        }
+        for c in old.detach() {
+            cancel(&c);
+        }
+        if new.expires_ms().is_some() {
+            self.watch_expiry(&new);
+        }
+        Ok(())
+    }
+
+    /// The real queue for a record, as its serving node declared it.
+    fn real_queue(self: &Arc<Self>, record: &Arc<Queue>) -> AmqpResult<Arc<Queue>> {
+        self.build_queue(
+            record.name.clone(),
+            record.durable,
+            None,
+            record.auto_delete,
+            record.arguments.clone(),
+            // A quorum record turned into the real queue: its group members come with the
+            // group's own state (a member found in the shared log keeps its membership).
+            Vec::new(),
+        )
+    }
+}
+
+fn cancel(c: &Consumer) {
+    let _ = c.send(ConnectionEvent::ConsumerCancelled {
+        channel: c.channel,
+        consumer_tag: c.tag.clone(),
+    });
 }

@@ -62,9 +62,10 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
         "auto_delete": q.auto_delete,
         "exclusive": q.exclusive_owner.is_some(),
         "arguments": table_to_json(&q.arguments),
-        "node": api.node,
+        // The serving node: this one, or the home node a remote record forwards to.
+        "node": q.remote().map_or(api.node.as_str(), |r| r.node()),
         "type": q.type_name(),
-        "state": "running",
+        "state": if q.remote().is_some_and(|r| !r.is_reachable()) { "down" } else { "running" },
         "consumers": q.consumer_count(),
         "messages": messages,
         "messages_details": details(rate(0)),
@@ -263,6 +264,7 @@ pub async fn declare_simple(api: &Api, vhost: &VHost, name: &str) -> ApiResult<(
         arguments: FieldTable::new(),
         connection: 0,
         members: Vec::new(),
+        home: None,
     })
     .await?;
     Ok(())
@@ -313,6 +315,7 @@ pub async fn declare(
             arguments,
             connection: 0,
             members: Vec::new(),
+            home: None,
         })
         .await?;
     Ok(super::created_or_updated(!outcome.created()))

@@ -1,0 +1,173 @@
+//! This node's forwarding links by peer node: [`ForwardPeers`] holds one [`PeerLink`] per
+//! node, and a remote queue record holds the [`PeerLink`] of its serving node, never a link
+//! itself — so when a link is lost and the pair reconnects, every record reaches the new
+//! link (each record binds itself on it again, `RemoteQueue::bound`).
+//!
+//! Links come and go here: the cluster transport hands this node every forwarding connection
+//! it accepts, and the membership watcher dials the peers this node dials (the lower node id
+//! of a pair dials, as for the Raft link) with [`PeerLink::may_dial`]'s backoff while the peer
+//! is away. A link is one connection per node pair carrying both directions (`link.rs`).
+
+use super::link::ForwardLink;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// The first wait between failed dials to a peer; it doubles up to [`DIAL_BACKOFF_MAX`].
+const DIAL_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// A remote queue's binding: its id on the link it was last bound on.
+#[derive(Debug)]
+pub(super) struct Record {
+    pub(super) vhost: String,
+    pub(super) queue: String,
+    pub(super) counts: Arc<super::RemoteCounts>,
+    pub(super) bound: Mutex<Option<(Arc<ForwardLink>, u64)>>,
+}
+
+impl Record {
+    /// The record's link id on `link`, binding it there first if needed.
+    pub(super) fn bind_on(&self, link: &Arc<ForwardLink>) -> u64 {
+        let mut bound = self.bound.lock();
+        if let Some((current, qid)) = &*bound {
+            if Arc::ptr_eq(current, link) {
+                return *qid;
+            }
+        }
+        let qid = link.bind(&self.vhost, &self.queue, self.counts.clone());
+        *bound = Some((link.clone(), qid));
+        qid
+    }
+}
+
+#[derive(Debug, Default)]
+struct Dialing {
+    in_progress: bool,
+    not_before: Option<Instant>,
+    backoff: Duration,
+}
+
+/// One peer node as the remote queues served there see it: its current link, if any.
+#[derive(Debug)]
+pub struct PeerLink {
+    name: String,
+    current: Mutex<Option<Arc<ForwardLink>>>,
+    /// The records forwarding here, bound again on every new link (so their counts flow).
+    records: Mutex<Vec<Weak<Record>>>,
+    dialing: Mutex<Dialing>,
+}
+
+impl PeerLink {
+    /// A peer named `name` without a link yet.
+    pub fn new(name: &str) -> Arc<PeerLink> {
+        Arc::new(PeerLink {
+            name: name.to_owned(),
+            current: Mutex::default(),
+            records: Mutex::default(),
+            dialing: Mutex::default(),
+        })
+    }
+
+    /// A peer reached over `link` (tests, and links made outside a cluster).
+    pub fn with_link(name: &str, link: &Arc<ForwardLink>) -> Arc<PeerLink> {
+        let peer = PeerLink::new(name);
+        *peer.current.lock() = Some(link.clone());
+        peer
+    }
+
+    /// The peer's node name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The live link to the peer, if there is one.
+    pub fn current(&self) -> Option<Arc<ForwardLink>> {
+        self.current
+            .lock()
+            .as_ref()
+            .filter(|link| link.is_alive())
+            .cloned()
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.current().is_some()
+    }
+
+    /// Makes `link` the peer's link (a previous live one is closed) and binds every record
+    /// on it.
+    pub fn set(&self, link: Arc<ForwardLink>) {
+        let previous = self.current.lock().replace(link.clone());
+        if let Some(previous) = previous.filter(|p| !Arc::ptr_eq(p, &link)) {
+            previous.close();
+        }
+        {
+            let mut dialing = self.dialing.lock();
+            dialing.backoff = Duration::ZERO;
+            dialing.not_before = None;
+        }
+        let records: Vec<Arc<Record>> = {
+            let mut records = self.records.lock();
+            records.retain(|r| r.strong_count() > 0);
+            records.iter().filter_map(Weak::upgrade).collect()
+        };
+        for record in records {
+            record.bind_on(&link);
+        }
+        tracing::info!(peer = %self.name, "forwarding link up");
+    }
+
+    pub(super) fn register(&self, record: &Arc<Record>) {
+        let mut records = self.records.lock();
+        records.retain(|r| r.strong_count() > 0);
+        records.push(Arc::downgrade(record));
+    }
+
+    /// Whether a dial may start now (no live link, none in progress, backoff over); marks
+    /// one in progress when so. The dialer reports with [`PeerLink::dialed`].
+    pub fn may_dial(&self) -> bool {
+        if self.is_up() {
+            return false;
+        }
+        let mut dialing = self.dialing.lock();
+        let waiting = dialing.not_before.is_some_and(|t| Instant::now() < t);
+        if dialing.in_progress || waiting {
+            return false;
+        }
+        dialing.in_progress = true;
+        true
+    }
+
+    /// The dial started by `may_dial` ended; a failure doubles the wait before the next.
+    pub fn dialed(&self, ok: bool) {
+        let mut dialing = self.dialing.lock();
+        dialing.in_progress = false;
+        if !ok {
+            dialing.backoff = (dialing.backoff * 2).clamp(DIAL_BACKOFF_MIN, DIAL_BACKOFF_MAX);
+            dialing.not_before = Some(Instant::now() + dialing.backoff);
+        }
+    }
+}
+
+/// Every peer this node forwards to, by node name.
+#[derive(Debug, Default)]
+pub struct ForwardPeers {
+    peers: Mutex<HashMap<String, Arc<PeerLink>>>,
+}
+
+impl ForwardPeers {
+    /// The peer `name` (created without a link on first use).
+    pub fn peer(&self, name: &str) -> Arc<PeerLink> {
+        self.peers
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| PeerLink::new(name))
+            .clone()
+    }
+
+    /// The peer `name` if this node knows it.
+    pub fn get(&self, name: &str) -> Option<Arc<PeerLink>> {
+        self.peers.lock().get(name).cloned()
+    }
+}

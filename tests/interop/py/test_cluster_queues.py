@@ -1,0 +1,210 @@
+"""One cluster to clients: a classic queue lives on one node (its home, the node the client
+declared it on) and every node serves it by forwarding there. Three `warren server`
+processes: a durable queue declared on node 1 takes publishes with confirms on node 2, is
+consumed in order on node 3 (manual ack, prefetch, nack-requeue), answers basic.get on node
+2, is purged on node 3 and shows its counts and home node on every node; a queue deleted on
+node 3 is gone everywhere. kill -9 of the home node: a consumer on node 2 gets basic.cancel,
+a confirmed publish on node 2 is nacked, a declare on node 2 answers 404 as RabbitMQ's does
+for a durable classic queue whose home node is down; restarted, its messages are there and
+consumable from node 2."""
+import os
+import shutil
+import tempfile
+import time
+
+import pika
+import pytest
+import requests
+
+from own_broker import needs_warren_bin
+from test_cluster_formation import Node, agreed, eventually
+
+pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
+
+
+def amqp(node):
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=node.amqp_port, connection_attempts=3, retry_delay=1))
+
+
+def queue_info(node, name):
+    response = requests.get("http://127.0.0.1:%d/api/queues/%%2F/%s" % (node.http_port, name),
+                            auth=("guest", "guest"), timeout=10)
+    if response.status_code != 200:
+        return None
+    return response.json()
+
+
+def served_from(node, name, home):
+    """The queue is on `node`, served by `home`, and reachable (its link is up)."""
+    info = queue_info(node, name)
+    return info is not None and info["node"] == home.name and info["state"] == "running"
+
+
+def declared_count(node, name):
+    conn = amqp(node)
+    try:
+        return conn.channel().queue_declare(name, passive=True).method.message_count
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def cluster():
+    root = tempfile.mkdtemp(prefix="warren-cluster-queues-")
+    secret_file = os.path.join(root, "secret")
+    with open(secret_file, "w") as f:
+        f.write("queues-test-secret\n")
+    nodes = [Node(root, "place%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
+    try:
+        for node in nodes:
+            node.start([p for p in nodes if p is not node])
+        # Generous: three debug builds forming on a loaded 2-core CI machine.
+        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
+                   timeout=90)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_queue_on_one_node_is_used_from_every_node(cluster):
+    a, b, c = cluster
+    conn_a = amqp(a)
+    ch_a = conn_a.channel()
+    ch_a.queue_declare("q.place", durable=True)
+    ch_a.queue_declare("q.gone", durable=True)
+    conn_a.close()
+    for node in cluster:
+        eventually("q.place served by %s on %s" % (a.name, node.name),
+                   lambda node=node: served_from(node, "q.place", a), timeout=60)
+
+    # Publish with confirms on node 2: every message confirmed (acked by the home node).
+    conn_b = amqp(b)
+    ch_b = conn_b.channel()
+    ch_b.confirm_delivery()
+    for i in range(50):
+        ch_b.basic_publish("", "q.place", b"m%d" % i,
+                           pika.BasicProperties(delivery_mode=2), mandatory=True)
+    # declare-ok on node 2 counts what node 1 holds.
+    eventually("50 messages in declare-ok on node 2", lambda: declared_count(b, "q.place") == 50)
+    for node in cluster:
+        eventually("50 messages in the API of %s" % node.name,
+                   lambda node=node: queue_info(node, "q.place")["messages"] == 50)
+
+    # Consume on node 3 with manual acks and a prefetch: all 50, in order.
+    conn_c = amqp(c)
+    ch_c = conn_c.channel()
+    ch_c.basic_qos(prefetch_count=10)
+    received = []
+    for method, _, body in ch_c.consume("q.place", inactivity_timeout=30):
+        assert method is not None, "deliveries stopped after %d" % len(received)
+        received.append(body)
+        if len(received) < 50:
+            ch_c.basic_ack(method.delivery_tag)
+        else:
+            last_tag = method.delivery_tag
+            break
+    assert received == [b"m%d" % i for i in range(50)]
+    # nack with requeue: the last message comes back, redelivered.
+    ch_c.basic_nack(last_tag, requeue=True)
+    method, _, body = next(ch_c.consume("q.place", inactivity_timeout=30))
+    assert method is not None and body == b"m49" and method.redelivered
+    ch_c.basic_ack(method.delivery_tag)
+    ch_c.cancel()
+    eventually("q.place empty", lambda: declared_count(b, "q.place") == 0)
+
+    # basic.get on node 2.
+    for i in range(3):
+        ch_b.basic_publish("", "q.place", b"g%d" % i, pika.BasicProperties(delivery_mode=2))
+    got = None
+    deadline = time.monotonic() + 30
+    while got is None and time.monotonic() < deadline:
+        method, _, body = ch_b.basic_get("q.place")
+        if method is not None:
+            got = body
+            ch_b.basic_ack(method.delivery_tag)
+        else:
+            time.sleep(0.2)
+    assert got == b"g0"
+    eventually("2 left after the get", lambda: declared_count(b, "q.place") == 2)
+
+    # Purge on node 3: empty everywhere.
+    ch_c.queue_purge("q.place")
+    for node in cluster:
+        eventually("q.place purged, seen on %s" % node.name,
+                   lambda node=node: declared_count(node, "q.place") == 0)
+
+    # Deleted on node 3: gone on every node.
+    ch_c.queue_delete("q.gone")
+    for node in cluster:
+        eventually("q.gone gone on %s" % node.name,
+                   lambda node=node: queue_info(node, "q.gone") is None)
+    conn_c.close()
+    conn_b.close()
+
+
+def test_home_node_down_and_back(cluster):
+    a, b, c = cluster
+    conn_a = amqp(a)
+    ch_a = conn_a.channel()
+    ch_a.queue_declare("q.live", durable=True)
+    ch_a.queue_declare("q.keep", durable=True)
+    conn_a.close()
+    for node in (b, c):
+        for name in ("q.live", "q.keep"):
+            eventually("%s served by %s on %s" % (name, a.name, node.name),
+                       lambda node=node, name=name: served_from(node, name, a), timeout=60)
+
+    # Messages kept on node 1, published (and confirmed) through node 2.
+    conn_b = amqp(b)
+    pub = conn_b.channel()
+    pub.confirm_delivery()
+    for i in range(5):
+        pub.basic_publish("", "q.keep", b"k%d" % i, pika.BasicProperties(delivery_mode=2))
+
+    # A consumer on node 2 of a queue on node 1.
+    sub = conn_b.channel()
+    cancelled = []
+    sub.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = sub.basic_consume("q.live", lambda *args: None)
+
+    a.kill()
+    deadline = time.monotonic() + 30
+    while not cancelled and time.monotonic() < deadline:
+        conn_b.process_data_events(time_limit=0.5)
+    assert cancelled == [tag], "the consumer on node 2 was not cancelled"
+
+    # A confirmed publish to the queue whose home is down is nacked.
+    with pytest.raises(pika.exceptions.NackError):
+        pub.basic_publish("", "q.keep", b"lost", pika.BasicProperties(delivery_mode=2))
+
+    # queue.declare answers 404, as RabbitMQ does for a durable queue whose node is down.
+    ch = conn_b.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        ch.queue_declare("q.keep", durable=True)
+    assert closed.value.reply_code == 404
+    assert "home node '%s'" % a.name in closed.value.reply_text
+    assert "is down or inaccessible" in closed.value.reply_text
+    conn_b.close()
+    assert queue_info(b, "q.keep")["state"] == "down"
+
+    # Back: the messages published before are there, and node 2 serves them again.
+    a.start([b, c])
+    eventually("q.keep reachable from node 2 again", lambda: served_from(b, "q.keep", a),
+               timeout=90)
+    eventually("5 messages in q.keep seen on node 2", lambda: declared_count(b, "q.keep") == 5,
+               timeout=60)
+    conn_b = amqp(b)
+    ch = conn_b.channel()
+    got = []
+    for method, _, body in ch.consume("q.keep", inactivity_timeout=30):
+        assert method is not None, "deliveries stopped after %d" % len(got)
+        got.append(body)
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == 5:
+            break
+    assert got == [b"k%d" % i for i in range(5)]
+    conn_b.close()
