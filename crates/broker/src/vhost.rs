@@ -519,8 +519,14 @@ impl VHost {
             let limits = queue_limits(&arguments);
             return self.create_quorum_queue(name, arguments, limits, members);
         }
-        let queue =
-            self.build_queue(name.clone(), durable, owner, auto_delete, arguments, Vec::new())?;
+        let queue = self.build_queue(
+            name.clone(),
+            durable,
+            owner,
+            auto_delete,
+            arguments,
+            Vec::new(),
+        )?;
         let queue = {
             let policies = self.policies.read();
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
