@@ -20,7 +20,7 @@ mod worker;
 pub use link::{worker_main, WORKER_ARG};
 pub use step::{step, StepConfig, StepResult};
 
-use super::Ctx;
+use super::{Ctx, Protocol};
 use crate::report::{Metric, PlotSpec, Report, Section, Table, Unit};
 use anyhow::Result;
 use std::fmt::Write as _;
@@ -166,8 +166,12 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             ]);
         }
         ctx.commands.push(format!(
-            "warren perf scenario many-pairs --uri URI --steps {n} --senders-per-receiver {k} --duration {}",
-            ctx.step_s
+            "warren perf scenario many-pairs --uri URI --steps {n} --senders-per-receiver {k} --duration {}{}",
+            ctx.step_s,
+            match ctx.args.protocol {
+                Protocol::Amqp091 => "",
+                Protocol::Amqp10 => " --protocol amqp10",
+            }
         ));
         table.push(vec![format!("{n}")], n, values);
         details.push(vec![format!("{n}")], n, detail_values);
@@ -178,8 +182,12 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     } else {
         format!("N senders and N/{k} receivers ({k} senders per receiver's queue)")
     };
+    let client = match ctx.args.protocol {
+        Protocol::Amqp091 => "AMQP 0-9-1 connection with one channel",
+        Protocol::Amqp10 => "AMQP 1.0 connection with one session and one link",
+    };
     let mut text = format!(
-        "Setup: {setup}. Every client is its own AMQP 0-9-1 connection with one channel. \
+        "Setup: {setup}. Every client is its own {client}. \
          Open-files limits (soft, after raising the tool's to its hard limit): {}.",
         limits.join("; ")
     );
@@ -223,9 +231,10 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
         title: "warren perf scenario many-pairs".into(),
         intro: "Seed 004 (message latency with many senders and receivers), as the report ran it: \
                 every sender and every receiver is a client of its own with one connection and one \
-                channel, each receiver consumes its own queue, each sender sends 10 msg/s of 100-byte \
-                messages in confirm mode (unsettled) with the send time in the body, and receivers ack \
-                each message. Flight time is taken by the receiver the moment a message arrives. \
+                channel (1.0: one session and one link), each receiver consumes its own queue, each sender sends 10 msg/s of 100-byte \
+                messages unsettled (0-9-1: in confirm mode; 1.0: unsettled transfers, settled by the \
+                broker's accepted) with the send time in the body, and receivers acknowledge each \
+                message (0-9-1: basic.ack; 1.0: accepted). Flight time is taken by the receiver the moment a message arrives. \
                 Senders start only once every client is attached; a sender never sends faster than \
                 10 msg/s (a late sender re-phases instead of catching up), and the achieved rate is \
                 shown next to the offered one. Lost = confirmed by the broker but neither received \
