@@ -95,12 +95,14 @@ impl Broker {
         let mut op = self.with_quorum_members(op);
         if let DefinitionOp::QueueDeclare {
             home: home @ None,
+            vhost,
+            name,
             arguments,
             ..
         } = &mut op
         {
             // Chosen here, by the proposing node, so every node agrees (`placement.rs`).
-            *home = self.queue_home(arguments);
+            *home = self.queue_home(vhost, name, arguments);
         }
         let submitted = replicator.submit(op.without_connection().encode());
         Change::Pending(Box::pin(async move {

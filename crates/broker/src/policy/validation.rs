@@ -27,6 +27,9 @@ const POLICY_KEYS: &[&str] = &[
     "message-ttl",
     "overflow",
     "queue-leader-locator",
+    // RabbitMQ 3.x's name of the locator (`rabbit_queue_location_validator`), deprecated
+    // by `queue-leader-locator` but still taken by 3.10 and 3.13.
+    "queue-master-locator",
     "queue-mode",
     "queue-version",
     "stream-filter-size-bytes",
@@ -222,6 +225,7 @@ fn check_setting(key: &str, v: &Value) -> Result<(), String> {
             text,
             Some("client-local" | "balanced" | "random" | "least-leaders")
         ),
+        "queue-master-locator" => matches!(text, Some("min-masters" | "client-local" | "random")),
         "stream-max-segment-size-bytes" => {
             int.is_some_and(|n| (0..=MAX_STREAM_SEGMENT_SIZE_BYTES).contains(&n))
         }
@@ -249,6 +253,7 @@ fn check_setting(key: &str, v: &Value) -> Result<(), String> {
         "delivery-limit" => "is not a valid delivery limit",
         "max-age" => "is not a valid max age",
         "queue-leader-locator" => "is not a valid queue leader locator value",
+        "queue-master-locator" => "invalid queue-master-locator value",
         "initial-cluster-size" => "is not a valid cluster size",
         "stream-max-segment-size-bytes" => "is not a valid segment size",
         _ => "is not a valid filter size. Valid range is 16-255",
@@ -460,6 +465,58 @@ mod tests {
         // Operator policies never took them: an unknown setting there.
         let body = json!({"pattern": ".*", "definition": {"ha-mode": "all"}});
         assert!(refusal(PolicyKind::Operator, body).contains("ha-mode"));
+    }
+
+    /// The two locator keys, each text as RabbitMQ 3.10.8's PUT /api/policies answered it
+    /// (HTML escaping aside); an operator policy takes neither.
+    #[test]
+    fn locator_settings_are_checked_as_rabbitmq_3_10_checks_them() {
+        for ok in [
+            json!({"queue-leader-locator": "client-local"}),
+            json!({"queue-leader-locator": "balanced"}),
+            json!({"queue-leader-locator": "random"}),
+            json!({"queue-leader-locator": "least-leaders"}),
+            json!({"queue-master-locator": "min-masters"}),
+            json!({"queue-master-locator": "client-local"}),
+            json!({"queue-master-locator": "random"}),
+        ] {
+            let body = json!({"pattern": ".*", "definition": ok});
+            assert!(check(PolicyKind::Policy, &body).is_ok(), "{body}");
+        }
+        let cases = [
+            (
+                json!({"queue-leader-locator": "min-masters"}),
+                r#"<<"min-masters">> is not a valid queue leader locator value"#,
+            ),
+            (
+                json!({"queue-leader-locator": 3}),
+                "3 is not a valid queue leader locator value",
+            ),
+            (
+                json!({"queue-master-locator": "balanced"}),
+                r#"<<"balanced">> invalid queue-master-locator value"#,
+            ),
+            (
+                json!({"queue-master-locator": "bogus"}),
+                r#"<<"bogus">> invalid queue-master-locator value"#,
+            ),
+            (
+                json!({"queue-master-locator": 3}),
+                "3 invalid queue-master-locator value",
+            ),
+        ];
+        for (definition, text) in cases {
+            assert_eq!(
+                def(definition.clone()),
+                format!("Validation failed\n\n{text}\n"),
+                "{definition}"
+            );
+        }
+        let body = json!({"pattern": ".*", "definition": {"queue-master-locator": "random"}});
+        assert_eq!(
+            refusal(PolicyKind::Operator, body),
+            "Validation failed\n\n[{<<\"queue-master-locator\">>,<<\"random\">>}] are not recognised policy settings\n"
+        );
     }
 
     /// Each text as RabbitMQ 3.10.8's PUT /api/policies answered it (HTML escaping aside).
