@@ -6,6 +6,7 @@ use crate::alarm::Alarms;
 use crate::churn::NodeCounters;
 use crate::consumer::ConnectionId;
 use crate::definition_op::DefinitionOp;
+use crate::definitions::Definitions;
 use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
@@ -229,7 +230,7 @@ impl Broker {
                 name: v.name.clone(),
                 metadata: v.metadata(),
                 limits: v.limits(),
-                definitions: v.durable_definitions(),
+                definitions: self.with_homes(v.durable_definitions()),
             })
             .collect();
         let access = AccessSnapshot {
@@ -243,6 +244,29 @@ impl Broker {
             parameters: self.parameters.list(),
             global_parameters: self.parameters.list_global(),
         }
+    }
+
+    /// `definitions` with this node as the home of the classic queues it serves, in a
+    /// cluster: every node's snapshot then says where each classic queue lives (a node
+    /// installing it makes the same queues and records as the others). On a single node
+    /// queues have no home, so a node renamed between restarts keeps serving its queues.
+    fn with_homes(&self, mut definitions: Definitions) -> Definitions {
+        // The quorum host says so from start-up on, before the metadata member (whose
+        // snapshots these are) has started and `cluster()` is set.
+        let clustered = self.cluster().is_some()
+            || self.quorum.get().is_some_and(|host| host.is_cluster_node());
+        if !clustered {
+            return definitions;
+        }
+        for q in &mut definitions.queues {
+            if q.home.is_none()
+                && q.members.is_empty()
+                && !crate::queue_args::is_quorum(&q.arguments)
+            {
+                q.home = Some(self.node_name().to_owned());
+            }
+        }
+        definitions
     }
 
     /// Names this node; the first name given sticks (before it, the node is
@@ -309,7 +333,7 @@ impl Broker {
             };
             vhost.set_limits(v.limits);
             vhost.set_metadata(v.metadata);
-            vhost.restore_definitions(v.definitions);
+            vhost.restore_definitions(v.definitions, self.node_name());
         }
         self.parameters
             .restore(snapshot.parameters, snapshot.global_parameters);
@@ -601,6 +625,7 @@ mod tests {
                 auto_delete: false,
                 arguments: FieldTable::new(),
                 members: Vec::new(),
+                home: None,
             }],
             ..Definitions::default()
         };

@@ -26,6 +26,11 @@ pub struct QueueDefinition {
     /// A quorum queue's Raft group members (node ids) when its group spans nodes; empty
     /// otherwise (and in blobs written before it could).
     pub members: Vec<u64>,
+    /// In a cluster, the node that serves a classic queue (its home): that node holds the
+    /// queue, every other node a record forwarding there. None for quorum queues (their
+    /// `members` say where they run), on a single node, and in blobs written before homes:
+    /// "the node reading it".
+    pub home: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +127,9 @@ impl Definitions {
                     let members = q.members.iter().map(|id| FieldValue::I64(*id as i64));
                     t.insert("members", FieldValue::Array(members.collect()));
                 }
+                if let Some(home) = &q.home {
+                    t.insert("home", text(home));
+                }
                 FieldValue::Table(t)
             })
             .collect();
@@ -178,6 +186,10 @@ impl Definitions {
                             .collect(),
                         _ => Vec::new(),
                     },
+                    home: t
+                        .get("home")
+                        .and_then(FieldValue::as_str)
+                        .map(str::to_owned),
                 })
             })
             .collect();
@@ -284,6 +296,13 @@ mod tests {
                 auto_delete: true,
                 arguments: args.clone(),
                 members: vec![7, u64::MAX],
+                home: None,
+            }, QueueDefinition {
+                name: "classic-elsewhere".into(),
+                auto_delete: false,
+                arguments: FieldTable::new(),
+                members: Vec::new(),
+                home: Some("warren@node-2".into()),
             }],
             bindings: vec![BindingDefinition {
                 source: "ex".into(),

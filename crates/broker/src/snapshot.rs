@@ -287,6 +287,7 @@ mod tests {
                         auto_delete: false,
                         arguments: FieldTable::new(),
                         members: Vec::new(),
+                        home: Some("warren@elsewhere".into()),
                     }],
                     ..Definitions::default()
                 },
@@ -336,6 +337,7 @@ mod tests {
                 auto_delete: false,
                 arguments: FieldTable::new(),
                 members: Vec::new(),
+                home: None,
             }],
             ..Definitions::default()
         };

@@ -498,7 +498,7 @@ impl VHost {
             _ => self.create_queue(name, durable, owner, d.auto_delete, arguments, members)?,
         };
         churn::bump(&self.counters.queues.created);
-        if queue.stored.is_some() || queue.quorum().is_some() {
+        if durability::is_durable_queue(&queue) {
             self.persist_definitions();
         }
         Ok((queue.name.clone(), 0, 0))
@@ -753,7 +753,7 @@ impl VHost {
             });
         }
         let dest = Destination::Queue(queue.clone());
-        let mut durable_changed = queue.stored.is_some() || queue.quorum().is_some();
+        let mut durable_changed = durability::is_durable_queue(&queue);
         for exchange in self.exchanges() {
             if exchange.unbind_destination(&dest) > 0 {
                 durable_changed |= self.source_lost_bindings(&exchange);

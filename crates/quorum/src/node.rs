@@ -36,17 +36,32 @@ pub enum QuorumError {
     Raft(String),
 }
 
+/// Log entries between two snapshots of a group, by default.
+pub const DEFAULT_SNAPSHOT_EVERY_LOGS: u64 = 4096;
+
+/// Log entries kept behind a snapshot, by default (a follower that far behind catches up
+/// from the log rather than by a snapshot install).
+const SNAPSHOT_KEPT_LOGS: u64 = 256;
+
 /// Raft timings for queue groups. Generous by default: a busy 2-core machine must not see
 /// spurious elections.
 pub fn default_raft_config() -> Config {
+    raft_config(DEFAULT_SNAPSHOT_EVERY_LOGS)
+}
+
+/// The default timings with a snapshot every `snapshot_every_logs` entries (kept behind it:
+/// at most as many, so a small value makes lagging members catch up by snapshot, as tests
+/// of snapshot installs need).
+pub fn raft_config(snapshot_every_logs: u64) -> Config {
+    let snapshot_every_logs = snapshot_every_logs.max(1);
     Config {
         cluster_name: "warren-quorum".into(),
         heartbeat_interval: 150,
         election_timeout_min: 1000,
         election_timeout_max: 2000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(4096),
-        max_in_snapshot_log_to_keep: 256,
-        purge_batch_size: 64,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every_logs),
+        max_in_snapshot_log_to_keep: SNAPSHOT_KEPT_LOGS.min(snapshot_every_logs),
+        purge_batch_size: 64.min(snapshot_every_logs),
         ..Config::default()
     }
 }

@@ -196,8 +196,9 @@ pub async fn open(
             format!("{host}:{port}")
         }
     };
-    let quorum = QuorumHost::open_cluster(quorum_dir, id, transport.clone())
-        .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?;
+    let quorum =
+        QuorumHost::open_cluster(quorum_dir, id, transport.clone(), args.raft_snapshot_every)
+            .with_context(|| format!("opening the quorum queue log in {}", quorum_dir.display()))?;
     tokio::spawn(
         FailoverDriver::new(
             id,

@@ -196,6 +196,11 @@ struct ServerArgs {
     /// subjectAltName); peers are checked against it rather than their address.
     #[arg(long, env = "WARREN_CLUSTER_TLS_SERVER_NAME")]
     cluster_tls_server_name: Option<String>,
+    /// Raft log entries between two snapshots of each Raft group of a cluster node (the
+    /// metadata group and quorum queues); a lagging or new member further behind than the
+    /// log kept catches up by a snapshot install. Small values are for tests of that path.
+    #[arg(long, env = "WARREN_RAFT_SNAPSHOT_EVERY", default_value_t = warren_quorum::node::DEFAULT_SNAPSHOT_EVERY_LOGS, value_parser = clap::value_parser!(u64).range(1..))]
+    raft_snapshot_every: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

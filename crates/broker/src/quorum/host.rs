@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use warren_quorum::network::{InProcessNetwork, NodeTransport};
 use warren_quorum::node::QueueGroup;
-use warren_quorum::node::{default_raft_config, QuorumNode};
+use warren_quorum::node::{raft_config, QuorumNode, DEFAULT_SNAPSHOT_EVERY_LOGS};
 use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::{GroupId, NodeId};
 use warren_quorum::wal::WalOptions;
@@ -61,19 +61,31 @@ impl QuorumHost {
     /// one as their queues are recreated from the durable definitions.
     pub fn open(dir: &Path) -> std::io::Result<Arc<QuorumHost>> {
         let network = InProcessNetwork::new();
-        let host = Self::open_with(dir, LOCAL_NODE_ID, NodeTransport::Local(network.clone()))?;
+        let host = Self::open_with(
+            dir,
+            LOCAL_NODE_ID,
+            NodeTransport::Local(network.clone()),
+            DEFAULT_SNAPSHOT_EVERY_LOGS,
+        )?;
         network.add_node(LOCAL_NODE_ID, host.node.registry());
         Ok(host)
     }
 
     /// Opens the shared log in `dir` for cluster node `id`, its groups answering peers over
-    /// `transport` (which starts serving them here).
+    /// `transport` (which starts serving them here), each group (the metadata group too)
+    /// snapshotting every `snapshot_every_logs` log entries.
     pub fn open_cluster(
         dir: &Path,
         id: NodeId,
         transport: Arc<TcpTransport>,
+        snapshot_every_logs: u64,
     ) -> std::io::Result<Arc<QuorumHost>> {
-        let host = Self::open_with(dir, id, NodeTransport::Tcp(transport.clone()))?;
+        let host = Self::open_with(
+            dir,
+            id,
+            NodeTransport::Tcp(transport.clone()),
+            snapshot_every_logs,
+        )?;
         transport.serve(host.node.registry());
         Ok(host)
     }
@@ -82,12 +94,13 @@ impl QuorumHost {
         dir: &Path,
         id: NodeId,
         transport: NodeTransport,
+        snapshot_every_logs: u64,
     ) -> std::io::Result<Arc<QuorumHost>> {
         let node = QuorumNode::open(
             id,
             dir,
             WalOptions::default(),
-            default_raft_config(),
+            raft_config(snapshot_every_logs),
             Arc::new(transport),
         )
         .map_err(std::io::Error::other)?;
@@ -96,6 +109,11 @@ impl QuorumHost {
             removing: Mutex::default(),
             leaders: tokio::sync::broadcast::Sender::new(LEADER_CHANGES_BUFFERED),
         }))
+    }
+
+    /// Whether this is a cluster node's host (opened with [`QuorumHost::open_cluster`]).
+    pub fn is_cluster_node(&self) -> bool {
+        matches!(**self.node.transport(), NodeTransport::Tcp(_))
     }
 
     pub fn node(&self) -> &QuorumNode<NodeTransport> {

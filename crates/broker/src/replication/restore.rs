@@ -219,7 +219,7 @@ fn vhost_ops(
             arguments: q.arguments.clone(),
             connection: 0,
             members: q.members.clone(),
-            home: None,
+            home: q.home.clone(),
         });
     }
     for b in &want.bindings {
@@ -317,12 +317,129 @@ mod tests {
     use warren_codec::{FieldTable, FieldValue};
 
     fn broker() -> Arc<Broker> {
-        use warren_store::{Backend, FaultyBackend, Store, StoreOptions};
-        let backend: Arc<dyn Backend> = Arc::new(FaultyBackend::new(7));
-        let (store, _) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
+        broker_on(Arc::new(warren_store::FaultyBackend::new(7)), "warren@here")
+    }
+
+    /// A broker named `node` over `disk`, recovered from what the disk holds.
+    fn broker_on(disk: Arc<warren_store::FaultyBackend>, node: &str) -> Arc<Broker> {
+        use warren_store::{Backend, Store, StoreOptions};
+        let backend: Arc<dyn Backend> = disk;
+        let (store, recovered) =
+            Store::open_with_backend(backend, StoreOptions::default()).unwrap();
         let broker = Broker::new(usize::MAX, Some(store));
-        broker.recover(Default::default());
+        broker.name_node(node);
+        broker.recover(recovered);
         broker
+    }
+
+    fn homed(name: &str, home: &str) -> DefinitionOp {
+        match queue(name, None) {
+            DefinitionOp::QueueDeclare {
+                vhost,
+                name,
+                server_named,
+                durable,
+                exclusive,
+                auto_delete,
+                arguments,
+                connection,
+                members,
+                ..
+            } => DefinitionOp::QueueDeclare {
+                vhost,
+                name,
+                server_named,
+                durable,
+                exclusive,
+                auto_delete,
+                arguments,
+                connection,
+                members,
+                home: Some(home.into()),
+            },
+            _ => unreachable!(),
+        }
+    }
+
+    /// Where a node's queue `name` in "/" is served: None here, else the node forwarded to.
+    fn served_by(broker: &Broker, name: &str) -> Option<String> {
+        let q = broker
+            .vhost("/")
+            .unwrap()
+            .queue(name)
+            .expect("queue missing");
+        q.remote().map(|r| r.node().to_owned())
+    }
+
+    /// A classic queue's home survives a snapshot install and a restart from the stored
+    /// definitions: the node installing a snapshot holds a forwarding record for another
+    /// node's queue (not a local copy), serves its own, and comes back the same way.
+    #[test]
+    fn a_snapshot_and_a_restart_keep_where_each_classic_queue_is_served() {
+        // What a snapshot taken on another node of the cluster says.
+        let source = broker();
+        apply(
+            &source,
+            vec![
+                homed("on-other", "warren@other"),
+                homed("on-here", "warren@here"),
+                exchange("x1", "direct"),
+                bind("x1", "on-other", "k"),
+            ],
+        );
+        let snapshot = source.snapshot();
+        let on_other = snapshot.vhosts[0]
+            .definitions
+            .queues
+            .iter()
+            .find(|q| q.name.as_str() == "on-other")
+            .unwrap();
+        assert_eq!(on_other.home.as_deref(), Some("warren@other"));
+
+        let disk = Arc::new(warren_store::FaultyBackend::new(9));
+        let node = broker_on(disk.clone(), "warren@here");
+        node.restore_replicated(&snapshot.encode()).unwrap();
+        assert_eq!(
+            served_by(&node, "on-other").as_deref(),
+            Some("warren@other")
+        );
+        assert_eq!(served_by(&node, "on-here"), None);
+        assert!(
+            node.vhost("/")
+                .unwrap()
+                .queue("on-here")
+                .unwrap()
+                .stored
+                .is_some(),
+            "the queue homed here is a real durable queue"
+        );
+        // Installing the same snapshot again leaves the record alone.
+        let record = node.vhost("/").unwrap().queue("on-other").unwrap();
+        node.restore_replicated(&snapshot.encode()).unwrap();
+        assert!(Arc::ptr_eq(
+            &record,
+            &node.vhost("/").unwrap().queue("on-other").unwrap()
+        ));
+
+        // Restarted from its stored definitions, the node still forwards, bindings and all.
+        drop(record);
+        node.store().unwrap().clone().close().unwrap();
+        drop(node);
+        let restarted = broker_on(disk, "warren@here");
+        assert_eq!(
+            served_by(&restarted, "on-other").as_deref(),
+            Some("warren@other")
+        );
+        assert_eq!(served_by(&restarted, "on-here"), None);
+        let bound = restarted
+            .vhost("/")
+            .unwrap()
+            .exchange("x1")
+            .unwrap()
+            .bindings()
+            .iter()
+            .any(|b| b.destination.name().as_str() == "on-other");
+        assert!(bound, "the record's binding came back");
     }
 
     fn apply(broker: &Broker, ops: Vec<DefinitionOp>) {

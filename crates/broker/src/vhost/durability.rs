@@ -6,12 +6,27 @@ use super::VHost;
 use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::names;
+use crate::queue::Queue;
 use std::sync::Arc;
+
+/// Where a durable classic queue another node serves is served: its record's node (None
+/// for a queue served here, a quorum queue's record, and a transient queue's).
+fn classic_home(q: &Queue) -> Option<&str> {
+    q.remote()
+        .filter(|r| q.durable && r.served_type() == "classic")
+        .map(|r| r.node())
+}
+
+/// Whether queue `q` is part of the durable definitions: a durable queue served here, or the
+/// record of a durable classic queue served elsewhere.
+pub(super) fn is_durable_queue(q: &Queue) -> bool {
+    q.stored.is_some() || q.quorum().is_some() || classic_home(q).is_some()
+}
 
 impl VHost {
     fn is_durable_destination(&self, dest: &Destination) -> bool {
         match dest {
-            Destination::Queue(q) => q.stored.is_some() || q.quorum().is_some(),
+            Destination::Queue(q) => is_durable_queue(q),
             Destination::Exchange(name) => self.exchange(name).is_some_and(|e| e.durable),
         }
     }
@@ -41,7 +56,12 @@ impl VHost {
             }
         }
         for q in queues {
-            if q.stored.is_some() || q.quorum().is_some() {
+            // A durable classic queue another node serves is kept with where it is, so that
+            // a restart or a snapshot install forwards there rather than forgetting it or
+            // making a local queue of its own. (A quorum queue's record is left out: its
+            // group's members, which recreate it, are not in the record.)
+            if is_durable_queue(&q) {
+                let home = classic_home(&q).map(str::to_owned);
                 defs.queues.push(QueueDefinition {
                     name: q.name.clone(),
                     auto_delete: q.auto_delete,
@@ -50,6 +70,7 @@ impl VHost {
                         .quorum()
                         .map(|qq| qq.members().to_vec())
                         .unwrap_or_default(),
+                    home,
                 });
             }
         }
@@ -93,8 +114,9 @@ impl VHost {
     }
 
     /// Recreates durable exchanges, queues and bindings (the queues empty: the broker hands
-    /// each its stored messages afterwards).
-    pub fn restore_definitions(self: &Arc<Self>, defs: Definitions) {
+    /// each its stored messages afterwards). A classic queue whose home is another node than
+    /// `this_node` comes back as a record forwarding there.
+    pub fn restore_definitions(self: &Arc<Self>, defs: Definitions, this_node: &str) {
         // Policies first: the entities below take them as they are created.
         {
             let mut policies = self.policies.write();
@@ -122,6 +144,21 @@ impl VHost {
             self.exchanges.write().insert(e.name, Arc::new(exchange));
         }
         for q in defs.queues {
+            if let Some(home) = q.home.as_deref().filter(|home| *home != this_node) {
+                let peer = self.forward_peers().peer(home);
+                let installed = self.install_remote_queue(
+                    q.name.clone(),
+                    true,
+                    q.auto_delete,
+                    q.arguments,
+                    &peer,
+                    "classic",
+                );
+                if let Err(e) = installed {
+                    tracing::error!(queue = %q.name, error = %e, "could not recreate the record of a queue served elsewhere");
+                }
+                continue;
+            }
             let created = self.create_queue(
                 q.name.clone(),
                 true,
