@@ -245,6 +245,10 @@ pub async fn join(
     broker.enable_cluster(cluster.clone());
     broker.set_replicator(ClusterReplicator::new(cluster.clone()));
     tokio::spawn(dial_forwarding(Arc::downgrade(broker), cluster.clone()));
+    tokio::spawn(close_links_to_down_peers(
+        Arc::downgrade(broker),
+        cluster.clone(),
+    ));
     tracing::info!(
         node = %name,
         node_id = node_id(&name),
@@ -287,6 +291,48 @@ fn accept_forwarding(broker: &Arc<Broker>, transport: &Arc<TcpTransport>) {
     }));
 }
 
+/// Closes the forwarding link to every member the cluster transport's failure detector holds
+/// down (its node-level heartbeats stopped: a SIGSTOPped, hung or partitioned node, whose TCP
+/// connections stay open and silent), so this node's consumers of the queues it serves get
+/// basic.cancel, unconfirmed publishes are nacked and declare/consume/get answer 404 within
+/// the detector's `peer_down_after` rather than when TCP gives up. The dialer links again
+/// once the peer is heard from (it dials only peers the detector holds up).
+async fn close_links_to_down_peers(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNode>) {
+    let liveness = cluster.transport().liveness().clone();
+    let mut changes = liveness.subscribe();
+    loop {
+        let Some(live) = broker.upgrade() else {
+            return;
+        };
+        for (id, info) in cluster.metadata().members() {
+            if id == cluster.id() || liveness.is_up(id) {
+                continue;
+            }
+            let link = live
+                .forward_peers()
+                .get(&info.name)
+                .and_then(|peer| peer.current());
+            if let Some(link) = link {
+                tracing::warn!(
+                    peer = %info.name,
+                    "the cluster's failure detector holds this peer down: closing its forwarding link"
+                );
+                link.close();
+            }
+        }
+        drop(live);
+        // On every up/down change, and now and then for links made since.
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep(FORWARD_DIAL_INTERVAL) => {}
+        }
+    }
+}
+
 /// Keeps a forwarding link to every member whose id is above this node's (the lower id of
 /// a pair dials, as for the Raft link), dialling again with backoff while one is away.
 async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNode>) {
@@ -297,7 +343,8 @@ async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNo
             return;
         };
         for (id, info) in cluster.metadata().members() {
-            if id <= cluster.id() {
+            // A peer the failure detector holds down would only be closed again.
+            if id <= cluster.id() || !cluster.transport().liveness().is_up(id) {
                 continue;
             }
             let peer = live.forward_peers().peer(&info.name);
