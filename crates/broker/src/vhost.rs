@@ -753,7 +753,7 @@ impl VHost {
             });
         }
         let dest = Destination::Queue(queue.clone());
-        let mut durable_changed = durability::is_durable_queue(&queue);
+        let mut durable_changed = durability::is_durable_queue(queue);
         for exchange in self.exchanges() {
             if exchange.unbind_destination(&dest) > 0 {
                 durable_changed |= self.source_lost_bindings(&exchange);
