@@ -45,6 +45,13 @@ const SNAPSHOT_KEPT_LOGS: u64 = 256;
 
 /// Raft timings for queue groups. Generous by default: a busy 2-core machine must not see
 /// spurious elections.
+///
+/// openraft 0.9 also gives each AppendEntries RPC `heartbeat_interval` to be answered, and a
+/// follower answers only once the entries are fsync'd: at 150 ms, 3 nodes on 2 loaded cores
+/// timed out hundreds of times a run (issue 11's benchmark), each timeout resending entries the
+/// follower already had and adding to its load. 500 ms outlasts a loaded follower's append; the
+/// election timeouts stay three heartbeats and more apart, and their maximum (also the leader's
+/// lease) stays below the failure detector's `peer_down_after` (5 s).
 pub fn default_raft_config() -> Config {
     raft_config(DEFAULT_SNAPSHOT_EVERY_LOGS)
 }
@@ -56,9 +63,9 @@ pub fn raft_config(snapshot_every_logs: u64) -> Config {
     let snapshot_every_logs = snapshot_every_logs.max(1);
     Config {
         cluster_name: "warren-quorum".into(),
-        heartbeat_interval: 150,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_interval: 500,
+        election_timeout_min: 1500,
+        election_timeout_max: 3000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every_logs),
         max_in_snapshot_log_to_keep: SNAPSHOT_KEPT_LOGS.min(snapshot_every_logs),
         purge_batch_size: 64.min(snapshot_every_logs),
