@@ -2,7 +2,10 @@
 //! fe2o3-amqp-types codec is the bottleneck of the many-pairs workload. Per iteration, one
 //! frame for each of 10,000 link handles: decode a transfer (frame split, performative
 //! decoded, payload sliced), encode a transfer with a 100-byte message, a disposition and a
-//! flow — what the broker does per message of the report's workload. Run with
+//! flow — what the broker does per message of the report's workload. The decode is also
+//! split in its two parts: the structural check (`value::check`, which refuses what
+//! serde_amqp would misread) and serde_amqp's decode of the checked performative, to price
+//! the check per transfer (issue 12). Run with
 //! `cargo bench -p warren-amqp10 --bench frames`; the conclusion is in `src/codec.rs` and
 //! docs/benchmarks.md.
 
@@ -65,6 +68,32 @@ fn frames(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         )
+    });
+    // The transfer performatives alone (no frame header, no payload), for the two halves.
+    let performatives: Vec<bytes::Bytes> = {
+        let mut buf = incoming.clone();
+        let mut out = Vec::new();
+        while let Some(frame) = parse_frame(&mut buf, 1 << 20).expect("valid frame") {
+            let len = warren_amqp10::value::check(&frame.body).expect("a valid performative");
+            out.push(frame.body.slice(..len));
+        }
+        out
+    };
+    group.bench_function("check_transfer", |b| {
+        b.iter(|| {
+            for performative in &performatives {
+                black_box(warren_amqp10::value::check(performative).expect("valid"));
+            }
+        })
+    });
+    group.bench_function("serde_decode_transfer", |b| {
+        b.iter(|| {
+            for performative in &performatives {
+                let decoded: Performative =
+                    serde_amqp::from_slice(performative).expect("a performative");
+                black_box(decoded);
+            }
+        })
     });
     group.bench_function("encode_transfer", |b| {
         let mut out = BytesMut::with_capacity(incoming.len());

@@ -27,11 +27,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use warren_broker::alarm::AlarmSet;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
-use warren_broker::{churn, Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_broker::{
+    churn, event_channel, Broker, ConnectionEvent, ConnectionId, EventReceiver, EventSender, VHost,
+};
 use warren_codec::socket_buffer::{new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing};
 use warren_codec::FieldTable;
 use warren_store::DurableState;
@@ -78,9 +79,11 @@ pub struct Connection<R, W> {
     /// The client's idle-time-out: we send something at least every half of it.
     peer_idle: Option<Duration>,
     channel_max: u16,
-    sessions: HashMap<u16, Session>,
-    events_tx: UnboundedSender<ConnectionEvent>,
-    events_rx: UnboundedReceiver<ConnectionEvent>,
+    /// Boxed: a hash table keeps room for four entries from its first insert, and the usual
+    /// connection has one session (issue 12: memory per connection).
+    sessions: HashMap<u16, Box<Session>>,
+    events_tx: EventSender<ConnectionEvent>,
+    events_rx: EventReceiver<ConnectionEvent>,
     durable: Option<watch::Receiver<DurableState>>,
     last_read: Instant,
     last_write: Instant,
@@ -104,7 +107,7 @@ where
         config: Arc<Amqp10Config>,
         tls: bool,
     ) -> Self {
-        let (events_tx, events_rx) = unbounded_channel();
+        let (events_tx, events_rx) = event_channel();
         let alarms = broker.alarms.subscribe();
         Connection {
             id: broker.next_connection_id(),
@@ -138,7 +141,10 @@ where
 
     pub async fn serve(mut self) {
         let opened =
-            match tokio::time::timeout(self.config.handshake_timeout, self.handshake()).await {
+            // Boxed, as the linger below: the handshake's states are live only at the start.
+            match Box::pin(tokio::time::timeout(self.config.handshake_timeout, self.handshake()))
+                .await
+            {
                 Err(_) => {
                     tracing::info!(peer = %self.peer, "AMQP 1.0 handshake timed out");
                     false
@@ -167,7 +173,9 @@ where
                 }
             }
         };
-        let _ = tokio::time::timeout(LINGER_TIMEOUT, linger).await;
+        // Boxed: its read scratch and timer would otherwise sit in every connection's task
+        // for the connection's whole life, though they are needed only at its end.
+        let _ = Box::pin(tokio::time::timeout(LINGER_TIMEOUT, linger)).await;
     }
 
     async fn flush(&mut self) -> io::Result<()> {
@@ -423,7 +431,7 @@ where
         let mut alarms_live = true;
         loop {
             let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
-            let awaiting_fsync = self.sessions.values().any(Session::has_awaiting_fsync);
+            let awaiting_fsync = self.sessions.values().any(|s| s.has_awaiting_fsync());
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf), if !backed_up => {
@@ -506,6 +514,7 @@ where
     fn on_tick(&mut self) -> bool {
         self.read_sizing.on_idle_check(&mut self.rbuf);
         shrink_idle_write_buffer(&mut self.wbuf);
+        self.events_rx.shrink_idle();
         if let Some(idle) = self.peer_idle {
             if self.wbuf.is_empty() && self.last_write.elapsed() >= idle / 2 {
                 write_empty_frame(&mut self.wbuf);
@@ -584,7 +593,10 @@ where
         }
     }
 
-    fn split<'a>(&'a mut self, vhost: &'a Arc<VHost>) -> (&'a mut HashMap<u16, Session>, Env<'a>) {
+    fn split<'a>(
+        &'a mut self,
+        vhost: &'a Arc<VHost>,
+    ) -> (&'a mut HashMap<u16, Box<Session>>, Env<'a>) {
         (
             &mut self.sessions,
             Env {
@@ -642,7 +654,7 @@ where
                     ));
                     return false;
                 }
-                let session = Session::begin(channel, &begin, &mut self.wbuf);
+                let session = Box::new(Session::begin(channel, &begin, &mut self.wbuf));
                 self.sessions.insert(channel, session);
                 true
             }
@@ -817,5 +829,45 @@ async fn durable_advanced(durable: &mut Option<watch::Receiver<DurableState>>) {
             }
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod task_size {
+    //! What one AMQP 1.0 connection's task costs before it holds anything: its future lives in
+    //! the task for the connection's whole life at the size of its largest state, so a rarely
+    //! reached state (the handshake, lingering) that is large costs every idle connection
+    //! (issue 12: 10,000 pairs within 300 MB).
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Well above what it is (printed by the test) and far below the ~6 KB it was when the
+    /// linger's 4 KiB scratch array and the handshake sat in the future.
+    const SERVE_FUTURE_BOUND_BYTES: usize = 2048;
+
+    #[tokio::test]
+    async fn the_connection_task_future_stays_small() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (reader, writer) = stream.into_split();
+        let endpoints = Endpoints {
+            peer: addr,
+            local: addr,
+        };
+        let broker = Broker::new(1 << 30, None);
+        let config = Arc::new(Amqp10Config::default());
+        let serve = crate::serve(
+            reader,
+            writer,
+            BytesMut::new(),
+            endpoints,
+            broker,
+            config,
+            false,
+        );
+        let size = std::mem::size_of_val(&serve);
+        println!("AMQP 1.0 connection task future: {size} bytes");
+        assert!(size <= SERVE_FUTURE_BOUND_BYTES, "{size} bytes");
     }
 }

@@ -30,10 +30,10 @@ use bytes::BytesMut;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedSender;
 use warren_broker::access::{AccessControl, AccessKind};
 use warren_broker::consumer::ChannelFlow;
 use warren_broker::queue::QueuedMessage;
+use warren_broker::EventSender;
 use warren_broker::{ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
 use warren_codec::ShortStr;
 
@@ -51,7 +51,7 @@ pub struct Env<'a> {
     pub access: &'a AccessControl,
     pub user: &'a str,
     pub connection: ConnectionId,
-    pub events: &'a UnboundedSender<ConnectionEvent>,
+    pub events: &'a EventSender<ConnectionEvent>,
     pub out: &'a mut BytesMut,
     /// The client's max-frame-size: transfers are split to fit it.
     pub peer_max_frame: u32,
@@ -69,9 +69,11 @@ pub enum Fail {
     Connection(Error),
 }
 
+/// Both kinds boxed: a hash table keeps room for four entries from its first insert, and
+/// the usual session has one link (issue 12: memory per connection).
 enum Link {
-    In(IncomingLink),
-    Out(OutgoingLink),
+    In(Box<IncomingLink>),
+    Out(Box<OutgoingLink>),
 }
 
 struct IncomingLink {
@@ -121,7 +123,9 @@ pub struct Session {
     links: HashMap<u32, Link>,
     /// Consumer tag → link handle, to route queue deliveries.
     by_tag: HashMap<ShortStr, u32>,
-    unsettled: BTreeMap<u32, Unsettled>,
+    /// Values boxed: a B-tree's first node has room for eleven entries, and a receiver
+    /// with one delivery in flight would otherwise carry eleven `Unsettled`s' worth (~1 KB).
+    unsettled: BTreeMap<u32, Box<Unsettled>>,
     /// Incoming deliveries waiting for the store's fsync: (delivery id, store seq).
     awaiting_fsync: VecDeque<(u32, u64)>,
     /// Dispositions to send at the end of the read batch (runs of ids share one frame).
@@ -274,7 +278,7 @@ impl Session {
             partial: None,
         };
         let flow = self.flow_frame(Some((handle, link.delivery_count, credit, false)));
-        self.links.insert(handle, Link::In(link));
+        self.links.insert(handle, Link::In(Box::new(link)));
         self.send(env, Performative::Flow(flow));
         Ok(())
     }
@@ -365,7 +369,7 @@ impl Session {
         self.by_tag.insert(tag, handle);
         self.links.insert(
             handle,
-            Link::Out(OutgoingLink {
+            Link::Out(Box::new(OutgoingLink {
                 queue,
                 consumer,
                 flow,
@@ -375,7 +379,7 @@ impl Session {
                 drain: false,
                 pending: VecDeque::new(),
                 next_tag: 0,
-            }),
+            })),
         );
         Ok(())
     }
@@ -446,6 +450,7 @@ impl Session {
         let requeue: Vec<Unsettled> = ids
             .into_iter()
             .filter_map(|id| self.unsettled.remove(&id))
+            .map(|u| *u)
             .collect();
         settle_all(requeue.into_iter().map(|u| (u, Settle::Gone)));
     }
@@ -457,7 +462,7 @@ impl Session {
             self.remove_link(handle, env);
         }
         let rest = std::mem::take(&mut self.unsettled);
-        settle_all(rest.into_values().map(|u| (u, Settle::Gone)));
+        settle_all(rest.into_values().map(|u| (*u, Settle::Gone)));
     }
 
     // ---- flow ------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::sync::Arc;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use warren_broker::consumer::{pipeline_cost, ChannelFlow};
+use warren_broker::event_channel::{event_channel, EventReceiver};
 use warren_broker::{
     Broker, ConnectionEvent, Consumer, Delivery, Message, Queue, QueueDeclaration,
 };
@@ -20,7 +20,7 @@ struct Setup {
     broker: Arc<Broker>,
     queue: Arc<Queue>,
     consumer: Arc<Consumer>,
-    events: UnboundedReceiver<ConnectionEvent>,
+    events: EventReceiver<ConnectionEvent>,
 }
 
 fn setup(no_ack: bool) -> Setup {
@@ -40,7 +40,7 @@ fn setup(no_ack: bool) -> Setup {
         )
         .expect("declare");
     let queue = vhost.queue(QUEUE).expect("declared");
-    let (tx, events) = unbounded_channel();
+    let (tx, events) = event_channel();
     let consumer = Arc::new(Consumer::new(
         ShortStr::from("bench-consumer"),
         1,

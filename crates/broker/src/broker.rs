@@ -594,7 +594,7 @@ mod tests {
             .access
             .set_permission("v1", "guest", crate::access::Permission::full())
             .unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::event_channel::event_channel();
         v.open_connection(7, "guest", tx).unwrap();
         assert!(broker.delete_vhost("v1"));
         assert!(!broker.delete_vhost("v1"));
@@ -608,7 +608,7 @@ mod tests {
             }
             other => panic!("expected a close, got {other:?}"),
         }
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _rx) = crate::event_channel::event_channel();
         assert!(v.open_connection(8, "guest", tx).is_err(), "deleted vhost");
     }
 
@@ -660,7 +660,7 @@ mod tests {
             max_connections: Some(1),
             max_queues: None,
         });
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _rx) = crate::event_channel::event_channel();
         v.open_connection(1, "u", tx.clone()).unwrap();
         let refused = v.open_connection(2, "u", tx.clone()).unwrap_err();
         assert_eq!(refused.code, ReplyCode::NotAllowed);

@@ -17,10 +17,10 @@
 //! queue re-checks credit, and credit is freed before the flag is read, so with SeqCst one of
 //! the two always sees the other and no wake-up is lost.
 
+use crate::event_channel::EventSender;
 use crate::queue::{Queue, QueuedMessage};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
-use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{ReplyCode, ShortStr};
 
 pub type ConnectionId = u64;
@@ -164,7 +164,7 @@ pub struct Consumer {
     pub channel_flow: Arc<ChannelFlow>,
     /// The queue consumed from; weak so a consumer never keeps a deleted queue alive.
     pub queue: Weak<Queue>,
-    sink: UnboundedSender<ConnectionEvent>,
+    sink: EventSender<ConnectionEvent>,
 }
 
 impl Consumer {
@@ -178,7 +178,7 @@ impl Consumer {
         prefetch_count: u32,
         channel_flow: Arc<ChannelFlow>,
         queue: Weak<Queue>,
-        sink: UnboundedSender<ConnectionEvent>,
+        sink: EventSender<ConnectionEvent>,
     ) -> Consumer {
         Consumer {
             tag,
@@ -292,11 +292,11 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_channel::{event_channel, EventReceiver};
     use crate::memory::MemoryMonitor;
     use crate::message::Message;
     use crate::queue::QueueLimits;
     use bytes::Bytes;
-    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
     use warren_codec::{BasicProperties, FieldTable};
 
     fn queue(name: &str) -> Arc<Queue> {
@@ -328,8 +328,8 @@ mod tests {
         queue: &Arc<Queue>,
         flow: &Arc<ChannelFlow>,
         no_ack: bool,
-    ) -> (Arc<Consumer>, UnboundedReceiver<ConnectionEvent>) {
-        let (tx, rx) = unbounded_channel();
+    ) -> (Arc<Consumer>, EventReceiver<ConnectionEvent>) {
+        let (tx, rx) = event_channel();
         let c = Arc::new(Consumer::new(
             ShortStr::from(queue.name.as_str()),
             1,
@@ -345,7 +345,7 @@ mod tests {
         (c, rx)
     }
 
-    fn take(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Option<Delivery> {
+    fn take(rx: &mut EventReceiver<ConnectionEvent>) -> Option<Delivery> {
         match rx.try_recv().ok()? {
             ConnectionEvent::Deliver(d) => Some(d),
             _ => None,

@@ -127,16 +127,16 @@ impl ConsumerSet {
 mod tests {
     use super::*;
     use crate::consumer::{ChannelFlow, ConnectionEvent};
+    use crate::event_channel::{event_channel, EventReceiver};
     use std::sync::atomic::Ordering::SeqCst;
-    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
     use warren_codec::ShortStr;
 
     fn consumer(
         tag: &str,
         priority: i64,
         prefetch: u32,
-    ) -> (Arc<Consumer>, UnboundedReceiver<ConnectionEvent>) {
-        let (tx, rx) = unbounded_channel();
+    ) -> (Arc<Consumer>, EventReceiver<ConnectionEvent>) {
+        let (tx, rx) = event_channel();
         let c = Consumer::new(
             ShortStr::from(tag),
             1,

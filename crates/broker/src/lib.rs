@@ -15,6 +15,7 @@ pub mod definitions;
 pub mod disk;
 mod equivalence;
 pub mod error;
+pub mod event_channel;
 pub mod exchange;
 pub mod headers_match;
 pub mod memory;
@@ -46,6 +47,7 @@ pub use consumer::{ChannelFlow, ConnectionEvent, ConnectionId, Consumer, Deliver
 pub use definition_op::{DefinitionOp, Outcome, PolicyList};
 pub use disk::DiskMonitor;
 pub use error::{AmqpError, AmqpResult};
+pub use event_channel::{event_channel, EventReceiver, EventSender};
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
 pub use memory::MemoryMonitor;
 pub use message::Message;

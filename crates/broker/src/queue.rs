@@ -27,6 +27,7 @@ use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
 use crate::dead_letter::{dead_lettered, is_death_cycle, DeathReason};
 use crate::error::{AmqpError, AmqpResult};
+use crate::event_channel::EventSender;
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
@@ -40,7 +41,6 @@ use parking_lot::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Appended, Location, MessageId, QueueId, Store};
 
@@ -117,13 +117,13 @@ pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
 /// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
 /// channel waits for besides the store, if any queue joined.
 pub struct RoutedConfirm {
-    wake: UnboundedSender<ConnectionEvent>,
+    wake: EventSender<ConnectionEvent>,
     joined: Option<Arc<QuorumConfirm>>,
 }
 
 impl RoutedConfirm {
     /// `wake` is the channel's connection, told when the joined queues have all answered.
-    pub fn new(wake: &UnboundedSender<ConnectionEvent>) -> RoutedConfirm {
+    pub fn new(wake: &EventSender<ConnectionEvent>) -> RoutedConfirm {
         RoutedConfirm {
             wake: wake.clone(),
             joined: None,

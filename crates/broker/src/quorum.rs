@@ -30,6 +30,7 @@ pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
+use crate::event_channel::EventSender;
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
@@ -113,13 +114,13 @@ fn now_ms() -> u64 {
 pub struct QuorumConfirm {
     outstanding: AtomicUsize,
     refused: AtomicBool,
-    wake: UnboundedSender<ConnectionEvent>,
+    wake: EventSender<ConnectionEvent>,
 }
 
 impl QuorumConfirm {
     /// A confirm for one publish being routed; call [`QuorumConfirm::routed`] once every
     /// queue has it, so a queue answering early cannot settle it while others still wait.
-    pub fn new(wake: UnboundedSender<ConnectionEvent>) -> Arc<QuorumConfirm> {
+    pub fn new(wake: EventSender<ConnectionEvent>) -> Arc<QuorumConfirm> {
         Arc::new(QuorumConfirm {
             outstanding: AtomicUsize::new(1),
             refused: AtomicBool::new(false),

@@ -11,6 +11,7 @@
 //! 320 CONNECTION_FORCED with the reason, as RabbitMQ does.
 
 use crate::consumer::{ChannelFlow, ConnectionEvent, ConnectionId};
+use crate::event_channel::EventSender;
 use crate::stats::{MessageCounts, MessageStats};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -18,7 +19,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::{FieldTable, ReplyCode};
 
 /// Every open connection, by id.
@@ -151,7 +151,7 @@ pub struct ConnectionInfo {
     /// Counts of this connection's channels that have closed.
     retired: Mutex<MessageCounts>,
     /// The connection task's event channel, to ask it to close.
-    events: UnboundedSender<ConnectionEvent>,
+    events: EventSender<ConnectionEvent>,
 }
 
 /// The fixed facts of a connection, from its handshake.
@@ -168,7 +168,7 @@ pub struct ConnectionFacts {
     pub channel_max: u16,
     pub heartbeat_s: u16,
     pub tls: bool,
-    pub events: UnboundedSender<ConnectionEvent>,
+    pub events: EventSender<ConnectionEvent>,
     pub protocol: &'static str,
 }
 
@@ -326,7 +326,7 @@ mod tests {
     use super::*;
 
     fn facts(id: ConnectionId) -> ConnectionFacts {
-        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let (events, _) = crate::event_channel::event_channel();
         ConnectionFacts {
             events,
             id,
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn close_request_carries_its_reason() {
-        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (events, mut rx) = crate::event_channel::event_channel();
         let c = ConnectionInfo::new(ConnectionFacts { events, ..facts(1) });
         c.request_close("bye".into());
         match rx.try_recv() {

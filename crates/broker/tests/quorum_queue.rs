@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
+use warren_broker::event_channel::{event_channel, EventReceiver};
 use warren_broker::memory::MemoryMonitor;
 use warren_broker::quorum::{QuorumConfirm, QuorumHost};
 use warren_broker::{Message, QueueDeclaration, VHost};
@@ -58,14 +58,14 @@ fn message(body: &'static [u8]) -> Arc<Message> {
     ))
 }
 
-async fn next_event(rx: &mut UnboundedReceiver<ConnectionEvent>) -> ConnectionEvent {
+async fn next_event(rx: &mut EventReceiver<ConnectionEvent>) -> ConnectionEvent {
     tokio::time::timeout(WAIT, rx.recv())
         .await
         .expect("an event in time")
         .expect("channel open")
 }
 
-async fn next_delivery(rx: &mut UnboundedReceiver<ConnectionEvent>) -> Delivery {
+async fn next_delivery(rx: &mut EventReceiver<ConnectionEvent>) -> Delivery {
     loop {
         if let ConnectionEvent::Deliver(d) = next_event(rx).await {
             return d;
@@ -105,7 +105,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     assert_eq!(queue.type_name(), "quorum");
 
     // Confirms: none is settled before the group answered; both are acks after.
-    let (events_tx, mut events) = unbounded_channel();
+    let (events_tx, mut events) = event_channel();
     let confirm = QuorumConfirm::new(events_tx.clone());
     queue.publish_confirmed(message(b"one"), None, Some(&confirm));
     queue.publish_confirmed(message(b"two"), None, Some(&confirm));
@@ -163,7 +163,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
         queue.message_count() == 1
     })
     .await;
-    let (events_tx, mut events) = unbounded_channel();
+    let (events_tx, mut events) = event_channel();
     let consumer = Arc::new(Consumer::new(
         ShortStr::from("c2"),
         1,
@@ -207,7 +207,7 @@ async fn a_policy_changes_the_groups_config_and_a_restart_catches_up() {
     let vhost = new_vhost(&host);
     declare(&vhost, "q");
     let queue = vhost.queue("q").unwrap();
-    let (events_tx, mut events) = unbounded_channel();
+    let (events_tx, mut events) = event_channel();
     let confirm = QuorumConfirm::new(events_tx);
     for body in [&b"a"[..], b"b", b"c"] {
         queue.publish_confirmed(message(body), None, Some(&confirm));

@@ -6,8 +6,8 @@ use crate::config::ServerConfig;
 use crate::pending::PendingReply;
 use bytes::BytesMut;
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedSender;
 use warren_broker::access::AccessControl;
+use warren_broker::EventSender;
 use warren_broker::{Broker, ConnectionEvent, ConnectionId, VHost};
 use warren_codec::{write_body_frames, write_content_header, write_method, Method, BASIC_CLASS_ID};
 
@@ -15,7 +15,7 @@ pub struct Ctx<'a> {
     pub broker: &'a Broker,
     pub vhost: &'a Arc<VHost>,
     pub connection: ConnectionId,
-    pub events: &'a UnboundedSender<ConnectionEvent>,
+    pub events: &'a EventSender<ConnectionEvent>,
     pub out: &'a mut BytesMut,
     pub frame_max: u32,
     pub config: &'a ServerConfig,

@@ -8,7 +8,10 @@ before, divided by the 2,000 connections, must stay under `BOUND_PER_CONNECTION`
 connection task's future, the event channel's first block and the socket buffers), with
 slack for the messages in flight on a loaded machine. With 64 KiB socket buffers it was
 46 KB (0-9-1) and 36 KB (1.0) after 10 s, growing with the run (~70 KB after 20 s): reads
-and writes walked through the whole buffers."""
+and writes walked through the whole buffers. At h/pairs15 (event channel without a
+preallocated block, linger and close waits boxed out of the task's future, tables of one
+channel/session/link holding their values boxed): 14.5 and 20.9 KB over 0-9-1, 14.4 KB over
+1.0, with a debug build on a machine at load average ~15."""
 import re
 import subprocess
 import tempfile
@@ -21,12 +24,12 @@ pytestmark = needs_warren_bin
 
 PAIRS = 1000
 CONNECTIONS = 2 * PAIRS
-BOUND_PER_CONNECTION = 40 * 1000
+BOUND_PER_CONNECTION = 30 * 1000
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("protocol", ["amqp091", "amqp10"])
-def test_a_connection_carrying_10_msg_per_s_costs_under_40_kb(protocol):
+def test_a_connection_carrying_10_msg_per_s_costs_under_30_kb(protocol):
     broker = Broker(tempfile.mkdtemp(prefix="warren-connmem-"))
     try:
         start = broker.rss_bytes()

@@ -144,12 +144,12 @@ impl Session {
             } else {
                 self.unsettled.insert(
                     delivery_id,
-                    Unsettled {
+                    Box::new(Unsettled {
                         handle,
                         consumer,
                         queue,
                         message: d.message,
-                    },
+                    }),
                 );
             }
         }
@@ -206,7 +206,7 @@ impl Session {
                 if failed {
                     u.message.delivery_count = u.message.delivery_count.saturating_add(1);
                 }
-                settled.push((u, settle));
+                settled.push((*u, settle));
             }
         }
         if !d.settled && !settled.is_empty() {

@@ -9,6 +9,7 @@ use super::frame::{self, Frame, SettleKind};
 use super::link::Outbox;
 use crate::broker::Broker;
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
+use crate::event_channel::{event_channel, EventReceiver, EventSender};
 use crate::queue::{Enqueued, Queue, QueuedMessage};
 use crate::quorum::QuorumConfirm;
 use std::collections::{HashMap, VecDeque};
@@ -57,7 +58,7 @@ pub(super) struct Serving {
     broker: Arc<Broker>,
     connection: ConnectionId,
     outbox: Arc<Outbox>,
-    events: UnboundedSender<ConnectionEvent>,
+    events: EventSender<ConnectionEvent>,
     gets: UnboundedSender<Got>,
     queues: HashMap<u64, Bound>,
     /// The link's consumers by the peer's id: their queue and its link id.
@@ -73,10 +74,10 @@ impl Serving {
         outbox: Arc<Outbox>,
     ) -> (
         Serving,
-        UnboundedReceiver<ConnectionEvent>,
+        EventReceiver<ConnectionEvent>,
         UnboundedReceiver<Got>,
     ) {
-        let (events, events_rx) = unbounded_channel();
+        let (events, events_rx) = event_channel();
         let (gets, gets_rx) = unbounded_channel();
         let serving = Serving {
             broker,
@@ -471,7 +472,7 @@ impl Serving {
 
     /// The peer is gone: its consumers leave their queues, and what its clients held goes
     /// back (redelivered), as when a client connection closes.
-    pub(super) fn link_lost(&mut self, events: &mut UnboundedReceiver<ConnectionEvent>) {
+    pub(super) fn link_lost(&mut self, events: &mut EventReceiver<ConnectionEvent>) {
         for (cid, (_, queue, _)) in std::mem::take(&mut self.consumers) {
             self.remove_consumer(&queue, cid);
         }

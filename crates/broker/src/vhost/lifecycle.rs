@@ -5,8 +5,8 @@
 use super::VHost;
 use crate::consumer::{ConnectionEvent, ConnectionId};
 use crate::error::AmqpError;
+use crate::event_channel::EventSender;
 use std::sync::atomic::Ordering;
-use tokio::sync::mpsc::UnboundedSender;
 use warren_codec::ReplyCode;
 
 /// RabbitMQ's vhost limits (`rabbitmqctl set_vhost_limits`); `None` is unlimited.
@@ -27,7 +27,7 @@ pub struct VHostMetadata {
 #[derive(Debug)]
 pub(super) struct OpenConnection {
     user: String,
-    events: UnboundedSender<ConnectionEvent>,
+    events: EventSender<ConnectionEvent>,
 }
 
 impl VHost {
@@ -70,7 +70,7 @@ impl VHost {
         &self,
         connection: ConnectionId,
         user: &str,
-        events: UnboundedSender<ConnectionEvent>,
+        events: EventSender<ConnectionEvent>,
     ) -> Result<(), AmqpError> {
         let mut connections = self.connections.lock();
         if !self.is_live() {
