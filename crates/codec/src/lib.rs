@@ -22,8 +22,9 @@ pub use content::{ContentHeader, BASIC_CLASS_ID};
 pub use error::CodecError;
 pub use field_table::{FieldTable, FieldValue};
 pub use frame::{
-    parse_frame, write_body_frames, write_content_header, write_heartbeat, write_method, FrameKind,
-    RawFrame, FRAME_END, FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER,
+    parse_frame, write_body_frames, write_content_header, write_deliver, write_heartbeat,
+    write_method, DeliverFields, FrameKind, RawFrame, FRAME_END, FRAME_MIN_SIZE, FRAME_OVERHEAD,
+    PROTOCOL_HEADER,
 };
 pub use generated::*;
 pub use publish_properties::PublishProperties;

@@ -291,17 +291,19 @@ impl Channel {
         self.next_delivery_tag += 1;
         let tag = self.next_delivery_tag;
         let msg = &d.message.message;
-        ctx.send_content(
+        write_deliver(
+            ctx.out,
             self.id,
-            BasicDeliver {
-                consumer_tag: consumer.tag.clone(),
+            &DeliverFields {
+                consumer_tag: &consumer.tag,
                 delivery_tag: tag,
                 redelivered: d.message.redelivered,
-                exchange: msg.exchange.clone(),
-                routing_key: msg.routing_key.clone(),
+                exchange: &msg.exchange,
+                routing_key: &msg.routing_key,
             },
             &msg.properties_raw,
             &msg.body,
+            ctx.frame_max,
         );
         consumer.delivered(pipeline_cost(msg));
         let counter = |s: &MessageStats| match consumer.no_ack {
