@@ -5,9 +5,6 @@ new leader within seconds holds every confirmed message, and its node serves the
 consumer on the old leader's node is cancelled with basic.cancel and its unacked messages
 come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
 and 2 place the group on that many nodes, the declaring node first."""
-import os
-import shutil
-import tempfile
 import time
 from urllib.parse import quote
 
@@ -16,7 +13,7 @@ import pytest
 
 from own_broker import needs_warren_bin
 from test_cluster_definitions import amqp, api
-from test_cluster_formation import Node, agreed, eventually
+from cluster_nodes import eventually, started_cluster
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -25,25 +22,8 @@ MESSAGES = 1000
 
 @pytest.fixture
 def cluster():
-    root = tempfile.mkdtemp(prefix="warren-cluster-qq-")
-    secret_file = os.path.join(root, "secret")
-    with open(secret_file, "w") as f:
-        f.write("quorum-groups-test-secret\n")
-    # Names whose lowest node id (the one that forms the cluster) is started last, as in the
-    # other cluster tests (formation when it starts first stalled before main's fix 1bb3fd0).
-    nodes = [Node(root, "qgroup%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
-    try:
-        for node in nodes:
-            node.start([p for p in nodes if p is not node])
-        # Generous: three debug builds forming on a loaded 2-core CI machine.
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
-                   timeout=90)
-        yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    with started_cluster("qgroup") as cluster:
+        yield cluster.nodes
 
 
 def queue_info(node, name):
