@@ -35,36 +35,40 @@ fi
 # ---------------------------------------------------------------- pika
 if [[ "$skip" != *" pika "* ]]; then
   echo "interop: === pika suite (pytest) ==="
+  started=$SECONDS
   (cd "$here" && "$venv/bin/python" -m pytest)
   rc=$?
-  summary+=("pika: exit $rc")
+  summary+=("pika: exit $rc in $((SECONDS - started)) s")
   [ $rc -eq 0 ] || status=1
 fi
 
 # ---------------------------------------------------------------- go
 if [[ "$skip" != *" go "* ]]; then
   echo "interop: === Go suite (amqp091-go) ==="
+  started=$SECONDS
   (cd "$here/go" && go mod download && go test -count=1 -timeout 180s ./...)
   rc=$?
-  summary+=("go: exit $rc")
+  summary+=("go: exit $rc in $((SECONDS - started)) s")
   [ $rc -eq 0 ] || status=1
 fi
 
 # ---------------------------------------------------------------- perftest
 if [[ "$skip" != *" perftest "* ]]; then
   echo "interop: === PerfTest check ==="
+  started=$SECONDS
   PYTHON="$here/.venv/bin/python" "$here/perftest_check.sh"
   rc=$?
-  summary+=("perftest: exit $rc")
+  summary+=("perftest: exit $rc in $((SECONDS - started)) s")
   [ $rc -eq 0 ] || status=1
 fi
 
 # ---------------------------------------------------------------- java
 if [[ "$skip" != *" java "* ]]; then
   echo "interop: === Java suite (amqp-client, JUnit) ==="
+  started=$SECONDS
   "$here/java/run.sh"
   rc=$?
-  summary+=("java: exit $rc")
+  summary+=("java: exit $rc in $((SECONDS - started)) s")
   [ $rc -eq 0 ] || status=1
 fi
 

@@ -27,7 +27,9 @@ if ! command -v valgrind >/dev/null; then
   echo "valgrind not found (Debian: apt-get install valgrind)" >&2
   exit 2
 fi
-cargo build --release -p warren-server --example publish_deliver --quiet
+# The packages test.sh's release builds select, so that this reuses their build (cargo resolves
+# features per selection: -p warren-server alone would compile it and its dependencies again).
+cargo build --release -p warren -p warren-server -p warren-perf --example publish_deliver --quiet
 exe="${CARGO_TARGET_DIR:-target}/release/examples/publish_deliver"
 work=$(mktemp -d /tmp/warren-callgrind-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -12,6 +12,7 @@ their status. Two network modes:
   traffic filtered), for the netns tests to skip with that reason.
 
 Needs WARREN_BIN (see own_broker.py)."""
+import contextlib
 import json
 import os
 import random
@@ -416,3 +417,17 @@ class Cluster:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
             print("cluster logs kept in %s" % self.root)
+
+
+@contextlib.contextmanager
+def started_cluster(prefix, size=3, netns=False, extra=(), timeout=90):
+    """A `Cluster(prefix, size, netns, extra)` whose nodes agree on one membership and leader
+    (waited for generously: debug builds forming on a loaded 2-core CI machine), closed when
+    the block ends however it ends: every cluster test's fixture. Node names are `PREFIXi@…`;
+    each test keeps its own prefix (formation once stalled with some names)."""
+    cluster = Cluster(prefix, size=size, netns=netns, extra=extra)
+    try:
+        cluster.start(timeout=timeout)
+        yield cluster
+    finally:
+        cluster.close()

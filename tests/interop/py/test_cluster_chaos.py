@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from cluster_nodes import Cluster, agreed, eventually, netns_unavailable
+from cluster_nodes import agreed, eventually, netns_unavailable, started_cluster
 from definitions_workload import ContinuousChanges, DefinitionsWorkload
 from own_broker import needs_warren_bin
 
@@ -76,13 +76,8 @@ def new_leader(nodes, old, names):
 
 @pytest.fixture
 def cluster():
-    cluster = Cluster("chaos")
-    try:
-        # Generous: three debug builds forming on a loaded 2-core CI machine.
-        cluster.start(timeout=90)
+    with started_cluster("chaos") as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def test_kill_9_the_metadata_leader(cluster):
@@ -158,12 +153,8 @@ def netns_cluster():
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
-    cluster = Cluster("part", netns=True)
-    try:
-        cluster.start(timeout=90)
+    with started_cluster("part", netns=True) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def test_partition_the_leader_away(netns_cluster):

@@ -1,16 +1,13 @@
 """Definitions are one cluster's: a change made on any node (AMQP or HTTP API) goes through the
 metadata Raft group and is applied on every node; a refused change's error reaches the client
 that made it; a node that was down catches up when it comes back."""
-import os
-import shutil
-import tempfile
 
 import pika
 import pytest
 import requests
 
 from own_broker import needs_warren_bin
-from cluster_nodes import Node, agreed, eventually
+from cluster_nodes import agreed, eventually, started_cluster
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -34,23 +31,8 @@ def amqp(node, user="guest", password="guest", vhost="/"):
 
 @pytest.fixture
 def cluster():
-    root = tempfile.mkdtemp(prefix="warren-cluster-defs-")
-    secret_file = os.path.join(root, "secret")
-    with open(secret_file, "w") as f:
-        f.write("definitions-test-secret\n")
-    nodes = [Node(root, "defs%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
-    try:
-        for node in nodes:
-            node.start([p for p in nodes if p is not node])
-        # Generous: three debug builds forming on a loaded 2-core CI machine.
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
-                   timeout=90)
-        yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    with started_cluster("defs") as cluster:
+        yield cluster.nodes
 
 
 def test_definitions_made_on_any_node_are_on_every_node(cluster):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cluster_nodes import Cluster, eventually
+from cluster_nodes import eventually, started_cluster
 from message_workload import MessageWorkload
 from own_broker import needs_warren_bin
 
@@ -25,12 +25,8 @@ pytestmark = [needs_warren_bin, pytest.mark.timeout(180 + ROUNDS * 30)]
 
 @pytest.fixture
 def cluster():
-    cluster = Cluster("msgs")
-    try:
-        cluster.start(timeout=90)
+    with started_cluster("msgs") as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def test_confirmed_messages_survive_failures_of_the_other_nodes(cluster):

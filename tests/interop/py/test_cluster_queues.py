@@ -7,9 +7,6 @@ node 3 is gone everywhere. kill -9 of the home node: a consumer on node 2 gets b
 a confirmed publish on node 2 is nacked, a declare on node 2 answers 404 as RabbitMQ's does
 for a durable classic queue whose home node is down; restarted, its messages are there and
 consumable from node 2."""
-import os
-import shutil
-import tempfile
 import time
 
 import pika
@@ -17,7 +14,7 @@ import pytest
 import requests
 
 from own_broker import needs_warren_bin
-from test_cluster_formation import Node, agreed, eventually
+from cluster_nodes import eventually, started_cluster
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -51,23 +48,8 @@ def declared_count(node, name):
 
 @pytest.fixture
 def cluster():
-    root = tempfile.mkdtemp(prefix="warren-cluster-queues-")
-    secret_file = os.path.join(root, "secret")
-    with open(secret_file, "w") as f:
-        f.write("queues-test-secret\n")
-    nodes = [Node(root, "place%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
-    try:
-        for node in nodes:
-            node.start([p for p in nodes if p is not node])
-        # Generous: three debug builds forming on a loaded 2-core CI machine.
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
-                   timeout=90)
-        yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    with started_cluster("place") as cluster:
+        yield cluster.nodes
 
 
 def test_a_queue_on_one_node_is_used_from_every_node(cluster):

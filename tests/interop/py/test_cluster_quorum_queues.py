@@ -5,9 +5,6 @@ new leader within seconds holds every confirmed message, and its node serves the
 consumer on the old leader's node is cancelled with basic.cancel and its unacked messages
 come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
 and 2 place the group on that many nodes, the declaring node first."""
-import os
-import shutil
-import tempfile
 import time
 from urllib.parse import quote
 
@@ -16,7 +13,7 @@ import pytest
 
 from own_broker import needs_warren_bin
 from test_cluster_definitions import amqp, api
-from test_cluster_formation import Node, agreed, eventually
+from cluster_nodes import eventually, started_cluster
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -25,25 +22,17 @@ MESSAGES = 1000
 
 @pytest.fixture
 def cluster():
-    root = tempfile.mkdtemp(prefix="warren-cluster-qq-")
-    secret_file = os.path.join(root, "secret")
-    with open(secret_file, "w") as f:
-        f.write("quorum-groups-test-secret\n")
-    # Names whose lowest node id (the one that forms the cluster) is started last, as in the
-    # other cluster tests (formation when it starts first stalled before main's fix 1bb3fd0).
-    nodes = [Node(root, "qgroup%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
-    try:
-        for node in nodes:
-            node.start([p for p in nodes if p is not node])
-        # Generous: three debug builds forming on a loaded 2-core CI machine.
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
-                   timeout=90)
-        yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    """A cluster of the test's own: for a test that kills a node."""
+    with started_cluster("qgroup") as cluster:
+        yield cluster.nodes
+
+
+@pytest.fixture(scope="module")
+def shared_cluster():
+    """One cluster for the tests that only declare queues of their own names (no node is
+    stopped): a 3-node start less."""
+    with started_cluster("qgroup") as cluster:
+        yield cluster.nodes
 
 
 def queue_info(node, name):
@@ -65,10 +54,11 @@ def agreed_leader(nodes, name, members):
     return leader if leader in members else None
 
 
-def quorum_status(node, name):
-    response = api(node, "GET", "/api/queues/%%2F/%s/quorum_status" % quote(name, safe=""))
-    assert response.status_code == 200, response.text
-    return {row["node_name"]: row for row in response.json()}
+def raft(node, name):
+    """The queue's `raft` object on `node` (its member's view of the group), None while the
+    group starts there."""
+    info = queue_info(node, name)
+    return info["raft"] if info else None
 
 
 def test_a_group_of_three_survives_its_leader(cluster):
@@ -150,13 +140,15 @@ def test_a_group_of_three_survives_its_leader(cluster):
                lambda: agreed_leader(cluster, "qq3", names) == new_leader, timeout=60)
 
     def caught_up():
-        leader_view = quorum_status(by_name[new_leader], "qq3")
-        own = quorum_status(by_name[leader], "qq3")[leader]
-        mine = leader_view[new_leader]
-        return (own["raft_state"] == "follower"
+        leader_view = raft(by_name[new_leader], "qq3")
+        own = raft(by_name[leader], "qq3")
+        if leader_view is None or own is None:
+            return False
+        matched = {m["name"]: m["matched_index"] for m in leader_view["members"]}
+        return (own["node"] == leader and own["state"] == "follower"
                 and own["commit_index"] is not None
-                and own["commit_index"] >= mine["commit_index"]
-                and leader_view[leader]["log_index"] == mine["log_index"])
+                and own["commit_index"] >= leader_view["commit_index"]
+                and matched[leader] == leader_view["last_log_index"])
 
     eventually("the restarted member to catch up", caught_up, timeout=60)
     text = by_name[new_leader].ctl("quorum_status", "qq3")
@@ -166,7 +158,8 @@ def test_a_group_of_three_survives_its_leader(cluster):
         assert name in text.stdout
 
 
-def test_group_sizes_one_and_two_place_the_declaring_node_first(cluster):
+def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
+    cluster = shared_cluster
     first, second, _ = cluster
     conn = amqp(second)
     channel = conn.channel()
@@ -211,8 +204,8 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(cluster):
     eventually("qq2 gone everywhere", lambda: all(queue_info(n, "qq2") is None for n in cluster))
 
 
-def test_invalid_group_sizes_are_refused_as_rabbitmq_does(cluster):
-    conn = amqp(cluster[0])
+def test_invalid_group_sizes_are_refused_as_rabbitmq_does(shared_cluster):
+    conn = amqp(shared_cluster[0])
     # Texts as RabbitMQ 3.10.8 answers them (checked side by side).
     for value, why in [(0, "{value_zero,0}"), (-1, "{value_negative,-1}"),
                        ("x", '"expected integer, got longstr"')]:

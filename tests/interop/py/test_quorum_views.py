@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pika
 import pytest
@@ -19,7 +18,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from own_broker import WARREN_BIN, Broker, free_port, needs_warren_bin
-from test_cluster_formation import Node, agreed, eventually
+from cluster_nodes import eventually, started_cluster
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -113,22 +112,8 @@ def single():
 
 @pytest.fixture(scope="module")
 def cluster():
-    root = tempfile.mkdtemp(prefix="warren-qviews-cluster-")
-    secret_file = os.path.join(root, "secret")
-    with open(secret_file, "w") as f:
-        f.write("quorum-views-secret\n")
-    nodes = [Node(root, "views%d@127.0.0.1" % i, secret_file) for i in (1, 2, 3)]
-    try:
-        for node in nodes:
-            node.start([p for p in nodes if p is not node])
-        eventually("three nodes in one cluster", lambda: agreed(nodes, [n.name for n in nodes]),
-                   timeout=90)
-        yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    with started_cluster("views") as cluster:
+        yield cluster.nodes
 
 
 def test_quorum_queue_fields_as_rabbitmq_and_the_raft_object(single):

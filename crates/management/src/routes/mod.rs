@@ -102,10 +102,6 @@ pub fn api_routes() -> Router<Arc<Api>> {
             axum::routing::post(queues::get_messages),
         )
         .route(
-            "/api/queues/{vhost}/{name}/quorum_status",
-            get(queues::quorum_status),
-        )
-        .route(
             "/api/queues/{vhost}/{name}/bindings",
             get(bindings::by_queue),
         )
