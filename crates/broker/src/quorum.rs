@@ -33,6 +33,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
+use crate::remote::RemoteQueue;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -235,6 +236,11 @@ pub struct QuorumQueue {
     /// Wakes the proposer when the leader changed, so a new leader takes over at once.
     leader_changed: Arc<tokio::sync::Notify>,
     consumers: Mutex<Consumers>,
+    /// While another node leads: the record through which this node's clients consume, get,
+    /// settle and purge on the leader (`crate::remote`, the leader's serving side acting on
+    /// its real queue), made when first needed and retired — its consumers cancelled — when
+    /// the leader moves (`QuorumQueue::follow_leader`). This node's member keeps running.
+    delegate: Mutex<Option<(NodeId, Arc<RemoteQueue>)>>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
     /// The group's data removal has been started (exactly once).
@@ -274,6 +280,7 @@ impl QuorumQueue {
             leader: tokio::sync::watch::Sender::new(None),
             leader_changed: Arc::new(tokio::sync::Notify::new()),
             consumers: Mutex::new(Consumers::default()),
+            delegate: Mutex::new(None),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
             removal_started: AtomicBool::new(false),
@@ -362,12 +369,130 @@ impl QuorumQueue {
                 "quorum queue leadership moved away: cancelling this node's consumers"
             );
         }
-        for c in cancelled {
-            let _ = c.send(ConnectionEvent::ConsumerCancelled {
-                channel: c.channel,
-                consumer_tag: c.tag.clone(),
-            });
+        cancel_all(cancelled);
+    }
+
+    /// The leader this node forwards its clients to: None while this node leads, or no
+    /// leader is known, or the leader's node has no name here (a single node). Made on first
+    /// use after a leader change.
+    fn delegate(&self, queue: &Queue) -> Option<Arc<RemoteQueue>> {
+        let leader = self.leader()?;
+        if leader == self.host.node_id() || self.is_deleted() {
+            return None;
         }
+        if let Some((node, remote)) = &*self.delegate.lock() {
+            if *node == leader {
+                return Some(remote.clone());
+            }
+        }
+        let name = self.host.member_name(leader)?;
+        let vhost = queue.vhost()?;
+        let peer = vhost.forward_peers().peer(&name);
+        let remote = Arc::new(RemoteQueue::new(&peer, &vhost.name, &queue.name, "quorum"));
+        let retired = self.delegate.lock().replace((leader, remote.clone()));
+        if let Some((_, old)) = retired {
+            cancel_all(old.mark_deleted().0);
+        }
+        Some(remote)
+    }
+
+    /// Moves waiting consumers to the leader once the link to its node is up; gives up after
+    /// a while (the next leader change moves them too).
+    fn await_link(&self, queue: &Arc<Queue>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(queue);
+        runtime.spawn(async move {
+            let deadline = tokio::time::Instant::now() + LINK_WAIT;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(FORWARD_RETRY).await;
+                let Some(queue) = weak.upgrade() else { return };
+                let Some(qq) = queue.quorum() else { return };
+                if qq.is_deleted() || qq.is_leading() || qq.attach_waiting(&queue) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The delegate as it is now, without making one (counts).
+    fn current_delegate(&self) -> Option<Arc<RemoteQueue>> {
+        self.delegate.lock().as_ref().map(|(_, r)| r.clone())
+    }
+
+    /// Whether this node's clients of the queue are served here (it leads, or no other
+    /// leader is known yet): the forwarding link's serving side acts only on such a queue,
+    /// never forwarding again (two nodes each taking the other for the leader would loop).
+    pub fn serves_here(&self) -> bool {
+        self.is_leading()
+    }
+
+    /// The leader moved (`watch_leader`): the one way the node serving this queue's clients
+    /// changes. A delegate bound to a node that no longer leads is retired: its consumers get
+    /// basic.cancel (consumer_cancel_notify, as RabbitMQ does when a quorum queue's leader
+    /// moves) and what they held goes back to the queue on the new leader, redelivered (its
+    /// `take_over` cancels the old leader's consumers). Consumers attached here while no
+    /// leader was known (they hold nothing yet) move to the new leader's node.
+    fn follow_leader(&self, queue: &Queue, leader: Option<NodeId>) {
+        let Some(leader) = leader else {
+            // An election: the old delegate's consumers are cancelled when its link goes,
+            // or at the next known leader.
+            return;
+        };
+        let retired = {
+            let mut delegate = self.delegate.lock();
+            let stale = delegate.as_ref().is_some_and(|(node, _)| *node != leader);
+            if stale {
+                delegate.take()
+            } else {
+                None
+            }
+        };
+        if let Some((node, old)) = retired {
+            let (cancelled, _) = old.mark_deleted();
+            if !cancelled.is_empty() {
+                tracing::info!(
+                    queue = %queue.name,
+                    old_leader = node,
+                    new_leader = leader,
+                    consumers = cancelled.len(),
+                    "quorum queue leader moved: cancelling the consumers forwarded to the old one"
+                );
+            }
+            cancel_all(cancelled);
+        }
+        if leader == self.host.node_id() {
+            return;
+        }
+        self.attach_waiting(queue);
+    }
+
+    /// Consumers attached here while this node could not forward them (no leader known, or
+    /// no link to its node yet) go to the leader's node once it can; they hold nothing.
+    fn attach_waiting(&self, queue: &Queue) -> bool {
+        let Some(remote) = self.delegate(queue) else {
+            return false;
+        };
+        if !remote.is_reachable() {
+            return false;
+        }
+        let waiting: Vec<Arc<Consumer>> = {
+            let mut consumers = self.consumers.lock();
+            let idle: Vec<ConsumerKey> = consumers
+                .by_key
+                .keys()
+                .copied()
+                .filter(|key| !consumers.holds_any(*key))
+                .collect();
+            idle.iter()
+                .filter_map(|key| consumers.by_key.remove(key))
+                .collect()
+        };
+        for c in waiting {
+            remote.add_consumer(c);
+        }
+        true
     }
 
     /// The group as this node's member sees it (None while the group is still starting);
@@ -425,7 +550,16 @@ impl QuorumQueue {
         );
     }
 
-    pub fn add_consumer(&self, queue: &Queue, consumer: Arc<Consumer>) -> AmqpResult<()> {
+    pub fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        if let Some(remote) = self.delegate(queue) {
+            if remote.is_reachable() {
+                remote.add_consumer(consumer);
+                return Ok(());
+            }
+            // The link to the leader's node is not up yet (a node just started, a reconnect):
+            // the consumer waits here until it is (the link's own dialling brings it).
+            self.await_link(queue);
+        }
         let key = {
             let mut consumers = self.consumers.lock();
             if self.deleted.load(Ordering::Acquire) {
@@ -473,7 +607,14 @@ impl QuorumQueue {
             let key = consumers.by_key.iter().find_map(|(key, c)| {
                 (c.connection == connection && c.channel == channel && c.tag.as_str() == tag)
                     .then_some(*key)
-            })?;
+            });
+            let Some(key) = key else {
+                drop(consumers);
+                // Attached through the delegate (the leader's node holds it).
+                return self
+                    .current_delegate()?
+                    .remove_consumer(connection, channel, tag);
+            };
             let consumer = consumers.by_key.remove(&key)?;
             let holds = consumers.holds_any(key);
             if holds {
@@ -505,6 +646,8 @@ impl QuorumQueue {
         // one each) reach the back of the queue in that order.
         let mut by_consumer: Vec<((u8, ConsumerKey), Vec<MsgId>)> = Vec::new();
         let mut done = Vec::new();
+        // Messages delivered through the delegate: the leader's node holds them.
+        let mut forwarded: [Vec<QueuedMessage>; 3] = Default::default();
         {
             let mut consumers = self.consumers.lock();
             for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
@@ -514,6 +657,8 @@ impl QuorumQueue {
                             Some((run, ids)) if *run == (kind, key) => ids.push(m.id),
                             _ => by_consumer.push(((kind, key), vec![m.id])),
                         }
+                    } else {
+                        forwarded[kind as usize].push(m.clone());
                     }
                 }
             }
@@ -538,16 +683,28 @@ impl QuorumQueue {
         for consumer in done {
             self.propose(Command::Cancel { consumer }, None);
         }
+        if forwarded.iter().any(|f| !f.is_empty()) {
+            // A delegate retired since the delivery: its messages went back on the leader.
+            if let Some(remote) = self.current_delegate() {
+                remote.settle(&forwarded[0], &forwarded[1], &forwarded[2]);
+            }
+        }
     }
 
     /// basic.get: a consumer of prefetch 1 checks out the next message and is suspended at
     /// once (so it takes at most that one); the message is then the channel's like any
     /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
-    async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+    async fn get(&self, queue: &Queue, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        if let Some(remote) = self.delegate(queue) {
+            return remote.get(no_ack).await;
+        }
         let group = self.started_group().await?;
-        // Only the leader's node serves gets (a follower's answer would be "empty").
+        // Only the leader's node serves gets: another node's go there.
         if known_leader(&group, LEADER_WAIT).await.0 != Some(self.host.node_id()) {
-            return None;
+            return match self.delegate(queue) {
+                Some(remote) => remote.get(no_ack).await,
+                None => None,
+            };
         }
         if self.is_deleted() {
             return None;
@@ -632,11 +789,29 @@ impl QuorumQueue {
     /// queue.purge: drops the ready messages; answers how many there were.
     pub fn purge(&self) -> u32 {
         let count = self.message_count();
-        self.propose(Command::Purge, None);
-        count
+        match self.current_delegate() {
+            // A follower would only drop the purge: the leader carries it out.
+            Some(remote) if !self.is_leading() => {
+                let reported = remote.purge();
+                if self.group.get().is_some() {
+                    count
+                } else {
+                    reported
+                }
+            }
+            _ => {
+                self.propose(Command::Purge, None);
+                count
+            }
+        }
     }
 
     pub fn message_count(&self) -> u32 {
+        if self.group.get().is_none() {
+            if let Some(remote) = self.current_delegate() {
+                return remote.message_count();
+            }
+        }
         self.group.get().map_or(0, |g| {
             g.with_queue(|q| q.ready_count().min(u32::MAX as usize) as u32)
         })
@@ -655,12 +830,18 @@ impl QuorumQueue {
             .map_or(0, |g| g.with_queue(|q| q.ready_bytes()))
     }
 
+    /// This node's consumers; while another node leads, the leader's count (it counts every
+    /// node's consumers, forwarded ones included).
     pub fn consumer_count(&self) -> u32 {
-        self.consumers.lock().by_key.len() as u32
+        let local = self.consumers.lock().by_key.len() as u32;
+        match self.current_delegate() {
+            Some(remote) if !self.is_leading() => remote.consumer_count().max(local),
+            _ => local,
+        }
     }
 
     pub fn has_consumers(&self) -> bool {
-        !self.consumers.lock().by_key.is_empty()
+        self.consumer_count() > 0
     }
 
     pub fn is_deleted(&self) -> bool {
@@ -677,8 +858,12 @@ impl QuorumQueue {
             consumers.held.clear();
             consumers.cancelled.clear();
             consumers.gets.clear();
-            consumers.by_key.drain().map(|(_, c)| c).collect()
+            consumers.by_key.drain().map(|(_, c)| c).collect::<Vec<_>>()
         };
+        let mut consumers = consumers;
+        if let Some((_, remote)) = self.delegate.lock().take() {
+            consumers.extend(remote.mark_deleted().0);
+        }
         if let Some(group) = self.group.get() {
             self.remove_data(group.clone());
         }
@@ -688,11 +873,17 @@ impl QuorumQueue {
     /// This node stops serving the queue (`VHost::set_serving`): its consumers here are
     /// taken (to be told basic.cancel); the group and its data stay.
     pub(crate) fn detach_consumers(&self) -> Vec<Arc<Consumer>> {
-        let mut consumers = self.consumers.lock();
-        consumers.held.clear();
-        consumers.cancelled.clear();
-        consumers.gets.clear();
-        consumers.by_key.drain().map(|(_, c)| c).collect()
+        let mut detached: Vec<Arc<Consumer>> = {
+            let mut consumers = self.consumers.lock();
+            consumers.held.clear();
+            consumers.cancelled.clear();
+            consumers.gets.clear();
+            consumers.by_key.drain().map(|(_, c)| c).collect()
+        };
+        if let Some((_, remote)) = self.delegate.lock().take() {
+            detached.extend(remote.mark_deleted().0);
+        }
+        detached
     }
 
     /// Removes the group's log and snapshot, once; the removal is registered with the host
@@ -713,7 +904,7 @@ impl Queue {
         if let Some(remote) = self.remote() {
             return remote.get(no_ack).await;
         }
-        self.quorum()?.get(no_ack).await
+        self.quorum()?.get(self, no_ack).await
     }
 
     /// Starts a quorum queue's group (recovering it from the log when it exists) and its
@@ -741,6 +932,9 @@ impl Queue {
 /// How long a proposal waits for the group to know a leader (an election under way) before
 /// it is refused (a publish then gets a nack).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a consumer attached while the link to the leader's node is down waits for it.
+const LINK_WAIT: Duration = Duration::from_secs(60);
 
 /// Between attempts to forward publishes while no member answers as the leader.
 const FORWARD_RETRY: Duration = Duration::from_millis(200);
@@ -1049,6 +1243,9 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
             if leading && !(is_leader && leader == Some(own)) {
                 qq.lose_leadership(&queue);
             }
+            if changed {
+                qq.follow_leader(&queue, leader);
+            }
         }
         leading = is_leader && leader == Some(own);
         if metrics.changed().await.is_err() {
@@ -1347,5 +1544,16 @@ mod tests {
             &applied(json!({}), json!({"delivery-limit": 0})),
         );
         assert_eq!(capped.delivery_limit, Some(0));
+    }
+}
+
+/// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
+/// consumer_cancel_notify).
+fn cancel_all(consumers: Vec<Arc<Consumer>>) {
+    for c in consumers {
+        let _ = c.send(ConnectionEvent::ConsumerCancelled {
+            channel: c.channel,
+            consumer_tag: c.tag.clone(),
+        });
     }
 }
