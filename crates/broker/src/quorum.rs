@@ -929,6 +929,17 @@ impl Queue {
     }
 }
 
+/// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
+/// consumer_cancel_notify).
+fn cancel_all(consumers: Vec<Arc<Consumer>>) {
+    for c in consumers {
+        let _ = c.send(ConnectionEvent::ConsumerCancelled {
+            channel: c.channel,
+            consumer_tag: c.tag.clone(),
+        });
+    }
+}
+
 /// How long a proposal waits for the group to know a leader (an election under way) before
 /// it is refused (a publish then gets a nack).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
@@ -1544,16 +1555,5 @@ mod tests {
             &applied(json!({}), json!({"delivery-limit": 0})),
         );
         assert_eq!(capped.delivery_limit, Some(0));
-    }
-}
-
-/// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
-/// consumer_cancel_notify).
-fn cancel_all(consumers: Vec<Arc<Consumer>>) {
-    for c in consumers {
-        let _ = c.send(ConnectionEvent::ConsumerCancelled {
-            channel: c.channel,
-            consumer_tag: c.tag.clone(),
-        });
     }
 }
