@@ -974,6 +974,7 @@ async fn run_group(
     if !members.is_empty() && !members.contains(&own) {
         // Not a member: this node's record of the queue forwards publishes to the group.
         tracing::debug!(queue = %name, group = group_id, "quorum queue served by other nodes");
+        tokio::spawn(probe_leader(weak.clone(), members.clone()));
         while let Some(first) = commands.recv().await {
             let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
                 break;
@@ -1098,6 +1099,62 @@ async fn run_group(
         }
     }
     Ok(())
+}
+
+/// How often a node that is no member of a queue's group asks the members for its leader.
+const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// On a node that is no member of the group: learns the leader, so this node's clients of the
+/// queue are forwarded there (`QuorumQueue::follow_leader`). Every `PROBE_INTERVAL` the known
+/// leader (else each member in turn) is sent an empty proposal: a follower answers with the
+/// leader it knows, the leader commits the empty entry (a no-op for the queue).
+async fn probe_leader(weak: Weak<Queue>, members: Vec<NodeId>) {
+    loop {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+        let (host, group, known) = {
+            let Some(queue) = weak.upgrade() else { return };
+            let Some(qq) = queue.quorum() else { return };
+            if qq.is_deleted() {
+                return;
+            }
+            (qq.host.clone(), qq.group_id, qq.leader())
+        };
+        let transport = host.node().transport().clone();
+        let own = host.node_id();
+        let mut learned = None;
+        let mut targets: Vec<NodeId> = known.into_iter().collect();
+        targets.extend(members.iter().copied().filter(|m| Some(*m) != known));
+        for to in targets {
+            let request = RaftRequest::ClientWrite(Proposal {
+                now_ms: now_ms(),
+                command: Command::Batch(Vec::new()),
+            });
+            match transport.send(own, to, group, request).await {
+                Ok(RaftResponse::ClientWrite { .. }) => learned = Some(to),
+                Err(TransportError::NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) => learned = Some(leader),
+                _ => continue,
+            }
+            break;
+        }
+        let Some(leader) = learned else { continue };
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        let changed = qq.leader.send_if_modified(|current| {
+            let changed = *current != Some(leader);
+            *current = Some(leader);
+            changed
+        });
+        if changed {
+            tracing::info!(queue = %queue.name, group, leader, "quorum queue leader (asked as no member)");
+            qq.follow_leader(&queue, Some(leader));
+        } else {
+            // Consumers that waited for the link to the leader's node move now.
+            qq.attach_waiting(&queue);
+        }
+    }
 }
 
 /// `first` and whatever else waits, up to a batch.

@@ -1,7 +1,8 @@
 """A quorum queue used through any node of a three-node cluster (group of three): a consumer on
 a follower's node and one on the leader's node, a publisher with confirms on the third, get
 every message exactly once and each in order; basic.get, ack and nack-requeue through a
-follower act on the leader's queue; and when the leader is killed (kill -9) while a consumer
+follower act on the leader's queue; a node that is no member of a group of two learns its
+leader and serves basic.get and a consumer through it; and when the leader is killed (kill -9) while a consumer
 attached through a follower holds unacknowledged messages, that consumer gets basic.cancel
 (consumer_cancel_notify), and consuming again through the same node brings every message
 back, the held ones flagged redelivered, none lost."""
@@ -189,4 +190,34 @@ def test_killing_the_leader_cancels_a_follower_consumer_and_loses_nothing(cluste
     assert not lost, "lost %d: %s" % (len(lost), sorted(lost)[:10])
     assert set(bodies[:10]) <= redelivered, sorted(set(bodies[:10]) - redelivered)
     assert not set(received) - set(bodies)
+    conn.close()
+
+
+def test_a_node_that_is_no_member_serves_consumers_through_the_leader(cluster):
+    conn = connect(cluster.nodes[0])
+    conn.channel().queue_declare(QUEUE, durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    conn.close()
+
+    def two_members():
+        info = queue_info(cluster.nodes[0])
+        return info and info.get("leader") and len(info.get("members") or []) == 2 and info
+    info = eventually("a group of two", two_members, timeout=60)
+    outsider = next(n for n in cluster.nodes if n.name not in info["members"])
+    bodies = ["n%03d" % i for i in range(30)]
+    publish_confirmed(outsider, bodies)
+    conn = connect(outsider)
+    channel = conn.channel()
+    # The outsider learns the leader by asking the members: a get answers once it has.
+    got = eventually("basic.get through a node that is no member",
+                     lambda: (lambda m, _p, b: m and b)(*channel.basic_get(QUEUE, auto_ack=True)),
+                     timeout=60)
+    received = [got.decode()]
+    channel.basic_qos(prefetch_count=10)
+    channel.basic_consume(QUEUE, lambda ch, m, _p, body: (received.append(body.decode()),
+                                                         ch.basic_ack(m.delivery_tag)))
+    deadline = time.monotonic() + 60
+    while len(received) < len(bodies) and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.2)
+    assert received == bodies, received
     conn.close()
