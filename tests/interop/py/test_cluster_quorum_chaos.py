@@ -93,7 +93,8 @@ def finish(test, workload, **extra):
     with open(REPORT, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(json.dumps(line))
-    assert result["lost"] == 0, (result, workload.errors[-5:])
+    assert result["lost"] == 0, (result, sorted(workload.confirmed - workload.received)[:5],
+                                 workload.errors[-5:])
     assert result["unexpected"] == 0, (result, workload.unexpected[:5])
     assert result["confirmed"] > 0 and result["received"] > 0, result
     return line
