@@ -10,7 +10,6 @@ import time
 from urllib.parse import quote
 
 import pika
-import pika.exceptions
 import pytest
 
 from cluster_nodes import Cluster, eventually
