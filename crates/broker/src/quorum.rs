@@ -380,7 +380,11 @@ impl QuorumQueue {
         if leader == self.host.node_id() || self.is_deleted() {
             return None;
         }
-        if let Some((node, remote)) = &*self.delegate.lock() {
+        // Looked up and made under one lock: two callers at once (a consumer attaching, the
+        // leader watch moving waiting ones) must not each make one, the second retiring the
+        // first while its consumers already hold messages on the leader.
+        let mut delegate = self.delegate.lock();
+        if let Some((node, remote)) = &*delegate {
             if *node == leader {
                 return Some(remote.clone());
             }
@@ -389,7 +393,8 @@ impl QuorumQueue {
         let vhost = queue.vhost()?;
         let peer = vhost.forward_peers().peer(&name);
         let remote = Arc::new(RemoteQueue::new(&peer, &vhost.name, &queue.name, "quorum"));
-        let retired = self.delegate.lock().replace((leader, remote.clone()));
+        let retired = delegate.replace((leader, remote.clone()));
+        drop(delegate);
         if let Some((_, old)) = retired {
             cancel_all(old.mark_deleted().0);
         }
@@ -1035,6 +1040,10 @@ async fn run_group(
     tokio::spawn(watch_leader(weak.clone(), group.clone()));
     // The term in which this member, leading, last took the queue over.
     let mut took_over_in: Option<u64> = None;
+    // This member leads and its take-over has not completed yet: retried every
+    // `TAKE_OVER_RETRY` even when no command comes (in a drain nothing else would wake it, and
+    // the old leader's consumers would keep what they held for good).
+    let mut take_over_pending = false;
     loop {
         let first = {
             let Some(queue) = weak.upgrade() else { break };
@@ -1048,13 +1057,22 @@ async fn run_group(
                     None => break,
                 },
                 _ = leader_changed.notified() => None,
+                _ = tokio::time::sleep(TAKE_OVER_RETRY), if take_over_pending => None,
             }
         };
         let (leader, term) = known_leader(&group, LEADER_WAIT).await;
+        take_over_pending = false;
         if leader == Some(own) {
             if took_over_in != Some(term) {
-                take_over(&weak, &group).await;
-                took_over_in = Some(term);
+                // Marked done only once it completed: a take-over that failed (the
+                // leadership check timed out on a link still reconnecting, a write refused)
+                // runs again, or the consumers of the old leader's node would never be
+                // cancelled and the messages they held never come back.
+                if take_over(&weak, &group).await {
+                    took_over_in = Some(term);
+                } else {
+                    take_over_pending = true;
+                }
             }
         } else {
             took_over_in = None;
@@ -1100,6 +1118,9 @@ async fn run_group(
     }
     Ok(())
 }
+
+/// Between attempts of a new leader to take the queue over (`take_over`) after one failed.
+const TAKE_OVER_RETRY: Duration = Duration::from_millis(200);
 
 /// How often a node that is no member of a queue's group asks the members for its leader.
 const PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -1327,10 +1348,16 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
 /// are not attached here (they were on the old leader's node, or on this node before a
 /// restart) are cancelled, which returns what they held to the queue, redelivered, as
 /// RabbitMQ does when a consumer's node goes down; consumers attached here while another node
-/// led start receiving.
-async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
-    let Some(queue) = weak.upgrade() else { return };
-    let Some(qq) = queue.quorum() else { return };
+/// led start receiving. Answers whether all of that was done (false: to be tried again while
+/// this member leads).
+async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
+    // A queue gone has nothing to take over.
+    let Some(queue) = weak.upgrade() else {
+        return true;
+    };
+    let Some(qq) = queue.quorum() else {
+        return true;
+    };
     let raft = group.raft();
     let write = |command: Command| {
         raft.client_write(Proposal {
@@ -1341,12 +1368,13 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
     // A new leader may not have applied what the old one committed yet (a follower learns
     // the commit index late): the consumers the group knows are read once it has.
     if let Err(e) = raft.ensure_linearizable().await {
-        tracing::debug!(queue = %queue.name, error = %e, "lost the leadership while taking over");
-        return;
+        tracing::info!(queue = %queue.name, error = %e, "quorum queue take-over: leadership not confirmed (retried)");
+        return false;
     }
     let config = qq.desired_config();
+    let mut complete = true;
     if group.with_queue(|q| q.config() != &config) {
-        let _ = write(Command::SetConfig(config)).await;
+        complete &= write(Command::SetConfig(config)).await.is_ok();
     }
     let (local, attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
         let consumers = qq.consumers.lock();
@@ -1366,18 +1394,24 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
     };
     let known: Vec<ConsumerKey> = group.with_queue(|q| q.consumer_keys());
     for stale in known.iter().filter(|key| !local.contains(key)) {
-        let _ = write(Command::Cancel { consumer: *stale }).await;
+        complete &= write(Command::Cancel { consumer: *stale }).await.is_ok();
     }
     for (key, prefetch) in attached {
         if !known.contains(&key) {
-            let _ = write(Command::Checkout {
+            complete &= write(Command::Checkout {
                 consumer: key,
                 prefetch,
             })
-            .await;
+            .await
+            .is_ok();
         }
     }
+    if !complete {
+        tracing::info!(queue = %queue.name, "quorum queue take-over: a write failed (retried)");
+        return false;
+    }
     tracing::info!(queue = %queue.name, group = group.group(), "quorum queue leads here");
+    true
 }
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.

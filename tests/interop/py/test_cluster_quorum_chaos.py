@@ -87,14 +87,51 @@ def start_workload(cluster, tag):
     return workload
 
 
-def finish(test, workload, **extra):
+def where_lost_messages_are(cluster, lost):
+    """After a drain that missed confirmed messages: what every node says of the queue (ready,
+    unacked, consumers, Raft state), and whether a fresh basic.get through each node finds the
+    missing bodies (then they were stuck in the queue, not lost from its log)."""
+    seen = {}
+    for node in cluster.nodes:
+        try:
+            info = queue_info(node) or {}
+            seen[node.name] = {key: info.get(key) for key in (
+                "leader", "members", "messages_ready", "messages_unacknowledged",
+                "consumers", "consumer_details")}
+            status = node.request(
+                "GET", "/api/queues/%%2F/%s/quorum_status" % quote(QUEUE, safe=""))
+            seen[node.name]["quorum_status"] = status.json()
+        except Exception as e:  # noqa: BLE001 — diagnostics only, never hide the real failure
+            seen[node.name] = repr(e)
+    found = {}
+    for node in cluster.nodes:
+        try:
+            conn = connect(node)
+            channel = conn.channel()
+            bodies = []
+            while len(bodies) < 10000:
+                method, _properties, body = channel.basic_get(QUEUE, auto_ack=False)
+                if method is None:
+                    break
+                bodies.append((body.decode(errors="replace"), method.redelivered))
+            found[node.name] = [b for b in bodies if b[0] in lost] + ["%d got" % len(bodies)]
+            conn.close()
+        except Exception as e:  # noqa: BLE001
+            found[node.name] = repr(e)
+    return {"queue": seen, "basic_get_finds": found}
+
+
+def finish(test, workload, cluster=None, **extra):
     result = workload.drain(timeout=120)
     line = {"test": test, "rounds": ROUNDS, **result, **extra}
     with open(REPORT, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(json.dumps(line))
-    assert result["lost"] == 0, (result, sorted(workload.confirmed - workload.received)[:5],
-                                 workload.errors[-5:])
+    lost = sorted(workload.confirmed - workload.received)
+    if lost and cluster is not None:
+        where = where_lost_messages_are(cluster, set(lost))
+        print("LOST %s; where: %s" % (lost[:20], json.dumps(where, default=str)))
+    assert result["lost"] == 0, (result, lost[:5], workload.errors[-5:])
     assert result["unexpected"] == 0, (result, workload.unexpected[:5])
     assert result["confirmed"] > 0 and result["received"] > 0, result
     return line
@@ -132,7 +169,7 @@ def test_kill_9_the_queue_leader(cluster):
         failovers_s.append(round(time.monotonic() - killed_at, 2))
         leader.start(cluster.peers_of(leader))
     caught_up(cluster)
-    finish("quorum queue: kill -9 its leader", workload, failover_s_max=max(failovers_s),
+    finish("quorum queue: kill -9 its leader", workload, cluster, failover_s_max=max(failovers_s),
            failover_s_mean=round(sum(failovers_s) / len(failovers_s), 2))
 
 
@@ -149,7 +186,7 @@ def test_sigstop_a_queue_follower(cluster):
         finally:
             frozen.resume()
     caught_up(cluster)
-    finish("quorum queue: SIGSTOP a follower", workload)
+    finish("quorum queue: SIGSTOP a follower", workload, cluster)
 
 
 # Known gap (docs/CLUSTERING.md): forget_cluster_node leaves the wiped node in the queue's group,
@@ -172,7 +209,7 @@ def test_wipe_a_node_forget_it_and_restart_it(cluster):
         victim.start(remaining)
         cluster.wait_agreed(timeout=90)
     caught_up(cluster)
-    finish("quorum queue: wipe a node, forget it, restart it", workload)
+    finish("quorum queue: wipe a node, forget it, restart it", workload, cluster)
 
 
 def test_partition_the_queue_leader_away(netns_cluster):
@@ -188,4 +225,4 @@ def test_partition_the_queue_leader_away(netns_cluster):
         finally:
             cluster.heal(old)
     caught_up(cluster)
-    finish("quorum queue: partition its leader away", workload)
+    finish("quorum queue: partition its leader away", workload, cluster)
