@@ -12,8 +12,9 @@
 //!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
 //!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
 //! - the effects task acts on what the applied commands produced: deliveries to consumers
-//!   (only the leader delivers; on one node that is this node) and dead-letters, routed to
-//!   the queue's dead-letter exchange by the classic queue's own dead-lettering.
+//!   (where the consumer is attached: the leader's node; on one node that is this node)
+//!   and dead-letters (from the leader only), routed to the queue's dead-letter exchange by
+//!   the classic queue's own dead-lettering.
 //!
 //! Consumers are identified to the group by a key; which consumer holds which message id is
 //! kept here so an ack, nack or reject (which names messages) becomes the group's settle,
@@ -1464,11 +1465,14 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
     while let Some(applied) = effects.recv().await {
         let Some(queue) = weak.upgrade() else { return };
         let Some(qq) = queue.quorum() else { return };
-        // Every member computes the effects; only the leader acts on them (a follower's
-        // consumers, if any, start receiving when it leads).
-        if !qq.is_leading() {
-            continue;
-        }
+        // Every member computes the effects. A delivery is handed over wherever its consumer
+        // is attached, which is only ever the node that led when the group checked the
+        // message out to it: gating it on leading now would drop the deliveries of entries
+        // applied while this member briefly did not lead (an election it won again, which the
+        // leader watch may not even see), leaving the messages checked out to a consumer
+        // that is still attached here and never gets them. Dead letters go once, from the
+        // leader.
+        let leading = qq.is_leading();
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
         for effect in applied.effects {
@@ -1476,6 +1480,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                 Effect::Deliver { consumer, message } => {
                     qq.deliver(&queue, consumer, message, &mut auto_settle)
                 }
+                Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { reason, message } => {
                     let Some(decoded) = codec::decode(message.body, 0, false) else {
                         continue;
