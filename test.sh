@@ -103,7 +103,8 @@ fi
 phase "real clients against the broker on port $port, HTTP API on $mgmt_port, Prometheus on $prometheus_port (log: $log)"
 
 status=0
-# The cluster chaos tests (test_cluster_chaos.py, test_cluster_messages.py) run a few rounds
+# The cluster chaos tests (test_cluster_chaos.py, test_cluster_messages.py,
+# test_cluster_quorum_chaos.py) run a few rounds
 # of each failure here; `tools/chaos.sh` (`just chaos`) runs the full 20.
 export WARREN_CHAOS_ROUNDS="${WARREN_CHAOS_ROUNDS:-3}"
 # The HTTP API tests (test_api_*.py, rabbitmqadmin) and the `warren ctl` tests (test_ctl.py)

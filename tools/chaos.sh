@@ -3,7 +3,8 @@
 # rounds (WARREN_CHAOS_ROUNDS) of each failure — kill -9 the metadata leader, SIGSTOP a
 # follower, partition the leader away (network namespaces: run as root, else those tests are
 # skipped with the reason), wipe a node and let it join again — under the definitions workload,
-# and the message workload beside failing nodes. Prints every test's report (acknowledged
+# the message workload beside failing nodes, and the message workload through every node on a
+# quorum queue whose leader, followers and nodes fail (test_cluster_quorum_chaos.py). Prints every test's report (acknowledged
 # changes, retries, failover times, messages confirmed/received/duplicates) at the end.
 #
 #   tools/chaos.sh                 # debug build, 20 rounds
@@ -26,6 +27,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 status=0
 (cd tests/interop && "$venv/bin/python" -m pytest py/test_cluster_chaos.py py/test_cluster_messages.py \
+  py/test_cluster_quorum_chaos.py \
   -rs "$@") || status=$?
 echo "== chaos reports ($WARREN_CHAOS_ROUNDS rounds each; $WARREN_CHAOS_REPORT)"
 cat "$WARREN_CHAOS_REPORT"

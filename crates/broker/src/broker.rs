@@ -505,6 +505,9 @@ impl Broker {
 
     /// Makes this node a cluster node (the first call sticks).
     pub fn enable_cluster(&self, cluster: Arc<crate::quorum::cluster::ClusterNode>) {
+        if let Some(quorum) = self.quorum.get() {
+            quorum.set_cluster(&cluster);
+        }
         let _ = self.cluster.set(cluster);
     }
 

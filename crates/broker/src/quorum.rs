@@ -12,8 +12,9 @@
 //!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
 //!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
 //! - the effects task acts on what the applied commands produced: deliveries to consumers
-//!   (only the leader delivers; on one node that is this node) and dead-letters, routed to
-//!   the queue's dead-letter exchange by the classic queue's own dead-lettering.
+//!   (where the consumer is attached: the leader's node; on one node that is this node)
+//!   and dead-letters (from the leader only), routed to the queue's dead-letter exchange by
+//!   the classic queue's own dead-lettering.
 //!
 //! Consumers are identified to the group by a key; which consumer holds which message id is
 //! kept here so an ack, nack or reject (which names messages) becomes the group's settle,
@@ -34,6 +35,7 @@ use crate::event_channel::EventSender;
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
+use crate::remote::RemoteQueue;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -236,6 +238,11 @@ pub struct QuorumQueue {
     /// Wakes the proposer when the leader changed, so a new leader takes over at once.
     leader_changed: Arc<tokio::sync::Notify>,
     consumers: Mutex<Consumers>,
+    /// While another node leads: the record through which this node's clients consume, get,
+    /// settle and purge on the leader (`crate::remote`, the leader's serving side acting on
+    /// its real queue), made when first needed and retired — its consumers cancelled — when
+    /// the leader moves (`QuorumQueue::follow_leader`). This node's member keeps running.
+    delegate: Mutex<Option<(NodeId, Arc<RemoteQueue>)>>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
     /// The group's data removal has been started (exactly once).
@@ -275,6 +282,7 @@ impl QuorumQueue {
             leader: tokio::sync::watch::Sender::new(None),
             leader_changed: Arc::new(tokio::sync::Notify::new()),
             consumers: Mutex::new(Consumers::default()),
+            delegate: Mutex::new(None),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
             removal_started: AtomicBool::new(false),
@@ -363,12 +371,135 @@ impl QuorumQueue {
                 "quorum queue leadership moved away: cancelling this node's consumers"
             );
         }
-        for c in cancelled {
-            let _ = c.send(ConnectionEvent::ConsumerCancelled {
-                channel: c.channel,
-                consumer_tag: c.tag.clone(),
-            });
+        cancel_all(cancelled);
+    }
+
+    /// The leader this node forwards its clients to: None while this node leads, or no
+    /// leader is known, or the leader's node has no name here (a single node). Made on first
+    /// use after a leader change.
+    fn delegate(&self, queue: &Queue) -> Option<Arc<RemoteQueue>> {
+        let leader = self.leader()?;
+        if leader == self.host.node_id() || self.is_deleted() {
+            return None;
         }
+        // Looked up and made under one lock: two callers at once (a consumer attaching, the
+        // leader watch moving waiting ones) must not each make one, the second retiring the
+        // first while its consumers already hold messages on the leader.
+        let mut delegate = self.delegate.lock();
+        if let Some((node, remote)) = &*delegate {
+            if *node == leader {
+                return Some(remote.clone());
+            }
+        }
+        let name = self.host.member_name(leader)?;
+        let vhost = queue.vhost()?;
+        let peer = vhost.forward_peers().peer(&name);
+        let remote = Arc::new(RemoteQueue::new(&peer, &vhost.name, &queue.name, "quorum"));
+        let retired = delegate.replace((leader, remote.clone()));
+        drop(delegate);
+        if let Some((_, old)) = retired {
+            cancel_all(old.mark_deleted().0);
+        }
+        Some(remote)
+    }
+
+    /// Moves waiting consumers to the leader once the link to its node is up; gives up after
+    /// a while (the next leader change moves them too).
+    fn await_link(&self, queue: &Arc<Queue>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(queue);
+        runtime.spawn(async move {
+            let deadline = tokio::time::Instant::now() + LINK_WAIT;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(FORWARD_RETRY).await;
+                let Some(queue) = weak.upgrade() else { return };
+                let Some(qq) = queue.quorum() else { return };
+                if qq.is_deleted() || qq.is_leading() || qq.attach_waiting(&queue) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The delegate as it is now, without making one (counts).
+    fn current_delegate(&self) -> Option<Arc<RemoteQueue>> {
+        self.delegate.lock().as_ref().map(|(_, r)| r.clone())
+    }
+
+    /// Whether this node's clients of the queue are served here (it leads, or no other
+    /// leader is known yet): the forwarding link's serving side acts only on such a queue,
+    /// never forwarding again (two nodes each taking the other for the leader would loop).
+    pub fn serves_here(&self) -> bool {
+        self.is_leading()
+    }
+
+    /// The leader moved (`watch_leader`): the one way the node serving this queue's clients
+    /// changes. A delegate bound to a node that no longer leads is retired: its consumers get
+    /// basic.cancel (consumer_cancel_notify, as RabbitMQ does when a quorum queue's leader
+    /// moves) and what they held goes back to the queue on the new leader, redelivered (its
+    /// `take_over` cancels the old leader's consumers). Consumers attached here while no
+    /// leader was known (they hold nothing yet) move to the new leader's node.
+    fn follow_leader(&self, queue: &Queue, leader: Option<NodeId>) {
+        let Some(leader) = leader else {
+            // An election: the old delegate's consumers are cancelled when its link goes,
+            // or at the next known leader.
+            return;
+        };
+        let retired = {
+            let mut delegate = self.delegate.lock();
+            let stale = delegate.as_ref().is_some_and(|(node, _)| *node != leader);
+            if stale {
+                delegate.take()
+            } else {
+                None
+            }
+        };
+        if let Some((node, old)) = retired {
+            let (cancelled, _) = old.mark_deleted();
+            if !cancelled.is_empty() {
+                tracing::info!(
+                    queue = %queue.name,
+                    old_leader = node,
+                    new_leader = leader,
+                    consumers = cancelled.len(),
+                    "quorum queue leader moved: cancelling the consumers forwarded to the old one"
+                );
+            }
+            cancel_all(cancelled);
+        }
+        if leader == self.host.node_id() {
+            return;
+        }
+        self.attach_waiting(queue);
+    }
+
+    /// Consumers attached here while this node could not forward them (no leader known, or
+    /// no link to its node yet) go to the leader's node once it can; they hold nothing.
+    fn attach_waiting(&self, queue: &Queue) -> bool {
+        let Some(remote) = self.delegate(queue) else {
+            return false;
+        };
+        if !remote.is_reachable() {
+            return false;
+        }
+        let waiting: Vec<Arc<Consumer>> = {
+            let mut consumers = self.consumers.lock();
+            let idle: Vec<ConsumerKey> = consumers
+                .by_key
+                .keys()
+                .copied()
+                .filter(|key| !consumers.holds_any(*key))
+                .collect();
+            idle.iter()
+                .filter_map(|key| consumers.by_key.remove(key))
+                .collect()
+        };
+        for c in waiting {
+            remote.add_consumer(c);
+        }
+        true
     }
 
     /// The group as this node's member sees it (None while the group is still starting);
@@ -426,7 +557,16 @@ impl QuorumQueue {
         );
     }
 
-    pub fn add_consumer(&self, queue: &Queue, consumer: Arc<Consumer>) -> AmqpResult<()> {
+    pub fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        if let Some(remote) = self.delegate(queue) {
+            if remote.is_reachable() {
+                remote.add_consumer(consumer);
+                return Ok(());
+            }
+            // The link to the leader's node is not up yet (a node just started, a reconnect):
+            // the consumer waits here until it is (the link's own dialling brings it).
+            self.await_link(queue);
+        }
         let key = {
             let mut consumers = self.consumers.lock();
             if self.deleted.load(Ordering::Acquire) {
@@ -474,7 +614,14 @@ impl QuorumQueue {
             let key = consumers.by_key.iter().find_map(|(key, c)| {
                 (c.connection == connection && c.channel == channel && c.tag.as_str() == tag)
                     .then_some(*key)
-            })?;
+            });
+            let Some(key) = key else {
+                drop(consumers);
+                // Attached through the delegate (the leader's node holds it).
+                return self
+                    .current_delegate()?
+                    .remove_consumer(connection, channel, tag);
+            };
             let consumer = consumers.by_key.remove(&key)?;
             let holds = consumers.holds_any(key);
             if holds {
@@ -506,6 +653,8 @@ impl QuorumQueue {
         // one each) reach the back of the queue in that order.
         let mut by_consumer: Vec<((u8, ConsumerKey), Vec<MsgId>)> = Vec::new();
         let mut done = Vec::new();
+        // Messages delivered through the delegate: the leader's node holds them.
+        let mut forwarded: [Vec<QueuedMessage>; 3] = Default::default();
         {
             let mut consumers = self.consumers.lock();
             for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
@@ -515,6 +664,8 @@ impl QuorumQueue {
                             Some((run, ids)) if *run == (kind, key) => ids.push(m.id),
                             _ => by_consumer.push(((kind, key), vec![m.id])),
                         }
+                    } else {
+                        forwarded[kind as usize].push(m.clone());
                     }
                 }
             }
@@ -539,16 +690,28 @@ impl QuorumQueue {
         for consumer in done {
             self.propose(Command::Cancel { consumer }, None);
         }
+        if forwarded.iter().any(|f| !f.is_empty()) {
+            // A delegate retired since the delivery: its messages went back on the leader.
+            if let Some(remote) = self.current_delegate() {
+                remote.settle(&forwarded[0], &forwarded[1], &forwarded[2]);
+            }
+        }
     }
 
     /// basic.get: a consumer of prefetch 1 checks out the next message and is suspended at
     /// once (so it takes at most that one); the message is then the channel's like any
     /// delivery (settled at once for no-ack). Returns it with the ready count, or None.
-    async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+    async fn get(&self, queue: &Queue, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+        if let Some(remote) = self.delegate(queue) {
+            return remote.get(no_ack).await;
+        }
         let group = self.started_group().await?;
-        // Only the leader's node serves gets (a follower's answer would be "empty").
+        // Only the leader's node serves gets: another node's go there.
         if known_leader(&group, LEADER_WAIT).await.0 != Some(self.host.node_id()) {
-            return None;
+            return match self.delegate(queue) {
+                Some(remote) => remote.get(no_ack).await,
+                None => None,
+            };
         }
         if self.is_deleted() {
             return None;
@@ -633,11 +796,29 @@ impl QuorumQueue {
     /// queue.purge: drops the ready messages; answers how many there were.
     pub fn purge(&self) -> u32 {
         let count = self.message_count();
-        self.propose(Command::Purge, None);
-        count
+        match self.current_delegate() {
+            // A follower would only drop the purge: the leader carries it out.
+            Some(remote) if !self.is_leading() => {
+                let reported = remote.purge();
+                if self.group.get().is_some() {
+                    count
+                } else {
+                    reported
+                }
+            }
+            _ => {
+                self.propose(Command::Purge, None);
+                count
+            }
+        }
     }
 
     pub fn message_count(&self) -> u32 {
+        if self.group.get().is_none() {
+            if let Some(remote) = self.current_delegate() {
+                return remote.message_count();
+            }
+        }
         self.group.get().map_or(0, |g| {
             g.with_queue(|q| q.ready_count().min(u32::MAX as usize) as u32)
         })
@@ -656,12 +837,18 @@ impl QuorumQueue {
             .map_or(0, |g| g.with_queue(|q| q.ready_bytes()))
     }
 
+    /// This node's consumers; while another node leads, the leader's count (it counts every
+    /// node's consumers, forwarded ones included).
     pub fn consumer_count(&self) -> u32 {
-        self.consumers.lock().by_key.len() as u32
+        let local = self.consumers.lock().by_key.len() as u32;
+        match self.current_delegate() {
+            Some(remote) if !self.is_leading() => remote.consumer_count().max(local),
+            _ => local,
+        }
     }
 
     pub fn has_consumers(&self) -> bool {
-        !self.consumers.lock().by_key.is_empty()
+        self.consumer_count() > 0
     }
 
     pub fn is_deleted(&self) -> bool {
@@ -678,8 +865,12 @@ impl QuorumQueue {
             consumers.held.clear();
             consumers.cancelled.clear();
             consumers.gets.clear();
-            consumers.by_key.drain().map(|(_, c)| c).collect()
+            consumers.by_key.drain().map(|(_, c)| c).collect::<Vec<_>>()
         };
+        let mut consumers = consumers;
+        if let Some((_, remote)) = self.delegate.lock().take() {
+            consumers.extend(remote.mark_deleted().0);
+        }
         if let Some(group) = self.group.get() {
             self.remove_data(group.clone());
         }
@@ -689,11 +880,17 @@ impl QuorumQueue {
     /// This node stops serving the queue (`VHost::set_serving`): its consumers here are
     /// taken (to be told basic.cancel); the group and its data stay.
     pub(crate) fn detach_consumers(&self) -> Vec<Arc<Consumer>> {
-        let mut consumers = self.consumers.lock();
-        consumers.held.clear();
-        consumers.cancelled.clear();
-        consumers.gets.clear();
-        consumers.by_key.drain().map(|(_, c)| c).collect()
+        let mut detached: Vec<Arc<Consumer>> = {
+            let mut consumers = self.consumers.lock();
+            consumers.held.clear();
+            consumers.cancelled.clear();
+            consumers.gets.clear();
+            consumers.by_key.drain().map(|(_, c)| c).collect()
+        };
+        if let Some((_, remote)) = self.delegate.lock().take() {
+            detached.extend(remote.mark_deleted().0);
+        }
+        detached
     }
 
     /// Removes the group's log and snapshot, once; the removal is registered with the host
@@ -714,7 +911,7 @@ impl Queue {
         if let Some(remote) = self.remote() {
             return remote.get(no_ack).await;
         }
-        self.quorum()?.get(no_ack).await
+        self.quorum()?.get(self, no_ack).await
     }
 
     /// Starts a quorum queue's group (recovering it from the log when it exists) and its
@@ -739,9 +936,23 @@ impl Queue {
     }
 }
 
+/// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
+/// consumer_cancel_notify).
+fn cancel_all(consumers: Vec<Arc<Consumer>>) {
+    for c in consumers {
+        let _ = c.send(ConnectionEvent::ConsumerCancelled {
+            channel: c.channel,
+            consumer_tag: c.tag.clone(),
+        });
+    }
+}
+
 /// How long a proposal waits for the group to know a leader (an election under way) before
 /// it is refused (a publish then gets a nack).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a consumer attached while the link to the leader's node is down waits for it.
+const LINK_WAIT: Duration = Duration::from_secs(60);
 
 /// Between attempts to forward publishes while no member answers as the leader.
 const FORWARD_RETRY: Duration = Duration::from_millis(200);
@@ -770,6 +981,7 @@ async fn run_group(
     if !members.is_empty() && !members.contains(&own) {
         // Not a member: this node's record of the queue forwards publishes to the group.
         tracing::debug!(queue = %name, group = group_id, "quorum queue served by other nodes");
+        tokio::spawn(probe_leader(weak.clone(), members.clone()));
         while let Some(first) = commands.recv().await {
             let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
                 break;
@@ -830,6 +1042,10 @@ async fn run_group(
     tokio::spawn(watch_leader(weak.clone(), group.clone()));
     // The term in which this member, leading, last took the queue over.
     let mut took_over_in: Option<u64> = None;
+    // This member leads and its take-over has not completed yet: retried every
+    // `TAKE_OVER_RETRY` even when no command comes (in a drain nothing else would wake it, and
+    // the old leader's consumers would keep what they held for good).
+    let mut take_over_pending = false;
     loop {
         let first = {
             let Some(queue) = weak.upgrade() else { break };
@@ -843,13 +1059,22 @@ async fn run_group(
                     None => break,
                 },
                 _ = leader_changed.notified() => None,
+                _ = tokio::time::sleep(TAKE_OVER_RETRY), if take_over_pending => None,
             }
         };
         let (leader, term) = known_leader(&group, LEADER_WAIT).await;
+        take_over_pending = false;
         if leader == Some(own) {
             if took_over_in != Some(term) {
-                take_over(&weak, &group).await;
-                took_over_in = Some(term);
+                // Marked done only once it completed: a take-over that failed (the
+                // leadership check timed out on a link still reconnecting, a write refused)
+                // runs again, or the consumers of the old leader's node would never be
+                // cancelled and the messages they held never come back.
+                if take_over(&weak, &group).await {
+                    took_over_in = Some(term);
+                } else {
+                    take_over_pending = true;
+                }
             }
         } else {
             took_over_in = None;
@@ -894,6 +1119,65 @@ async fn run_group(
         }
     }
     Ok(())
+}
+
+/// Between attempts of a new leader to take the queue over (`take_over`) after one failed.
+const TAKE_OVER_RETRY: Duration = Duration::from_millis(200);
+
+/// How often a node that is no member of a queue's group asks the members for its leader.
+const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// On a node that is no member of the group: learns the leader, so this node's clients of the
+/// queue are forwarded there (`QuorumQueue::follow_leader`). Every `PROBE_INTERVAL` the known
+/// leader (else each member in turn) is sent an empty proposal: a follower answers with the
+/// leader it knows, the leader commits the empty entry (a no-op for the queue).
+async fn probe_leader(weak: Weak<Queue>, members: Vec<NodeId>) {
+    loop {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+        let (host, group, known) = {
+            let Some(queue) = weak.upgrade() else { return };
+            let Some(qq) = queue.quorum() else { return };
+            if qq.is_deleted() {
+                return;
+            }
+            (qq.host.clone(), qq.group_id, qq.leader())
+        };
+        let transport = host.node().transport().clone();
+        let own = host.node_id();
+        let mut learned = None;
+        let mut targets: Vec<NodeId> = known.into_iter().collect();
+        targets.extend(members.iter().copied().filter(|m| Some(*m) != known));
+        for to in targets {
+            let request = RaftRequest::ClientWrite(Proposal {
+                now_ms: now_ms(),
+                command: Command::Batch(Vec::new()),
+            });
+            match transport.send(own, to, group, request).await {
+                Ok(RaftResponse::ClientWrite { .. }) => learned = Some(to),
+                Err(TransportError::NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) => learned = Some(leader),
+                _ => continue,
+            }
+            break;
+        }
+        let Some(leader) = learned else { continue };
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        let changed = qq.leader.send_if_modified(|current| {
+            let changed = *current != Some(leader);
+            *current = Some(leader);
+            changed
+        });
+        if changed {
+            tracing::info!(queue = %queue.name, group, leader, "quorum queue leader (asked as no member)");
+            qq.follow_leader(&queue, Some(leader));
+        } else {
+            // Consumers that waited for the link to the leader's node move now.
+            qq.attach_waiting(&queue);
+        }
+    }
 }
 
 /// `first` and whatever else waits, up to a batch.
@@ -1050,6 +1334,9 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
             if leading && !(is_leader && leader == Some(own)) {
                 qq.lose_leadership(&queue);
             }
+            if changed {
+                qq.follow_leader(&queue, leader);
+            }
         }
         leading = is_leader && leader == Some(own);
         if metrics.changed().await.is_err() {
@@ -1063,10 +1350,16 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
 /// are not attached here (they were on the old leader's node, or on this node before a
 /// restart) are cancelled, which returns what they held to the queue, redelivered, as
 /// RabbitMQ does when a consumer's node goes down; consumers attached here while another node
-/// led start receiving.
-async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
-    let Some(queue) = weak.upgrade() else { return };
-    let Some(qq) = queue.quorum() else { return };
+/// led start receiving. Answers whether all of that was done (false: to be tried again while
+/// this member leads).
+async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
+    // A queue gone has nothing to take over.
+    let Some(queue) = weak.upgrade() else {
+        return true;
+    };
+    let Some(qq) = queue.quorum() else {
+        return true;
+    };
     let raft = group.raft();
     let write = |command: Command| {
         raft.client_write(Proposal {
@@ -1077,12 +1370,13 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
     // A new leader may not have applied what the old one committed yet (a follower learns
     // the commit index late): the consumers the group knows are read once it has.
     if let Err(e) = raft.ensure_linearizable().await {
-        tracing::debug!(queue = %queue.name, error = %e, "lost the leadership while taking over");
-        return;
+        tracing::info!(queue = %queue.name, error = %e, "quorum queue take-over: leadership not confirmed (retried)");
+        return false;
     }
     let config = qq.desired_config();
+    let mut complete = true;
     if group.with_queue(|q| q.config() != &config) {
-        let _ = write(Command::SetConfig(config)).await;
+        complete &= write(Command::SetConfig(config)).await.is_ok();
     }
     let (local, attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
         let consumers = qq.consumers.lock();
@@ -1102,18 +1396,24 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) {
     };
     let known: Vec<ConsumerKey> = group.with_queue(|q| q.consumer_keys());
     for stale in known.iter().filter(|key| !local.contains(key)) {
-        let _ = write(Command::Cancel { consumer: *stale }).await;
+        complete &= write(Command::Cancel { consumer: *stale }).await.is_ok();
     }
     for (key, prefetch) in attached {
         if !known.contains(&key) {
-            let _ = write(Command::Checkout {
+            complete &= write(Command::Checkout {
                 consumer: key,
                 prefetch,
             })
-            .await;
+            .await
+            .is_ok();
         }
     }
+    if !complete {
+        tracing::info!(queue = %queue.name, "quorum queue take-over: a write failed (retried)");
+        return false;
+    }
     tracing::info!(queue = %queue.name, group = group.group(), "quorum queue leads here");
+    true
 }
 
 /// Awaits the group's answers in log order and settles the confirms waiting on them.
@@ -1166,11 +1466,14 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
     while let Some(applied) = effects.recv().await {
         let Some(queue) = weak.upgrade() else { return };
         let Some(qq) = queue.quorum() else { return };
-        // Every member computes the effects; only the leader acts on them (a follower's
-        // consumers, if any, start receiving when it leads).
-        if !qq.is_leading() {
-            continue;
-        }
+        // Every member computes the effects. A delivery is handed over wherever its consumer
+        // is attached, which is only ever the node that led when the group checked the
+        // message out to it: gating it on leading now would drop the deliveries of entries
+        // applied while this member briefly did not lead (an election it won again, which the
+        // leader watch may not even see), leaving the messages checked out to a consumer
+        // that is still attached here and never gets them. Dead letters go once, from the
+        // leader.
+        let leading = qq.is_leading();
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
         for effect in applied.effects {
@@ -1178,6 +1481,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                 Effect::Deliver { consumer, message } => {
                     qq.deliver(&queue, consumer, message, &mut auto_settle)
                 }
+                Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { reason, message } => {
                     let Some(decoded) = codec::decode(message.body, 0, false) else {
                         continue;

@@ -9,7 +9,9 @@ with manual acknowledgements on one queue, one of each per node given, each reco
 - lost: confirmed messages never received — must be 0.
 
 Every message body is `<tag>:<publisher>:<sequence>`, so consumers recognise them. The queue
-is the caller's (a classic queue today; a quorum queue once those are replicated)."""
+is the caller's (a classic queue, or a quorum queue). A consumer the broker cancels (basic.cancel:
+its queue's serving node or leader moved) consumes again on its next node; those cancels are
+counted."""
 import threading
 import time
 
@@ -48,6 +50,7 @@ class MessageWorkload:
         self.duplicates = 0
         self.unexpected = []
         self.reconnects = 0
+        self.cancels = 0
         self.errors = []
         self.publishing = threading.Event()
         self.consuming = threading.Event()
@@ -124,9 +127,17 @@ class MessageWorkload:
                 try:
                     channel = connection.channel()
                     channel.basic_qos(prefetch_count=self.prefetch)
+                    cancelled = []
+                    channel.add_on_cancel_callback(cancelled.append)
                     channel.basic_consume(self.queue, self._on_message, auto_ack=False)
-                    while self.consuming.is_set():
+                    while self.consuming.is_set() and not cancelled:
                         connection.process_data_events(time_limit=0.2)
+                    if cancelled:
+                        with self.lock:
+                            self.cancels += 1
+                        attempt += 1
+                        # Give a leader election a moment before consuming again.
+                        time.sleep(0.5)
                 finally:
                     try:
                         connection.close()
@@ -181,4 +192,5 @@ class MessageWorkload:
                 "unexpected": len(self.unexpected),
                 "lost": len(self.confirmed - self.received),
                 "reconnects": self.reconnects,
+                "consumer_cancels": self.cancels,
             }

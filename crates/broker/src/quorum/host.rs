@@ -46,6 +46,9 @@ pub struct QuorumHost {
     /// under the same name waits for that before it starts the group afresh.
     removing: Mutex<HashSet<GroupId>>,
     leaders: tokio::sync::broadcast::Sender<LeaderChange>,
+    /// The cluster's membership (set once the node joined): names the leader's node, so a
+    /// queue led elsewhere can forward its clients there (`QuorumQueue::delegate`).
+    cluster: std::sync::OnceLock<std::sync::Weak<super::cluster::ClusterNode>>,
 }
 
 impl std::fmt::Debug for QuorumHost {
@@ -108,6 +111,7 @@ impl QuorumHost {
             node,
             removing: Mutex::default(),
             leaders: tokio::sync::broadcast::Sender::new(LEADER_CHANGES_BUFFERED),
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 
@@ -129,6 +133,16 @@ impl QuorumHost {
     pub(crate) fn announce_leader(&self, change: LeaderChange) {
         // Nobody subscribed: nothing to tell.
         let _ = self.leaders.send(change);
+    }
+
+    /// The cluster this node is a member of (the first call sticks).
+    pub fn set_cluster(&self, cluster: &Arc<super::cluster::ClusterNode>) {
+        let _ = self.cluster.set(Arc::downgrade(cluster));
+    }
+
+    /// The name of cluster node `id` (None on a single node or for an unknown id).
+    pub fn member_name(&self, id: NodeId) -> Option<String> {
+        self.cluster.get()?.upgrade()?.member_name(id)
     }
 
     /// This node's id in its groups.

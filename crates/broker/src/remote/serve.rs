@@ -112,7 +112,7 @@ impl Serving {
     fn queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
         let bound = self.queues.get_mut(&qid)?;
         if let Some(q) = &bound.queue {
-            if !q.is_deleted() {
+            if !q.is_deleted() && q.quorum().is_none_or(|qq| qq.serves_here()) {
                 return Some(q.clone());
             }
         }
@@ -121,7 +121,9 @@ impl Serving {
             .vhost(&bound.vhost)
             .and_then(|v| v.queue(&bound.name))
             // A remote record here is not a queue this node serves: no loops.
-            .filter(|q| q.remote().is_none());
+            .filter(|q| q.remote().is_none())
+            // Nor a quorum queue another node leads: its leader serves it.
+            .filter(|q| q.quorum().is_none_or(|qq| qq.serves_here()));
         bound.queue.clone()
     }
 

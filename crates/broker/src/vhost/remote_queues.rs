@@ -101,8 +101,9 @@ impl VHost {
     /// Either way this node's consumers of the queue get basic.cancel (RabbitMQ's
     /// consumer_cancel_notify when a queue's leader moves), publishes awaiting the old
     /// serving side's answer are nacked, and messages the consumers held go back to the
-    /// queue on the old serving side. Meant for the cluster's leader-change events (a quorum
-    /// queue's leader moved) and for a classic queue's home node. Nothing to do when the queue
+    /// queue on the old serving side. Meant for a classic queue's home node; a quorum queue's
+    /// leader moves are followed by its `QuorumQueue` (a delegate to the leader's node, the
+    /// group member kept), not here. Nothing to do when the queue
     /// is already served as asked; an unknown queue is a 404.
     pub fn set_serving(self: &Arc<Self>, name: &str, serving: Serving) -> AmqpResult<()> {
         let old = self
