@@ -1378,7 +1378,7 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
     if group.with_queue(|q| q.config() != &config) {
         complete &= write(Command::SetConfig(config)).await.is_ok();
     }
-    let (local, attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
+    let (local, mut attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
         let consumers = qq.consumers.lock();
         let local = consumers
             .by_key
@@ -1394,6 +1394,11 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
             .collect();
         (local, attached)
     };
+    // In attach order (keys are handed out in increasing order): the group's service order,
+    // which decides x-single-active-consumer's active one, must be the order the consumers
+    // came in, whether their own Checkout or this one reaches the log first (`by_key` is a
+    // hash map; in its order a second consumer could go ahead of the first).
+    attached.sort_unstable_by_key(|(key, _)| *key);
     let known: Vec<ConsumerKey> = group.with_queue(|q| q.consumer_keys());
     for stale in known.iter().filter(|key| !local.contains(key)) {
         complete &= write(Command::Cancel { consumer: *stale }).await.is_ok();

@@ -453,6 +453,28 @@ def test_single_active_consumer(conn, names):
     assert second == [(b"2", False), (b"3", False), (b"4", False), (b"0", True), (b"1", True)]
 
 
+def test_single_active_consumer_is_the_first_to_attach_every_time(conn, names):
+    # The active one is the first consumer to attach, however the queue's first leadership
+    # (its take-over re-registering the consumers it finds) interleaves with their consumes:
+    # a race here once made the second consumer active in about one declare in four.
+    for _ in range(12):
+        ch = conn.channel()
+        q = names.queue()
+        declare(ch, q, **{"x-single-active-consumer": True})
+        first, second = [], []
+        ch1 = conn.channel()
+        ch1.basic_consume(q, lambda c, m, p, b: first.append(b), auto_ack=True)
+        ch2 = conn.channel()
+        ch2.basic_consume(q, lambda c, m, p, b: second.append(b), auto_ack=True)
+        pub = conn.channel()
+        pub.confirm_delivery()
+        pub.basic_publish("", q, b"m")
+        assert wait_for(lambda: len(first) + len(second) == 1, timeout=15, conn=conn)
+        assert (first, second) == ([b"m"], [])
+        for c in (ch1, ch2, pub, ch):
+            c.close()
+
+
 def test_global_qos_refuses_consume_with_540(names):
     # RabbitMQ 3.10.8: a channel with a global prefetch limit may not consume from a quorum
     # queue (connection error 540); global 0 or a later per-consumer qos (which lifts the
