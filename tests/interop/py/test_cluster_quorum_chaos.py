@@ -60,17 +60,23 @@ def caught_up(cluster):
     leader had committed when asked (the workload keeps the log growing meanwhile)."""
     leader = cluster.node(queue_leader(cluster.nodes, cluster.names))
 
-    def rows():
-        response = leader.request(
-            "GET", "/api/queues/%%2F/%s/quorum_status" % quote(QUEUE, safe=""))
-        return response.json()
-    committed = eventually("the leader's commit index", lambda: next(
-        (row["commit_index"] for row in rows() if row.get("raft_state") == "leader"), None))
+    def view():
+        # The queue's `raft` object on the leader: its member's view of the group, with each
+        # member's matched log index as the leader knows it.
+        info = queue_info(leader) or {}
+        raft = info.get("raft") or {}
+        return raft if raft.get("state") == "leader" else None
+    committed = eventually("the leader's commit index",
+                           lambda: (view() or {}).get("commit_index"))
 
     def check():
-        now = rows()
-        return (len(now) == 3 and all(row.get("running") for row in now)
-                and all((row.get("log_index") or 0) >= committed for row in now))
+        now = view()
+        if now is None:
+            return False
+        members = now.get("members") or []
+        return (len(members) == 3 and all(m.get("online") for m in members)
+                and all(m.get("name") == now.get("node")
+                        or (m.get("matched_index") or 0) >= committed for m in members))
     eventually("every member of %s caught up" % QUEUE, check, timeout=90)
 
 
@@ -98,9 +104,7 @@ def where_lost_messages_are(cluster, lost):
             seen[node.name] = {key: info.get(key) for key in (
                 "leader", "members", "messages_ready", "messages_unacknowledged",
                 "consumers", "consumer_details")}
-            status = node.request(
-                "GET", "/api/queues/%%2F/%s/quorum_status" % quote(QUEUE, safe=""))
-            seen[node.name]["quorum_status"] = status.json()
+            seen[node.name]["raft"] = info.get("raft")
         except Exception as e:  # noqa: BLE001 — diagnostics only, never hide the real failure
             seen[node.name] = repr(e)
     found = {}
