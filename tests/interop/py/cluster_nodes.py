@@ -21,7 +21,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from urllib.parse import quote
 
+import pika
 import requests
 
 from own_broker import WARREN_BIN, free_port
@@ -160,6 +162,17 @@ class Node:
     def request(self, method, path, timeout=10, **kwargs):
         return requests.request(method, self.api_url + path, auth=(self.user, self.password),
                                 timeout=timeout, **kwargs)
+
+    def connect(self):
+        """An AMQP 0-9-1 connection to this node (pika, a few attempts: it may be starting)."""
+        return pika.BlockingConnection(pika.ConnectionParameters(
+            host=self.host, port=self.amqp_port, connection_attempts=3, retry_delay=1))
+
+    def queue(self, name, vhost="/"):
+        """The queue's object from this node's HTTP API, None when it answers otherwise."""
+        response = self.request("GET", "/api/queues/%s/%s" % (quote(vhost, safe=""),
+                                                               quote(name, safe="")))
+        return response.json() if response.status_code == 200 else None
 
     def get(self, path, timeout=5):
         response = self.request("GET", path, timeout=timeout)

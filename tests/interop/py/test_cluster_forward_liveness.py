@@ -8,35 +8,21 @@ import time
 import pika
 import pytest
 
-from cluster_nodes import Cluster, eventually
+from cluster_nodes import eventually, started_cluster
 from own_broker import needs_warren_bin
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
 
 
-def amqp(node):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=node.amqp_port, connection_attempts=3, retry_delay=1))
-
-
-def queue_info(node, name):
-    response = node.request("GET", "/api/queues/%%2F/%s" % name)
-    return response.json() if response.status_code == 200 else None
-
-
 @pytest.fixture
 def cluster():
-    cluster = Cluster("fwdlive", size=3)
-    try:
-        cluster.start(timeout=120)
+    with started_cluster("fwdlive", timeout=120) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 def declare_passive_code(node, name):
     """0 when a passive declare of `name` on `node` succeeds, else the channel's close code."""
-    conn = amqp(node)
+    conn = node.connect()
     try:
         conn.channel().queue_declare(name, passive=True)
         return 0
@@ -49,13 +35,13 @@ def declare_passive_code(node, name):
 
 def test_a_stopped_home_node_is_noticed_by_heartbeats_and_comes_back(cluster):
     a, b, _ = cluster.nodes
-    conn = amqp(a)
+    conn = a.connect()
     conn.channel().queue_declare("q.live", durable=True)
     conn.close()
-    eventually("q.live running on b", lambda: (queue_info(b, "q.live") or {}).get("state")
+    eventually("q.live running on b", lambda: (b.queue("q.live") or {}).get("state")
                == "running", timeout=60)
 
-    consumer_conn = amqp(b)
+    consumer_conn = b.connect()
     ch = consumer_conn.channel()
     cancelled = []
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
@@ -75,7 +61,7 @@ def test_a_stopped_home_node_is_noticed_by_heartbeats_and_comes_back(cluster):
 
     eventually("q.live declared again on b", lambda: declare_passive_code(b, "q.live") == 0,
                timeout=60)
-    conn = amqp(b)
+    conn = b.connect()
     ch = conn.channel()
     ch.confirm_delivery()
     ch.basic_publish("", "q.live", b"back", pika.BasicProperties(delivery_mode=2),

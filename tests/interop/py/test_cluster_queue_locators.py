@@ -5,23 +5,12 @@ the nodes (`balanced`, `min-masters`) or on the declaring node (`client-local`).
 RabbitMQ 3.10.8), then the 3.x key, its `x-queue-master-locator` argument winning over its
 policy (3.10's `rabbit_queue_master_location_misc`). Bad values are refused with RabbitMQ
 3.10.8's texts."""
-import pika
 import pytest
 
-from cluster_nodes import Cluster, eventually
+from cluster_nodes import eventually, started_cluster
 from own_broker import needs_warren_bin
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
-
-
-def amqp(node):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=node.amqp_port, connection_attempts=3, retry_delay=1))
-
-
-def queue_info(node, name):
-    response = node.request("GET", "/api/queues/%%2F/%s" % name)
-    return response.json() if response.status_code == 200 else None
 
 
 def set_policy(node, name, pattern, definition):
@@ -33,33 +22,29 @@ def set_policy(node, name, pattern, definition):
 
 def homes(node, names):
     """The home node of each queue, as `node` sees it."""
-    return [queue_info(node, n)["node"] for n in names]
+    return [node.queue(n)["node"] for n in names]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    cluster = Cluster("locate", size=3)
-    try:
-        cluster.start(timeout=120)
+    with started_cluster("locate", timeout=120) as cluster:
         a, b, c = cluster.nodes
         # Node a places queues only on nodes it has a live forwarding link to: one queue
         # homed on each other node, seen running from a, shows the links are up.
         for node in (b, c):
-            conn = amqp(node)
+            conn = node.connect()
             conn.channel().queue_declare("probe-%s" % node.name.split("@")[0], durable=True)
             conn.close()
         for node in (b, c):
             name = "probe-%s" % node.name.split("@")[0]
             eventually("%s running on a" % name,
-                       lambda name=name, node=node: (queue_info(a, name) or {}).get("state")
-                       == "running" and queue_info(a, name)["node"] == node.name, timeout=60)
+                       lambda name=name, node=node: (a.queue(name) or {}).get("state")
+                       == "running" and a.queue(name)["node"] == node.name, timeout=60)
         yield cluster
-    finally:
-        cluster.close()
 
 
 def declare_on(node, names, arguments=None):
-    conn = amqp(node)
+    conn = node.connect()
     ch = conn.channel()
     for name in names:
         ch.queue_declare(name, durable=True, arguments=arguments)

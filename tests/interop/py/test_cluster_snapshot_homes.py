@@ -8,7 +8,7 @@ import time
 import pika
 import pytest
 
-from cluster_nodes import Cluster, Node, agreed, eventually
+from cluster_nodes import Node, agreed, eventually, started_cluster
 from own_broker import needs_warren_bin
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(400)]
@@ -17,37 +17,25 @@ SNAPSHOT_EVERY = 16
 EXTRA = ["--raft-snapshot-every", str(SNAPSHOT_EVERY)]
 
 
-def amqp(node):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=node.amqp_port, connection_attempts=3, retry_delay=1))
-
-
-def queue_info(node, name):
-    response = node.request("GET", "/api/queues/%%2F/%s" % name)
-    return response.json() if response.status_code == 200 else None
-
-
 def served_from(node, name, home):
-    info = queue_info(node, name)
+    info = node.queue(name)
     return info is not None and info["node"] == home.name and info["state"] == "running"
 
 
 @pytest.fixture
 def cluster():
-    cluster = Cluster("snaphome", size=3, extra=EXTRA)
-    fourth = Node(cluster.root, "snaphome4@127.0.0.1", cluster.secret_file, EXTRA)
-    try:
-        cluster.start(timeout=120)
-        yield cluster, fourth
-    finally:
-        fourth.stop()
-        cluster.close()
+    with started_cluster("snaphome", extra=EXTRA, timeout=120) as cluster:
+        fourth = Node(cluster.root, "snaphome4@127.0.0.1", cluster.secret_file, EXTRA)
+        try:
+            yield cluster, fourth
+        finally:
+            fourth.stop()
 
 
 def test_a_node_installing_a_snapshot_forwards_to_the_queues_home(cluster):
     cluster, fourth = cluster
     a, b, _ = cluster.nodes
-    conn = amqp(a)
+    conn = a.connect()
     conn.channel().queue_declare("q.homed-on-a", durable=True)
     conn.close()
     for node in cluster.nodes:
@@ -55,7 +43,7 @@ def test_a_node_installing_a_snapshot_forwards_to_the_queues_home(cluster):
                    lambda node=node: served_from(node, "q.homed-on-a", a), timeout=60)
     # Enough changes after it (through node b) for the metadata log to be snapshotted and
     # purged past the declaration several times over.
-    conn = amqp(b)
+    conn = b.connect()
     ch = conn.channel()
     for i in range(6 * SNAPSHOT_EVERY):
         ch.exchange_declare("x.filler-%d" % (i % 8), "fanout", durable=True)
@@ -72,13 +60,13 @@ def test_a_node_installing_a_snapshot_forwards_to_the_queues_home(cluster):
                lambda: served_from(fourth, "q.homed-on-a", a), timeout=60)
 
     def publish_on_fourth_consume_on_a(body):
-        conn = amqp(fourth)
+        conn = fourth.connect()
         ch = conn.channel()
         ch.confirm_delivery()
         ch.basic_publish("", "q.homed-on-a", body, pika.BasicProperties(delivery_mode=2),
                          mandatory=True)
         conn.close()
-        conn = amqp(a)
+        conn = a.connect()
         try:
             ch = conn.channel()
             deadline = time.monotonic() + 30

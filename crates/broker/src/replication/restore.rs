@@ -333,32 +333,12 @@ mod tests {
     }
 
     fn homed(name: &str, home: &str) -> DefinitionOp {
-        match queue(name, None) {
-            DefinitionOp::QueueDeclare {
-                vhost,
-                name,
-                server_named,
-                durable,
-                exclusive,
-                auto_delete,
-                arguments,
-                connection,
-                members,
-                ..
-            } => DefinitionOp::QueueDeclare {
-                vhost,
-                name,
-                server_named,
-                durable,
-                exclusive,
-                auto_delete,
-                arguments,
-                connection,
-                members,
-                home: Some(home.into()),
-            },
-            _ => unreachable!(),
-        }
+        let mut op = queue(name, None);
+        let DefinitionOp::QueueDeclare { home: h, .. } = &mut op else {
+            unreachable!("queue() makes a QueueDeclare")
+        };
+        *h = Some(home.into());
+        op
     }
 
     /// Where a node's queue `name` in "/" is served: None here, else the node forwarded to.
