@@ -515,23 +515,22 @@ impl VHost {
         arguments: FieldTable,
         members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
-        if is_quorum(&arguments) {
-            let limits = queue_limits(&arguments);
-            return self.create_quorum_queue(name, arguments, limits, members);
-        }
         let queue = self.build_queue(
             name.clone(),
             durable,
             owner,
             auto_delete,
             arguments,
-            Vec::new(),
+            members,
         )?;
         let queue = {
             let policies = self.policies.read();
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
             self.queues.write().entry(name).or_insert(queue).clone()
         };
+        // A quorum queue's Raft group starts once the queue is registered (recovered from the
+        // shared log when the queue existed before a restart); once only, nothing for others.
+        queue.start_quorum();
         if queue.expires_ms().is_some() {
             self.watch_expiry(&queue);
         }
@@ -579,28 +578,6 @@ impl VHost {
             stored,
             self.store.clone(),
         )))
-    }
-
-    /// Creates and registers a quorum queue and starts its Raft group (recovered from the
-    /// shared log when the queue existed before a restart).
-    fn create_quorum_queue(
-        self: &Arc<Self>,
-        name: ShortStr,
-        arguments: FieldTable,
-        limits: crate::queue::QueueLimits,
-        members: Vec<u64>,
-    ) -> AmqpResult<Arc<Queue>> {
-        let queue = self.build_quorum_queue(name.clone(), arguments, limits, members)?;
-        let queue = {
-            let policies = self.policies.read();
-            queue.apply_policies(policies.applied(EntityKind::Queue, &name));
-            self.queues.write().entry(name).or_insert(queue).clone()
-        };
-        queue.start_quorum();
-        if queue.expires_ms().is_some() {
-            self.watch_expiry(&queue);
-        }
-        Ok(queue)
     }
 
     fn build_quorum_queue(
