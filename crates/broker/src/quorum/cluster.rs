@@ -12,11 +12,23 @@
 //!   the lowest of itself and its seeds initialize the metadata group with itself as the only
 //!   member (so a wiped node with the lowest id joins the running cluster, not a new one).
 //!
+//! Each node also has an incarnation: a random number drawn when its data directory is new
+//! ([`load_or_create_incarnation`]), sent in every cluster handshake and recorded with the
+//! node's name and address in the metadata membership when it joins. A peer presenting another
+//! incarnation than the one recorded for its id is a node whose data was wiped: it is refused
+//! before any Raft message reaches either side (its empty logs would otherwise stop the
+//! leaders' Raft cores with "follower log reversion"), with the operator's way out in the log
+//! line on both sides — forget it, then restart it, and it joins as a new node. The record
+//! lives in the membership rather than the definitions because it belongs to the membership:
+//! it is written by the same change that adds the node and dropped by the one that forgets it.
+//!
 //! A watcher keeps this node linked to every member the membership lists (the lower id dials;
 //! a higher one probes when no link is up, since the lower may not know its address yet).
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +51,52 @@ pub fn node_id(name: &str) -> NodeId {
     let mut id = [0u8; 8];
     id.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(id)
+}
+
+/// The file in the node's quorum data directory holding its incarnation.
+const INCARNATION_FILE: &str = "incarnation";
+
+/// This node's incarnation: read from `dir`, or drawn (random, never 0) and stored there
+/// durably when the directory has none — a new data directory, or a wiped one.
+pub fn load_or_create_incarnation(dir: &Path) -> std::io::Result<u64> {
+    let path = dir.join(INCARNATION_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return text.trim().parse().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: not an incarnation number: {e}", path.display()),
+                )
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::create_dir_all(dir)?;
+    let incarnation = loop {
+        let drawn: u64 = rand::random();
+        if drawn != 0 {
+            break drawn;
+        }
+    };
+    // Written whole, then renamed: a crash leaves the old state or the new, never half a file.
+    let partial = dir.join(format!("{INCARNATION_FILE}.partial"));
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(format!("{incarnation}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(incarnation)
+}
+
+/// The refusal of a peer presenting another incarnation than the recorded one (both sides log
+/// it; the refused side gets the same instructions from its handshake).
+pub fn reset_refusal(name: &str, presented: u64, recorded: u64) -> String {
+    format!(
+        "node {name} was reset (its data is new): run `warren ctl forget_cluster_node {name}` \
+         on a running node, then restart it (it presents incarnation {presented}, the cluster \
+         recorded {recorded})"
+    )
 }
 
 /// One member of the cluster as `cluster_status` shows it.
@@ -78,6 +136,7 @@ pub struct ClusterStatus {
 pub struct ClusterNode {
     name: String,
     id: NodeId,
+    incarnation: u64,
     advertised: String,
     transport: Arc<TcpTransport>,
     metadata: MetadataGroup<NodeTransport>,
@@ -105,11 +164,19 @@ impl ClusterNode {
         let node = Arc::new(ClusterNode {
             name: name.to_string(),
             id: host.node_id(),
+            incarnation: transport.incarnation(),
             advertised: advertised.to_string(),
             transport,
             metadata,
             membership: tokio::sync::watch::Sender::new(None),
         });
+        let weak = Arc::downgrade(&node);
+        node.transport.set_admission(Arc::new(move |peer, incarnation| {
+            match weak.upgrade() {
+                Some(node) => node.admit(peer, incarnation),
+                None => Ok(()),
+            }
+        }));
         tokio::spawn(node.clone().form(seeds));
         tokio::spawn(node.clone().watch_members());
         Ok(node)
@@ -148,6 +215,30 @@ impl ClusterNode {
         MemberInfo {
             name: self.name.clone(),
             addr: self.advertised.clone(),
+            incarnation: self.incarnation,
+        }
+    }
+
+    /// This node's incarnation (see the module's comment).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Whether peer `peer` presenting `incarnation` may link with this node: not when the
+    /// membership recorded another incarnation for it (it was reset).
+    fn admit(&self, peer: NodeId, incarnation: u64) -> Result<(), String> {
+        let recorded = self
+            .metadata
+            .members()
+            .into_iter()
+            .find(|(id, _)| *id == peer);
+        match recorded {
+            Some((_, info)) if info.incarnation != 0 && info.incarnation != incarnation => {
+                let refusal = reset_refusal(&info.name, incarnation, info.incarnation);
+                tracing::error!(peer, "{refusal}");
+                Err(refusal)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -368,6 +459,7 @@ impl ClusterNode {
                 MemberInfo {
                     name: name.to_string(),
                     addr: addr.to_string(),
+                    incarnation: self.transport.peer_incarnation(id).unwrap_or(0),
                 },
             )
             .await
