@@ -379,7 +379,7 @@ mod tests {
     async fn a_stranger_is_not_a_peer() {
         let (mut a, mut b) = tokio::io::duplex(1024);
         let acceptor = tokio::spawn(async move { accept(&mut b, 2, b"cookie").await });
-        a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0123")
+        a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0123456789abcdef")
             .await
             .expect("write");
         let accepted = acceptor.await.expect("acceptor task");
