@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use warren_quorum::metadata::{
     MemberChange, MemberInfo, MetadataGroup, MetadataMachine, MetadataStatus, METADATA_GROUP,
 };
-use warren_quorum::network::{NodeTransport, RaftRequest, RaftResponse, Transport};
+use warren_quorum::network::{GroupRegistry, NodeTransport, RaftRequest, RaftResponse, Transport};
 use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::NodeId;
 
@@ -139,6 +139,8 @@ pub struct ClusterNode {
     incarnation: u64,
     advertised: String,
     transport: Arc<TcpTransport>,
+    /// This node's running groups (the queue groups' members a membership change reaches).
+    registry: GroupRegistry,
     metadata: MetadataGroup<NodeTransport>,
     /// None until this node is a member; then whether it formed the cluster (initialized the
     /// metadata group) rather than joining one.
@@ -167,6 +169,7 @@ impl ClusterNode {
             incarnation: transport.incarnation(),
             advertised: advertised.to_string(),
             transport,
+            registry: host.node().registry(),
             metadata,
             membership: tokio::sync::watch::Sender::new(None),
         });
@@ -197,6 +200,11 @@ impl ClusterNode {
 
     pub fn metadata(&self) -> &MetadataGroup<NodeTransport> {
         &self.metadata
+    }
+
+    /// This node's running groups.
+    pub fn registry(&self) -> &GroupRegistry {
+        &self.registry
     }
 
     /// Waits until this node is a member of the cluster (at once on a restarted member);
@@ -466,8 +474,18 @@ impl ClusterNode {
             .map_err(|e| e.to_string())
     }
 
-    /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node).
-    pub async fn forget_node(&self, name: &str) -> Result<(), String> {
+    /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node): first from
+    /// every quorum queue group of `groups` it is a member of (RabbitMQ's shrink_all), then from
+    /// the membership. Refused while the node is running (connected), as RabbitMQ refuses it.
+    ///
+    /// The groups go first (RabbitMQ shrinks after): once the membership forgets a node, its
+    /// recorded incarnation goes too, and a wiped node waiting at the door joins at once — it
+    /// must not find itself still a member of a group, whose leader would meet its empty log.
+    pub async fn forget_node(
+        &self,
+        name: &str,
+        groups: &[super::membership::QuorumGroup],
+    ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = node_id(name);
         if !self
             .metadata
@@ -477,10 +495,54 @@ impl ClusterNode {
         {
             return Err(format!("{name} is not a member of the cluster"));
         }
+        if self.is_running(id) {
+            return Err(format!(
+                "{{failed_to_remove_node,{name},{{active,\"Mnesia is running\",{name}}}}}: {name} \
+                 is running (connected to this node); stop it first"
+            ));
+        }
+        let changes = super::membership::shrink_all(self, groups, id).await;
+        let failed: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match &c.result {
+                Err(e) => Some(format!("{}/{}: {e}", c.vhost, c.queue)),
+                Ok(()) => None,
+            })
+            .collect();
+        if !failed.is_empty() {
+            return Err(format!(
+                "{name} is still a member of these quorum queues' groups (nothing was forgotten; \
+                 run it again once their leaders are reachable): {}",
+                failed.join("; ")
+            ));
+        }
         self.metadata
             .remove_member(id)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(changes)
+    }
+
+    /// Adds the member `name` to every quorum queue group of `groups` below its size
+    /// (`rabbitmq-queues grow NODE all`); one result per queue it was added to or failed for.
+    pub async fn grow_quorum_queues(
+        &self,
+        name: &str,
+        groups: &[super::membership::QuorumGroup],
+    ) -> Result<Vec<super::membership::GroupChange>, String> {
+        let id = node_id(name);
+        if !self
+            .metadata
+            .members()
+            .iter()
+            .any(|(member, _)| *member == id)
+        {
+            return Err(format!("{name} is not a member of the cluster"));
+        }
+        if !self.is_running(id) {
+            return Err(format!("{name} is not running: start it first"));
+        }
+        Ok(super::membership::grow_all(self, groups, id).await)
     }
 
     /// Stops the metadata member and the transport.
