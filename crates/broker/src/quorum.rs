@@ -21,9 +21,9 @@
 //! return or discard for the right consumer.
 
 pub mod cluster;
-pub mod membership;
 pub(crate) mod codec;
 mod host;
+pub mod membership;
 pub mod placement;
 pub mod status;
 

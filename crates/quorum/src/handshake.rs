@@ -417,7 +417,14 @@ mod tests {
         let acceptor = tokio::spawn(async move {
             accept_as(&mut b, &identity(2, 22, "n2"), b"cookie", &recorded).await
         });
-        let dialed = dial_as(&mut a, &identity(1, 11, "n1"), Some(2), b"cookie", &recorded).await;
+        let dialed = dial_as(
+            &mut a,
+            &identity(1, 11, "n1"),
+            Some(2),
+            b"cookie",
+            &recorded,
+        )
+        .await;
         assert_eq!(
             dialed.expect("dialed"),
             PeerIdentity {
@@ -436,7 +443,14 @@ mod tests {
             // The reset node itself records nothing: it would admit anyone.
             accept_as(&mut b, &identity(2, 99, "n2"), b"cookie", &admit_all).await
         });
-        let dialed = dial_as(&mut a, &identity(1, 11, "n1"), Some(2), b"cookie", &recorded).await;
+        let dialed = dial_as(
+            &mut a,
+            &identity(1, 11, "n1"),
+            Some(2),
+            b"cookie",
+            &recorded,
+        )
+        .await;
         assert!(
             matches!(&dialed, Err(HandshakeError::PeerReset { peer: 2, reason }) if reason.contains("n2 was reset")),
             "{dialed:?}"
@@ -444,7 +458,9 @@ mod tests {
         let accepted = acceptor.await.expect("acceptor task");
         let text = accepted.expect_err("refused").to_string();
         assert!(
-            text.contains("node n2 was reset (its data is new): run `warren ctl forget_cluster_node n2`"),
+            text.contains(
+                "node n2 was reset (its data is new): run `warren ctl forget_cluster_node n2`"
+            ),
             "{text}"
         );
     }
@@ -455,7 +471,14 @@ mod tests {
         let acceptor = tokio::spawn(async move {
             accept_as(&mut b, &identity(1, 11, "n1"), b"cookie", &recorded).await
         });
-        let dialed = dial_as(&mut a, &identity(2, 99, "n2"), Some(1), b"cookie", &admit_all).await;
+        let dialed = dial_as(
+            &mut a,
+            &identity(2, 99, "n2"),
+            Some(1),
+            b"cookie",
+            &admit_all,
+        )
+        .await;
         let text = dialed.expect_err("refused").to_string();
         assert!(
             text.contains("node 1 refused this node: node n2 was reset (its data is new)"),

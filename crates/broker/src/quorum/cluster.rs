@@ -174,12 +174,11 @@ impl ClusterNode {
             membership: tokio::sync::watch::Sender::new(None),
         });
         let weak = Arc::downgrade(&node);
-        node.transport.set_admission(Arc::new(move |peer, incarnation| {
-            match weak.upgrade() {
+        node.transport
+            .set_admission(Arc::new(move |peer, incarnation| match weak.upgrade() {
                 Some(node) => node.admit(peer, incarnation),
                 None => Ok(()),
-            }
-        }));
+            }));
         tokio::spawn(node.clone().form(seeds));
         tokio::spawn(node.clone().watch_members());
         Ok(node)

@@ -132,7 +132,8 @@ pub async fn grow_all(
             node,
             info: info.clone(),
         };
-        let result = change_group_members(cluster, group.group, &known_members(group), change).await;
+        let result =
+            change_group_members(cluster, group.group, &known_members(group), change).await;
         if let Err(e) = &result {
             tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "adding a node to a quorum queue's group failed");
         } else {
@@ -196,7 +197,8 @@ async fn change_group_members(
                     break;
                 }
                 Err(TransportError::Remote { reason, .. })
-                    if reason.contains("is not a member") || reason.contains("already a member") =>
+                    if reason.contains("is not a member")
+                        || reason.contains("already a member") =>
                 {
                     return Ok(());
                 }

@@ -12,11 +12,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::Api;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use axum::response::IntoResponse;
 use warren_broker::quorum::cluster::{ClusterMember, ClusterStatus};
 use warren_broker::quorum::membership::quorum_groups;
 
