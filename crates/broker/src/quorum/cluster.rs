@@ -568,3 +568,22 @@ async fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .next()
         .ok_or_else(|| format!("{addr} resolves to no address"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_incarnation_is_kept_with_the_data_and_new_with_new_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let quorum = dir.path().join("quorum");
+        let first = load_or_create_incarnation(&quorum).expect("created");
+        assert_ne!(first, 0);
+        assert_eq!(load_or_create_incarnation(&quorum).expect("read"), first);
+        std::fs::remove_dir_all(&quorum).expect("wipe");
+        let wiped = load_or_create_incarnation(&quorum).expect("created again");
+        assert_ne!(wiped, first);
+        std::fs::write(quorum.join(INCARNATION_FILE), "not a number").expect("write");
+        assert!(load_or_create_incarnation(&quorum).is_err());
+    }
+}
