@@ -23,6 +23,7 @@
 pub mod cluster;
 pub(crate) mod codec;
 mod host;
+pub mod membership;
 pub mod placement;
 pub mod status;
 
@@ -1010,8 +1011,13 @@ async fn run_group(
         .await
         .map_err(|e| e.to_string())?;
     // The first member makes the group; the others wait for it to contact them. A restarted
-    // member finds its group (and its membership) in its log.
-    if !initialized && members.first().is_none_or(|first| *first == own) {
+    // member finds its group (and its membership) in its log. A first member without a log
+    // whose group runs on the other members is a node that was wiped, forgotten and joined
+    // again: it waits to be added back (`grow_quorum_queues`) instead of making a second group.
+    if !initialized
+        && members.first().is_none_or(|first| *first == own)
+        && !group_runs_elsewhere(&host, group_id, &members).await
+    {
         let initial = match members.is_empty() {
             true => vec![own],
             false => members.clone(),
@@ -1178,6 +1184,31 @@ async fn probe_leader(weak: Weak<Queue>, members: Vec<NodeId>) {
             qq.attach_waiting(&queue);
         }
     }
+}
+
+/// Whether a member of `members` other than this node answers for the group with a leader:
+/// the group exists without this node's member (an empty proposal, as `probe_leader` sends;
+/// a member not initialized yet answers "no leader").
+async fn group_runs_elsewhere(host: &QuorumHost, group: GroupId, members: &[NodeId]) -> bool {
+    let transport = host.node().transport().clone();
+    let own = host.node_id();
+    for to in members.iter().copied().filter(|m| *m != own) {
+        let request = RaftRequest::ClientWrite(Proposal {
+            now_ms: now_ms(),
+            command: Command::Batch(Vec::new()),
+        });
+        match transport.send(own, to, group, request).await {
+            Ok(RaftResponse::ClientWrite { .. })
+            | Err(TransportError::NotLeader {
+                leader: Some(_), ..
+            }) => {
+                tracing::warn!(group, member = to, "this node's member of the quorum queue group has no log while the group runs on its other members: it waits to be added back (grow_quorum_queues)");
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `first` and whatever else waits, up to a batch.

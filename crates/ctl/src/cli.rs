@@ -190,9 +190,12 @@ pub enum CtlCommand {
     /// Adds a running node (started with --cluster-port and the cluster's secret) to the
     /// cluster, run against any member.
     AddClusterNode { name: String, address: String },
-    /// Removes a node from the cluster (it should be stopped first), run against another
-    /// member.
+    /// Removes a stopped node from the cluster and from every quorum queue's group, run
+    /// against another member (a running node is refused).
     ForgetClusterNode { name: String },
+    /// Adds a member to every quorum queue's group below its size (rabbitmq-queues grow NODE
+    /// all), e.g. a node that was wiped, forgotten and joined again; lists the queues.
+    GrowQuorumQueues { name: String },
     /// Shows a quorum queue's Raft group as this node sees it (rabbitmq-queues
     /// quorum_status): each member's state, log, commit and snapshot index, term, and as the
     /// leader sees them its matched index and lag. QUEUE in -p's vhost, or VHOST QUEUE.

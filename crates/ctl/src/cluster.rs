@@ -1,4 +1,5 @@
-//! `cluster_status`, `add_cluster_node` and `forget_cluster_node`, over /api/cluster/*.
+//! `cluster_status`, `add_cluster_node` and `forget_cluster_node`, over /api/cluster/*, and
+//! `grow_quorum_queues` (rabbitmq-queues grow), over /api/queues/quorum/replicas/on/*/grow.
 //! `cluster_status` keeps `rabbitmqctl cluster_status`'s first sections (Basics with the
 //! cluster name, Disk Nodes, Running Nodes, as RabbitMQ 3.10 prints them)
 //! and adds the metadata group's: its leader and term, and per member whether the failure
@@ -101,4 +102,30 @@ pub fn forget_cluster_node(ctx: &Context, name: &str) -> Result<(), CtlError> {
     ctx.api
         .delete(&format!("/api/cluster/nodes/{}", segment(name)), &[])
         .map_err(Into::into)
+}
+
+pub fn grow_quorum_queues(ctx: &Context, name: &str) -> Result<(), CtlError> {
+    ctx.style.banner(&format!(
+        "Growing quorum queues: adding {name} to every quorum queue below its size ..."
+    ));
+    let answer = ctx.api.post_text(
+        &format!("/api/queues/quorum/replicas/on/{}/grow", segment(name)),
+        String::new(),
+    )?;
+    let changes: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
+    let mut failed = 0;
+    for change in changes.as_array().into_iter().flatten() {
+        let field = |key: &str| change.get(key).and_then(Value::as_str).unwrap_or_default();
+        if field("result") != "ok" {
+            failed += 1;
+        }
+        println!("{}\t{}\t{}", field("vhost"), field("name"), field("result"));
+    }
+    if failed > 0 {
+        return Err(CtlError::new(
+            crate::exit::ExitCode::Unavailable,
+            format!("{failed} quorum queue(s) could not be grown onto {name}"),
+        ));
+    }
+    Ok(())
 }

@@ -133,6 +133,7 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             cluster::add_cluster_node(&ctx, &name, &address)
         }
         CtlCommand::ForgetClusterNode { name } => cluster::forget_cluster_node(&ctx, &name),
+        CtlCommand::GrowQuorumQueues { name } => cluster::grow_quorum_queues(&ctx, &name),
         CtlCommand::QuorumStatus { args } => quorum_status::quorum_status(&ctx, &args),
     }
 }

@@ -1,19 +1,34 @@
 //! The handshake that opens every peer connection: each side proves it knows the cluster secret
-//! (RabbitMQ's Erlang cookie plays this role) without sending it, and names its node id.
+//! (RabbitMQ's Erlang cookie plays this role) without sending it, names its node id and its
+//! incarnation, and may refuse a peer that was reset.
 //!
 //! Fixed-size messages, in this order (integers big-endian, nonces fresh from the OS RNG):
 //!
-//! 1. dialer → acceptor: `"WRNC"`, version 2, dialer node id (u64), dialer nonce (32 bytes).
-//! 2. acceptor → dialer: `"WRNC"`, version 2, acceptor node id, acceptor nonce, and
-//!    `HMAC-SHA256(secret, "warren-cluster-v1" | 'A' | dialer id | acceptor id | dialer nonce |
-//!    acceptor nonce)`.
-//! 3. dialer → acceptor: the same MAC with role byte `'D'`, sent only once the acceptor's MAC
-//!    checked out (a dialer does not prove itself to a node that cannot prove itself).
-//! 4. acceptor → dialer: one byte, 1 = accepted, 0 = refused.
+//! 1. dialer → acceptor: `"WRNC"`, version 3, dialer node id (u64), dialer incarnation (u64),
+//!    dialer nonce (32 bytes).
+//! 2. acceptor → dialer: `"WRNC"`, version 3, acceptor node id, acceptor incarnation, acceptor
+//!    nonce, and `HMAC-SHA256(secret, "warren-cluster-v1" | 'A' | dialer id | acceptor id |
+//!    dialer incarnation | acceptor incarnation | dialer nonce | acceptor nonce)`.
+//! 3. dialer → acceptor: one status byte and 32 bytes: status 1 and the same MAC with role byte
+//!    `'D'`, sent only once the acceptor's MAC checked out (a dialer does not prove itself to a
+//!    node that cannot prove itself); or status 2 and zeros: the acceptor is a reset node the
+//!    dialer's cluster still counts as a member under an older incarnation.
+//! 4. acceptor → dialer: one byte, 1 = accepted, 0 = refused (bad secret), 2 = refused: the
+//!    dialer is a reset node.
+//!
+//! The incarnation is a random number a node draws when its data directory is new and keeps
+//! with its data: a node whose data was wiped comes back under its old name and id but a new
+//! incarnation. A cluster records each member's incarnation; a peer that differs from the
+//! record is refused here ([`Admit`]), before any Raft message — its empty log would otherwise
+//! meet the leaders' memory of what it had ("follower log reversion"), which stops their Raft
+//! cores. Incarnation 0 means "unknown" (a member recorded before incarnations existed): it is
+//! never refused for a difference.
 //!
 //! (Version 2 added what follows an accepted handshake: the dialer's one byte naming the
-//! connection's kind, Raft RPCs or a forwarding link — see `tcp.rs`. A version 1 node would
-//! read that byte as a frame, so the versions refuse each other.)
+//! connection's kind, Raft RPCs or a forwarding link — see `tcp.rs`. Version 3 added the
+//! incarnations and the reset refusals. A node of an older version gets "the peer speaks
+//! cluster protocol version N" from both sides and no link: the versions refuse each other,
+//! so a cluster is upgraded by stopping every node, not one node at a time.)
 //!
 //! Both nonces go into both MACs, so neither side can replay an old exchange, and the role byte
 //! keeps one side's MAC from being reflected as the other's. Nothing but these messages is read
@@ -27,13 +42,52 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";
-const HELLO_BYTES: usize = 4 + 1 + 8 + NONCE_BYTES;
+const HELLO_BYTES: usize = 4 + 1 + 8 + 8 + NONCE_BYTES;
 const ACCEPTED: u8 = 1;
 const REFUSED: u8 = 0;
+/// The verdict (and the dialer's status) refusing a reset peer.
+const RESET: u8 = 2;
+
+/// This node as the handshake presents it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub node: NodeId,
+    /// Drawn when the node's data directory was new; 0 = unknown.
+    pub incarnation: u64,
+    /// The node name, for the operator's instructions when this node is refused as reset.
+    pub name: String,
+}
+
+impl Identity {
+    /// A node without a recorded incarnation (tools and tests).
+    pub fn anonymous(node: NodeId) -> Self {
+        Self {
+            node,
+            incarnation: 0,
+            name: node.to_string(),
+        }
+    }
+}
+
+/// A peer as the handshake authenticated it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerIdentity {
+    pub node: NodeId,
+    pub incarnation: u64,
+}
+
+/// Decides whether an authenticated peer (node id, incarnation) may connect: `Err` carries the
+/// reason, logged on this side and named to the peer as a reset refusal.
+pub type Admit<'a> = &'a (dyn Fn(NodeId, u64) -> Result<(), String> + Send + Sync);
+
+/// Admits every authenticated peer.
+pub fn admit_all(_: NodeId, _: u64) -> Result<(), String> {
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -51,6 +105,15 @@ pub enum HandshakeError {
     UnexpectedNode { expected: NodeId, found: NodeId },
     #[error("the peer claims this node's own id {0}")]
     SameNode(NodeId),
+    /// This side refused the peer ([`Admit`] said why).
+    #[error("refused node {peer}: {reason}")]
+    PeerReset { peer: NodeId, reason: String },
+    /// The peer refused this node: its cluster knows this node under another incarnation.
+    #[error(
+        "node {peer} refused this node: node {name} was reset (its data is new): run `warren ctl \
+         forget_cluster_node {name}` on a running node, then restart it"
+    )]
+    ThisNodeReset { peer: NodeId, name: String },
 }
 
 fn nonce() -> [u8; NONCE_BYTES] {
@@ -62,8 +125,8 @@ fn nonce() -> [u8; NONCE_BYTES] {
 fn mac(
     secret: &[u8],
     role: u8,
-    dialer: NodeId,
-    acceptor: NodeId,
+    dialer: PeerIdentity,
+    acceptor: PeerIdentity,
     dialer_nonce: &[u8],
     acceptor_nonce: &[u8],
 ) -> Hmac<Sha256> {
@@ -72,24 +135,29 @@ fn mac(
         .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
     mac.update(CONTEXT);
     mac.update(&[role]);
-    mac.update(&dialer.to_be_bytes());
-    mac.update(&acceptor.to_be_bytes());
+    mac.update(&dialer.node.to_be_bytes());
+    mac.update(&acceptor.node.to_be_bytes());
+    mac.update(&dialer.incarnation.to_be_bytes());
+    mac.update(&acceptor.incarnation.to_be_bytes());
     mac.update(dialer_nonce);
     mac.update(acceptor_nonce);
     mac
 }
 
-fn hello(node: NodeId, nonce: &[u8; NONCE_BYTES]) -> [u8; HELLO_BYTES] {
+fn hello(me: PeerIdentity, nonce: &[u8; NONCE_BYTES]) -> [u8; HELLO_BYTES] {
     let mut hello = [0u8; HELLO_BYTES];
     hello[..4].copy_from_slice(&MAGIC);
     hello[4] = VERSION;
-    hello[5..13].copy_from_slice(&node.to_be_bytes());
-    hello[13..].copy_from_slice(nonce);
+    hello[5..13].copy_from_slice(&me.node.to_be_bytes());
+    hello[13..21].copy_from_slice(&me.incarnation.to_be_bytes());
+    hello[21..].copy_from_slice(nonce);
     hello
 }
 
-/// Parses a peer's hello: its node id and nonce.
-fn parse_hello(hello: &[u8; HELLO_BYTES]) -> Result<(NodeId, [u8; NONCE_BYTES]), HandshakeError> {
+/// Parses a peer's hello: its identity and nonce.
+fn parse_hello(
+    hello: &[u8; HELLO_BYTES],
+) -> Result<(PeerIdentity, [u8; NONCE_BYTES]), HandshakeError> {
     if hello[..4] != MAGIC {
         return Err(HandshakeError::NotAPeer);
     }
@@ -98,21 +166,34 @@ fn parse_hello(hello: &[u8; HELLO_BYTES]) -> Result<(NodeId, [u8; NONCE_BYTES]),
     }
     let mut id = [0u8; 8];
     id.copy_from_slice(&hello[5..13]);
+    let mut incarnation = [0u8; 8];
+    incarnation.copy_from_slice(&hello[13..21]);
     let mut nonce = [0u8; NONCE_BYTES];
-    nonce.copy_from_slice(&hello[13..]);
-    Ok((NodeId::from_be_bytes(id), nonce))
+    nonce.copy_from_slice(&hello[21..]);
+    let peer = PeerIdentity {
+        node: NodeId::from_be_bytes(id),
+        incarnation: u64::from_be_bytes(incarnation),
+    };
+    Ok((peer, nonce))
 }
 
-/// The dialing side: authenticates the node at the other end, expected to be `expected`.
+/// The dialing side: authenticates the node at the other end, expected to be `expected`
+/// (no incarnation, every peer admitted: tools and tests).
 pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     me: NodeId,
     expected: NodeId,
     secret: &[u8],
 ) -> Result<(), HandshakeError> {
-    dial_node(stream, me, Some(expected), secret)
-        .await
-        .map(|_| ())
+    dial_as(
+        stream,
+        &Identity::anonymous(me),
+        Some(expected),
+        secret,
+        &admit_all,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// The dialing side towards an address whose node is not known yet (a seed given as
@@ -122,82 +203,143 @@ pub async fn dial_any<S: AsyncRead + AsyncWrite + Unpin>(
     me: NodeId,
     secret: &[u8],
 ) -> Result<NodeId, HandshakeError> {
-    dial_node(stream, me, None, secret).await
+    dial_as(stream, &Identity::anonymous(me), None, secret, &admit_all)
+        .await
+        .map(|peer| peer.node)
 }
 
-async fn dial_node<S: AsyncRead + AsyncWrite + Unpin>(
+/// The dialing side as `me`: authenticates the node at the other end (`expected`, or whichever
+/// answers), refuses it when `admit` does, and returns who it is.
+pub async fn dial_as<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
-    me: NodeId,
+    me: &Identity,
     expected: Option<NodeId>,
     secret: &[u8],
-) -> Result<NodeId, HandshakeError> {
+    admit: Admit<'_>,
+) -> Result<PeerIdentity, HandshakeError> {
+    let mine = PeerIdentity {
+        node: me.node,
+        incarnation: me.incarnation,
+    };
     let my_nonce = nonce();
-    stream.write_all(&hello(me, &my_nonce)).await?;
+    stream.write_all(&hello(mine, &my_nonce)).await?;
     stream.flush().await?;
 
     let mut reply = [0u8; HELLO_BYTES];
     stream.read_exact(&mut reply).await?;
     let (peer, peer_nonce) = parse_hello(&reply)?;
     match expected {
-        Some(expected) if peer != expected => {
+        Some(expected) if peer.node != expected => {
             return Err(HandshakeError::UnexpectedNode {
                 expected,
-                found: peer,
+                found: peer.node,
             });
         }
-        None if peer == me => return Err(HandshakeError::SameNode(me)),
+        None if peer.node == me.node => return Err(HandshakeError::SameNode(me.node)),
         _ => {}
     }
     let mut peer_mac = [0u8; MAC_BYTES];
     stream.read_exact(&mut peer_mac).await?;
-    mac(secret, b'A', me, peer, &my_nonce, &peer_nonce)
+    mac(secret, b'A', mine, peer, &my_nonce, &peer_nonce)
         .verify_slice(&peer_mac)
-        .map_err(|_| HandshakeError::BadSecret(peer))?;
+        .map_err(|_| HandshakeError::BadSecret(peer.node))?;
 
-    let proof = mac(secret, b'D', me, peer, &my_nonce, &peer_nonce).finalize();
-    stream.write_all(&proof.into_bytes()).await?;
+    if let Err(reason) = admit(peer.node, peer.incarnation) {
+        let mut refusal = [0u8; 1 + MAC_BYTES];
+        refusal[0] = RESET;
+        stream.write_all(&refusal).await?;
+        stream.flush().await?;
+        return Err(HandshakeError::PeerReset {
+            peer: peer.node,
+            reason,
+        });
+    }
+    let proof = mac(secret, b'D', mine, peer, &my_nonce, &peer_nonce).finalize();
+    let mut message = Vec::with_capacity(1 + MAC_BYTES);
+    message.push(ACCEPTED);
+    message.extend_from_slice(&proof.into_bytes());
+    stream.write_all(&message).await?;
     stream.flush().await?;
     let mut verdict = [0u8; 1];
     stream.read_exact(&mut verdict).await?;
-    if verdict[0] != ACCEPTED {
-        return Err(HandshakeError::Refused(peer));
+    match verdict[0] {
+        ACCEPTED => Ok(peer),
+        RESET => Err(HandshakeError::ThisNodeReset {
+            peer: peer.node,
+            name: me.name.clone(),
+        }),
+        _ => Err(HandshakeError::Refused(peer.node)),
     }
-    Ok(peer)
 }
 
-/// The accepting side: authenticates the dialer and returns its node id.
+/// The accepting side: authenticates the dialer and returns its node id (no incarnation,
+/// every peer admitted: tools and tests).
 pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     me: NodeId,
     secret: &[u8],
 ) -> Result<NodeId, HandshakeError> {
+    accept_as(stream, &Identity::anonymous(me), secret, &admit_all)
+        .await
+        .map(|peer| peer.node)
+}
+
+/// The accepting side as `me`: authenticates the dialer, refuses it when `admit` does, and
+/// returns who it is.
+pub async fn accept_as<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    me: &Identity,
+    secret: &[u8],
+    admit: Admit<'_>,
+) -> Result<PeerIdentity, HandshakeError> {
+    let mine = PeerIdentity {
+        node: me.node,
+        incarnation: me.incarnation,
+    };
     let mut hello_bytes = [0u8; HELLO_BYTES];
     stream.read_exact(&mut hello_bytes).await?;
     let (peer, peer_nonce) = parse_hello(&hello_bytes)?;
-    if peer == me {
-        return Err(HandshakeError::SameNode(me));
+    if peer.node == me.node {
+        return Err(HandshakeError::SameNode(me.node));
     }
     let my_nonce = nonce();
-    let proof = mac(secret, b'A', peer, me, &peer_nonce, &my_nonce).finalize();
+    let proof = mac(secret, b'A', peer, mine, &peer_nonce, &my_nonce).finalize();
     let mut reply = Vec::with_capacity(HELLO_BYTES + MAC_BYTES);
-    reply.extend_from_slice(&hello(me, &my_nonce));
+    reply.extend_from_slice(&hello(mine, &my_nonce));
     reply.extend_from_slice(&proof.into_bytes());
     stream.write_all(&reply).await?;
     stream.flush().await?;
 
+    let mut status = [0u8; 1];
+    stream.read_exact(&mut status).await?;
     let mut peer_mac = [0u8; MAC_BYTES];
     stream.read_exact(&mut peer_mac).await?;
-    let verified = mac(secret, b'D', peer, me, &peer_nonce, &my_nonce)
-        .verify_slice(&peer_mac)
-        .is_ok();
-    let verdict = if verified { ACCEPTED } else { REFUSED };
-    stream.write_all(&[verdict]).await?;
-    stream.flush().await?;
-    if verified {
-        Ok(peer)
-    } else {
-        Err(HandshakeError::BadSecret(peer))
+    if status[0] == RESET {
+        return Err(HandshakeError::ThisNodeReset {
+            peer: peer.node,
+            name: me.name.clone(),
+        });
     }
+    let verified = status[0] == ACCEPTED
+        && mac(secret, b'D', peer, mine, &peer_nonce, &my_nonce)
+            .verify_slice(&peer_mac)
+            .is_ok();
+    if !verified {
+        stream.write_all(&[REFUSED]).await?;
+        stream.flush().await?;
+        return Err(HandshakeError::BadSecret(peer.node));
+    }
+    if let Err(reason) = admit(peer.node, peer.incarnation) {
+        stream.write_all(&[RESET]).await?;
+        stream.flush().await?;
+        return Err(HandshakeError::PeerReset {
+            peer: peer.node,
+            reason,
+        });
+    }
+    stream.write_all(&[ACCEPTED]).await?;
+    stream.flush().await?;
+    Ok(peer)
 }
 
 #[cfg(test)]
@@ -237,12 +379,129 @@ mod tests {
     async fn a_stranger_is_not_a_peer() {
         let (mut a, mut b) = tokio::io::duplex(1024);
         let acceptor = tokio::spawn(async move { accept(&mut b, 2, b"cookie").await });
-        a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0123")
+        a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0123456789abcdef")
             .await
             .expect("write");
         let accepted = acceptor.await.expect("acceptor task");
         assert!(
             matches!(accepted, Err(HandshakeError::NotAPeer)),
+            "{accepted:?}"
+        );
+    }
+
+    fn identity(node: NodeId, incarnation: u64, name: &str) -> Identity {
+        Identity {
+            node,
+            incarnation,
+            name: name.into(),
+        }
+    }
+
+    /// What node 1's cluster recorded: node 2 under incarnation 22 (and node 1 as 11).
+    fn recorded(node: NodeId, incarnation: u64) -> Result<(), String> {
+        let known = match node {
+            1 => 11,
+            2 => 22,
+            _ => return Ok(()),
+        };
+        if incarnation == known {
+            Ok(())
+        } else {
+            Err(format!("node n{node} was reset"))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_recorded_incarnation_is_admitted() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let acceptor = tokio::spawn(async move {
+            accept_as(&mut b, &identity(2, 22, "n2"), b"cookie", &recorded).await
+        });
+        let dialed = dial_as(
+            &mut a,
+            &identity(1, 11, "n1"),
+            Some(2),
+            b"cookie",
+            &recorded,
+        )
+        .await;
+        assert_eq!(
+            dialed.expect("dialed"),
+            PeerIdentity {
+                node: 2,
+                incarnation: 22
+            }
+        );
+        let accepted = acceptor.await.expect("acceptor task").expect("accepted");
+        assert_eq!(accepted.incarnation, 11);
+    }
+
+    #[tokio::test]
+    async fn a_reset_acceptor_is_refused_by_the_dialer_and_told_so() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let acceptor = tokio::spawn(async move {
+            // The reset node itself records nothing: it would admit anyone.
+            accept_as(&mut b, &identity(2, 99, "n2"), b"cookie", &admit_all).await
+        });
+        let dialed = dial_as(
+            &mut a,
+            &identity(1, 11, "n1"),
+            Some(2),
+            b"cookie",
+            &recorded,
+        )
+        .await;
+        assert!(
+            matches!(&dialed, Err(HandshakeError::PeerReset { peer: 2, reason }) if reason.contains("n2 was reset")),
+            "{dialed:?}"
+        );
+        let accepted = acceptor.await.expect("acceptor task");
+        let text = accepted.expect_err("refused").to_string();
+        assert!(
+            text.contains(
+                "node n2 was reset (its data is new): run `warren ctl forget_cluster_node n2`"
+            ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_dialer_is_refused_by_the_acceptor_and_told_so() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let acceptor = tokio::spawn(async move {
+            accept_as(&mut b, &identity(1, 11, "n1"), b"cookie", &recorded).await
+        });
+        let dialed = dial_as(
+            &mut a,
+            &identity(2, 99, "n2"),
+            Some(1),
+            b"cookie",
+            &admit_all,
+        )
+        .await;
+        let text = dialed.expect_err("refused").to_string();
+        assert!(
+            text.contains("node 1 refused this node: node n2 was reset (its data is new)"),
+            "{text}"
+        );
+        let accepted = acceptor.await.expect("acceptor task");
+        assert!(
+            matches!(&accepted, Err(HandshakeError::PeerReset { peer: 2, .. })),
+            "{accepted:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_older_version_is_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let acceptor = tokio::spawn(async move { accept(&mut b, 2, b"cookie").await });
+        let mut old = [0u8; HELLO_BYTES];
+        old[..4].copy_from_slice(&MAGIC);
+        old[4] = 2;
+        a.write_all(&old).await.expect("write");
+        let accepted = acceptor.await.expect("acceptor task");
+        assert!(
+            matches!(accepted, Err(HandshakeError::Version(2))),
             "{accepted:?}"
         );
     }

@@ -95,24 +95,29 @@ pub struct MemberInfo {
     pub name: String,
     /// Where its cluster port is reached, `HOST:PORT`.
     pub addr: String,
+    /// The incarnation it joined with (drawn when its data directory was new): a peer of this
+    /// id with another one is a reset node and is refused (see `handshake`). 0: unknown (a
+    /// member recorded before incarnations existed), never refused for a difference.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl MemberInfo {
-    /// Kept in openraft's `BasicNode::addr` as `"ADDR NAME"` (neither contains whitespace).
+    /// Kept in openraft's `BasicNode::addr` as `"ADDR NAME INCARNATION"` (none contains
+    /// whitespace; older records lack the incarnation).
     pub fn to_node(&self) -> BasicNode {
-        BasicNode::new(format!("{} {}", self.addr, self.name))
+        BasicNode::new(format!("{} {} {}", self.addr, self.name, self.incarnation))
     }
 
     pub fn from_node(node: &BasicNode) -> MemberInfo {
-        match node.addr.split_once(' ') {
-            Some((addr, name)) => MemberInfo {
-                name: name.to_string(),
-                addr: addr.to_string(),
-            },
-            None => MemberInfo {
-                name: String::new(),
-                addr: node.addr.clone(),
-            },
+        let mut parts = node.addr.split(' ');
+        let addr = parts.next().unwrap_or_default().to_string();
+        let name = parts.next().unwrap_or_default().to_string();
+        let incarnation = parts.next().and_then(|i| i.parse().ok()).unwrap_or(0);
+        MemberInfo {
+            name,
+            addr,
+            incarnation,
         }
     }
 }

@@ -13,7 +13,9 @@
 //! the peer and the reason.
 //!
 //! Every connection starts with the [`handshake`]: nothing is parsed as a frame before both
-//! sides proved they know the cluster secret. With [`ClusterTls`] configured, TLS wraps the
+//! sides proved they know the cluster secret, and no link comes up with a peer the admission
+//! check set with [`TcpTransport::set_admission`] refuses (a reset node, whose incarnation
+//! differs from the one its cluster recorded: see [`handshake`]). With [`ClusterTls`] configured, TLS wraps the
 //! connection first and the handshake and frames run inside it.
 //!
 //! After the handshake the dialer sends one byte naming the connection's kind:
@@ -62,6 +64,10 @@ pub struct ClusterTls {
 #[derive(Clone)]
 pub struct TcpTransportConfig {
     pub node: NodeId,
+    /// Drawn when the node's data directory was new (0: none); sent in every handshake.
+    pub incarnation: u64,
+    /// The node name, named in the instructions logged when peers refuse this node as reset.
+    pub name: String,
     pub listen: SocketAddr,
     /// The cluster secret every node shares (the Erlang cookie's role); never sent.
     pub secret: Vec<u8>,
@@ -91,6 +97,8 @@ impl TcpTransportConfig {
     pub fn new(node: NodeId, listen: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
         Self {
             node,
+            incarnation: 0,
+            name: node.to_string(),
             listen,
             secret: secret.into(),
             tls: None,
@@ -114,6 +122,8 @@ impl std::fmt::Debug for TcpTransportConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpTransportConfig")
             .field("node", &self.node)
+            .field("incarnation", &self.incarnation)
+            .field("name", &self.name)
             .field("listen", &self.listen)
             .field("tls", &self.tls.is_some())
             .field("max_frame_bytes", &self.max_frame_bytes)
@@ -136,6 +146,10 @@ pub const KIND_FORWARD: u8 = 1;
 
 /// What takes an accepted forwarding connection: the peer's id and the authenticated stream.
 pub type ForwardHandler = Arc<dyn Fn(NodeId, BoxedStream) + Send + Sync>;
+
+/// Decides whether an authenticated peer (node id, incarnation) may link with this node; `Err`
+/// says why not (see [`handshake::Admit`]).
+pub type AdmissionCheck = Arc<dyn Fn(NodeId, u64) -> Result<(), String> + Send + Sync>;
 
 /// One authenticated connection to a peer, as senders see it.
 struct Link {
@@ -168,6 +182,9 @@ pub struct TcpTransport {
     liveness: Arc<Liveness>,
     registry: OnceLock<GroupRegistry>,
     forward: OnceLock<ForwardHandler>,
+    admission: OnceLock<AdmissionCheck>,
+    /// Each peer's incarnation as its last accepted handshake gave it.
+    incarnations: Mutex<HashMap<NodeId, u64>>,
     listener: Mutex<Option<TcpListener>>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     links: Mutex<HashMap<NodeId, Arc<Link>>>,
@@ -194,6 +211,8 @@ impl TcpTransport {
             liveness: Arc::default(),
             registry: OnceLock::new(),
             forward: OnceLock::new(),
+            admission: OnceLock::new(),
+            incarnations: Mutex::default(),
             listener: Mutex::new(Some(listener)),
             addrs: Mutex::default(),
             links: Mutex::default(),
@@ -207,6 +226,11 @@ impl TcpTransport {
 
     pub fn node(&self) -> NodeId {
         self.config.node
+    }
+
+    /// This node's incarnation as its handshakes present it.
+    pub fn incarnation(&self) -> u64 {
+        self.config.incarnation
     }
 
     /// The address the cluster port is bound to.
@@ -238,6 +262,34 @@ impl TcpTransport {
     /// Until then they are closed.
     pub fn on_forward(&self, handler: ForwardHandler) {
         let _ = self.forward.set(handler);
+    }
+
+    /// Sets the check every authenticated peer passes before a link comes up, both ways and
+    /// for both kinds of connection (call once; later calls are ignored). Until then every
+    /// authenticated peer is admitted.
+    pub fn set_admission(&self, check: AdmissionCheck) {
+        let _ = self.admission.set(check);
+    }
+
+    /// Peer `node`'s incarnation as its last accepted handshake gave it.
+    pub fn peer_incarnation(&self, node: NodeId) -> Option<u64> {
+        self.incarnations.lock().get(&node).copied()
+    }
+
+    /// This node as the handshake presents it.
+    fn identity(&self) -> handshake::Identity {
+        handshake::Identity {
+            node: self.config.node,
+            incarnation: self.config.incarnation,
+            name: self.config.name.clone(),
+        }
+    }
+
+    fn admit(&self, peer: NodeId, incarnation: u64) -> Result<(), String> {
+        match self.admission.get() {
+            Some(check) => check(peer, incarnation),
+            None => Ok(()),
+        }
     }
 
     /// Opens a forwarding connection to `peer` listening at `addr` (its advertised address in
@@ -385,18 +437,21 @@ impl TcpTransport {
                 ),
                 None => Box::new(stream),
             };
-            let me = self.config.node;
-            let secret = &self.config.secret;
-            let peer = match expected {
-                Some(peer) => handshake::dial(&mut stream, me, peer, secret)
-                    .await
-                    .map(|()| peer),
-                None => handshake::dial_any(&mut stream, me, secret).await,
-            }
+            let admit = |peer: NodeId, incarnation: u64| self.admit(peer, incarnation);
+            let peer = handshake::dial_as(
+                &mut stream,
+                &self.identity(),
+                expected,
+                &self.config.secret,
+                &admit,
+            )
+            .await
             .map_err(|e| match e {
                 handshake::HandshakeError::Io(e) => DialError::Connect(e.to_string()),
                 other => DialError::Handshake(other),
             })?;
+            self.incarnations.lock().insert(peer.node, peer.incarnation);
+            let peer = peer.node;
             stream
                 .write_all(&[kind])
                 .await
@@ -460,9 +515,13 @@ impl TcpTransport {
                 },
                 None => Box::new(stream),
             };
-            let peer = handshake::accept(&mut stream, self.config.node, &self.config.secret)
-                .await
-                .map_err(|e| e.to_string())?;
+            let admit = |peer: NodeId, incarnation: u64| self.admit(peer, incarnation);
+            let peer =
+                handshake::accept_as(&mut stream, &self.identity(), &self.config.secret, &admit)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            self.incarnations.lock().insert(peer.node, peer.incarnation);
+            let peer = peer.node;
             let mut kind = [0u8; 1];
             stream
                 .read_exact(&mut kind)

@@ -75,7 +75,19 @@ fn info(id: NodeId) -> MemberInfo {
     MemberInfo {
         name: format!("warren-{id}@localhost"),
         addr: format!("127.0.0.1:{}", 25000 + id),
+        incarnation: 1000 + id,
     }
+}
+
+#[test]
+fn member_info_round_trips_and_reads_records_without_an_incarnation() {
+    let member = info(3);
+    assert_eq!(MemberInfo::from_node(&member.to_node()), member);
+    let older = MemberInfo::from_node(&openraft::BasicNode::new("127.0.0.1:25003 n3"));
+    assert_eq!(
+        (older.addr.as_str(), older.name.as_str(), older.incarnation),
+        ("127.0.0.1:25003", "n3", 0)
+    );
 }
 
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
@@ -455,6 +467,7 @@ async fn over_tcp_seeds_known_by_address_form_one_group_and_an_intruder_is_refus
                 MemberInfo {
                     name: format!("n{id}"),
                     addr: addr.to_string(),
+                    incarnation: 0,
                 },
             )
         })

@@ -8,7 +8,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use warren_broker::quorum::cluster::{node_id, ClusterNode};
+use warren_broker::quorum::cluster::{load_or_create_incarnation, node_id, ClusterNode};
 use warren_broker::quorum::QuorumHost;
 use warren_broker::remote;
 use warren_broker::replication::metadata_group::{BrokerMetadata, ClusterReplicator};
@@ -170,8 +170,16 @@ pub async fn open(
     // Dual-stack where the machine has IPv6, IPv4 only where it has not.
     let any_v6: SocketAddr = (std::net::Ipv6Addr::UNSPECIFIED, port).into();
     let any_v4: SocketAddr = (std::net::Ipv4Addr::UNSPECIFIED, port).into();
+    let incarnation = load_or_create_incarnation(quorum_dir).with_context(|| {
+        format!(
+            "reading or creating this node's incarnation in {}",
+            quorum_dir.display()
+        )
+    })?;
     let config = |listen| TcpTransportConfig {
         tls: tls.clone(),
+        incarnation,
+        name: name.clone(),
         ..TcpTransportConfig::new(id, listen, secret.clone())
     };
     let transport = match TcpTransport::bind(config(any_v6)).await {
@@ -252,6 +260,7 @@ pub async fn join(
     tracing::info!(
         node = %name,
         node_id = node_id(&name),
+        incarnation = cluster.incarnation(),
         %advertised,
         peers = ?args.cluster_peers,
         "cluster port open; forming or joining the cluster"

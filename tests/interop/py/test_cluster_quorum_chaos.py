@@ -6,8 +6,8 @@ does not lead the queue forwards publishes and consumers to its leader), one fai
   its member catches up;
 - SIGSTOP a follower of the queue, then SIGCONT;
 - partition the queue's leader away (network namespaces, its veth down), then heal;
-- kill a node, `forget_cluster_node` it, wipe its data and restart it (skipped unless
-  WARREN_CHAOS_KNOWN_GAPS=1: a known gap, see docs/CLUSTERING.md).
+- kill a node, `forget_cluster_node` it (it leaves the queue's group), wipe its data, restart it
+  (it joins as a new node) and `grow_quorum_queues` it (it is a member of the group again).
 
 After the rounds, publishing stops and the consumers drain: lost (confirmed, never received)
 must be 0 and unexpected (a body never published) 0; duplicates (at-least-once redeliveries
@@ -201,12 +201,6 @@ def test_sigstop_a_queue_follower(cluster):
     finish("quorum queue: SIGSTOP a follower", workload, cluster)
 
 
-# Known gap (docs/CLUSTERING.md): forget_cluster_node leaves the wiped node in the queue's group,
-# and the leader's Raft core stops on its empty log ("follower log reversion is not allowed").
-# Run with WARREN_CHAOS_KNOWN_GAPS=1 to see it.
-@pytest.mark.skipif(not os.environ.get("WARREN_CHAOS_KNOWN_GAPS"),
-                    reason="known gap: a wiped member rejoining a quorum group stops its "
-                           "leader (follower log reversion); WARREN_CHAOS_KNOWN_GAPS=1 runs it")
 def test_wipe_a_node_forget_it_and_restart_it(cluster):
     workload = start_workload(cluster, "qw%d" % os.getpid())
     for round_number in range(ROUNDS):
@@ -220,6 +214,11 @@ def test_wipe_a_node_forget_it_and_restart_it(cluster):
         victim.wipe()
         victim.start(remaining)
         cluster.wait_agreed(timeout=90)
+        # As `rabbitmq-queues grow`: the new node joins the queue's group again (its member
+        # starts once the node applied the queue's declaration).
+        eventually("%s knows %s" % (victim.name, QUEUE), lambda: queue_info(victim), timeout=60)
+        grown = remaining[round_number % 2].ctl("grow_quorum_queues", victim.name)
+        assert grown.returncode == 0, grown.stdout + grown.stderr
     caught_up(cluster)
     finish("quorum queue: wipe a node, forget it, restart it", workload, cluster)
 

@@ -12,11 +12,23 @@
 //!   the lowest of itself and its seeds initialize the metadata group with itself as the only
 //!   member (so a wiped node with the lowest id joins the running cluster, not a new one).
 //!
+//! Each node also has an incarnation: a random number drawn when its data directory is new
+//! ([`load_or_create_incarnation`]), sent in every cluster handshake and recorded with the
+//! node's name and address in the metadata membership when it joins. A peer presenting another
+//! incarnation than the one recorded for its id is a node whose data was wiped: it is refused
+//! before any Raft message reaches either side (its empty logs would otherwise stop the
+//! leaders' Raft cores with "follower log reversion"), with the operator's way out in the log
+//! line on both sides — forget it, then restart it, and it joins as a new node. The record
+//! lives in the membership rather than the definitions because it belongs to the membership:
+//! it is written by the same change that adds the node and dropped by the one that forgets it.
+//!
 //! A watcher keeps this node linked to every member the membership lists (the lower id dials;
 //! a higher one probes when no link is up, since the lower may not know its address yet).
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +36,7 @@ use sha2::{Digest, Sha256};
 use warren_quorum::metadata::{
     MemberChange, MemberInfo, MetadataGroup, MetadataMachine, MetadataStatus, METADATA_GROUP,
 };
-use warren_quorum::network::{NodeTransport, RaftRequest, RaftResponse, Transport};
+use warren_quorum::network::{GroupRegistry, NodeTransport, RaftRequest, RaftResponse, Transport};
 use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::NodeId;
 
@@ -39,6 +51,52 @@ pub fn node_id(name: &str) -> NodeId {
     let mut id = [0u8; 8];
     id.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(id)
+}
+
+/// The file in the node's quorum data directory holding its incarnation.
+const INCARNATION_FILE: &str = "incarnation";
+
+/// This node's incarnation: read from `dir`, or drawn (random, never 0) and stored there
+/// durably when the directory has none — a new data directory, or a wiped one.
+pub fn load_or_create_incarnation(dir: &Path) -> std::io::Result<u64> {
+    let path = dir.join(INCARNATION_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return text.trim().parse().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: not an incarnation number: {e}", path.display()),
+                )
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::create_dir_all(dir)?;
+    let incarnation = loop {
+        let drawn: u64 = rand::random();
+        if drawn != 0 {
+            break drawn;
+        }
+    };
+    // Written whole, then renamed: a crash leaves the old state or the new, never half a file.
+    let partial = dir.join(format!("{INCARNATION_FILE}.partial"));
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(format!("{incarnation}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(incarnation)
+}
+
+/// The refusal of a peer presenting another incarnation than the recorded one (both sides log
+/// it; the refused side gets the same instructions from its handshake).
+pub fn reset_refusal(name: &str, presented: u64, recorded: u64) -> String {
+    format!(
+        "node {name} was reset (its data is new): run `warren ctl forget_cluster_node {name}` \
+         on a running node, then restart it (it presents incarnation {presented}, the cluster \
+         recorded {recorded})"
+    )
 }
 
 /// One member of the cluster as `cluster_status` shows it.
@@ -78,8 +136,11 @@ pub struct ClusterStatus {
 pub struct ClusterNode {
     name: String,
     id: NodeId,
+    incarnation: u64,
     advertised: String,
     transport: Arc<TcpTransport>,
+    /// This node's running groups (the queue groups' members a membership change reaches).
+    registry: GroupRegistry,
     metadata: MetadataGroup<NodeTransport>,
     /// None until this node is a member; then whether it formed the cluster (initialized the
     /// metadata group) rather than joining one.
@@ -105,11 +166,19 @@ impl ClusterNode {
         let node = Arc::new(ClusterNode {
             name: name.to_string(),
             id: host.node_id(),
+            incarnation: transport.incarnation(),
             advertised: advertised.to_string(),
             transport,
+            registry: host.node().registry(),
             metadata,
             membership: tokio::sync::watch::Sender::new(None),
         });
+        let weak = Arc::downgrade(&node);
+        node.transport
+            .set_admission(Arc::new(move |peer, incarnation| match weak.upgrade() {
+                Some(node) => node.admit(peer, incarnation),
+                None => Ok(()),
+            }));
         tokio::spawn(node.clone().form(seeds));
         tokio::spawn(node.clone().watch_members());
         Ok(node)
@@ -132,6 +201,11 @@ impl ClusterNode {
         &self.metadata
     }
 
+    /// This node's running groups.
+    pub fn registry(&self) -> &GroupRegistry {
+        &self.registry
+    }
+
     /// Waits until this node is a member of the cluster (at once on a restarted member);
     /// true when it formed the cluster itself, false when it joined one.
     pub async fn membership(&self) -> bool {
@@ -148,6 +222,30 @@ impl ClusterNode {
         MemberInfo {
             name: self.name.clone(),
             addr: self.advertised.clone(),
+            incarnation: self.incarnation,
+        }
+    }
+
+    /// This node's incarnation (see the module's comment).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Whether peer `peer` presenting `incarnation` may link with this node: not when the
+    /// membership recorded another incarnation for it (it was reset).
+    fn admit(&self, peer: NodeId, incarnation: u64) -> Result<(), String> {
+        let recorded = self
+            .metadata
+            .members()
+            .into_iter()
+            .find(|(id, _)| *id == peer);
+        match recorded {
+            Some((_, info)) if info.incarnation != 0 && info.incarnation != incarnation => {
+                let refusal = reset_refusal(&info.name, incarnation, info.incarnation);
+                tracing::error!(peer, "{refusal}");
+                Err(refusal)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -368,14 +466,25 @@ impl ClusterNode {
                 MemberInfo {
                     name: name.to_string(),
                     addr: addr.to_string(),
+                    incarnation: self.transport.peer_incarnation(id).unwrap_or(0),
                 },
             )
             .await
             .map_err(|e| e.to_string())
     }
 
-    /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node).
-    pub async fn forget_node(&self, name: &str) -> Result<(), String> {
+    /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node): first from
+    /// every quorum queue group of `groups` it is a member of (RabbitMQ's shrink_all), then from
+    /// the membership. Refused while the node is running (connected), as RabbitMQ refuses it.
+    ///
+    /// The groups go first (RabbitMQ shrinks after): once the membership forgets a node, its
+    /// recorded incarnation goes too, and a wiped node waiting at the door joins at once — it
+    /// must not find itself still a member of a group, whose leader would meet its empty log.
+    pub async fn forget_node(
+        &self,
+        name: &str,
+        groups: &[super::membership::QuorumGroup],
+    ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = node_id(name);
         if !self
             .metadata
@@ -385,10 +494,54 @@ impl ClusterNode {
         {
             return Err(format!("{name} is not a member of the cluster"));
         }
+        if self.is_running(id) {
+            return Err(format!(
+                "{{failed_to_remove_node,{name},{{active,\"Mnesia is running\",{name}}}}}: {name} \
+                 is running (connected to this node); stop it first"
+            ));
+        }
+        let changes = super::membership::shrink_all(self, groups, id).await;
+        let failed: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match &c.result {
+                Err(e) => Some(format!("{}/{}: {e}", c.vhost, c.queue)),
+                Ok(()) => None,
+            })
+            .collect();
+        if !failed.is_empty() {
+            return Err(format!(
+                "{name} is still a member of these quorum queues' groups (nothing was forgotten; \
+                 run it again once their leaders are reachable): {}",
+                failed.join("; ")
+            ));
+        }
         self.metadata
             .remove_member(id)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(changes)
+    }
+
+    /// Adds the member `name` to every quorum queue group of `groups` below its size
+    /// (`rabbitmq-queues grow NODE all`); one result per queue it was added to or failed for.
+    pub async fn grow_quorum_queues(
+        &self,
+        name: &str,
+        groups: &[super::membership::QuorumGroup],
+    ) -> Result<Vec<super::membership::GroupChange>, String> {
+        let id = node_id(name);
+        if !self
+            .metadata
+            .members()
+            .iter()
+            .any(|(member, _)| *member == id)
+        {
+            return Err(format!("{name} is not a member of the cluster"));
+        }
+        if !self.is_running(id) {
+            return Err(format!("{name} is not running: start it first"));
+        }
+        Ok(super::membership::grow_all(self, groups, id).await)
     }
 
     /// Stops the metadata member and the transport.
@@ -414,4 +567,23 @@ async fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {addr}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_incarnation_is_kept_with_the_data_and_new_with_new_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let quorum = dir.path().join("quorum");
+        let first = load_or_create_incarnation(&quorum).expect("created");
+        assert_ne!(first, 0);
+        assert_eq!(load_or_create_incarnation(&quorum).expect("read"), first);
+        std::fs::remove_dir_all(&quorum).expect("wipe");
+        let wiped = load_or_create_incarnation(&quorum).expect("created again");
+        assert_ne!(wiped, first);
+        std::fs::write(quorum.join(INCARNATION_FILE), "not a number").expect("write");
+        assert!(load_or_create_incarnation(&quorum).is_err());
+    }
 }

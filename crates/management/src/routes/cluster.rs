@@ -1,7 +1,10 @@
 //! The cluster: GET /api/cluster/status (members, metadata-group leader, term, each member's
 //! matched index and lag), POST /api/cluster/nodes (add a running node), DELETE
-//! /api/cluster/nodes/{name} (forget a node, RabbitMQ's forget_cluster_node), and the other
-//! members' entries of /api/nodes. A single node answers as a cluster of one.
+//! /api/cluster/nodes/{name} (forget a node, RabbitMQ's forget_cluster_node: it leaves every
+//! quorum queue's group too, and a running node is refused), POST
+//! /api/queues/quorum/replicas/on/{node}/grow (RabbitMQ's route for `rabbitmq-queues grow NODE
+//! all`: the node joins every quorum queue group below its size), and the other members'
+//! entries of /api/nodes. A single node answers as a cluster of one.
 
 use super::{body_json, no_content};
 use crate::auth::Identity;
@@ -9,11 +12,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::Api;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::quorum::cluster::{ClusterMember, ClusterStatus};
+use warren_broker::quorum::membership::quorum_groups;
 
 fn member_json(member: &ClusterMember) -> Value {
     json!({
@@ -111,8 +116,41 @@ pub async fn forget_node(
             "a node cannot forget itself: run this against another member",
         ));
     }
-    cluster.forget_node(&name).await.map_err(unavailable)?;
+    let groups = quorum_groups(&api.broker);
+    cluster
+        .forget_node(&name, &groups)
+        .await
+        .map_err(unavailable)?;
     Ok(no_content())
+}
+
+/// The queues a grow changed: `[{"vhost", "name", "result": "ok" | the error}]`.
+pub async fn grow_quorum_queues(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+) -> ApiResult {
+    who.require_admin()?;
+    let cluster = api.broker.cluster().ok_or_else(single_node)?;
+    let groups = quorum_groups(&api.broker);
+    let changes = cluster
+        .grow_quorum_queues(&node, &groups)
+        .await
+        .map_err(unavailable)?;
+    let listed: Vec<Value> = changes
+        .iter()
+        .map(|change| {
+            json!({
+                "vhost": change.vhost,
+                "name": change.queue,
+                "result": match &change.result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e.clone(),
+                },
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(listed)).into_response())
 }
 
 /// /api/nodes entries of the cluster's other members (RabbitMQ lists every node; what this

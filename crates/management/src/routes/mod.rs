@@ -37,6 +37,10 @@ pub fn api_routes() -> Router<Arc<Api>> {
             "/api/cluster/nodes/{name}",
             axum::routing::delete(cluster::forget_node),
         )
+        .route(
+            "/api/queues/quorum/replicas/on/{node}/grow",
+            axum::routing::post(cluster::grow_quorum_queues),
+        )
         .route("/api/nodes/{node}", get(node::one_node))
         .route("/api/extensions", get(node::extensions))
         .route("/api/whoami", get(node::whoami))

@@ -1,0 +1,213 @@
+//! Quorum queues' group membership as the cluster changes, RabbitMQ's way: forgetting a node
+//! removes it from every quorum queue group it is a member of (`forget_cluster_node` runs
+//! `rabbit_quorum_queue:shrink_all`), and growing adds a node to every group below its size
+//! (`rabbitmq-queues grow NODE all`; `warren ctl grow_quorum_queues NODE`).
+//!
+//! Each change is a Raft membership change (openraft `change_membership`) carried out by the
+//! group's leader, reached through the members this node knows: this node's own member first
+//! when it has one, else each known member, following the leader they name. Adding a member
+//! blocks until it caught up as a learner, then makes it a voter, so commits never wait on an
+//! empty member.
+//!
+//! A group's size to grow to is its declaration's `x-quorum-initial-group-size` (3 by
+//! default), as placement uses; RabbitMQ's `grow ... all` adds the node to every queue it is
+//! not on, whatever the count.
+
+use std::time::{Duration, Instant};
+
+use warren_quorum::metadata::MemberChange;
+use warren_quorum::network::{NodeTransport, RaftRequest, RaftResponse, Transport, TransportError};
+use warren_quorum::types::{GroupId, NodeId};
+
+use super::cluster::ClusterNode;
+use super::placement::initial_group_size;
+use crate::Broker;
+
+/// How long one group's membership change keeps trying (elections, forwarding, a learner
+/// catching up) before it is reported as failed.
+const GROUP_CHANGE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Between attempts while no member answers as the leader.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// One quorum queue's group as this node knows it.
+#[derive(Clone, Debug)]
+pub struct QuorumGroup {
+    pub vhost: String,
+    pub queue: String,
+    pub group: GroupId,
+    /// Its voters as this node's member lists them, else as declared.
+    pub members: Vec<NodeId>,
+    /// The members as declared (the node that declared it first).
+    pub declared: Vec<NodeId>,
+    /// The size it was declared with.
+    pub target_size: usize,
+}
+
+/// Every quorum queue group of every vhost.
+pub fn quorum_groups(broker: &Broker) -> Vec<QuorumGroup> {
+    let mut groups = Vec::new();
+    for vhost in broker.vhosts() {
+        for queue in vhost.queues() {
+            let Some(quorum) = queue.quorum() else {
+                continue;
+            };
+            groups.push(QuorumGroup {
+                vhost: vhost.name.to_string(),
+                queue: queue.name.to_string(),
+                group: quorum.group_id(),
+                members: quorum.member_ids(),
+                declared: quorum.members().to_vec(),
+                target_size: initial_group_size(&queue.arguments)
+                    .unwrap_or(super::placement::DEFAULT_INITIAL_GROUP_SIZE),
+            });
+        }
+    }
+    groups.sort_by(|a, b| (&a.vhost, &a.queue).cmp(&(&b.vhost, &b.queue)));
+    groups
+}
+
+/// What happened to one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupChange {
+    pub vhost: String,
+    pub queue: String,
+    pub result: Result<(), String>,
+}
+
+/// Removes node `node` from every group of `groups` that lists it (as a voter or as
+/// declared); one result per group changed.
+pub async fn shrink_all(
+    cluster: &ClusterNode,
+    groups: &[QuorumGroup],
+    node: NodeId,
+) -> Vec<GroupChange> {
+    let mut changes = Vec::new();
+    for group in groups {
+        if !group.members.contains(&node) && !group.declared.contains(&node) {
+            continue;
+        }
+        let reach: Vec<NodeId> = known_members(group)
+            .into_iter()
+            .filter(|m| *m != node)
+            .collect();
+        let result =
+            change_group_members(cluster, group.group, &reach, MemberChange::Remove { node }).await;
+        if let Err(e) = &result {
+            tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "removing a forgotten node from a quorum queue's group failed");
+        } else {
+            tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "removed a forgotten node from the quorum queue's group");
+        }
+        changes.push(GroupChange {
+            vhost: group.vhost.clone(),
+            queue: group.queue.clone(),
+            result,
+        });
+    }
+    changes
+}
+
+/// Adds member `node` (its membership record) to every group of `groups` that does not list it
+/// and has fewer members than its size; one result per group changed.
+pub async fn grow_all(
+    cluster: &ClusterNode,
+    groups: &[QuorumGroup],
+    node: NodeId,
+) -> Vec<GroupChange> {
+    let Some(info) = cluster
+        .metadata()
+        .members()
+        .into_iter()
+        .find(|(id, _)| *id == node)
+        .map(|(_, info)| info)
+    else {
+        return Vec::new();
+    };
+    let mut changes = Vec::new();
+    for group in groups {
+        if group.members.contains(&node) || group.members.len() >= group.target_size {
+            continue;
+        }
+        let change = MemberChange::Add {
+            node,
+            info: info.clone(),
+        };
+        let result =
+            change_group_members(cluster, group.group, &known_members(group), change).await;
+        if let Err(e) = &result {
+            tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "adding a node to a quorum queue's group failed");
+        } else {
+            tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "added a node to the quorum queue's group");
+        }
+        changes.push(GroupChange {
+            vhost: group.vhost.clone(),
+            queue: group.queue.clone(),
+            result,
+        });
+    }
+    changes
+}
+
+/// The group's members as voters and as declared, voters first, without repeats.
+fn known_members(group: &QuorumGroup) -> Vec<NodeId> {
+    let mut members = group.members.clone();
+    for node in &group.declared {
+        if !members.contains(node) {
+            members.push(*node);
+        }
+    }
+    members
+}
+
+/// Carries out `change` in group `group` through its leader, asking `members` (and the leaders
+/// they name) until one carries it out or the time is up. Already done (the node is no member
+/// to remove, or already a voter) counts as done.
+async fn change_group_members(
+    cluster: &ClusterNode,
+    group: GroupId,
+    members: &[NodeId],
+    change: MemberChange,
+) -> Result<(), String> {
+    let deadline = Instant::now() + GROUP_CHANGE_TIMEOUT;
+    let transport = NodeTransport::Tcp(cluster.transport().clone());
+    let own = cluster.id();
+    let mut hint: Option<NodeId> = None;
+    let mut last_error = String::from("no member of the group answered");
+    while Instant::now() < deadline {
+        let first = hint.take();
+        let targets: Vec<NodeId> = first
+            .into_iter()
+            .chain(members.iter().copied().filter(|m| Some(*m) != first))
+            .collect();
+        for to in targets {
+            let request = RaftRequest::ChangeMembers(change.clone());
+            let answer = if to == own {
+                cluster.registry().handle(group, request).await
+            } else {
+                transport.send(own, to, group, request).await
+            };
+            match answer {
+                Ok(RaftResponse::MembersChanged { .. }) => return Ok(()),
+                Ok(_) => last_error = "unexpected answer to a membership change".into(),
+                Err(TransportError::NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) if leader != to => {
+                    hint = Some(leader);
+                    break;
+                }
+                Err(TransportError::Remote { reason, .. })
+                    if reason.contains("is not a member")
+                        || reason.contains("already a member") =>
+                {
+                    return Ok(());
+                }
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    Err(format!(
+        "no leader carried out the change within {GROUP_CHANGE_TIMEOUT:?}: {last_error}"
+    ))
+}
