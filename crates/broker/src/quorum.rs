@@ -244,6 +244,13 @@ pub struct QuorumQueue {
     /// its real queue), made when first needed and retired — its consumers cancelled — when
     /// the leader moves (`QuorumQueue::follow_leader`). This node's member keeps running.
     delegate: Mutex<Option<(NodeId, Arc<RemoteQueue>)>>,
+    /// Delegates retired while their link was up, newest last, with when (at most
+    /// `RETIRED_DELEGATES`, for `RETIRED_DELEGATE_KEEP`): a client may still ack, requeue or
+    /// give back (a delivery that reached its consumer after the consumer was cancelled) a
+    /// message delivered through one, and that settle must reach the serving side that holds
+    /// it there — through another delegate it names no message the serving side knows, and
+    /// the message would stay checked out to the retired delegate's consumer.
+    retired_delegates: Mutex<Vec<(std::time::Instant, Arc<RemoteQueue>)>>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
     /// The group's data removal has been started (exactly once).
@@ -284,6 +291,7 @@ impl QuorumQueue {
             leader_changed: Arc::new(tokio::sync::Notify::new()),
             consumers: Mutex::new(Consumers::default()),
             delegate: Mutex::new(None),
+            retired_delegates: Mutex::new(Vec::new()),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
             removal_started: AtomicBool::new(false),
@@ -399,9 +407,32 @@ impl QuorumQueue {
         let retired = delegate.replace((leader, remote.clone()));
         drop(delegate);
         if let Some((_, old)) = retired {
-            cancel_all(old.mark_deleted().0);
+            cancel_all(self.retire_delegate(old));
         }
         Some(remote)
+    }
+
+    /// A delegate goes: its consumers are cancelled at the serving node (and returned, to be
+    /// told basic.cancel here); it is kept a while for settling what it delivered.
+    fn retire_delegate(&self, old: Arc<RemoteQueue>) -> Vec<Arc<Consumer>> {
+        let (cancelled, _) = old.mark_deleted();
+        let mut retired = self.retired_delegates.lock();
+        if old.can_settle() {
+            retired.push((std::time::Instant::now(), old));
+        }
+        let excess = retired.len().saturating_sub(RETIRED_DELEGATES);
+        retired.drain(..excess);
+        cancelled
+    }
+
+    /// The retired delegates still worth settling through (dropping the others).
+    fn settling_delegates(&self) -> Vec<Arc<RemoteQueue>> {
+        let mut retired = self.retired_delegates.lock();
+        if retired.is_empty() {
+            return Vec::new();
+        }
+        retired.retain(|(at, r)| at.elapsed() < RETIRED_DELEGATE_KEEP && r.can_settle());
+        retired.iter().map(|(_, r)| r.clone()).collect()
     }
 
     /// Moves waiting consumers to the leader once the link to its node is up; gives up after
@@ -458,7 +489,7 @@ impl QuorumQueue {
             }
         };
         if let Some((node, old)) = retired {
-            let (cancelled, _) = old.mark_deleted();
+            let cancelled = self.retire_delegate(old);
             if !cancelled.is_empty() {
                 tracing::info!(
                     queue = %queue.name,
@@ -692,8 +723,14 @@ impl QuorumQueue {
             self.propose(Command::Cancel { consumer }, None);
         }
         if forwarded.iter().any(|f| !f.is_empty()) {
-            // A delegate retired since the delivery: its messages went back on the leader.
-            if let Some(remote) = self.current_delegate() {
+            // Delivered through a delegate: the current one, or one retired since (its
+            // serving side still holds them when its node leads, or the leader's take-over
+            // returned them). Which one is not recorded per message: each is told, and a
+            // serving side ignores a settle of a message it does not hold through that
+            // delegate (`remote/serve.rs`).
+            let mut through = self.settling_delegates();
+            through.extend(self.current_delegate());
+            for remote in through {
                 remote.settle(&forwarded[0], &forwarded[1], &forwarded[2]);
             }
         }
@@ -951,6 +988,15 @@ fn cancel_all(consumers: Vec<Arc<Consumer>>) {
 /// How long a proposal waits for the group to know a leader (an election under way) before
 /// it is refused (a publish then gets a nack).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+/// Retired delegates a queue keeps for settling (`QuorumQueue::retired_delegates`): one per
+/// leader change still being settled; their links going drops them sooner.
+const RETIRED_DELEGATES: usize = 4;
+
+/// How long a retired delegate is settled through: its consumers' clients were told
+/// basic.cancel and settle or give back what they hold soon after (every forwarded settle goes
+/// through each kept one, so they are not kept for good).
+const RETIRED_DELEGATE_KEEP: Duration = Duration::from_secs(60);
 
 /// How long a consumer attached while the link to the leader's node is down waits for it.
 const LINK_WAIT: Duration = Duration::from_secs(60);
@@ -1404,6 +1450,19 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
         tracing::info!(queue = %queue.name, error = %e, "quorum queue take-over: leadership not confirmed (retried)");
         return false;
     }
+    // Consumers of this node the group no longer knows (another leader cancelled them while
+    // this member did not lead, perhaps without the leader watch seeing it) hold nothing:
+    // what this node remembers them holding is forgotten, or a later removal of one would
+    // only suspend it, for good, waiting on settles of messages it no longer has.
+    let known: HashSet<ConsumerKey> = group.with_queue(|q| q.consumer_keys().into_iter().collect());
+    {
+        let mut consumers = qq.consumers.lock();
+        let Consumers {
+            held, cancelled, ..
+        } = &mut *consumers;
+        held.retain(|_, key| known.contains(key));
+        cancelled.retain(|key| known.contains(key));
+    }
     let config = qq.desired_config();
     let mut complete = true;
     if group.with_queue(|q| q.config() != &config) {
@@ -1430,9 +1489,14 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
     // came in, whether their own Checkout or this one reaches the log first (`by_key` is a
     // hash map; in its order a second consumer could go ahead of the first).
     attached.sort_unstable_by_key(|(key, _)| *key);
-    let known: Vec<ConsumerKey> = group.with_queue(|q| q.consumer_keys());
-    for stale in known.iter().filter(|key| !local.contains(key)) {
-        complete &= write(Command::Cancel { consumer: *stale }).await.is_ok();
+    let mut stale: Vec<ConsumerKey> = known
+        .iter()
+        .copied()
+        .filter(|key| !local.contains(key))
+        .collect();
+    stale.sort_unstable();
+    for stale in stale {
+        complete &= write(Command::Cancel { consumer: stale }).await.is_ok();
     }
     for (key, prefetch) in attached {
         if !known.contains(&key) {
@@ -1512,10 +1576,14 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
         let leading = qq.is_leading();
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
+        let mut unattached: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
         for effect in applied.effects {
             match effect {
                 Effect::Deliver { consumer, message } => {
-                    qq.deliver(&queue, consumer, message, &mut auto_settle)
+                    let id = message.id;
+                    if !qq.deliver(&queue, consumer, message, &mut auto_settle) && leading {
+                        unattached.entry(consumer).or_default().push(id);
+                    }
                 }
                 Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { reason, message } => {
@@ -1553,18 +1621,32 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
         for (consumer, msg_ids) in auto_settle {
             qq.propose(Command::Settle { consumer, msg_ids }, None);
         }
+        // Handed over by the group to a consumer no longer attached here: its removal was
+        // already proposed, but when it held messages that was a `Suspend`, which keeps what
+        // is checked out to it until the client settled everything it holds — which may
+        // never happen (a settle lost with a forwarding link or a delegate change). Nobody
+        // received these: they go back at once (in id order near the head, as a cancelled
+        // consumer's), so no message stays checked out to a consumer nobody reads. Only the
+        // leader proposes; a new leader's take-over cancels what other nodes' consumers hold.
+        for (consumer, mut msg_ids) in unattached {
+            msg_ids.sort_unstable();
+            tracing::debug!(queue = %queue.name, consumer, count = msg_ids.len(), "quorum queue: delivery to a consumer no longer attached here released");
+            qq.propose(Command::Release { consumer, msg_ids }, None);
+        }
         queue.dead_letter(dead);
     }
 }
 
 impl QuorumQueue {
+    /// Hands a message the group checked out to consumer `key` over to it; false when no
+    /// consumer (nor basic.get) of that key is attached here, so nobody received it.
     fn deliver(
         &self,
         queue: &Arc<Queue>,
         key: ConsumerKey,
         message: warren_quorum::machine::Message,
         auto_settle: &mut HashMap<ConsumerKey, Vec<MsgId>>,
-    ) {
+    ) -> bool {
         let consumer = {
             let mut consumers = self.consumers.lock();
             if let Some(get) = consumers.gets.remove(&key) {
@@ -1579,13 +1661,12 @@ impl QuorumQueue {
                         store_ref: None,
                     });
                 }
-                return;
+                return true;
             }
             let Some(consumer) = consumers.by_key.get(&key).cloned() else {
-                // Handed over in the group just before the consumer's cancel reached it (or to
-                // a consumer of an earlier run): the client never sees it, and the group's
-                // Cancel of that consumer, already on its way, returns it.
-                return;
+                // Handed over in the group just before the consumer's removal reached it (or
+                // to a consumer of another node or an earlier run): the client never sees it.
+                return false;
             };
             if !consumer.no_ack {
                 consumers.held.insert(message.id, key);
@@ -1597,7 +1678,7 @@ impl QuorumQueue {
         }
         let Some(decoded) = codec::decode(message.body, message.delivery_count, false) else {
             tracing::warn!(queue = %queue.name, "unreadable message in a quorum queue's log");
-            return;
+            return true;
         };
         let delivery_count = failed_deliveries(&decoded, message.delivery_count);
         let decoded = Arc::new(decoded);
@@ -1620,6 +1701,7 @@ impl QuorumQueue {
             // the message.
             consumer.return_credit(cost);
         }
+        true
     }
 }
 

@@ -54,7 +54,7 @@ use crate::queue::{Enqueued, QueuedMessage};
 use crate::quorum::QuorumConfirm;
 use parking_lot::Mutex;
 use peers::Record;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// The serving queue's counts as last reported over the link.
@@ -88,10 +88,11 @@ impl RemoteQueue {
             queue: queue.to_owned(),
             counts: Arc::default(),
             bound: Mutex::new(None),
+            retired: AtomicBool::new(false),
         });
         peer.register(&record);
         if let Some(link) = peer.current() {
-            record.bind_on(&link);
+            let _ = record.bind_on(&link);
         }
         RemoteQueue {
             peer: peer.clone(),
@@ -121,12 +122,13 @@ impl RemoteQueue {
     /// The live link and this record's id on it.
     fn bound(&self) -> Option<(Arc<ForwardLink>, u64)> {
         let link = self.peer.current()?;
-        let qid = self.record.bind_on(&link);
+        let qid = self.record.bind_on(&link)?;
         Some((link, qid))
     }
 
     /// The link the record is bound on now, if it is still live (what consumers and held
-    /// messages were made on: after a reconnect they are gone).
+    /// messages were made on: after a reconnect they are gone). A retired record keeps its
+    /// last binding for settling what was delivered through it.
     fn bound_live(&self) -> Option<(Arc<ForwardLink>, u64)> {
         self.record
             .bound
@@ -150,6 +152,9 @@ impl RemoteQueue {
         Enqueued::Accepted
     }
 
+    /// Registers the consumer at the serving node; a record that is unreachable or retired
+    /// meanwhile (the leader moved while the consumer was being moved there) cancels it, and
+    /// its client consumes again.
     pub fn add_consumer(&self, consumer: Arc<Consumer>) {
         match self.bound() {
             Some((link, qid)) => link.consume(qid, consumer),
@@ -194,6 +199,12 @@ impl RemoteQueue {
         }
     }
 
+    /// Whether a settle through this record can still reach the messages it delivered (its
+    /// last link is up).
+    pub fn can_settle(&self) -> bool {
+        self.bound_live().is_some()
+    }
+
     pub async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
         let (link, qid) = self.bound()?;
         link.get(qid, no_ack).await
@@ -211,7 +222,9 @@ impl RemoteQueue {
     /// The record goes (the queue was deleted, or this node now serves it): its consumers
     /// are cancelled on the serving node and returned to be notified here.
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
-        let bound = self.record.bound.lock().take();
+        // Retired, not forgotten: its binding stays for settles (`settle`), and it never binds
+        // again (a consumer added through it after this is cancelled, never orphaned).
+        let bound = self.record.retire();
         let consumers = match bound {
             Some((link, qid)) => link.unbind(qid),
             None => Vec::new(),

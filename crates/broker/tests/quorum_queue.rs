@@ -247,3 +247,61 @@ async fn a_policy_changes_the_groups_config_and_a_restart_catches_up() {
     eventually("uncapped after the restart", || queue.message_count() == 3).await;
     host.shutdown().await;
 }
+
+/// A consumer cancelled while its client still holds a message is only suspended in the group
+/// until that message is settled; a message the group hands it in the moment between (its
+/// enqueue committed before the suspension) never reaches its client. That message must not
+/// stay checked out to it: another consumer gets it while the first client keeps holding its
+/// own (before the fix it waited for that settle, which a forwarded consumer's client may
+/// never send — the quorum kill -9 chaos round's stuck message).
+#[tokio::test(flavor = "current_thread")]
+async fn a_delivery_racing_a_consumers_cancel_goes_to_the_next_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    let consumer = |tag: &str, connection, events_tx| {
+        Arc::new(Consumer::new(
+            ShortStr::from(tag),
+            1,
+            connection,
+            false,
+            false,
+            10,
+            Arc::new(ChannelFlow::default()),
+            Arc::downgrade(&queue),
+            events_tx,
+        ))
+    };
+    let (first_tx, mut first_events) = event_channel();
+    queue.add_consumer(consumer("first", 1, first_tx)).unwrap();
+    queue.publish(message(b"held"), None);
+    let held = next_delivery(&mut first_events).await;
+    assert_eq!(&held.message.message.body[..], b"held");
+
+    // No await in between (one thread): the group sees the enqueue before the cancel, and
+    // hands "racing" to the first consumer, which has room, after its client cancelled it.
+    queue.publish(message(b"racing"), None);
+    assert!(queue.remove_consumer(1, 1, "first").is_some());
+
+    let (second_tx, mut second_events) = event_channel();
+    queue
+        .add_consumer(consumer("second", 2, second_tx))
+        .unwrap();
+    let next = next_delivery(&mut second_events).await;
+    assert_eq!(&next.message.message.body[..], b"racing");
+    assert!(
+        next.message.redelivered,
+        "handed to the first consumer once"
+    );
+    // The first client's message is still its own: acked, the first consumer leaves.
+    queue.settle(vec![held.message], Vec::new(), Vec::new());
+    queue.settle(vec![next.message], Vec::new(), Vec::new());
+    eventually("nothing left checked out", || {
+        queue.message_count() == 0 && queue.unacked_count() == 0
+    })
+    .await;
+    drop(first_events);
+    host.shutdown().await;
+}

@@ -55,6 +55,7 @@ class MessageWorkload:
         self.publishing = threading.Event()
         self.consuming = threading.Event()
         self.threads = []
+        self.publisher_threads = []
 
     # ------------------------------------------------------------------ threads
 
@@ -64,12 +65,13 @@ class MessageWorkload:
         for i, _ in enumerate(self.consume_nodes):
             self._spawn(self._consume, i)
         for i, _ in enumerate(self.publish_nodes):
-            self._spawn(self._publish, i)
+            self.publisher_threads.append(self._spawn(self._publish, i))
 
     def _spawn(self, target, i):
         thread = threading.Thread(target=target, args=(i,), daemon=True)
         thread.start()
         self.threads.append(thread)
+        return thread
 
     def _failed(self, who, error):
         with self.lock:
@@ -168,6 +170,12 @@ class MessageWorkload:
         timeout passed), then stops consuming. Returns report()."""
         self.stop_publishing()
         deadline = time.monotonic() + timeout
+        # A publisher may still wait for the confirm of its last message (forwarded while the
+        # queue's group elects a leader, that takes seconds): it counts as confirmed only once
+        # the confirm came, which must be before the consumers stop, or a message confirmed
+        # after that is "lost" though it waits in the queue.
+        for thread in self.publisher_threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         while time.monotonic() < deadline:
             with self.lock:
                 if self.confirmed <= self.received:

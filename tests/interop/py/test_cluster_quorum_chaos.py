@@ -160,14 +160,6 @@ cluster = pytest.fixture(cluster_fixture(False))
 netns_cluster = pytest.fixture(cluster_fixture(True))
 
 
-# Known gap (docs/CLUSTERING.md, "Open bugs"): in about one 3-round run in 38, one confirmed
-# message stays checked out to a consumer whose client never gets it until the consumer goes
-# (it is then ready again, redelivered: held, not dropped). test.sh leaves this round out so the
-# landing does not depend on that chance; `tools/chaos.sh` and WARREN_CHAOS_KNOWN_GAPS=1 run it.
-@pytest.mark.skipif(not os.environ.get("WARREN_CHAOS_KNOWN_GAPS"),
-                    reason="known gap: a message can stay checked out to a consumer attached "
-                           "through another node after the leader's kill -9; "
-                           "WARREN_CHAOS_KNOWN_GAPS=1 runs it")
 def test_kill_9_the_queue_leader(cluster):
     workload = start_workload(cluster, "qk%d" % os.getpid())
     failovers_s = []

@@ -11,6 +11,7 @@
 use super::link::ForwardLink;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -24,21 +25,39 @@ pub(super) struct Record {
     pub(super) vhost: String,
     pub(super) queue: String,
     pub(super) counts: Arc<super::RemoteCounts>,
+    /// The link and id it was last bound on; a retired record keeps them (unbound at the
+    /// peer) so that messages delivered through it can still be settled there.
     pub(super) bound: Mutex<Option<(Arc<ForwardLink>, u64)>>,
+    /// Set once the record went (`RemoteQueue::mark_deleted`): it never binds again, so no
+    /// consumer can be registered through a record nobody settles through.
+    pub(super) retired: AtomicBool,
 }
 
 impl Record {
-    /// The record's link id on `link`, binding it there first if needed.
-    pub(super) fn bind_on(&self, link: &Arc<ForwardLink>) -> u64 {
+    /// The record's link id on `link`, binding it there first if needed; None once retired.
+    pub(super) fn bind_on(&self, link: &Arc<ForwardLink>) -> Option<u64> {
         let mut bound = self.bound.lock();
+        if self.retired.load(Ordering::Acquire) {
+            return None;
+        }
         if let Some((current, qid)) = &*bound {
             if Arc::ptr_eq(current, link) {
-                return *qid;
+                return Some(*qid);
             }
         }
         let qid = link.bind(&self.vhost, &self.queue, self.counts.clone());
         *bound = Some((link.clone(), qid));
-        qid
+        Some(qid)
+    }
+
+    /// Retires the record (under the binding's lock, so a bind in progress either completes
+    /// first or never happens); answers the binding to unbind at the peer, if any.
+    pub(super) fn retire(&self) -> Option<(Arc<ForwardLink>, u64)> {
+        let bound = self.bound.lock();
+        if self.retired.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        bound.clone()
     }
 }
 
@@ -113,7 +132,8 @@ impl PeerLink {
             records.iter().filter_map(Weak::upgrade).collect()
         };
         for record in records {
-            record.bind_on(&link);
+            // Retired records stay unbound.
+            let _ = record.bind_on(&link);
         }
         tracing::info!(peer = %self.name, "forwarding link up");
     }
