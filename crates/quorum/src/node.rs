@@ -80,7 +80,12 @@ pub struct QuorumNode<T: Transport, L: LogBackend = Wal> {
     wal: Arc<L>,
     transport: Arc<T>,
     registry: GroupRegistry,
+    /// The metadata group's settings (and, unless [`QuorumNode::with_queue_raft_config`] set
+    /// others, the queue groups').
     raft_config: Arc<Config>,
+    /// The queue groups' settings: on a cluster node `failover::detector_driven_config`, so
+    /// thousands of idle queues cost no per-group heartbeats or election timers.
+    queue_raft_config: Arc<Config>,
 }
 
 impl<T: Transport> QuorumNode<T> {
@@ -115,17 +120,30 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         raft_config: Config,
         transport: Arc<T>,
     ) -> Result<Self, QuorumError> {
-        let raft_config = raft_config
-            .validate()
-            .map_err(|e| QuorumError::Config(e.to_string()))?;
+        let raft_config = Arc::new(
+            raft_config
+                .validate()
+                .map_err(|e| QuorumError::Config(e.to_string()))?,
+        );
         Ok(Self {
             id,
             snapshots,
             wal: log,
             transport,
             registry: GroupRegistry::new(id),
-            raft_config: Arc::new(raft_config),
+            queue_raft_config: raft_config.clone(),
+            raft_config,
         })
+    }
+
+    /// Queue groups started from now on run with `config` (the metadata group keeps the
+    /// node's own settings).
+    pub fn with_queue_raft_config(mut self, config: Config) -> Result<Self, QuorumError> {
+        let config = config
+            .validate()
+            .map_err(|e| QuorumError::Config(e.to_string()))?;
+        self.queue_raft_config = Arc::new(config);
+        Ok(self)
     }
 
     pub fn id(&self) -> NodeId {
@@ -153,7 +171,9 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         effects: Option<UnboundedSender<Applied>>,
     ) -> Result<QueueGroup, QuorumError> {
         let machine = QueueStateMachine::open_in(self.snapshots.clone(), group, config, effects)?;
-        let raft = self.start_raft(group, machine.clone()).await?;
+        let raft = self
+            .start_raft(group, self.queue_raft_config.clone(), machine.clone())
+            .await?;
         Ok(QueueGroup {
             node: self.id,
             group,
@@ -175,7 +195,9 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
             MetadataState::new(machine),
             None,
         )?;
-        let raft = self.start_raft(METADATA_GROUP, machine.clone()).await?;
+        let raft = self
+            .start_raft(METADATA_GROUP, self.raft_config.clone(), machine.clone())
+            .await?;
         Ok(MetadataGroup::new(
             self.id,
             raft,
@@ -188,11 +210,12 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
     async fn start_raft<M: GroupMachine>(
         &self,
         group: GroupId,
+        config: Arc<Config>,
         machine: GroupStateMachine<M>,
     ) -> Result<Raft, QuorumError> {
         let raft = Raft::new(
             self.id,
-            self.raft_config.clone(),
+            config,
             GroupNetworkFactory::new(self.transport.clone(), self.id, group),
             GroupLogStore::new(self.wal.clone(), group),
             machine,

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_quorum::failover::detector_driven_config;
 use warren_quorum::network::{InProcessNetwork, NodeTransport};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::node::{raft_config, QuorumNode, DEFAULT_SNAPSHOT_EVERY_LOGS};
@@ -64,12 +65,17 @@ impl QuorumHost {
     /// one as their queues are recreated from the durable definitions.
     pub fn open(dir: &Path) -> std::io::Result<Arc<QuorumHost>> {
         let network = InProcessNetwork::new();
-        let host = Self::open_with(
-            dir,
+        // One member per group: no heartbeats to send and no one to elect, so openraft's own
+        // timers stay (a restarted sole voter leads again at once).
+        let node = QuorumNode::open(
             LOCAL_NODE_ID,
-            NodeTransport::Local(network.clone()),
-            DEFAULT_SNAPSHOT_EVERY_LOGS,
-        )?;
+            dir,
+            WalOptions::default(),
+            raft_config(DEFAULT_SNAPSHOT_EVERY_LOGS),
+            Arc::new(NodeTransport::Local(network.clone())),
+        )
+        .map_err(std::io::Error::other)?;
+        let host = Self::with_node(node);
         network.add_node(LOCAL_NODE_ID, host.node.registry());
         Ok(host)
     }
@@ -83,36 +89,33 @@ impl QuorumHost {
         transport: Arc<TcpTransport>,
         snapshot_every_logs: u64,
     ) -> std::io::Result<Arc<QuorumHost>> {
-        let host = Self::open_with(
-            dir,
-            id,
-            NodeTransport::Tcp(transport.clone()),
-            snapshot_every_logs,
-        )?;
-        transport.serve(host.node.registry());
-        Ok(host)
-    }
-
-    fn open_with(
-        dir: &Path,
-        id: NodeId,
-        transport: NodeTransport,
-        snapshot_every_logs: u64,
-    ) -> std::io::Result<Arc<QuorumHost>> {
+        // Queue groups leave failure detection to the node-level detector (the cluster
+        // transport's heartbeats) and elections to the `FailoverDriver` the node runs: with
+        // openraft's own timers, every group's leader would heartbeat every follower twice a
+        // second, and 10,000 idle queues on 3 nodes would keep the cores busy doing nothing.
+        // The metadata group (one group) keeps openraft's timers.
+        let config = raft_config(snapshot_every_logs);
         let node = QuorumNode::open(
             id,
             dir,
             WalOptions::default(),
-            raft_config(snapshot_every_logs),
-            Arc::new(transport),
+            config.clone(),
+            Arc::new(NodeTransport::Tcp(transport.clone())),
         )
+        .and_then(|node| node.with_queue_raft_config(detector_driven_config(config)))
         .map_err(std::io::Error::other)?;
-        Ok(Arc::new(QuorumHost {
+        let host = Self::with_node(node);
+        transport.serve(host.node.registry());
+        Ok(host)
+    }
+
+    fn with_node(node: QuorumNode<NodeTransport>) -> Arc<QuorumHost> {
+        Arc::new(QuorumHost {
             node,
             removing: Mutex::default(),
             leaders: tokio::sync::broadcast::Sender::new(LEADER_CHANGES_BUFFERED),
             cluster: std::sync::OnceLock::new(),
-        }))
+        })
     }
 
     /// Whether this is a cluster node's host (opened with [`QuorumHost::open_cluster`]).

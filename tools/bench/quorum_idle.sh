@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# What idle quorum queues cost: a 3-node Warren cluster with N quorum queues (group size 3,
+# so every node holds a member of every queue) and no clients, its processes' CPU and memory
+# read from /proc while nothing happens (issue 11: "a node-level failure detector instead of
+# per-group heartbeats, so 10,000 quorum queues on 3 nodes idle at low CPU").
+#
+# The queues are declared through the HTTP API (PUT /api/queues/%2F/NAME with
+# x-queue-type=quorum), spread over the three nodes, several at a time; the script then waits
+# until every node lists them all with 3 members and a leader, lets the cluster settle for
+# SETTLE seconds, and samples each process's user+system CPU time over SECONDS.
+#
+# Output: a markdown table, per node and in all: CPU in % of one core over the sample, RSS,
+# and how many of the queues' leaders the node holds.
+#
+# Usage: tools/bench/quorum_idle.sh [QUEUES] [SECONDS]   (defaults 10000 and 30)
+#   WARREN_PORT: first AMQP port (three consecutive; HTTP on +50.., cluster on +100..),
+#     default 5897. SETTLE: seconds between the last declare and the sample (default 20).
+#   PARALLEL: declares in flight (default 16). WARREN_BIN: a built warren to use instead of
+#     building this checkout's release binary. KEEP: a directory to copy the node logs into.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+queues=${1:-10000}
+secs=${2:-30}
+settle=${SETTLE:-20}
+parallel=${PARALLEL:-16}
+warren_port=${WARREN_PORT:-5897}
+if [ -n "${WARREN_BIN:-}" ]; then
+  warren=$WARREN_BIN
+else
+  cargo build --release -p warren --quiet
+  warren="${CARGO_TARGET_DIR:-$(pwd)/target}/release/warren"
+fi
+work=$(mktemp -d /tmp/warren-qq-idle-XXXXXX)
+echo "idle-secret-$(date +%s)" >"$work/secret"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/w*.log "$KEEP/" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+http_port() { echo $((warren_port + 50 + $1)); }
+cluster_port() { echo $((warren_port + 100 + $1)); }
+api() { curl -sf -u guest:guest "http://127.0.0.1:$(http_port "$1")$2" "${@:3}"; }
+for i in 0 1 2; do
+  peers=""
+  for j in 0 1 2; do
+    [ "$i" = "$j" ] || peers+="${peers:+,}127.0.0.1:$(cluster_port "$j")"
+  done
+  mkdir -p "$work/w$i"
+  "$warren" server --bind 127.0.0.1 --amqp-port $((warren_port + i)) \
+    --management-port "$(http_port "$i")" --prometheus-port 0 --data-dir "$work/w$i" \
+    --node-name "w$i@127.0.0.1" --cluster-port "$(cluster_port "$i")" \
+    --cluster-advertise "127.0.0.1:$(cluster_port "$i")" --cluster-peers "$peers" \
+    --cluster-secret-file "$work/secret" >"$work/w$i.log" 2>&1 &
+  pids+=($!)
+done
+# Three running voters on every node before the first declare (a learner's queue would get
+# two members).
+voters() {
+  api "$1" /api/cluster/status 2>/dev/null |
+    python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["members"] if m["running"] and m["voter"]))' \
+      2>/dev/null || echo 0
+}
+for _ in $(seq 1 120); do
+  [ "$(voters 0)" = 3 ] && [ "$(voters 1)" = 3 ] && [ "$(voters 2)" = 3 ] && break
+  sleep 1
+done
+[ "$(voters 0)" = 3 ] || { echo "the cluster did not form (logs: KEEP=dir to keep them)" >&2; exit 1; }
+
+echo "declaring $queues quorum queues ($parallel at a time) ..." >&2
+start=$(date +%s)
+QUEUES=$queues PARALLEL=$parallel PORTS="$(http_port 0) $(http_port 1) $(http_port 2)" python3 - <<'EOF'
+import base64, concurrent.futures, json, os, sys, urllib.request
+ports = os.environ["PORTS"].split()
+auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+body = json.dumps({"durable": True, "arguments": {"x-queue-type": "quorum"}}).encode()
+def declare(i):
+    for attempt in range(5):
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{ports[i % 3]}/api/queues/%2F/idle-{i}", data=body, method="PUT",
+            headers={"Authorization": auth, "Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=120).read()
+            return
+        except Exception as e:
+            err = e
+    raise SystemExit(f"declaring idle-{i}: {err}")
+with concurrent.futures.ThreadPoolExecutor(int(os.environ["PARALLEL"])) as pool:
+    list(pool.map(declare, range(int(os.environ["QUEUES"]))))
+EOF
+echo "declared in $(($(date +%s) - start)) s; waiting for every node to list them on 3 members" >&2
+listed() {
+  api "$1" "/api/queues/%2F?columns=name,members,leader" |
+    python3 -c 'import json,sys; print(sum(1 for q in json.load(sys.stdin) if q["name"].startswith("idle-") and len(q.get("members") or []) == 3 and q.get("leader")))'
+}
+for _ in $(seq 1 600); do
+  [ "$(listed 0)" = "$queues" ] && [ "$(listed 1)" = "$queues" ] && [ "$(listed 2)" = "$queues" ] && break
+  sleep 2
+done
+for i in 0 1 2; do
+  n=$(listed "$i")
+  [ "$n" = "$queues" ] || { echo "node w$i lists $n of $queues queues with 3 members and a leader" >&2; exit 1; }
+done
+sleep "$settle"
+
+ticks=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+declare -a before after
+for i in 0 1 2; do before[$i]=$(cpu_ticks "${pids[$i]}"); done
+sleep "$secs"
+for i in 0 1 2; do after[$i]=$(cpu_ticks "${pids[$i]}"); done
+leaders=$(api 0 "/api/queues/%2F?columns=name,leader" |
+  python3 -c 'import json,sys,collections; c=collections.Counter(q.get("leader") for q in json.load(sys.stdin) if q["name"].startswith("idle-")); print(" ".join(f"{k}={v}" for k,v in c.items()))')
+echo "| node | CPU, % of one core | RSS | leaders |"
+echo "| --- | ---: | ---: | ---: |"
+total=0
+for i in 0 1 2; do
+  d=$((after[i] - before[i]))
+  total=$((total + d))
+  rss=$(awk '/VmRSS/ {printf "%.0f MiB", $2/1024}' "/proc/${pids[$i]}/status")
+  lead=$(echo "$leaders" | tr ' ' '\n' | sed -n "s/^w$i@127.0.0.1=//p")
+  printf '| w%s | %s %% | %s | %s |\n' "$i" "$(awk -v d="$d" -v t="$ticks" -v s="$secs" 'BEGIN{printf "%.1f", 100*d/t/s}')" "$rss" "${lead:-0}"
+done
+printf '| all three | %s %% | | %s |\n' "$(awk -v d="$total" -v t="$ticks" -v s="$secs" 'BEGIN{printf "%.1f", 100*d/t/s}')" "$queues"
+echo "($queues quorum queues, idle; CPU over $secs s after $settle s of settling; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg))"
