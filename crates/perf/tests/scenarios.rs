@@ -225,6 +225,7 @@ fn quick_args(name: &str, uri: &str, out: &std::path::Path) -> ScenarioArgs {
         senders_per_receiver: 1,
         workers: None,
         drain_timeout: None,
+        modes: None,
     }
 }
 

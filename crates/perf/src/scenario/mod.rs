@@ -90,6 +90,9 @@ pub struct ScenarioArgs {
     /// many-pairs: seconds to wait for the queues to drain after sending (default 30).
     #[arg(long)]
     pub drain_timeout: Option<f64>,
+    /// oslo-rpc: which modes to run, comma-separated (call, cast, notify; default all three).
+    #[arg(long)]
+    pub modes: Option<String>,
 }
 
 /// The clients' wire protocol.
