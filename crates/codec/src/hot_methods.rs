@@ -25,20 +25,22 @@ pub fn decode_basic_publish(payload: &Bytes) -> Option<Result<BasicPublish, Code
     if payload.get(..4) != Some(&[0, 60, 0, 40][..]) {
         return None;
     }
-    let decode = || {
-        let mut c = Cursor { payload, pos: 4 };
-        c.skip(2)?; // reserved short (ticket)
-        let exchange = c.short_str()?;
-        let routing_key = c.short_str()?;
-        let bits = c.octet()?;
-        Ok(BasicPublish {
-            exchange,
-            routing_key,
-            mandatory: bits & 1 != 0,
-            immediate: bits & 2 != 0,
-        })
-    };
-    Some(decode())
+    Some(publish_arguments(payload))
+}
+
+/// Reserved short (ticket), exchange, routing key, bits.
+fn publish_arguments(payload: &Bytes) -> Result<BasicPublish, CodecError> {
+    let mut c = Cursor { payload, pos: 4 };
+    c.skip(2)?;
+    let exchange = c.short_str()?;
+    let routing_key = c.short_str()?;
+    let bits = c.octet()?;
+    Ok(BasicPublish {
+        exchange,
+        routing_key,
+        mandatory: bits & 1 != 0,
+        immediate: bits & 2 != 0,
+    })
 }
 
 /// `None` when the payload is not a basic.deliver (class 60, method 60); otherwise what
@@ -48,22 +50,24 @@ pub fn decode_basic_deliver(payload: &Bytes) -> Option<Result<BasicDeliver, Code
     if payload.get(..4) != Some(&[0, 60, 0, 60][..]) {
         return None;
     }
-    let decode = || {
-        let mut c = Cursor { payload, pos: 4 };
-        let consumer_tag = c.short_str()?;
-        let delivery_tag = c.longlong()?;
-        let redelivered = c.octet()? & 1 != 0;
-        let exchange = c.short_str()?;
-        let routing_key = c.short_str()?;
-        Ok(BasicDeliver {
-            consumer_tag,
-            delivery_tag,
-            redelivered,
-            exchange,
-            routing_key,
-        })
-    };
-    Some(decode())
+    Some(deliver_arguments(payload))
+}
+
+/// Consumer tag, delivery tag, bits, exchange, routing key.
+fn deliver_arguments(payload: &Bytes) -> Result<BasicDeliver, CodecError> {
+    let mut c = Cursor { payload, pos: 4 };
+    let consumer_tag = c.short_str()?;
+    let delivery_tag = c.longlong()?;
+    let redelivered = c.octet()? & 1 != 0;
+    let exchange = c.short_str()?;
+    let routing_key = c.short_str()?;
+    Ok(BasicDeliver {
+        consumer_tag,
+        delivery_tag,
+        redelivered,
+        exchange,
+        routing_key,
+    })
 }
 
 /// A read position in a payload; each read checks the bounds as `Reader`'s does.
