@@ -141,7 +141,6 @@ async fn a_well_formed_publish_routes_with_its_flags() {
         BasicGet {
             queue: "fast-path".into(),
             no_ack: true,
-            ..Default::default()
         },
     )
     .await;
