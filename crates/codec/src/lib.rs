@@ -12,6 +12,7 @@ mod field_table;
 mod frame;
 #[rustfmt::skip]
 mod generated;
+mod hot_methods;
 mod publish_properties;
 mod reader;
 mod short_str;
@@ -27,6 +28,7 @@ pub use frame::{
     PROTOCOL_HEADER,
 };
 pub use generated::*;
+pub use hot_methods::{decode_basic_deliver, decode_basic_publish};
 pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;

@@ -825,6 +825,13 @@ where
                 Ok(Next::Continue)
             }
             FrameKind::Method => {
+                // basic.publish, a third of a publisher's frames, skips the generic `Method`
+                // (decoded straight from the payload's bytes, the same checks and errors).
+                if ch != 0 {
+                    if let Some(decoded) = decode_basic_publish(&frame.payload) {
+                        return self.on_basic_publish(ch, decoded).map(|_| Next::Continue);
+                    }
+                }
                 let (class_id, method_id) = peek_ids(&frame.payload);
                 let method =
                     Method::decode(&mut Reader::new(frame.payload)).map_err(|e| Failure {
@@ -896,6 +903,85 @@ where
         }
     }
 
+    /// basic.publish from the fast decoder: what `on_channel_method` does with it, without
+    /// the `Method` around it.
+    fn on_basic_publish(
+        &mut self,
+        ch: u16,
+        decoded: Result<BasicPublish, CodecError>,
+    ) -> Result<(), Failure> {
+        let ids = (BasicPublish::CLASS_ID, BasicPublish::METHOD_ID);
+        let method = decoded.map_err(|e| Failure {
+            error: AmqpError::new(e.reply_code(), e.to_string()),
+            channel: 0,
+            class_id: ids.0,
+            method_id: ids.1,
+        })?;
+        self.check_channel_max(ch, ids)?;
+        let Some((channel, mut ctx)) = self.channel_for_method(ch, ids)? else {
+            return Ok(());
+        };
+        channel
+            .start_publish(method, &mut ctx)
+            .map_err(|error| Failure {
+                error,
+                channel: ch,
+                class_id: ids.0,
+                method_id: ids.1,
+            })
+    }
+
+    /// A channel number above the negotiated channel_max closes the connection.
+    fn check_channel_max(&self, ch: u16, (class_id, method_id): (u16, u16)) -> Result<(), Failure> {
+        if ch > self.channel_max {
+            return Err(Failure {
+                error: AmqpError::new(
+                    ReplyCode::ChannelError,
+                    format!("channel {ch} is above channel_max {}", self.channel_max),
+                ),
+                channel: 0,
+                class_id,
+                method_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// The open channel a method other than channel.open/close/close-ok goes to, after the
+    /// checks every such method passes: the channel is open (else a connection error) and
+    /// not waiting for a publish's content. `None`: the channel is closing, the method is
+    /// dropped.
+    fn channel_for_method(
+        &mut self,
+        ch: u16,
+        (class_id, method_id): (u16, u16),
+    ) -> Result<Option<(&mut Channel, Ctx<'_>)>, Failure> {
+        let Some((channel, ctx)) = self.channel_and_ctx(ch) else {
+            return Err(Failure {
+                error: AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'"),
+                channel: 0,
+                class_id,
+                method_id,
+            });
+        };
+        if channel.state == ChannelState::Closing {
+            return Ok(None);
+        }
+        if channel.expecting_content() {
+            // Reported against the publish whose content was cut short.
+            return Err(Failure {
+                error: AmqpError::new(
+                    ReplyCode::UnexpectedFrame,
+                    format!("expected content header for class 60, got non content header frame instead ({})", method_name(class_id, method_id)),
+                ),
+                channel: 0,
+                class_id: BasicPublish::CLASS_ID,
+                method_id: BasicPublish::METHOD_ID,
+            });
+        }
+        Ok(Some((channel, ctx)))
+    }
+
     fn on_channel_method(&mut self, ch: u16, method: Method) -> Result<(), Failure> {
         let (class_id, method_id) = (method.class_id(), method.method_id());
         let failure = |error: AmqpError| Failure {
@@ -910,12 +996,7 @@ where
             class_id,
             method_id,
         };
-        if ch > self.channel_max {
-            return Err(hard(
-                ReplyCode::ChannelError,
-                format!("channel {ch} is above channel_max {}", self.channel_max),
-            ));
-        }
+        self.check_channel_max(ch, (class_id, method_id))?;
         match method {
             Method::ChannelOpen(_) => {
                 if self.channels.contains_key(&ch) {
@@ -957,27 +1038,11 @@ where
                 Ok(())
             }
             method => {
-                let Some((channel, mut ctx)) = self.channel_and_ctx(ch) else {
-                    return Err(hard(
-                        ReplyCode::ChannelError,
-                        "expected 'channel.open'".into(),
-                    ));
-                };
-                if channel.state == ChannelState::Closing {
+                let Some((channel, mut ctx)) =
+                    self.channel_for_method(ch, (class_id, method_id))?
+                else {
                     return Ok(());
-                }
-                if channel.expecting_content() {
-                    // Reported against the publish whose content was cut short.
-                    return Err(Failure {
-                        error: AmqpError::new(
-                            ReplyCode::UnexpectedFrame,
-                            format!("expected content header for class 60, got non content header frame instead ({})", method.name()),
-                        ),
-                        channel: 0,
-                        class_id: BasicPublish::CLASS_ID,
-                        method_id: BasicPublish::METHOD_ID,
-                    });
-                }
+                };
                 channel.handle(method, &mut ctx).map_err(failure)
             }
         }

@@ -307,9 +307,17 @@ impl Channel {
         } else {
             p.header.properties
         };
+        let BasicPublish {
+            exchange: exchange_name,
+            routing_key,
+            mandatory,
+            ..
+        } = p.method;
+        // The message takes the names (no reference-count bump); a basic.return reads them
+        // back from it.
         let message = Arc::new(Message::from_publish(
-            p.method.exchange.clone(),
-            p.method.routing_key.clone(),
+            exchange_name,
+            routing_key,
             &props,
             properties_raw,
             p.body,
@@ -330,8 +338,8 @@ impl Channel {
         let mut rejected = false;
         let mut store_seq = 0;
         let mut quorum_confirm: Option<Arc<QuorumConfirm>> = None;
-        if exchange.name.is_empty() && p.method.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
-            if let Some(consumer) = ctx.vhost.reply_consumer(&p.method.routing_key) {
+        if exchange.name.is_empty() && message.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
+            if let Some(consumer) = ctx.vhost.reply_consumer(&message.routing_key) {
                 // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
                 consumer.take_credit(pipeline_cost(&message));
                 let delivery = Delivery {
@@ -350,7 +358,7 @@ impl Channel {
             }
         } else {
             let mut queues = std::mem::take(&mut self.route_buf);
-            let publish_key: &str = &p.method.routing_key;
+            let publish_key: &str = &message.routing_key;
             let all_keys: Vec<&str>;
             let routing_keys: &[&str] = if cc_routes.is_empty() {
                 std::slice::from_ref(&publish_key)
@@ -396,19 +404,19 @@ impl Channel {
 
         if routed {
             MessageStats::add(&exchange.stats.publish_out, 1);
-        } else if p.method.mandatory {
+        } else if mandatory {
             MessageStats::add(&self.info.stats.return_unroutable, 1);
         } else {
             MessageStats::add(&self.info.stats.drop_unroutable, 1);
         }
-        if !routed && p.method.mandatory {
+        if !routed && mandatory {
             ctx.send_content(
                 self.id,
                 BasicReturn {
                     reply_code: ReplyCode::NoRoute as u16,
                     reply_text: ShortStr::from_static("NO_ROUTE"),
-                    exchange: p.method.exchange,
-                    routing_key: p.method.routing_key,
+                    exchange: message.exchange.clone(),
+                    routing_key: message.routing_key.clone(),
                 },
                 &message.properties_raw,
                 &message.body,

@@ -86,6 +86,19 @@ struct Assembling {
     parts: BytesMut,
 }
 
+impl Assembling {
+    fn new(method: ContentMethod) -> Assembling {
+        Assembling {
+            method,
+            properties: Bytes::new(),
+            body_size: 0,
+            have_header: false,
+            single: None,
+            parts: BytesMut::new(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct ChannelState {
     closed: Option<String>,
@@ -141,6 +154,14 @@ impl ChannelShared {
     pub fn on_frame(&self, conn: &ConnInner, frame: RawFrame) -> Result<()> {
         match frame.kind {
             FrameKind::Method => {
+                // basic.deliver, one per message received, skips the generic `Method` (the
+                // tool shares the broker's cores: its CPU per message caps the rate).
+                if let Some(deliver) = decode_basic_deliver(&frame.payload) {
+                    let deliver = deliver.map_err(|e| ClientError::Protocol(e.to_string()))?;
+                    self.state.lock().content =
+                        Some(Assembling::new(ContentMethod::Deliver(deliver)));
+                    return Ok(());
+                }
                 let method = Method::decode(&mut Reader::new(frame.payload))
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
                 self.on_method(conn, method)
@@ -206,14 +227,7 @@ impl ChannelShared {
             other => (None, Some(other)),
         };
         if let Some(method) = content {
-            st.content = Some(Assembling {
-                method,
-                properties: Bytes::new(),
-                body_size: 0,
-                have_header: false,
-                single: None,
-                parts: BytesMut::new(),
-            });
+            st.content = Some(Assembling::new(method));
             return Ok(());
         }
         let Some(method) = method else { return Ok(()) };

@@ -1,0 +1,158 @@
+//! basic.publish frames the connection decodes on its fast path (straight from the payload,
+//! without the generic `Method`): a malformed or misplaced one closes the connection with the
+//! reply code, text and class/method ids the generic path gave, and a well-formed one still
+//! routes.
+
+mod client;
+
+use bytes::{BufMut, BytesMut};
+use client::{Client, Incoming};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use warren_broker::Broker;
+use warren_codec::*;
+use warren_server::ServerConfig;
+
+async fn start() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(warren_server::run(
+        listener,
+        Broker::new(1 << 30, None),
+        ServerConfig::default(),
+        std::future::pending(),
+    ));
+    port
+}
+
+/// One method frame with this payload, on this channel.
+fn method_frame(channel: u16, payload: &[u8]) -> BytesMut {
+    let mut out = BytesMut::new();
+    out.put_u8(1);
+    out.put_u16(channel);
+    out.put_u32(payload.len() as u32);
+    out.put_slice(payload);
+    out.put_u8(FRAME_END);
+    out
+}
+
+/// The connection.close the broker answers with (generous wait: a loaded CI machine).
+async fn connection_close(c: &mut Client) -> ConnectionClose {
+    match c.method_or_closed(Duration::from_secs(20)).await {
+        Some((0, Method::ConnectionClose(close))) => close,
+        other => panic!("expected connection.close, got {other:?}"),
+    }
+}
+
+fn assert_close(close: &ConnectionClose, code: ReplyCode, text: &str) {
+    assert_eq!(close.reply_code, code as u16, "{close:?}");
+    assert!(close.reply_text.contains(text), "{close:?}");
+    assert_eq!((close.class_id, close.method_id), (60, 40), "{close:?}");
+}
+
+#[tokio::test]
+async fn a_truncated_publish_is_a_syntax_error() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    // Exchange of 5 bytes, of which one arrives.
+    c.send_raw(&method_frame(1, &[0, 60, 0, 40, 0, 0, 5, b'a']))
+        .await;
+    let close = connection_close(&mut c).await;
+    assert_close(&close, ReplyCode::SyntaxError, "payload ends early");
+}
+
+#[tokio::test]
+async fn a_routing_key_that_is_not_utf8_is_a_syntax_error() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.send_raw(&method_frame(1, &[0, 60, 0, 40, 0, 0, 0, 2, 0xff, 0xfe, 0]))
+        .await;
+    let close = connection_close(&mut c).await;
+    assert_close(&close, ReplyCode::SyntaxError, "not UTF-8");
+}
+
+#[tokio::test]
+async fn a_publish_on_a_channel_never_opened_is_a_channel_error() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.publish(2, "", "q", b"x", false).await;
+    let close = connection_close(&mut c).await;
+    assert_close(&close, ReplyCode::ChannelError, "expected 'channel.open'");
+}
+
+#[tokio::test]
+async fn a_publish_before_the_previous_ones_content_is_an_unexpected_frame() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    let publish = [0, 60, 0, 40, 0, 0, 0, 1, b'q', 0];
+    c.send_raw(&method_frame(1, &publish)).await;
+    c.send_raw(&method_frame(1, &publish)).await;
+    let close = connection_close(&mut c).await;
+    assert_close(
+        &close,
+        ReplyCode::UnexpectedFrame,
+        "got non content header frame instead (basic.publish)",
+    );
+}
+
+#[tokio::test]
+async fn a_publish_on_channel_zero_is_a_channel_error() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.send_raw(&method_frame(0, &[0, 60, 0, 40, 0, 0, 0, 1, b'q', 0]))
+        .await;
+    let close = connection_close(&mut c).await;
+    assert_close(
+        &close,
+        ReplyCode::ChannelError,
+        "unexpected method basic.publish on channel 0",
+    );
+}
+
+#[tokio::test]
+async fn a_well_formed_publish_routes_with_its_flags() {
+    let port = start().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.declare_queue(1, "fast-path", FieldTable::new()).await;
+    // Mandatory to a key with no queue: returned 312 NO_ROUTE with the publish's names.
+    c.publish(1, "", "no-such-queue", b"returned", true).await;
+    match c.next().await {
+        Incoming::Content(_, method, _, body) => match method {
+            Method::BasicReturn(r) => {
+                assert_eq!(r.reply_code, 312);
+                assert_eq!(r.exchange.as_str(), "");
+                assert_eq!(r.routing_key.as_str(), "no-such-queue");
+                assert_eq!(&body[..], b"returned");
+            }
+            other => panic!("expected basic.return, got {other:?}"),
+        },
+        other => panic!("expected basic.return, got {other:?}"),
+    }
+    c.publish(1, "amq.direct", "fast-path", b"unrouted", false)
+        .await;
+    c.publish(1, "", "fast-path", b"routed", false).await;
+    c.send(
+        1,
+        BasicGet {
+            queue: "fast-path".into(),
+            no_ack: true,
+        },
+    )
+    .await;
+    match c.next().await {
+        Incoming::Content(_, method, _, body) => match method {
+            Method::BasicGetOk(ok) => {
+                assert_eq!(&body[..], b"routed");
+                assert_eq!(ok.routing_key.as_str(), "fast-path");
+                assert_eq!(ok.message_count, 0);
+            }
+            other => panic!("expected basic.get-ok, got {other:?}"),
+        },
+        other => panic!("expected basic.get-ok, got {other:?}"),
+    }
+}
