@@ -37,13 +37,16 @@ phase_table() {
   printf '%6d  total\n' "$SECONDS"
 }
 
+# This run's logs (cargo's and the jobs'): a directory of its own, since two runs may share /tmp.
+logs=$(mktemp -d /tmp/warren-test-logs-XXXXXX)
+echo "logs: $logs"
+
 # Jobs beside a phase: the machine has 2 cores, and the real-client phase mostly waits (on
 # timeouts, confirms, cluster elections), so CPU-bound work (fuzzing) and tests with brokers of
 # their own run beside it instead of after it. A job's output goes to its own log, printed
 # whole when the job is joined, so that concurrent output never interleaves; its time joins
 # the phase table under the phase it ran beside. Each job owns its ports (bind-checked free
 # ports) and data directories.
-jobs_dir=$(mktemp -d /tmp/warren-test-jobs-XXXXXX)
 declare -A job_pids=() job_titles=()
 joined_names=()
 joined_seconds=()
@@ -55,9 +58,9 @@ start_job() {
     started=$SECONDS
     rc=0
     "$@" || rc=$?
-    echo $((SECONDS - started)) >"$jobs_dir/$key.seconds"
+    echo $((SECONDS - started)) >"$logs/$key.seconds"
     exit $rc
-  ) >"$jobs_dir/$key.log" 2>&1 &
+  ) >"$logs/$key.log" 2>&1 &
   job_pids[$key]=$!
   job_titles[$key]=$title
   echo "   (beside it: $title)"
@@ -67,9 +70,9 @@ finish_job() {
   local key=$1 rc=0 seconds
   wait "${job_pids[$key]}" || rc=$?
   unset "job_pids[$key]"
-  seconds=$(cat "$jobs_dir/$key.seconds" 2>/dev/null || echo 0)
+  seconds=$(cat "$logs/$key.seconds" 2>/dev/null || echo 0)
   echo "== ${job_titles[$key]} (ran beside the phase above; its output)"
-  cat "$jobs_dir/$key.log"
+  cat "$logs/$key.log"
   if [ $rc -eq 0 ]; then echo "   (${job_titles[$key]}: passed, $seconds s)"
   else echo "   (${job_titles[$key]}: FAILED, exit $rc, $seconds s)"; fi
   joined_names+=("  beside it: ${job_titles[$key]}")
@@ -98,9 +101,9 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 phase "cargo test (unit, property and in-process integration tests)"
-cargo test --workspace --quiet 2>&1 | tee /tmp/warren-cargo-test.log | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
-if grep -qE "^test result: FAILED|^error" /tmp/warren-cargo-test.log || ! grep -q "^test result" /tmp/warren-cargo-test.log; then
-  tail -50 /tmp/warren-cargo-test.log
+cargo test --workspace --quiet 2>&1 | tee "$logs/cargo-test.log" | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
+if grep -qE "^test result: FAILED|^error" "$logs/cargo-test.log" || ! grep -q "^test result" "$logs/cargo-test.log"; then
+  tail -50 "$logs/cargo-test.log"
   echo "cargo test failed"; exit 1
 fi
 
@@ -112,9 +115,9 @@ cargo build --release "${release_packages[@]}" --bin warren --example publish_de
 warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
 phase "resource tests (release build: they measure time, so nothing runs beside them)"
-cargo test --release "${release_packages[@]}" --quiet --test wide_tables 2>&1 | tee /tmp/warren-resource-test.log | grep -E "^test result|FAILED|panicked|round trip|answered" || true
-if ! grep -q "^test result: ok. 1 passed" /tmp/warren-resource-test.log; then
-  tail -30 /tmp/warren-resource-test.log
+cargo test --release "${release_packages[@]}" --quiet --test wide_tables 2>&1 | tee "$logs/resource-test.log" | grep -E "^test result|FAILED|panicked|round trip|answered" || true
+if ! grep -q "^test result: ok. 1 passed" "$logs/resource-test.log"; then
+  tail -30 "$logs/resource-test.log"
   echo "resource tests failed"; exit 1
 fi
 
@@ -189,8 +192,8 @@ start_job kill9 "kill -9 crash consistency (short run; the full one is tests/cra
   bash -c 'python3 tests/crash/kill9.py --warren "$1" --rounds 5 && python3 tests/crash/kill9.py --warren "$1" --rounds 5 --lazy' _ "$warren"
 # Its scenarios (tests/scenarios.rs); its unit tests ran with the workspace's above.
 WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$warren" \
-  cargo test --release "${release_packages[@]}" --quiet --test scenarios -- --include-ignored 2>&1 | tee /tmp/warren-perf-test.log | grep -E "^test result|FAILED|panicked" || true
-grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result: FAILED" /tmp/warren-perf-test.log || status=1
+  cargo test --release "${release_packages[@]}" --quiet --test scenarios -- --include-ignored 2>&1 | tee "$logs/perf-test.log" | grep -E "^test result|FAILED|panicked" || true
+grep -q "^test result: ok" "$logs/perf-test.log" && ! grep -q "^test result: FAILED" "$logs/perf-test.log" || status=1
 
 finish_job kill9 || status=1
 
