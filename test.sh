@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every Warren test: generated-code freshness, formatting, the Rust unit and in-process
-# integration tests, resource tests, a short fuzz run of every decoder, then a real broker
-# process driven by real clients (pika, amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client)
-# and by `warren perf`. Installs what it needs (Python venv, Go modules, PerfTest and
-# amqp-client from Maven Central). Usage: ./test.sh
+# integration tests, resource tests, then a real broker process driven by real clients (pika,
+# amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client) and by `warren perf`; beside those
+# (they mostly wait) a short fuzz run of every decoder, the pika tests that start brokers of
+# their own, and the kill -9 crash runs. Installs what it needs (Python venv, Go modules,
+# PerfTest and amqp-client from Maven Central). Usage: ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
@@ -21,15 +22,62 @@ phase() {
     phase_seconds+=($((SECONDS - phase_started)))
     echo "   ($phase_name: $((SECONDS - phase_started)) s)"
   fi
+  phase_names+=("${joined_names[@]}")
+  phase_seconds+=("${joined_seconds[@]}")
+  joined_names=()
+  joined_seconds=()
   phase_name="$1"
   phase_started=$SECONDS
   if [ -n "$1" ]; then echo "== $1"; fi
 }
 phase_table() {
   phase ""
-  echo "== time per phase (s)"
+  echo "== time per phase (s; an indented line ran beside the phase above it)"
   for i in "${!phase_names[@]}"; do printf '%6d  %s\n' "${phase_seconds[$i]}" "${phase_names[$i]}"; done
   printf '%6d  total\n' "$SECONDS"
+}
+
+# This run's logs (cargo's and the jobs'): a directory of its own, since two runs may share /tmp.
+logs=$(mktemp -d /tmp/warren-test-logs-XXXXXX)
+echo "logs: $logs"
+
+# Jobs beside a phase: the machine has 2 cores, and the real-client phase mostly waits (on
+# timeouts, confirms, cluster elections), so CPU-bound work (fuzzing) and tests with brokers of
+# their own run beside it instead of after it. A job's output goes to its own log, printed
+# whole when the job is joined, so that concurrent output never interleaves; its time joins
+# the phase table under the phase it ran beside. Each job owns its ports (bind-checked free
+# ports) and data directories.
+declare -A job_pids=() job_titles=()
+joined_names=()
+joined_seconds=()
+# start_job KEY TITLE COMMAND...: runs COMMAND in the background, its output in KEY's log.
+start_job() {
+  local key=$1 title=$2
+  shift 2
+  (
+    started=$SECONDS
+    rc=0
+    "$@" || rc=$?
+    echo $((SECONDS - started)) >"$logs/$key.seconds"
+    exit $rc
+  ) >"$logs/$key.log" 2>&1 &
+  job_pids[$key]=$!
+  job_titles[$key]=$title
+  echo "   (beside it: $title)"
+}
+# finish_job KEY: waits for the job, prints its log and time; its exit status is the job's.
+finish_job() {
+  local key=$1 rc=0 seconds
+  wait "${job_pids[$key]}" || rc=$?
+  unset "job_pids[$key]"
+  seconds=$(cat "$logs/$key.seconds" 2>/dev/null || echo 0)
+  echo "== ${job_titles[$key]} (ran beside the phase above; its output)"
+  cat "$logs/$key.log"
+  if [ $rc -eq 0 ]; then echo "   (${job_titles[$key]}: passed, $seconds s)"
+  else echo "   (${job_titles[$key]}: FAILED, exit $rc, $seconds s)"; fi
+  joined_names+=("  beside it: ${job_titles[$key]}")
+  joined_seconds+=("$seconds")
+  return $rc
 }
 
 # The debug test build (the largest compile here) with line tables only, the debug info a
@@ -53,25 +101,25 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 phase "cargo test (unit, property and in-process integration tests)"
-cargo test --workspace --quiet 2>&1 | tee /tmp/warren-cargo-test.log | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
-if grep -qE "^test result: FAILED|^error" /tmp/warren-cargo-test.log || ! grep -q "^test result" /tmp/warren-cargo-test.log; then
-  tail -50 /tmp/warren-cargo-test.log
+cargo test --workspace --quiet 2>&1 | tee "$logs/cargo-test.log" | grep -E "^test result|FAILED|panicked|error(\[|:)" || true
+if grep -qE "^test result: FAILED|^error" "$logs/cargo-test.log" || ! grep -q "^test result" "$logs/cargo-test.log"; then
+  tail -50 "$logs/cargo-test.log"
   echo "cargo test failed"; exit 1
 fi
 
-phase "resource tests (release build: they measure time)"
-cargo test --release "${release_packages[@]}" --quiet --test wide_tables 2>&1 | tee /tmp/warren-resource-test.log | grep -E "^test result|FAILED|panicked|round trip|answered" || true
-if ! grep -q "^test result: ok. 1 passed" /tmp/warren-resource-test.log; then
-  tail -30 /tmp/warren-resource-test.log
+phase "building the release broker, the instruction-count example and the release tests"
+# One cargo invocation for every release artifact (the resource tests, warren perf's scenarios,
+# the broker, the example): their links run side by side, and the phases below compile nothing.
+cargo build --release "${release_packages[@]}" --bin warren --example publish_deliver \
+  --test wide_tables --test scenarios --quiet
+warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
+
+phase "resource tests (release build: they measure time, so nothing runs beside them)"
+cargo test --release "${release_packages[@]}" --quiet --test wide_tables 2>&1 | tee "$logs/resource-test.log" | grep -E "^test result|FAILED|panicked|round trip|answered" || true
+if ! grep -q "^test result: ok. 1 passed" "$logs/resource-test.log"; then
+  tail -30 "$logs/resource-test.log"
   echo "resource tests failed"; exit 1
 fi
-
-phase "fuzzing every decoder for a short while (docs/FUZZING.md; the long run is 'just fuzz')"
-fuzz/run.sh 20 || { echo "fuzzing found a crash"; exit 1; }
-
-phase "building the release broker (and the instruction-count example)"
-cargo build --release "${release_packages[@]}" --bin warren --example publish_deliver --quiet
-warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
 phase "instruction count of the publish→deliver path (tools/bench/instructions.sh, ~10 s)"
 if command -v valgrind >/dev/null; then
@@ -90,7 +138,18 @@ log="$data_dir/warren.log"
   --prometheus-port "$prometheus_port" \
   --data-dir "$data_dir/data" >"$log" 2>&1 &
 broker_pid=$!
-cleanup() { kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; }
+# On an early exit, jobs still running beside a phase end too (with every process they started).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+cleanup() {
+  local pid
+  for pid in "${job_pids[@]}"; do kill_tree "$pid"; done
+  kill "$broker_pid" 2>/dev/null || true
+  wait "$broker_pid" 2>/dev/null || true
+}
 trap cleanup EXIT
 up=0
 for _ in $(seq 1 100); do
@@ -107,26 +166,40 @@ status=0
 # test_cluster_quorum_chaos.py) run a few rounds
 # of each failure here; `tools/chaos.sh` (`just chaos`) runs the full 20.
 export WARREN_CHAOS_ROUNDS="${WARREN_CHAOS_ROUNDS:-3}"
+export WARREN_BIN="$warren"
+# Beside the shared broker's clients: the pika files marked own_brokers (pytest.ini), which
+# start brokers and clusters of their own and never touch the shared broker (so they cannot
+# disturb what the other clients assert about it), and the fuzzer, CPU-bound where the
+# clients mostly wait. Every pika test runs in exactly one of the two pytest processes
+# (-m own_brokers here, -m "not own_brokers" in tests/interop/run.sh).
+tests/interop/venv.sh
+start_job pika-own "pika: tests with brokers of their own (-m own_brokers)" \
+  env -C tests/interop .venv/bin/python -m pytest -m own_brokers
+start_job fuzz "fuzzing every decoder for a short while (docs/FUZZING.md; the long run is 'just fuzz')" \
+  fuzz/run.sh 20
 # The HTTP API tests (test_api_*.py, rabbitmqadmin) and the `warren ctl` tests (test_ctl.py)
 # read WARREN_MGMT_URL, the Prometheus test (test_prometheus.py) WARREN_PROMETHEUS_URL; each
 # skips without its URL.
 AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port" \
   WARREN_PROMETHEUS_URL="http://127.0.0.1:$prometheus_port" \
-  WARREN_BIN="$warren" tests/interop/run.sh || status=1
+  INTEROP_PIKA_MARKERS="not own_brokers" tests/interop/run.sh || status=1
+finish_job pika-own || status=1
+finish_job fuzz || { echo "fuzzing found a crash"; status=1; }
 
 phase "warren perf against the broker"
+# The kill -9 runs start brokers of their own (free ports, own data directories): beside it.
+start_job kill9 "kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)" \
+  bash -c 'python3 tests/crash/kill9.py --warren "$1" --rounds 5 && python3 tests/crash/kill9.py --warren "$1" --rounds 5 --lazy' _ "$warren"
 # Its scenarios (tests/scenarios.rs); its unit tests ran with the workspace's above.
 WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$warren" \
-  cargo test --release "${release_packages[@]}" --quiet --test scenarios -- --include-ignored 2>&1 | tee /tmp/warren-perf-test.log | grep -E "^test result|FAILED|panicked" || true
-grep -q "^test result: ok" /tmp/warren-perf-test.log && ! grep -q "^test result: FAILED" /tmp/warren-perf-test.log || status=1
+  cargo test --release "${release_packages[@]}" --quiet --test scenarios -- --include-ignored 2>&1 | tee "$logs/perf-test.log" | grep -E "^test result|FAILED|panicked" || true
+grep -q "^test result: ok" "$logs/perf-test.log" && ! grep -q "^test result: FAILED" "$logs/perf-test.log" || status=1
+
+finish_job kill9 || status=1
 
 phase "the web console in headless Chromium (tests/console)"
 WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port/" WARREN_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/" \
   tests/console/run.sh || status=1
-
-phase "kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)"
-python3 tests/crash/kill9.py --warren "$warren" --rounds 5 || status=1
-python3 tests/crash/kill9.py --warren "$warren" --rounds 5 --lazy || status=1
 
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1

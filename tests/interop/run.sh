@@ -12,7 +12,8 @@
 # tests/interop/.venv and fetches Go modules / PerfTest / amqp-client on first use.
 # Exits non-zero if any part fails. Set INTEROP_SKIP to a space-separated subset
 # of "pika go perftest java" to skip parts. The java part leaves out the tests
-# listed in java/pending-on-warren.txt unless JAVA_PENDING=run.
+# listed in java/pending-on-warren.txt unless JAVA_PENDING=run. INTEROP_PIKA_MARKERS, a pytest
+# -m expression, selects part of the pika suite (test.sh runs the own_brokers files beside it).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2F}"
@@ -24,19 +25,16 @@ echo "interop: broker $AMQP_URL"
 
 # ---------------------------------------------------------------- venv
 # (used by the pika suite and by the PerfTest check's queue inspection)
+"$here/venv.sh" || exit 1
 venv="$here/.venv"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$venv/.requirements.installed" \
-   || ! "$venv/bin/python" -c "import pika, pytest, pytest_timeout, requests, prometheus_client, proton" 2>/dev/null; then
-  python3 -m venv "$venv" || { echo "interop: cannot create venv"; exit 1; }
-  "$venv/bin/pip" install -q -r "$here/requirements.txt" || { echo "interop: pip install failed"; exit 1; }
-  cp "$here/requirements.txt" "$venv/.requirements.installed"
-fi
 
 # ---------------------------------------------------------------- pika
 if [[ "$skip" != *" pika "* ]]; then
   echo "interop: === pika suite (pytest) ==="
   started=$SECONDS
-  (cd "$here" && "$venv/bin/python" -m pytest)
+  markers=()
+  if [ -n "${INTEROP_PIKA_MARKERS:-}" ]; then markers=(-m "$INTEROP_PIKA_MARKERS"); fi
+  (cd "$here" && "$venv/bin/python" -m pytest "${markers[@]}")
   rc=$?
   summary+=("pika: exit $rc in $((SECONDS - started)) s")
   [ $rc -eq 0 ] || status=1

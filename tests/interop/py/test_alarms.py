@@ -12,10 +12,12 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from conftest import connect, uname
 from own_broker import Broker, mount_tmpfs, needs_warren_bin
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 
 class Notified:

@@ -33,7 +33,7 @@ REPORT = os.environ.get("WARREN_CHAOS_REPORT", "/tmp/warren-chaos-report.jsonl")
 CHANGES_PER_STEP = 3
 
 # Per round: a failover, a restart and catching up of debug builds on a loaded machine.
-pytestmark = [needs_warren_bin, pytest.mark.timeout(180 + ROUNDS * 60)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(180 + ROUNDS * 60)]
 
 
 def report(test, workload, **extra):

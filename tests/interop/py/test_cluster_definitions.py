@@ -9,7 +9,7 @@ import requests
 from own_broker import needs_warren_bin
 from cluster_nodes import agreed, eventually, started_cluster
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(300)]
 
 
 def api(node, method, path, **kwargs):

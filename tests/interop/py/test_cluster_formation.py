@@ -16,7 +16,7 @@ import tls_certs
 from cluster_nodes import Node, agreed, eventually, members
 from own_broker import needs_warren_bin
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 
 # Three brokers, a failover, restarts and membership changes: minutes on a slow machine.

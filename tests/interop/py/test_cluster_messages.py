@@ -20,7 +20,7 @@ from own_broker import needs_warren_bin
 ROUNDS = int(os.environ.get("WARREN_CHAOS_ROUNDS", "20"))
 REPORT = os.environ.get("WARREN_CHAOS_REPORT", "/tmp/warren-chaos-report.jsonl")
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(180 + ROUNDS * 30)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(180 + ROUNDS * 30)]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from own_broker import Broker, free_port, needs_warren_bin
 
 requests = pytest.importorskip("requests")
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 AUTH = ("guest", "guest")
 

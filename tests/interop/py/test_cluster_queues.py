@@ -11,35 +11,21 @@ import time
 
 import pika
 import pytest
-import requests
 
 from own_broker import needs_warren_bin
 from cluster_nodes import eventually, started_cluster
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
-
-
-def amqp(node):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=node.amqp_port, connection_attempts=3, retry_delay=1))
-
-
-def queue_info(node, name):
-    response = requests.get("http://127.0.0.1:%d/api/queues/%%2F/%s" % (node.http_port, name),
-                            auth=("guest", "guest"), timeout=10)
-    if response.status_code != 200:
-        return None
-    return response.json()
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(300)]
 
 
 def served_from(node, name, home):
     """The queue is on `node`, served by `home`, and reachable (its link is up)."""
-    info = queue_info(node, name)
+    info = node.queue(name)
     return info is not None and info["node"] == home.name and info["state"] == "running"
 
 
 def declared_count(node, name):
-    conn = amqp(node)
+    conn = node.connect()
     try:
         return conn.channel().queue_declare(name, passive=True).method.message_count
     finally:
@@ -54,7 +40,7 @@ def cluster():
 
 def test_a_queue_on_one_node_is_used_from_every_node(cluster):
     a, b, c = cluster
-    conn_a = amqp(a)
+    conn_a = a.connect()
     ch_a = conn_a.channel()
     ch_a.queue_declare("q.place", durable=True)
     ch_a.queue_declare("q.gone", durable=True)
@@ -64,7 +50,7 @@ def test_a_queue_on_one_node_is_used_from_every_node(cluster):
                    lambda node=node: served_from(node, "q.place", a), timeout=60)
 
     # Publish with confirms on node 2: every message confirmed (acked by the home node).
-    conn_b = amqp(b)
+    conn_b = b.connect()
     ch_b = conn_b.channel()
     ch_b.confirm_delivery()
     for i in range(50):
@@ -74,10 +60,10 @@ def test_a_queue_on_one_node_is_used_from_every_node(cluster):
     eventually("50 messages in declare-ok on node 2", lambda: declared_count(b, "q.place") == 50)
     for node in cluster:
         eventually("50 messages in the API of %s" % node.name,
-                   lambda node=node: queue_info(node, "q.place")["messages"] == 50)
+                   lambda node=node: node.queue("q.place")["messages"] == 50)
 
     # Consume on node 3 with manual acks and a prefetch: all 50, in order.
-    conn_c = amqp(c)
+    conn_c = c.connect()
     ch_c = conn_c.channel()
     ch_c.basic_qos(prefetch_count=10)
     received = []
@@ -123,14 +109,14 @@ def test_a_queue_on_one_node_is_used_from_every_node(cluster):
     ch_c.queue_delete("q.gone")
     for node in cluster:
         eventually("q.gone gone on %s" % node.name,
-                   lambda node=node: queue_info(node, "q.gone") is None)
+                   lambda node=node: node.queue("q.gone") is None)
     conn_c.close()
     conn_b.close()
 
 
 def test_home_node_down_and_back(cluster):
     a, b, c = cluster
-    conn_a = amqp(a)
+    conn_a = a.connect()
     ch_a = conn_a.channel()
     ch_a.queue_declare("q.live", durable=True)
     ch_a.queue_declare("q.keep", durable=True)
@@ -141,7 +127,7 @@ def test_home_node_down_and_back(cluster):
                        lambda node=node, name=name: served_from(node, name, a), timeout=60)
 
     # Messages kept on node 1, published (and confirmed) through node 2.
-    conn_b = amqp(b)
+    conn_b = b.connect()
     pub = conn_b.channel()
     pub.confirm_delivery()
     for i in range(5):
@@ -171,7 +157,7 @@ def test_home_node_down_and_back(cluster):
     assert "home node '%s'" % a.name in closed.value.reply_text
     assert "is down or inaccessible" in closed.value.reply_text
     conn_b.close()
-    assert queue_info(b, "q.keep")["state"] == "down"
+    assert b.queue("q.keep")["state"] == "down"
 
     # Back: the messages published before are there, and node 2 serves them again.
     a.start([b, c])
@@ -179,7 +165,7 @@ def test_home_node_down_and_back(cluster):
                timeout=90)
     eventually("5 messages in q.keep seen on node 2", lambda: declared_count(b, "q.keep") == 5,
                timeout=60)
-    conn_b = amqp(b)
+    conn_b = b.connect()
     ch = conn_b.channel()
     got = []
     for method, _, body in ch.consume("q.keep", inactivity_timeout=30):

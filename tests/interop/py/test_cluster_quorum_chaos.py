@@ -28,7 +28,7 @@ from own_broker import needs_warren_bin
 from test_cluster_chaos import REPORT, ROUNDS
 from test_cluster_quorum_follower import connect
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(240 + ROUNDS * 60)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(240 + ROUNDS * 60)]
 
 QUEUE = "qq-chaos"
 

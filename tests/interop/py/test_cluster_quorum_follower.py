@@ -15,7 +15,7 @@ import pytest
 from cluster_nodes import Cluster, eventually
 from own_broker import needs_warren_bin
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(400)]
 
 QUEUE = "qq-follow"
 MESSAGES = 300

@@ -6,16 +6,14 @@ consumer on the old leader's node is cancelled with basic.cancel and its unacked
 come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
 and 2 place the group on that many nodes, the declaring node first."""
 import time
-from urllib.parse import quote
 
 import pika
 import pytest
 
 from own_broker import needs_warren_bin
-from test_cluster_definitions import amqp, api
 from cluster_nodes import eventually, started_cluster
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(300)]
 
 MESSAGES = 1000
 
@@ -35,14 +33,9 @@ def shared_cluster():
         yield cluster.nodes
 
 
-def queue_info(node, name):
-    response = api(node, "GET", "/api/queues/%%2F/%s" % quote(name, safe=""))
-    return response.json() if response.status_code == 200 else None
-
-
 def agreed_leader(nodes, name, members):
     """Every node's API shows `members` (by name) and the same leader, among them."""
-    infos = [queue_info(n, name) for n in nodes]
+    infos = [n.queue(name) for n in nodes]
     if any(i is None for i in infos):
         return None
     leaders = {i["leader"] for i in infos}
@@ -57,14 +50,14 @@ def agreed_leader(nodes, name, members):
 def raft(node, name):
     """The queue's `raft` object on `node` (its member's view of the group), None while the
     group starts there."""
-    info = queue_info(node, name)
+    info = node.queue(name)
     return info["raft"] if info else None
 
 
 def test_a_group_of_three_survives_its_leader(cluster):
     by_name = {n.name: n for n in cluster}
     names = sorted(by_name)
-    conn = amqp(cluster[0])
+    conn = cluster[0].connect()
     channel = conn.channel()
     channel.queue_declare("qq3", durable=True, arguments={
         "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
@@ -73,23 +66,23 @@ def test_a_group_of_three_survives_its_leader(cluster):
     leader = eventually("one leader of three members on every node",
                         lambda: agreed_leader(cluster, "qq3", names))
     for node in cluster:
-        info = queue_info(node, "qq3")
+        info = node.queue("qq3")
         assert sorted(info["online"]) == names
         assert info["type"] == "quorum"
 
     # 1,000 confirmed publishes on the leader's node.
-    conn = amqp(by_name[leader])
+    conn = by_name[leader].connect()
     channel = conn.channel()
     channel.confirm_delivery()
     bodies = [b"message-%04d" % i for i in range(MESSAGES)]
     for body in bodies:
         channel.basic_publish("", "qq3", body, pika.BasicProperties(delivery_mode=2))
     eventually("the leader to count the messages",
-               lambda: queue_info(by_name[leader], "qq3")["messages"] == MESSAGES)
+               lambda: by_name[leader].queue("qq3")["messages"] == MESSAGES)
 
     # A consumer on the leader's node holds ten messages unacked when its node dies. (Its
     # connection dies with the node; the new leader returns what it held, redelivered.)
-    consumer_conn = amqp(by_name[leader])
+    consumer_conn = by_name[leader].connect()
     consumer_channel = consumer_conn.channel()
     consumer_channel.basic_qos(prefetch_count=10)
     held = []
@@ -106,15 +99,15 @@ def test_a_group_of_three_survives_its_leader(cluster):
         lambda: (lambda l: l if l and l != leader else None)(
             agreed_leader(survivors, "qq3", names)),
         timeout=60)
-    info = queue_info(by_name[new_leader], "qq3")
+    info = by_name[new_leader].queue("qq3")
     assert leader not in info["online"]
     assert sorted(info["online"]) == sorted(n.name for n in survivors)
 
     # Every confirmed message is on the new leader, in order; the ten the dead node's consumer
     # held come first, redelivered.
     eventually("every message back in the queue",
-               lambda: queue_info(by_name[new_leader], "qq3")["messages_ready"] == MESSAGES)
-    conn = amqp(by_name[new_leader])
+               lambda: by_name[new_leader].queue("qq3")["messages_ready"] == MESSAGES)
+    conn = by_name[new_leader].connect()
     channel = conn.channel()
     got = []
     for _ in range(MESSAGES):
@@ -129,7 +122,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
     # The group goes on with two of its three members: a publish is replicated to both.
     channel.basic_publish("", "qq3", b"after-failover")
     eventually("the follower to replicate the publish",
-               lambda: all(queue_info(n, "qq3")["messages_ready"] == 1 for n in survivors))
+               lambda: all(n.queue("qq3")["messages_ready"] == 1 for n in survivors))
     method, _, body = channel.basic_get("qq3", auto_ack=True)
     assert body == b"after-failover"
     conn.close()
@@ -161,7 +154,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
 def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     cluster = shared_cluster
     first, second, _ = cluster
-    conn = amqp(second)
+    conn = second.connect()
     channel = conn.channel()
     channel.queue_declare("qq1", durable=True, arguments={
         "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
@@ -172,7 +165,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     # Every node lists the members; the members agree on the leader. (A node outside the
     # group shows no leader until it has one to forward to: it runs no member.)
     def placed(name, size):
-        listed = [(queue_info(n, name) or {}).get("members") for n in cluster]
+        listed = [(n.queue(name) or {}).get("members") for n in cluster]
         if any(m is None or len(m) != size for m in listed) or len({tuple(sorted(m)) for m in listed}) != 1:
             return None
         return listed[0]
@@ -187,7 +180,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
 
     # Published on a node outside the group: forwarded to the leader, confirmed, and there.
     outside = next(n for n in cluster if n.name not in two)
-    conn = amqp(outside)
+    conn = outside.connect()
     channel = conn.channel()
     channel.confirm_delivery()
     for i in range(20):
@@ -195,17 +188,17 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     conn.close()
     leader = next(n for n in cluster if n.name == agreed_leader(members, "qq2", two))
     eventually("the forwarded publishes on the leader",
-               lambda: queue_info(leader, "qq2")["messages"] == 20)
+               lambda: leader.queue("qq2")["messages"] == 20)
 
     # Deleting the queue removes the group on every member.
-    conn = amqp(first)
+    conn = first.connect()
     conn.channel().queue_delete("qq2")
     conn.close()
-    eventually("qq2 gone everywhere", lambda: all(queue_info(n, "qq2") is None for n in cluster))
+    eventually("qq2 gone everywhere", lambda: all(n.queue("qq2") is None for n in cluster))
 
 
 def test_invalid_group_sizes_are_refused_as_rabbitmq_does(shared_cluster):
-    conn = amqp(shared_cluster[0])
+    conn = shared_cluster[0].connect()
     # Texts as RabbitMQ 3.10.8 answers them (checked side by side).
     for value, why in [(0, "{value_zero,0}"), (-1, "{value_negative,-1}"),
                        ("x", '"expected integer, got longstr"')]:

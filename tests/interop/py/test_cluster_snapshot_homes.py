@@ -11,7 +11,7 @@ import pytest
 from cluster_nodes import Node, agreed, eventually, started_cluster
 from own_broker import needs_warren_bin
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(400)]
 
 SNAPSHOT_EVERY = 16
 EXTRA = ["--raft-snapshot-every", str(SNAPSHOT_EVERY)]

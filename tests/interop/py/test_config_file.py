@@ -15,7 +15,7 @@ from own_broker import WARREN_BIN, free_port, needs_warren_bin
 import tls_certs
 from test_tls import round_trip, tls_params
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from own_broker import WARREN_BIN, Broker, needs_warren_bin
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 PAIRS = 1000
 CONNECTIONS = 2 * PAIRS

@@ -15,6 +15,8 @@ import pytest
 
 from own_broker import Broker, WARREN_BIN, needs_warren_bin
 
+pytestmark = pytest.mark.own_brokers
+
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "rabbitmq-3.10-definitions.json")
 
 

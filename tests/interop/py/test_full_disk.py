@@ -19,11 +19,12 @@ import subprocess
 import time
 
 import pika
+import pytest
 
 from conftest import connect, wait_for
 from own_broker import Broker, mount_tmpfs, needs_warren_bin
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 BODY = 64 * 1024
 QUEUE = "full.disk"

@@ -15,7 +15,7 @@ from own_broker import WARREN_BIN, Broker, free_port, needs_warren_bin
 
 requests = pytest.importorskip("requests")
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 MiB = 2**20
 SETTLE_S = 60

@@ -8,7 +8,7 @@ import pytest
 from conftest import connect
 from own_broker import WARREN_BIN, Broker, needs_warren_bin
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 
 
 @pytest.mark.parametrize("queue_args", [[], ["--queue-args", "x-max-priority=10"]],

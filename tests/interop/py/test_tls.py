@@ -23,6 +23,7 @@ import tls_certs
 AGAINST_RABBITMQ = os.environ.get("TLS_BROKER") == "rabbitmq"
 needs_own_broker = pytest.mark.skipif(
     AGAINST_RABBITMQ or not WARREN_BIN, reason="starts Warren brokers of its own (WARREN_BIN)")
+pytestmark = pytest.mark.own_brokers
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import tls_certs
 
 requests = pytest.importorskip("requests")
 
-pytestmark = needs_warren_bin
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 AUTH = ("guest", "guest")
 TIMEOUT_S = 15
 
