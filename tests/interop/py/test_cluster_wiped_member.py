@@ -11,7 +11,7 @@ import pytest
 from cluster_nodes import eventually, started_cluster
 from own_broker import needs_warren_bin
 
-pytestmark = [needs_warren_bin, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(600)]
 
 QUEUE = "qq-wiped"
 
