@@ -19,8 +19,6 @@ if [ -z "${WARREN_BIN:-}" ]; then
   export WARREN_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/warren"
 fi
 export WARREN_CHAOS_ROUNDS="${WARREN_CHAOS_ROUNDS:-20}"
-# The full run includes the rounds of known gaps (docs/CLUSTERING.md), which test.sh skips.
-export WARREN_CHAOS_KNOWN_GAPS="${WARREN_CHAOS_KNOWN_GAPS-1}"
 export WARREN_CHAOS_REPORT="${WARREN_CHAOS_REPORT:-$(mktemp /tmp/warren-chaos-report-XXXXXX.jsonl)}"
 venv="$root/tests/interop/.venv"
 if [ ! -x "$venv/bin/python" ]; then
