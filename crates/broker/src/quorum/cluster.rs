@@ -473,6 +473,21 @@ impl ClusterNode {
             .map_err(|e| e.to_string())
     }
 
+    /// The id of member `name`, or why it is none.
+    fn member_id(&self, name: &str) -> Result<NodeId, String> {
+        let id = node_id(name);
+        if self
+            .metadata
+            .members()
+            .iter()
+            .any(|(member, _)| *member == id)
+        {
+            Ok(id)
+        } else {
+            Err(format!("{name} is not a member of the cluster"))
+        }
+    }
+
     /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node): first from
     /// every quorum queue group of `groups` it is a member of (RabbitMQ's shrink_all), then from
     /// the membership. Refused while the node is running (connected), as RabbitMQ refuses it.
@@ -485,15 +500,7 @@ impl ClusterNode {
         name: &str,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
-        let id = node_id(name);
-        if !self
-            .metadata
-            .members()
-            .iter()
-            .any(|(member, _)| *member == id)
-        {
-            return Err(format!("{name} is not a member of the cluster"));
-        }
+        let id = self.member_id(name)?;
         if self.is_running(id) {
             return Err(format!(
                 "{{failed_to_remove_node,{name},{{active,\"Mnesia is running\",{name}}}}}: {name} \
@@ -529,15 +536,7 @@ impl ClusterNode {
         name: &str,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
-        let id = node_id(name);
-        if !self
-            .metadata
-            .members()
-            .iter()
-            .any(|(member, _)| *member == id)
-        {
-            return Err(format!("{name} is not a member of the cluster"));
-        }
+        let id = self.member_id(name)?;
         if !self.is_running(id) {
             return Err(format!("{name} is not running: start it first"));
         }
