@@ -65,43 +65,15 @@ trap cleanup EXIT
 wants() { case " $brokers " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 # Warren: three nodes, each told the other two's cluster addresses.
-warren_http() { echo $((warren_port + 50 + $1)); }
-cluster_port() { echo $((warren_port + 100 + $1)); }
-api() { curl -sf -u guest:guest "http://127.0.0.1:$(warren_http "$1")$2" "${@:3}"; }
+source tools/bench/warren_cluster.sh
 warren_uris=""
 if wants Warren; then
-  for i in 0 1 2; do
-    peers=""
-    for j in 0 1 2; do
-      [ "$i" = "$j" ] || peers+="${peers:+,}127.0.0.1:$(cluster_port "$j")"
-    done
-    mkdir -p "$work/w$i"
-    "$warren" server --bind 127.0.0.1 --amqp-port $((warren_port + i)) \
-      --management-port "$(warren_http "$i")" --prometheus-port 0 --data-dir "$work/w$i" \
-      --node-name "w$i@127.0.0.1" --cluster-port "$(cluster_port "$i")" \
-      --cluster-advertise "127.0.0.1:$(cluster_port "$i")" --cluster-peers "$peers" \
-      --cluster-secret-file "$work/secret" >"$work/w$i.log" 2>&1 &
-    pids+=($!)
-    warren_uris+="${warren_uris:+,}amqp://guest:guest@127.0.0.1:$((warren_port + i))"
-  done
-  # Every node must see three running voters (the HTTP API's cluster status): a node that
-  # joined is a learner until promoted, and a quorum queue declared before that gets only
-  # the voters as members (2 instead of 3).
-  members_up() {
-    api "$1" /api/cluster/status 2>/dev/null |
-      python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["members"] if m["running"] and m["voter"]))' \
-        2>/dev/null || echo 0
-  }
-  formed=""
-  for _ in $(seq 1 120); do
-    if [ "$(members_up 0)" = 3 ] && [ "$(members_up 1)" = 3 ] && [ "$(members_up 2)" = 3 ]; then
-      formed=yes; break
-    fi
-    sleep 1
-  done
-  if [ -z "$formed" ]; then
+  if ! start_warren_cluster; then
     echo "the Warren cluster did not form; node logs in $out_dir" >&2; exit 1
   fi
+  for i in 0 1 2; do
+    warren_uris+="${warren_uris:+,}amqp://guest:guest@127.0.0.1:$((warren_port + i))"
+  done
 fi
 rabbit_uris=""
 if wants RabbitMQ; then

@@ -31,7 +31,6 @@ else
   warren="${CARGO_TARGET_DIR:-$(pwd)/target}/release/warren"
 fi
 work=$(mktemp -d /tmp/warren-qq-idle-XXXXXX)
-echo "idle-secret-$(date +%s)" >"$work/secret"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -41,38 +40,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-http_port() { echo $((warren_port + 50 + $1)); }
-cluster_port() { echo $((warren_port + 100 + $1)); }
-api() { curl -sf -u guest:guest "http://127.0.0.1:$(http_port "$1")$2" "${@:3}"; }
-for i in 0 1 2; do
-  peers=""
-  for j in 0 1 2; do
-    [ "$i" = "$j" ] || peers+="${peers:+,}127.0.0.1:$(cluster_port "$j")"
-  done
-  mkdir -p "$work/w$i"
-  "$warren" server --bind 127.0.0.1 --amqp-port $((warren_port + i)) \
-    --management-port "$(http_port "$i")" --prometheus-port 0 --data-dir "$work/w$i" \
-    --node-name "w$i@127.0.0.1" --cluster-port "$(cluster_port "$i")" \
-    --cluster-advertise "127.0.0.1:$(cluster_port "$i")" --cluster-peers "$peers" \
-    --cluster-secret-file "$work/secret" >"$work/w$i.log" 2>&1 &
-  pids+=($!)
-done
-# Three running voters on every node before the first declare (a learner's queue would get
-# two members).
-voters() {
-  api "$1" /api/cluster/status 2>/dev/null |
-    python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["members"] if m["running"] and m["voter"]))' \
-      2>/dev/null || echo 0
-}
-for _ in $(seq 1 120); do
-  [ "$(voters 0)" = 3 ] && [ "$(voters 1)" = 3 ] && [ "$(voters 2)" = 3 ] && break
-  sleep 1
-done
-[ "$(voters 0)" = 3 ] || { echo "the cluster did not form (logs: KEEP=dir to keep them)" >&2; exit 1; }
+source tools/bench/warren_cluster.sh
+start_warren_cluster || { echo "the cluster did not form (logs: KEEP=dir to keep them)" >&2; exit 1; }
 
 echo "declaring $queues quorum queues ($parallel at a time) ..." >&2
 start=$(date +%s)
-QUEUES=$queues PARALLEL=$parallel PORTS="$(http_port 0) $(http_port 1) $(http_port 2)" python3 - <<'EOF'
+QUEUES=$queues PARALLEL=$parallel PORTS="$(warren_http 0) $(warren_http 1) $(warren_http 2)" python3 - <<'EOF'
 import base64, concurrent.futures, json, os, sys, urllib.request
 ports = os.environ["PORTS"].split()
 auth = "Basic " + base64.b64encode(b"guest:guest").decode()
