@@ -38,6 +38,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod tail;
 pub mod topic;
+pub mod versioned_map;
 pub mod vhost;
 
 pub use alarm::{Alarm, AlarmSet, Alarms};

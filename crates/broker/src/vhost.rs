@@ -20,7 +20,6 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
-use crate::name_map::NameMap;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
 use crate::queue::{Queue, QueueKind, StoredQueue};
@@ -28,6 +27,7 @@ use crate::queue_args::{
     check_declare_arguments, is_quorum, queue_limits, CLASSIC_QUEUE_ARGS, QUORUM_QUEUE_ARGS,
 };
 use crate::quorum::{QuorumHost, QuorumQueue};
+use crate::versioned_map::{LastLookup, VersionedMap};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,8 +64,10 @@ pub struct QueueDeclaration {
 
 pub struct VHost {
     pub name: String,
-    exchanges: RwLock<NameMap<Arc<Exchange>>>,
-    queues: RwLock<NameMap<Arc<Queue>>>,
+    /// Exchanges and queues by name; every write advances the map's generation, which
+    /// publishing channels' `LastLookup`s check (`versioned_map.rs`).
+    exchanges: VersionedMap<Exchange>,
+    queues: VersionedMap<Queue>,
     /// Policies and operator policies (`vhost/policies.rs`); taken before `queues` and
     /// `exchanges` when both are.
     policies: RwLock<Policies>,
@@ -117,8 +119,8 @@ impl VHost {
     ) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_owned(),
-            exchanges: RwLock::new(NameMap::default()),
-            queues: RwLock::new(NameMap::default()),
+            exchanges: VersionedMap::default(),
+            queues: VersionedMap::default(),
             policies: RwLock::new(Policies::default()),
             reply_consumers: Mutex::new(HashMap::new()),
             memory,
@@ -160,11 +162,21 @@ impl VHost {
     }
 
     pub fn exchange(&self, name: &str) -> Option<Arc<Exchange>> {
-        self.exchanges.read().get(name).cloned()
+        self.exchanges.get(name)
+    }
+
+    /// `exchange`, answered from `last` while no exchange of the vhost changed since it was
+    /// filled (a publishing channel's memory of its exchange).
+    pub fn exchange_via(
+        &self,
+        name: &str,
+        last: &mut LastLookup<Exchange>,
+    ) -> Option<Arc<Exchange>> {
+        self.exchanges.get_via(name, last)
     }
 
     pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
-        self.queues.read().get(name).cloned()
+        self.queues.get(name)
     }
 
     pub fn queues(&self) -> Vec<Arc<Queue>> {
@@ -925,10 +937,38 @@ impl VHost {
         headers: Option<&FieldTable>,
         out: &mut Vec<Arc<Queue>>,
     ) {
+        self.route_keys_remembering(exchange, routing_keys, headers, out, None)
+    }
+
+    /// `route_keys` for a publishing channel: on the default exchange the queue lookup is
+    /// answered from `last_queue` while no queue of the vhost changed since it was filled.
+    pub fn route_keys_via(
+        &self,
+        exchange: &Arc<Exchange>,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+        last_queue: &mut LastLookup<Queue>,
+    ) {
+        self.route_keys_remembering(exchange, routing_keys, headers, out, Some(last_queue))
+    }
+
+    fn route_keys_remembering(
+        &self,
+        exchange: &Arc<Exchange>,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+        mut last_queue: Option<&mut LastLookup<Queue>>,
+    ) {
         if exchange.name.is_empty() {
             // The default exchange: a direct lookup, no binding table walk.
             for key in routing_keys {
-                if let Some(q) = self.queue(key) {
+                let found = match last_queue.as_deref_mut() {
+                    Some(last) => self.queues.get_via(key, last),
+                    None => self.queue(key),
+                };
+                if let Some(q) = found {
                     if !out.iter().any(|x| Arc::ptr_eq(x, &q)) {
                         out.push(q);
                     }

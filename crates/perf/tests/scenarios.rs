@@ -100,6 +100,48 @@ async fn a_uri_list_spreads_clients_and_keeps_exact_counts() {
     assert_eq!(r.uri.matches("amqp://").count(), 2, "{}", r.uri);
 }
 
+/// The client's reader remembers the channel of the last frame; a channel number freed and
+/// handed out again must get its own frames, not the closed channel's memory of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_number_used_again_gets_its_own_replies() {
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    let uri = warren_perf::client::AmqpUri::parse(&uri).unwrap();
+    let conn = warren_perf::client::Connection::open(&uri).await.unwrap();
+    let first = conn.channel().await.unwrap();
+    let first_id = first.id();
+    let queue = first.declare_private_queue().await.unwrap();
+    let template = first.publish_template("", &queue, false);
+    first.publish(&template, &[0, 0], b"one", 0).unwrap();
+    assert_eq!(
+        first.basic_get(&queue, true).await.unwrap().unwrap().body,
+        &b"one"[..]
+    );
+    first.close().await.unwrap();
+    // Channel numbers are handed out round the table: open and close until the first one's
+    // number comes back (each round trip is the reader's last channel changing too).
+    let again = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let ch = conn.channel().await.unwrap();
+            if ch.id() == first_id {
+                return ch;
+            }
+            ch.close().await.unwrap();
+        }
+    })
+    .await
+    .expect("the first channel number handed out again");
+    let template = again.publish_template("", &queue, false);
+    again.publish(&template, &[0, 0], b"two", 0).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), again.basic_get(&queue, true))
+        .await
+        .expect("basic.get answered on the reused channel")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.body, &b"two"[..]);
+    conn.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oslo_call_accounts_round_trips() {
     let Some(uri) = broker() else { return };

@@ -16,9 +16,10 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
+use warren_broker::versioned_map::LastLookup;
 use warren_broker::{
-    AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, ExchangeDeclaration,
-    Queue, QueueDeclaration,
+    AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, Exchange,
+    ExchangeDeclaration, Queue, QueueDeclaration,
 };
 use warren_codec::*;
 
@@ -62,6 +63,11 @@ pub struct Channel {
     pub info: Arc<ChannelInfo>,
     /// Exchanges and topic routing keys this channel may publish to (cached checks).
     pub publish_grants: PublishGrants,
+    /// The exchange this channel last published to, and the queue its last publish through
+    /// the default exchange reached: answered without a name lookup while the vhost's
+    /// exchanges (queues) are unchanged (`warren_broker::versioned_map`).
+    pub last_published_exchange: LastLookup<Exchange>,
+    pub last_published_queue: LastLookup<Queue>,
 }
 
 impl Channel {
@@ -85,6 +91,8 @@ impl Channel {
             route_buf: Vec::new(),
             store_ids_buf: Vec::new(),
             publish_grants: PublishGrants::default(),
+            last_published_exchange: LastLookup::default(),
+            last_published_queue: LastLookup::default(),
         }
     }
 

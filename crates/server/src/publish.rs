@@ -236,13 +236,16 @@ impl Channel {
         if p.method.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true"));
         }
-        let exchange = ctx.vhost.exchange(&p.method.exchange).ok_or_else(|| {
-            AmqpError::not_found(format!(
-                "no exchange '{}' in vhost '{}'",
-                p.method.exchange,
-                ctx.vhost.name()
-            ))
-        })?;
+        let exchange = ctx
+            .vhost
+            .exchange_via(&p.method.exchange, &mut self.last_published_exchange)
+            .ok_or_else(|| {
+                AmqpError::not_found(format!(
+                    "no exchange '{}' in vhost '{}'",
+                    p.method.exchange,
+                    ctx.vhost.name()
+                ))
+            })?;
         if exchange.internal {
             return Err(AmqpError::access_refused(format!(
                 "cannot publish to internal exchange '{}' in vhost '{}'",
@@ -375,8 +378,13 @@ impl Channel {
                 self.route_buf = queues;
                 return Err(refused);
             }
-            ctx.vhost
-                .route_keys(&exchange, routing_keys, props.headers.as_ref(), &mut queues);
+            ctx.vhost.route_keys_via(
+                &exchange,
+                routing_keys,
+                props.headers.as_ref(),
+                &mut queues,
+                &mut self.last_published_queue,
+            );
             routed = !queues.is_empty();
             let stored = match self.persist(&message, &queues, ctx)? {
                 Persisted::NotNeeded => None,

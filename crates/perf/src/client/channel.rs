@@ -103,7 +103,9 @@ impl Assembling {
 struct ChannelState {
     closed: Option<String>,
     sync_waiters: VecDeque<oneshot::Sender<Result<Reply>>>,
-    consumers: HashMap<ShortStr, ConsumerSink>,
+    /// By consumer tag, looked up once per delivery: foldhash, not SipHash (the tags are the
+    /// tool's own).
+    consumers: HashMap<ShortStr, ConsumerSink, foldhash::fast::RandomState>,
     confirms: Option<ConfirmTracker>,
     hooks: Option<Arc<dyn ChannelHooks>>,
     content: Option<Assembling>,

@@ -1,5 +1,10 @@
 //! Opening a connection (protocol header, start/start-ok with PLAIN, tune/tune-ok, open) and
 //! the reader task that routes every incoming frame to its channel.
+//!
+//! The reader keeps the channel it last dispatched to (`LastChannel`) and checks it against a
+//! generation that every change of the channel table advances: a message is three frames on
+//! one channel, and locking the table and cloning the channel's `Arc` for each of them was
+//! CPU the tool takes from the broker it measures on shared cores.
 
 use super::channel::{Channel, ChannelShared};
 use super::outbox::Outbox;
@@ -7,6 +12,7 @@ use super::uri::AmqpUri;
 use super::{ClientError, Result};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -23,6 +29,8 @@ pub(crate) struct ConnInner {
     pub frame_max: u32,
     pub channel_max: u16,
     channels: Mutex<Vec<Option<Arc<ChannelShared>>>>,
+    /// Advanced (under the `channels` lock) whenever a slot of `channels` changes.
+    channels_generation: AtomicU64,
     next_channel: Mutex<u16>,
     closed: Mutex<Option<String>>,
     close_ok: Notify,
@@ -41,8 +49,10 @@ impl ConnInner {
     }
 
     pub fn forget_channel(&self, id: u16) {
-        if let Some(slot) = self.channels.lock().get_mut(id as usize) {
+        let mut channels = self.channels.lock();
+        if let Some(slot) = channels.get_mut(id as usize) {
             *slot = None;
+            self.channels_generation.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -61,17 +71,24 @@ impl ConnInner {
         self.close_ok.notify_waiters();
     }
 
-    fn on_frame(&self, frame: RawFrame) -> Result<()> {
+    fn on_frame(&self, frame: RawFrame, last: &mut LastChannel) -> Result<()> {
         if frame.channel == 0 {
             return self.on_connection_frame(frame);
         }
-        let ch = self
-            .channels
-            .lock()
-            .get(frame.channel as usize)
-            .and_then(|c| c.clone());
-        match ch {
-            Some(ch) => ch.on_frame(self, frame),
+        let generation = self.channels_generation.load(Ordering::Acquire);
+        let remembered =
+            matches!(last, Some((id, g, _)) if *id == frame.channel && *g == generation);
+        if !remembered {
+            let channels = self.channels.lock();
+            // Read under the lock, which every change of the table holds while it advances it.
+            let generation = self.channels_generation.load(Ordering::Acquire);
+            *last = channels
+                .get(frame.channel as usize)
+                .and_then(|c| c.clone())
+                .map(|ch| (frame.channel, generation, ch));
+        }
+        match last {
+            Some((_, _, ch)) => ch.on_frame(self, frame),
             // Frames for a channel we just closed may still be in flight: drop them.
             None => Ok(()),
         }
@@ -105,6 +122,10 @@ impl ConnInner {
         }
     }
 }
+
+/// The reader task's channel of the last frame: its number, the table's generation when it
+/// was looked up, and the channel.
+type LastChannel = Option<(u16, u64, Arc<ChannelShared>)>;
 
 /// An open AMQP connection; cheap to clone.
 #[derive(Clone)]
@@ -225,6 +246,7 @@ impl Connection {
             frame_max,
             channel_max,
             channels: Mutex::new(Vec::new()),
+            channels_generation: AtomicU64::new(0),
             next_channel: Mutex::new(1),
             closed: Mutex::new(None),
             close_ok: Notify::new(),
@@ -274,6 +296,9 @@ impl Connection {
                 channels.resize(id as usize + 1, None);
             }
             channels[id as usize] = Some(Arc::new(ChannelShared::new(id)));
+            self.inner
+                .channels_generation
+                .fetch_add(1, Ordering::Release);
             id
         };
         let shared = self.inner.channels.lock()[id as usize]
@@ -343,11 +368,12 @@ async fn read_method(socket: &mut TcpStream, rbuf: &mut BytesMut) -> Result<Meth
 }
 
 async fn read_loop(conn: &ConnInner, mut rd: OwnedReadHalf, mut buf: BytesMut) -> Result<()> {
+    let mut last: LastChannel = None;
     loop {
         while let Some(frame) =
             parse_frame(&mut buf, 0).map_err(|e| ClientError::Protocol(e.to_string()))?
         {
-            conn.on_frame(frame)?;
+            conn.on_frame(frame, &mut last)?;
         }
         if conn.out.is_closed() && conn.closed.lock().is_some() {
             return Ok(());
