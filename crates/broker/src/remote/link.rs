@@ -126,8 +126,11 @@ struct Forwarding {
     consumers: HashMap<u64, (u64, u16, Arc<Consumer>)>,
     confirms: HashMap<u64, Arc<QuorumConfirm>>,
     /// Gets waiting for their answer, with the number the message is stamped with.
-    gets: HashMap<u64, (u16, oneshot::Sender<Option<(QueuedMessage, u32)>>)>,
+    gets: HashMap<u64, (u16, GetAnswer)>,
 }
+
+/// Where a forwarded basic.get's answer goes: the message and the ready count, or none.
+type GetAnswer = oneshot::Sender<Option<(QueuedMessage, u32)>>;
 
 /// This node's end of a link to one peer, as the remote queues use it.
 pub struct ForwardLink {
@@ -432,9 +435,7 @@ impl ForwardLink {
                 }
             }
             Frame::Got { req, got } => {
-                let Some((via, waiting)) = self.state.lock().gets.remove(&req) else {
-                    return None;
-                };
+                let (via, waiting) = self.state.lock().gets.remove(&req)?;
                 let got = got.and_then(|(id, redelivered, count, message)| {
                     Some((
                         QueuedMessage {
