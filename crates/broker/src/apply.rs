@@ -273,6 +273,15 @@ impl Broker {
                     consumer_count,
                 })
             }
+            QueueSetMembers {
+                vhost,
+                name,
+                members,
+            } => {
+                self.live_vhost(&vhost)?
+                    .set_quorum_members(&name, members)?;
+                Ok(Outcome::Done)
+            }
             QueueDelete {
                 vhost,
                 name,

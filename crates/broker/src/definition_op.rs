@@ -179,6 +179,16 @@ pub enum DefinitionOp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         home: Option<String>,
     },
+    /// A quorum queue's Raft group members (node ids) after its group's membership changed:
+    /// a forgotten node removed (`forget_cluster_node`), a node added (`grow_quorum_queues`).
+    /// Recorded so every node's definitions, what the API shows on a node that is no member,
+    /// and what a restarted node starts the queue with agree with the group; a node now
+    /// listed that ran no member of the group starts one (`QuorumQueue::set_members`).
+    QueueSetMembers {
+        vhost: String,
+        name: String,
+        members: Vec<u64>,
+    },
     /// Removes a queue. queue.delete's `if-unused`/`if-empty` look at the queue's live
     /// consumers and messages, which are node-local: they are checked before the op is
     /// built (`VHost::check_queue_delete`), not here.
@@ -326,6 +336,7 @@ impl DefinitionOp {
             | ExchangeDelete { vhost, .. }
             | QueueDeclare { vhost, .. }
             | QueueDelete { vhost, .. }
+            | QueueSetMembers { vhost, .. }
             | QueueBind { vhost, .. }
             | QueueUnbind { vhost, .. }
             | ExchangeBind { vhost, .. }

@@ -73,6 +73,13 @@ pub struct QueuedMessage {
     /// still unsettled when its consumer went (RabbitMQ's `requeue_and_run/3`) — not on a
     /// release or a 0-9-1 requeue. Sits in the padding after `redelivered`: no extra bytes.
     pub delivery_count: u32,
+    /// The forwarding binding this copy came by — a remote queue record's, or a quorum queue
+    /// delegate's, on one link to the serving node (`crate::remote`) — by its number within
+    /// the queue; 0 for a copy this node's own queue delivered. A settle goes back over that
+    /// binding only, never another one (whose serving side may hold the same message id for
+    /// another consumer of this node). Sits with `redelivered` and `delivery_count` in one
+    /// word: no extra bytes.
+    pub via: u16,
     /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
     pub expires_at: Option<Instant>,
     /// Set when the message is in the store for this queue (persisted, or written to page
@@ -431,6 +438,7 @@ impl Queue {
                 delivery_count: message.inherited_delivery_count,
                 message,
                 redelivered: false,
+                via: 0,
                 store_ref,
             };
             self.expire(&mut st, &mut dead);

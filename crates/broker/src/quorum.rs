@@ -39,7 +39,7 @@ use crate::queue::{Queue, QueuedMessage};
 use crate::remote::RemoteQueue;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -235,8 +235,11 @@ pub struct QuorumQueue {
     commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
     /// The group's members (node ids) as declared, the first of them the one that made the
     /// group; empty: this node alone (a single node, or a queue declared before groups
-    /// spanned nodes).
-    members: Vec<NodeId>,
+    /// spanned nodes). Changed when the group's membership is (`set_members`: forget and
+    /// grow record the new set through the metadata group).
+    members: Mutex<Vec<NodeId>>,
+    /// Told when `members` changed: a node added to the group starts its member.
+    members_changed: Arc<tokio::sync::Notify>,
     /// Set once this node's member of the group runs (never on a node that is not a member).
     group: OnceLock<Arc<QueueGroup>>,
     /// Told when `group` is set, so a basic.get on a queue still starting waits for it.
@@ -260,10 +263,16 @@ pub struct QuorumQueue {
     /// Delegates retired while their link was up, newest last, with when (at most
     /// `RETIRED_DELEGATES`, for `RETIRED_DELEGATE_KEEP`): a client may still ack, requeue or
     /// give back (a delivery that reached its consumer after the consumer was cancelled) a
-    /// message delivered through one, and that settle must reach the serving side that holds
-    /// it there — through another delegate it names no message the serving side knows, and
-    /// the message would stay checked out to the retired delegate's consumer.
+    /// message delivered through one, and that settle goes to the serving side that
+    /// delivered it, found by the number the delivery carries (`QueuedMessage::via`) — never
+    /// through another delegate, whose serving side may hold the same message id for another
+    /// consumer of this node (it was returned and delivered again since).
     retired_delegates: Mutex<Vec<(std::time::Instant, Arc<RemoteQueue>)>>,
+    /// Where the delegates' binding numbers come from (`QueuedMessage::via`: each binding of
+    /// each delegate on a link takes the next; never 0, "delivered here"). Shared by all of
+    /// them so a number names one binding of one delegate; it wraps after 65,535 bindings,
+    /// and the few that may be settled through at a time are always distinct.
+    vias: Arc<AtomicU16>,
     next_consumer_key: AtomicU64,
     deleted: AtomicBool,
     /// The group's data removal has been started (exactly once).
@@ -297,7 +306,8 @@ impl QuorumQueue {
             config: Mutex::new(config),
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
-            members,
+            members: Mutex::new(members),
+            members_changed: Arc::new(tokio::sync::Notify::new()),
             group: OnceLock::new(),
             group_started: tokio::sync::Notify::new(),
             leader: tokio::sync::watch::Sender::new(None),
@@ -307,6 +317,7 @@ impl QuorumQueue {
             consumers: Mutex::new(Consumers::default()),
             delegate: Mutex::new(None),
             retired_delegates: Mutex::new(Vec::new()),
+            vias: Arc::new(AtomicU16::new(1)),
             next_consumer_key: AtomicU64::new(first_key),
             deleted: AtomicBool::new(false),
             removal_started: AtomicBool::new(false),
@@ -323,8 +334,21 @@ impl QuorumQueue {
     }
 
     /// The members as declared (empty: this node alone); see [`QuorumQueue::member_ids`].
-    pub fn members(&self) -> &[NodeId] {
-        &self.members
+    pub fn members(&self) -> Vec<NodeId> {
+        self.members.lock().clone()
+    }
+
+    /// The group's membership changed (a node forgotten, a node grown onto it), as recorded
+    /// in the definitions (`DefinitionOp::QueueSetMembers`). A node that is now a member and
+    /// ran none starts its member of the group, which waits for the leader to add it; a node
+    /// no longer listed keeps what runs until it restarts (it was forgotten while down).
+    pub fn set_members(&self, members: Vec<NodeId>) {
+        let mut current = self.members.lock();
+        if *current != members {
+            *current = members;
+            drop(current);
+            self.members_changed.notify_one();
+        }
     }
 
     /// The group's members: its voters as this node's member knows them, else as declared.
@@ -334,9 +358,10 @@ impl QuorumQueue {
                 return members;
             }
         }
-        match self.members.is_empty() {
+        let members = self.members();
+        match members.is_empty() {
             true => vec![self.host.node_id()],
-            false => self.members.clone(),
+            false => members,
         }
     }
 
@@ -418,7 +443,13 @@ impl QuorumQueue {
         let name = self.host.member_name(leader)?;
         let vhost = queue.vhost()?;
         let peer = vhost.forward_peers().peer(&name);
-        let remote = Arc::new(RemoteQueue::new(&peer, &vhost.name, &queue.name, "quorum"));
+        let remote = Arc::new(RemoteQueue::new(
+            &peer,
+            &vhost.name,
+            &queue.name,
+            "quorum",
+            self.vias.clone(),
+        ));
         let retired = delegate.replace((leader, remote.clone()));
         drop(delegate);
         if let Some((_, old)) = retired {
@@ -440,14 +471,19 @@ impl QuorumQueue {
         cancelled
     }
 
-    /// The retired delegates still worth settling through (dropping the others).
-    fn settling_delegates(&self) -> Vec<Arc<RemoteQueue>> {
-        let mut retired = self.retired_delegates.lock();
-        if retired.is_empty() {
-            return Vec::new();
+    /// The delegate that delivered what is stamped `via` over a binding still up: the
+    /// current one, or a retired one still worth settling through (the others are dropped
+    /// here). None when it is gone, or its link was lost since.
+    fn settling_delegate(&self, via: u16) -> Option<Arc<RemoteQueue>> {
+        if let Some(current) = self.current_delegate().filter(|r| r.delivered_via(via)) {
+            return Some(current);
         }
+        let mut retired = self.retired_delegates.lock();
         retired.retain(|(at, r)| at.elapsed() < RETIRED_DELEGATE_KEEP && r.can_settle());
-        retired.iter().map(|(_, r)| r.clone()).collect()
+        retired
+            .iter()
+            .find(|(_, r)| r.delivered_via(via))
+            .map(|(_, r)| r.clone())
     }
 
     /// Moves waiting consumers to the leader once the link to its node is up; gives up after
@@ -712,20 +748,29 @@ impl QuorumQueue {
         // one each) reach the back of the queue in that order.
         let mut by_consumer: Vec<((u8, ConsumerKey), Vec<MsgId>)> = Vec::new();
         let mut done = Vec::new();
-        // Messages delivered through the delegate: the leader's node holds them.
-        let mut forwarded: [Vec<QueuedMessage>; 3] = Default::default();
+        // Messages delivered through a delegate, by binding: the leader's node holds them.
+        let mut forwarded: Vec<(u16, [Vec<QueuedMessage>; 3])> = Vec::new();
         {
             let mut consumers = self.consumers.lock();
             for (kind, messages) in [(0u8, acked), (1, requeued), (2, rejected)] {
                 for m in messages {
-                    if let Some(key) = consumers.held.remove(&m.id) {
+                    if m.via != 0 {
+                        let at = match forwarded.iter().position(|(via, _)| *via == m.via) {
+                            Some(at) => at,
+                            None => {
+                                forwarded.push((m.via, Default::default()));
+                                forwarded.len() - 1
+                            }
+                        };
+                        forwarded[at].1[kind as usize].push(m.clone());
+                    } else if let Some(key) = consumers.held.remove(&m.id) {
                         match by_consumer.last_mut() {
                             Some((run, ids)) if *run == (kind, key) => ids.push(m.id),
                             _ => by_consumer.push(((kind, key), vec![m.id])),
                         }
-                    } else {
-                        forwarded[kind as usize].push(m.clone());
                     }
+                    // Else delivered here by a consumer that is gone (this node stopped
+                    // leading): the new leader returned it to the queue already.
                 }
             }
             // Cancelled consumers whose last messages these were leave the group.
@@ -749,16 +794,14 @@ impl QuorumQueue {
         for consumer in done {
             self.propose(Command::Cancel { consumer }, None);
         }
-        if forwarded.iter().any(|f| !f.is_empty()) {
-            // Delivered through a delegate: the current one, or one retired since (its
-            // serving side still holds them when its node leads, or the leader's take-over
-            // returned them). Which one is not recorded per message: each is told, and a
-            // serving side ignores a settle of a message it does not hold through that
-            // delegate (`remote/serve.rs`).
-            let mut through = self.settling_delegates();
-            through.extend(self.current_delegate());
-            for remote in through {
-                remote.settle(&forwarded[0], &forwarded[1], &forwarded[2]);
+        for (via, [acks, requeues, rejects]) in forwarded {
+            // Through the delegate that delivered them, the current one or one retired since,
+            // over the link they came by, and no other. One that is gone (its link lost, or
+            // retired long ago) delivered to consumers that were cancelled: the serving side
+            // requeued what they held when the link went, or the new leader's take-over did
+            // (`take_over`); the settle has nothing left to do.
+            if let Some(remote) = self.settling_delegate(via) {
+                remote.settle(&acks, &requeues, &rejects);
             }
         }
     }
@@ -1021,8 +1064,8 @@ const LEADER_WAIT: Duration = Duration::from_secs(10);
 const RETIRED_DELEGATES: usize = 4;
 
 /// How long a retired delegate is settled through: its consumers' clients were told
-/// basic.cancel and settle or give back what they hold soon after (every forwarded settle goes
-/// through each kept one, so they are not kept for good).
+/// basic.cancel and settle or give back what they hold soon after (a later settle of what it
+/// delivered is dropped, so retired delegates are not kept for good).
 const RETIRED_DELEGATE_KEEP: Duration = Duration::from_secs(60);
 
 /// How long a consumer attached while the link to the leader's node is down waits for it.
@@ -1043,7 +1086,7 @@ async fn run_group(
             qq.group_id,
             qq.desired_config(),
             queue.name.clone(),
-            qq.members.clone(),
+            qq.members(),
         )
     };
     let own = host.node_id();
@@ -1052,13 +1095,37 @@ async fn run_group(
     let (in_flight_tx, in_flight_rx) = unbounded_channel::<InFlight>();
     tokio::spawn(complete(in_flight_rx));
     let in_flight_entries = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+    let mut members = members;
     if !members.is_empty() && !members.contains(&own) {
-        // Not a member: this node's record of the queue forwards publishes to the group.
+        // Not a member: this node's record of the queue forwards publishes to the group,
+        // until the group grows onto this node (`QuorumQueue::set_members`).
         tracing::debug!(queue = %name, group = group_id, "quorum queue served by other nodes");
-        tokio::spawn(probe_leader(weak.clone(), members.clone()));
-        while let Some(first) = commands.recv().await {
+        tokio::spawn(probe_leader(weak.clone()));
+        loop {
+            let changed = {
+                // The queue gone (deleted): nothing left to forward.
+                let Some(queue) = weak.upgrade() else {
+                    return Ok(());
+                };
+                let Some(qq) = queue.quorum() else {
+                    return Ok(());
+                };
+                members = qq.members();
+                if members.is_empty() || members.contains(&own) {
+                    break;
+                }
+                qq.members_changed.clone()
+            };
+            // (A change told between the look above and this wait is kept by `notify_one`.)
+            let first = tokio::select! {
+                first = commands.recv() => first,
+                _ = changed.notified() => continue,
+            };
+            let Some(first) = first else {
+                return Ok(());
+            };
             let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
-                break;
+                return Ok(());
             };
             let batch = take_batch(first, &mut commands);
             forward_batch(
@@ -1070,7 +1137,7 @@ async fn run_group(
                 &in_flight_tx,
             );
         }
-        return Ok(());
+        tracing::info!(queue = %name, group = group_id, ?members, "this node is now a member of the quorum queue's group");
     }
     let (effects_tx, effects_rx) = unbounded_channel();
     let group = host
@@ -1210,16 +1277,17 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// queue are forwarded there (`QuorumQueue::follow_leader`). Every `PROBE_INTERVAL` the known
 /// leader (else each member in turn) is sent an empty proposal: a follower answers with the
 /// leader it knows, the leader commits the empty entry (a no-op for the queue).
-async fn probe_leader(weak: Weak<Queue>, members: Vec<NodeId>) {
+async fn probe_leader(weak: Weak<Queue>) {
     loop {
         tokio::time::sleep(PROBE_INTERVAL).await;
-        let (host, group, known) = {
+        let (host, group, known, members) = {
             let Some(queue) = weak.upgrade() else { return };
             let Some(qq) = queue.quorum() else { return };
-            if qq.is_deleted() {
+            // Deleted, or a member now (its member's metrics name the leader).
+            if qq.is_deleted() || qq.group.get().is_some() {
                 return;
             }
-            (qq.host.clone(), qq.group_id, qq.leader())
+            (qq.host.clone(), qq.group_id, qq.leader(), qq.members())
         };
         let transport = host.node().transport().clone();
         let own = host.node_id();
@@ -1663,6 +1731,7 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                             redelivered: message.delivered_before,
                             delivery_count,
                             expires_at: None,
+                            via: 0,
                             store_ref: None,
                         },
                         reason,
@@ -1710,6 +1779,7 @@ impl QuorumQueue {
                         message: Arc::new(decoded),
                         redelivered: message.delivered_before,
                         expires_at: None,
+                        via: 0,
                         store_ref: None,
                     });
                 }
@@ -1745,6 +1815,7 @@ impl QuorumQueue {
                 redelivered: message.delivered_before,
                 delivery_count,
                 expires_at: None,
+                via: 0,
                 store_ref: None,
             },
         };

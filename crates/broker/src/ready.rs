@@ -180,6 +180,7 @@ mod tests {
             redelivered: false,
             delivery_count: 0,
             expires_at: None,
+            via: 0,
             store_ref: None,
         }
     }

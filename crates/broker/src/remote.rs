@@ -16,7 +16,10 @@
 //!   exclusive flags; its deliveries come back and are handed to the local consumer as
 //!   `ConnectionEvent::Deliver` (redelivered flag and headers as the serving queue set
 //!   them), carrying the serving queue's message id, so ack / nack / reject name the
-//!   serving node's message without a translation table;
+//!   serving node's message without a translation table, and the number of the binding it
+//!   came over (`QueuedMessage::via`: the record on one link), so they go back over that
+//!   binding or nowhere — after a reconnect, or through another delegate of a quorum queue,
+//!   the same id may name another consumer's hold;
 //! - basic.get: answered asynchronously (`ConnectionEvent::QuorumGot`), as for quorum;
 //! - purge, message and consumer counts: the serving node reports its counts over the link
 //!   whenever they change (a declare-ok on a forwarding node shows them as of the last
@@ -54,7 +57,7 @@ use crate::queue::{Enqueued, QueuedMessage};
 use crate::quorum::QuorumConfirm;
 use parking_lot::Mutex;
 use peers::Record;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// The serving queue's counts as last reported over the link.
@@ -76,18 +79,23 @@ pub struct RemoteQueue {
 
 impl RemoteQueue {
     /// A record for queue `queue` of `vhost` served by `peer` (bound on its link at once
-    /// when there is one, and on every later one).
+    /// when there is one, and on every later one). Each binding takes a number from `vias`
+    /// (a fresh counter for a record of its own; a quorum queue's delegates share theirs), and
+    /// what is delivered over it carries that number (`QueuedMessage::via`): a settle goes
+    /// over the binding the message came by, or nowhere.
     pub fn new(
         peer: &Arc<PeerLink>,
         vhost: &str,
         queue: &str,
         served_type: &'static str,
+        vias: Arc<AtomicU16>,
     ) -> RemoteQueue {
         let record = Arc::new(Record {
             vhost: vhost.to_owned(),
             queue: queue.to_owned(),
             counts: Arc::default(),
             bound: Mutex::new(None),
+            vias,
             retired: AtomicBool::new(false),
         });
         peer.register(&record);
@@ -119,28 +127,28 @@ impl RemoteQueue {
         self.peer.is_up()
     }
 
-    /// The live link and this record's id on it.
-    fn bound(&self) -> Option<(Arc<ForwardLink>, u64)> {
+    /// The live link, this record's id on it and the binding's number.
+    fn bound(&self) -> Option<(Arc<ForwardLink>, u64, u16)> {
         let link = self.peer.current()?;
-        let qid = self.record.bind_on(&link)?;
-        Some((link, qid))
+        let (qid, via) = self.record.bind_on(&link)?;
+        Some((link, qid, via))
     }
 
     /// The link the record is bound on now, if it is still live (what consumers and held
-    /// messages were made on: after a reconnect they are gone). A retired record keeps its
-    /// last binding for settling what was delivered through it.
-    fn bound_live(&self) -> Option<(Arc<ForwardLink>, u64)> {
+    /// messages were made on: after a reconnect they are gone), with the binding's number. A
+    /// retired record keeps its last binding for settling what was delivered through it.
+    fn bound_live(&self) -> Option<(Arc<ForwardLink>, u64, u16)> {
         self.record
             .bound
             .lock()
             .as_ref()
-            .filter(|(link, _)| link.is_alive())
+            .filter(|(link, _, _)| link.is_alive())
             .cloned()
     }
 
     pub fn publish(&self, message: &Message, confirm: Option<&Arc<QuorumConfirm>>) -> Enqueued {
         match self.bound() {
-            Some((link, qid)) => link.publish(qid, message, confirm),
+            Some((link, qid, _)) => link.publish(qid, message, confirm),
             None => {
                 // The serving node is unreachable: a confirmed publish is nacked.
                 if let Some(c) = confirm {
@@ -157,7 +165,7 @@ impl RemoteQueue {
     /// its client consumes again.
     pub fn add_consumer(&self, consumer: Arc<Consumer>) {
         match self.bound() {
-            Some((link, qid)) => link.consume(qid, consumer),
+            Some((link, qid, via)) => link.consume(qid, via, consumer),
             None => {
                 let _ = consumer.send(ConnectionEvent::ConsumerCancelled {
                     channel: consumer.channel,
@@ -173,7 +181,7 @@ impl RemoteQueue {
         channel: u16,
         tag: &str,
     ) -> Option<Arc<Consumer>> {
-        let (link, qid) = self.bound_live()?;
+        let (link, qid, _) = self.bound_live()?;
         link.cancel(qid, connection, channel, tag)
     }
 
@@ -183,7 +191,7 @@ impl RemoteQueue {
         requeued: &[QueuedMessage],
         rejected: &[QueuedMessage],
     ) {
-        let Some((link, qid)) = self.bound_live() else {
+        let Some((link, qid, via)) = self.bound_live() else {
             // The link the messages came over is gone: the serving node requeued them.
             return;
         };
@@ -192,8 +200,15 @@ impl RemoteQueue {
             (SettleKind::Requeue, requeued),
             (SettleKind::Reject, rejected),
         ] {
-            if !messages.is_empty() {
-                let ids = messages.iter().map(|m| m.id).collect();
+            // Only what came over this binding: what came over an earlier link went back to
+            // the queue when that link was lost, and may be held under the same id by another
+            // consumer of this node now, whose hold a settle here would end.
+            let ids: Vec<u64> = messages
+                .iter()
+                .filter(|m| m.via == via)
+                .map(|m| m.id)
+                .collect();
+            if !ids.is_empty() {
                 link.settle(qid, kind, ids);
             }
         }
@@ -205,15 +220,21 @@ impl RemoteQueue {
         self.bound_live().is_some()
     }
 
+    /// Whether what is stamped `via` came over this record's binding, which is still up
+    /// (a settle of it can reach the serving side holding it).
+    pub fn delivered_via(&self, via: u16) -> bool {
+        self.bound_live().is_some_and(|(_, _, bound)| bound == via)
+    }
+
     pub async fn get(&self, no_ack: bool) -> Option<(QueuedMessage, u32)> {
-        let (link, qid) = self.bound()?;
-        link.get(qid, no_ack).await
+        let (link, qid, via) = self.bound()?;
+        link.get(qid, no_ack, via).await
     }
 
     /// Forwards the purge; answers the last reported count (as a quorum queue does).
     pub fn purge(&self) -> u32 {
         let count = self.record.counts.messages.swap(0, Relaxed);
-        if let Some((link, qid)) = self.bound() {
+        if let Some((link, qid, _)) = self.bound() {
             link.purge(qid);
         }
         count

@@ -182,7 +182,7 @@ impl Broker {
         for queue in self.vhosts().iter().flat_map(|v| v.queues()) {
             if let Some(qq) = queue.quorum() {
                 for member in qq.members() {
-                    *groups.entry(*member).or_default() += 1;
+                    *groups.entry(member).or_default() += 1;
                 }
             }
         }

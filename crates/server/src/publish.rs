@@ -354,6 +354,7 @@ impl Channel {
                         redelivered: false,
                         delivery_count: 0,
                         expires_at: None,
+                        via: 0,
                         store_ref: None,
                     },
                 };

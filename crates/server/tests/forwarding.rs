@@ -1,6 +1,7 @@
 //! Forwarding: two brokers in one process joined by a forwarding link over a loopback TCP
-//! socket. Broker A serves queue `q` (durable, on a store whose fsyncs the test can stall);
-//! broker B holds a remote record for it. A client on B uses `q` as if it were local.
+//! socket (made again with `relink` after a test closed it). Broker A serves queue `q`
+//! (durable, on a store whose fsyncs the test can stall); broker B holds a remote record for
+//! it. A client on B uses `q` as if it were local.
 
 mod client;
 
@@ -19,6 +20,7 @@ use warren_store::{Backend, FaultyBackend, Store, StoreOptions};
 
 struct Pair {
     a: Arc<Broker>,
+    b: Arc<Broker>,
     port_a: u16,
     port_b: u16,
     /// A's store's disk: `set_stall_syncs` holds fsyncs back.
@@ -95,12 +97,24 @@ async fn pair_of(queue_type: &'static str) -> Pair {
         .unwrap();
     Pair {
         port_a: listen(a.clone()).await,
-        port_b: listen(b).await,
+        port_b: listen(b.clone()).await,
         a,
+        b,
         disk,
         link_b,
         _quorum_dir: quorum_dir,
     }
+}
+
+/// Joins A and B again over a new loopback link (after `link_b` was closed): B's record of
+/// `q` binds itself on it.
+async fn relink(pair: &Pair) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted, connected) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+    remote::open(accepted.unwrap().0, pair.a.clone());
+    let link = remote::open(connected.unwrap(), pair.b.clone());
+    pair.b.forward_peers().peer("a").set(link);
 }
 
 async fn channel(port: u16) -> Client {
@@ -591,4 +605,62 @@ async fn a_quorum_queue_served_by_a_is_used_through_b() {
         .map(|i| Bytes::from(format!("m{i}")))
         .collect();
     assert_eq!(seen, expected, "the others in order");
+}
+
+/// A settle goes over the link its delivery came by, or nowhere: after the link to A is lost
+/// (A requeues what B's consumer held) and made again, a consumer on B gets the message again
+/// under the same id; the first consumer's late nack of its copy must leave that hold alone
+/// (over the new link it would name the message the second consumer holds there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_settle_over_a_lost_link_leaves_the_redelivered_copy_alone() {
+    let pair = pair().await;
+    publish_on_a(&pair, 1).await;
+    let mut first = channel(pair.port_b).await;
+    let tag = consume(&mut first, 10, false).await;
+    let (held, redelivered, body, _) = delivery(&mut first).await;
+    assert_eq!((&body[..], redelivered), (&b"m0"[..], false));
+
+    pair.link_b.close();
+    match first.next().await {
+        Incoming::Method(_, Method::BasicCancel(cancel)) => assert_eq!(cancel.consumer_tag, tag),
+        other => panic!("expected basic.cancel, got {other:?}"),
+    }
+    eventually(|| async { a_count(&pair) == 1 }).await;
+
+    relink(&pair).await;
+    let mut second = channel(pair.port_b).await;
+    consume(&mut second, 10, false).await;
+    let (held_again, redelivered, body, _) = delivery(&mut second).await;
+    assert_eq!((&body[..], redelivered), (&b"m0"[..], true));
+
+    // The first consumer's channel requeues its copy, delivered over the lost link.
+    first
+        .send(
+            1,
+            BasicNack {
+                delivery_tag: held,
+                multiple: false,
+                requeue: true,
+            },
+        )
+        .await;
+    second.expect_silence(2000).await;
+    assert_eq!(
+        a_count(&pair),
+        0,
+        "the second consumer's message was requeued"
+    );
+
+    // The second consumer's ack settles it: nothing comes back.
+    second
+        .send(
+            1,
+            BasicAck {
+                delivery_tag: held_again,
+                multiple: false,
+            },
+        )
+        .await;
+    second.expect_silence(500).await;
+    assert_eq!(a_count(&pair), 0);
 }

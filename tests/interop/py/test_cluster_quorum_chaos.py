@@ -207,7 +207,7 @@ def test_wipe_a_node_forget_it_and_restart_it(cluster):
         victim.start(remaining)
         cluster.wait_agreed(timeout=90)
         # As `rabbitmq-queues grow`: the new node joins the queue's group again (its member
-        # starts once the node applied the queue's declaration).
+        # starts once the node applied the grow's record of the group's members).
         eventually("%s knows %s" % (victim.name, QUEUE), lambda: queue_info(victim), timeout=60)
         grown = remaining[round_number % 2].ctl("grow_quorum_queues", victim.name)
         assert grown.returncode == 0, grown.stdout + grown.stderr

@@ -4,7 +4,9 @@ cluster handshake — it presents a new incarnation — with the way out in the 
 and keeps serving a quorum queue meanwhile. Then, as in RabbitMQ, `forget_cluster_node` (which
 refuses a running node) removes it from the cluster and from the queue's group, the node joins
 as a new node, and `grow_quorum_queues` (`rabbitmq-queues grow`) makes it a member of the queue
-again, with every message there."""
+again, with every message there. Each membership change is recorded in the definitions: the
+node that joins anew, no member yet, shows the shrunk group's members, and after a restart of
+every node the queue still runs on the three (the grown node starts its member again)."""
 import pika
 import pytest
 
@@ -81,6 +83,9 @@ def test_a_wiped_member_is_refused_until_forgotten_then_joins_and_grows_back():
         cluster.wait_agreed(timeout=90)
         eventually("the new node sees the queue", lambda: victim.queue(QUEUE) is not None,
                    timeout=60)
+        # No member of the group now, it knows the members the forget recorded.
+        eventually("the new node showing the survivors as the members",
+                   lambda: members_seen_by(victim) == survivors, timeout=60)
 
         grown = first.ctl("grow_quorum_queues", victim.name)
         assert grown.returncode == 0, grown.stdout + grown.stderr
@@ -90,6 +95,18 @@ def test_a_wiped_member_is_refused_until_forgotten_then_joins_and_grows_back():
         queue = first.queue(QUEUE)
         raft = queue.get("raft") or {}
         assert len(raft.get("members") or []) == 3 or raft.get("state") != "leader", raft
+
+        # Every node restarted: each starts the queue with the members recorded, the grown
+        # node its member of the group too, and the three elect a leader.
+        for node in cluster.nodes:
+            node.stop()
+        for node in cluster.nodes:
+            node.start(cluster.peers_of(node))
+        cluster.wait_agreed(timeout=90)
+        eventually("the queue on 3 members with a leader after the restart", lambda: all(
+            members_seen_by(n) == sorted(cluster.names)
+            and (n.queue(QUEUE) or {}).get("leader") in cluster.names
+            for n in cluster.nodes), timeout=120)
 
         # Every message is still there, and the new member serves them.
         conn = victim.connect()

@@ -130,6 +130,11 @@ fn every_op() -> Vec<DefinitionOp> {
             name: s("q"),
             connection: 9,
         },
+        QueueSetMembers {
+            vhost: s("v"),
+            name: s("q"),
+            members: vec![3, u64::MAX],
+        },
         QueueBind {
             vhost: s("v"),
             queue: s("q"),

@@ -184,6 +184,7 @@ impl Queue {
                 },
                 message: Arc::new(message),
                 redelivered: paged.redelivered,
+                via: 0,
                 store_ref: Some(store_ref),
             };
             self.memory.add(queued.message.memory_bytes());

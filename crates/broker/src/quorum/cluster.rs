@@ -489,8 +489,8 @@ impl ClusterNode {
     }
 
     /// Removes the node `name` from the cluster (RabbitMQ's forget_cluster_node): first from
-    /// every quorum queue group of `groups` it is a member of (RabbitMQ's shrink_all), then from
-    /// the membership. Refused while the node is running (connected), as RabbitMQ refuses it.
+    /// every quorum queue group of `groups` it is a member of (RabbitMQ's shrink_all; each
+    /// group's new members recorded in `broker`'s definitions), then from the membership. Refused while the node is running (connected), as RabbitMQ refuses it.
     ///
     /// The groups go first (RabbitMQ shrinks after): once the membership forgets a node, its
     /// recorded incarnation goes too, and a wiped node waiting at the door joins at once — it
@@ -498,6 +498,7 @@ impl ClusterNode {
     pub async fn forget_node(
         &self,
         name: &str,
+        broker: &crate::Broker,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = self.member_id(name)?;
@@ -507,7 +508,7 @@ impl ClusterNode {
                  is running (connected to this node); stop it first"
             ));
         }
-        let changes = super::membership::shrink_all(self, groups, id).await;
+        let changes = super::membership::shrink_all(self, broker, groups, id).await;
         let failed: Vec<String> = changes
             .iter()
             .filter_map(|c| match &c.result {
@@ -530,17 +531,19 @@ impl ClusterNode {
     }
 
     /// Adds the member `name` to every quorum queue group of `groups` below its size
-    /// (`rabbitmq-queues grow NODE all`); one result per queue it was added to or failed for.
+    /// (`rabbitmq-queues grow NODE all`), recording each group's new members in `broker`'s
+    /// definitions; one result per queue it was added to or failed for.
     pub async fn grow_quorum_queues(
         &self,
         name: &str,
+        broker: &crate::Broker,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = self.member_id(name)?;
         if !self.is_running(id) {
             return Err(format!("{name} is not running: start it first"));
         }
-        Ok(super::membership::grow_all(self, groups, id).await)
+        Ok(super::membership::grow_all(self, broker, groups, id).await)
     }
 
     /// Stops the metadata member and the transport.

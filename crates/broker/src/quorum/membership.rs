@@ -9,6 +9,14 @@
 //! blocks until it caught up as a learner, then makes it a voter, so commits never wait on an
 //! empty member.
 //!
+//! Each change is also recorded in the definitions, through the metadata group
+//! (`DefinitionOp::QueueSetMembers`): the group's members as declared are what a node that is
+//! no member shows, what placement counts, and what every node starts the queue with after a
+//! restart — a node grown onto a group it was not declared in would otherwise not start its
+//! member at all. A removal is recorded once the group made it; an addition before the group
+//! makes it (the added node starts its member on seeing it, for the leader to replicate to),
+//! and recorded back without the node if the group does not make it.
+//!
 //! A group's size to grow to is its declaration's `x-quorum-initial-group-size` (3 by
 //! default), as placement uses; RabbitMQ's `grow ... all` adds the node to every queue it is
 //! not on, whatever the count.
@@ -21,6 +29,7 @@ use warren_quorum::types::{GroupId, NodeId};
 
 use super::cluster::ClusterNode;
 use super::placement::initial_group_size;
+use crate::definition_op::DefinitionOp;
 use crate::Broker;
 
 /// How long one group's membership change keeps trying (elections, forwarding, a learner
@@ -57,7 +66,7 @@ pub fn quorum_groups(broker: &Broker) -> Vec<QuorumGroup> {
                 queue: queue.name.to_string(),
                 group: quorum.group_id(),
                 members: quorum.member_ids(),
-                declared: quorum.members().to_vec(),
+                declared: quorum.members(),
                 target_size: initial_group_size(&queue.arguments)
                     .unwrap_or(super::placement::DEFAULT_INITIAL_GROUP_SIZE),
             });
@@ -76,9 +85,11 @@ pub struct GroupChange {
 }
 
 /// Removes node `node` from every group of `groups` that lists it (as a voter or as
-/// declared); one result per group changed.
+/// declared), recording each group's new members in `broker`'s definitions; one result per
+/// group changed.
 pub async fn shrink_all(
     cluster: &ClusterNode,
+    broker: &Broker,
     groups: &[QuorumGroup],
     node: NodeId,
 ) -> Vec<GroupChange> {
@@ -91,8 +102,17 @@ pub async fn shrink_all(
             .into_iter()
             .filter(|m| *m != node)
             .collect();
-        let result =
+        let mut result =
             change_group_members(cluster, group.group, &reach, MemberChange::Remove { node }).await;
+        if result.is_ok() {
+            let remaining: Vec<NodeId> = group
+                .members
+                .iter()
+                .copied()
+                .filter(|m| *m != node)
+                .collect();
+            result = record_members(broker, group, &remaining).await;
+        }
         if let Err(e) = &result {
             tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "removing a forgotten node from a quorum queue's group failed");
         } else {
@@ -108,9 +128,11 @@ pub async fn shrink_all(
 }
 
 /// Adds member `node` (its membership record) to every group of `groups` that does not list it
-/// and has fewer members than its size; one result per group changed.
+/// and has fewer members than its size, recording each group's new members in `broker`'s
+/// definitions; one result per group changed.
 pub async fn grow_all(
     cluster: &ClusterNode,
+    broker: &Broker,
     groups: &[QuorumGroup],
     node: NodeId,
 ) -> Vec<GroupChange> {
@@ -132,8 +154,18 @@ pub async fn grow_all(
             node,
             info: info.clone(),
         };
-        let result =
-            change_group_members(cluster, group.group, &known_members(group), change).await;
+        let mut grown = group.members.clone();
+        grown.push(node);
+        // First recorded: the node starts its member of the group on seeing it listed.
+        let mut result = record_members(broker, group, &grown).await;
+        if result.is_ok() {
+            result =
+                change_group_members(cluster, group.group, &known_members(group), change).await;
+            if result.is_err() {
+                // Not added: the record goes back to the members the group has.
+                let _ = record_members(broker, group, &group.members).await;
+            }
+        }
         if let Err(e) = &result {
             tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "adding a node to a quorum queue's group failed");
         } else {
@@ -146,6 +178,38 @@ pub async fn grow_all(
         });
     }
     changes
+}
+
+/// Records `members` (the group's voters after a change) as the queue's members in the
+/// definitions, through the metadata group, in the order they were declared in (the first
+/// declared member stays first while it is one), the others after.
+async fn record_members(
+    broker: &Broker,
+    group: &QuorumGroup,
+    members: &[NodeId],
+) -> Result<(), String> {
+    let mut ordered: Vec<NodeId> = group
+        .declared
+        .iter()
+        .copied()
+        .filter(|m| members.contains(m))
+        .collect();
+    for member in members {
+        if !ordered.contains(member) {
+            ordered.push(*member);
+        }
+    }
+    let op = DefinitionOp::QueueSetMembers {
+        vhost: group.vhost.clone(),
+        name: group.queue.clone(),
+        members: ordered,
+    };
+    broker
+        .change(op)
+        .result()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("recording the queue's members failed: {}", e.text))
 }
 
 /// The group's members as voters and as declared, voters first, without repeats.

@@ -121,11 +121,16 @@ async fn write_batches<W: AsyncWrite + Unpin>(mut writer: W, outbox: Arc<Outbox>
 #[derive(Default)]
 struct Forwarding {
     counts: HashMap<u64, Arc<RemoteCounts>>,
-    /// Consumers by link id, with their queue's link id.
-    consumers: HashMap<u64, (u64, Arc<Consumer>)>,
+    /// Consumers by link id, with their queue's link id and the number their deliveries are
+    /// stamped with (`QueuedMessage::via`).
+    consumers: HashMap<u64, (u64, u16, Arc<Consumer>)>,
     confirms: HashMap<u64, Arc<QuorumConfirm>>,
-    gets: HashMap<u64, oneshot::Sender<Option<(QueuedMessage, u32)>>>,
+    /// Gets waiting for their answer, with the number the message is stamped with.
+    gets: HashMap<u64, (u16, GetAnswer)>,
 }
+
+/// Where a forwarded basic.get's answer goes: the message and the ready count, or none.
+type GetAnswer = oneshot::Sender<Option<(QueuedMessage, u32)>>;
 
 /// This node's end of a link to one peer, as the remote queues use it.
 pub struct ForwardLink {
@@ -288,11 +293,11 @@ impl ForwardLink {
             let cids: Vec<u64> = st
                 .consumers
                 .iter()
-                .filter(|(_, (q, _))| *q == qid)
+                .filter(|(_, (q, _, _))| *q == qid)
                 .map(|(cid, _)| *cid)
                 .collect();
             cids.into_iter()
-                .filter_map(|cid| st.consumers.remove(&cid).map(|(_, c)| (cid, c)))
+                .filter_map(|cid| st.consumers.remove(&cid).map(|(_, _, c)| (cid, c)))
                 .collect::<Vec<_>>()
         };
         self.outbox.push(|buf| {
@@ -331,7 +336,8 @@ impl ForwardLink {
         }
     }
 
-    pub(super) fn consume(&self, qid: u64, consumer: Arc<Consumer>) {
+    /// Registers `consumer` at the peer; its deliveries are stamped `via`.
+    pub(super) fn consume(&self, qid: u64, via: u16, consumer: Arc<Consumer>) {
         let cid = self.next_id();
         let (prefetch, no_ack, exclusive) =
             (consumer.prefetch_count, consumer.no_ack, consumer.exclusive);
@@ -340,7 +346,10 @@ impl ForwardLink {
             cancel_locally(&cancelled);
             return;
         }
-        self.state.lock().consumers.insert(cid, (qid, consumer));
+        self.state
+            .lock()
+            .consumers
+            .insert(cid, (qid, via, consumer));
         let sent = self.outbox.frame(&Frame::Consume {
             cid,
             qid,
@@ -362,14 +371,14 @@ impl ForwardLink {
     ) -> Option<Arc<Consumer>> {
         let (cid, consumer) = {
             let mut st = self.state.lock();
-            let cid = st.consumers.iter().find_map(|(cid, (q, c))| {
+            let cid = st.consumers.iter().find_map(|(cid, (q, _, c))| {
                 (*q == qid
                     && c.connection == connection
                     && c.channel == channel
                     && c.tag.as_str() == tag)
                     .then_some(*cid)
             })?;
-            st.consumers.remove(&cid).map(|(_, c)| (cid, c))?
+            st.consumers.remove(&cid).map(|(_, _, c)| (cid, c))?
         };
         self.outbox.frame(&Frame::Cancel { cid });
         Some(consumer)
@@ -383,10 +392,16 @@ impl ForwardLink {
         }
     }
 
-    pub(super) async fn get(&self, qid: u64, no_ack: bool) -> Option<(QueuedMessage, u32)> {
+    /// basic.get at the peer; the message is stamped `via`.
+    pub(super) async fn get(
+        &self,
+        qid: u64,
+        no_ack: bool,
+        via: u16,
+    ) -> Option<(QueuedMessage, u32)> {
         let req = self.next_id();
         let (tx, rx) = oneshot::channel();
-        self.state.lock().gets.insert(req, tx);
+        self.state.lock().gets.insert(req, (via, tx));
         if !self.is_alive() || !self.outbox.frame(&Frame::Get { req, qid, no_ack }) {
             self.state.lock().gets.remove(&req);
             return None;
@@ -415,12 +430,12 @@ impl ForwardLink {
             } => self.deliver(cid, qid, id, redelivered, message),
             Frame::Cancelled { cid } => {
                 let consumer = self.state.lock().consumers.remove(&cid);
-                if let Some((_, c)) = consumer {
+                if let Some((_, _, c)) = consumer {
                     cancel_locally(&c);
                 }
             }
             Frame::Got { req, got } => {
-                let waiting = self.state.lock().gets.remove(&req);
+                let (via, waiting) = self.state.lock().gets.remove(&req)?;
                 let got = got.and_then(|(id, redelivered, count, message)| {
                     Some((
                         QueuedMessage {
@@ -430,14 +445,13 @@ impl ForwardLink {
                             // AMQP 1.0's per-copy count stays on the serving node.
                             delivery_count: 0,
                             expires_at: None,
+                            via,
                             store_ref: None,
                         },
                         count,
                     ))
                 });
-                if let Some(waiting) = waiting {
-                    let _ = waiting.send(got);
-                }
+                let _ = waiting.send(got);
             }
             Frame::Counts {
                 qid,
@@ -460,9 +474,9 @@ impl ForwardLink {
             .lock()
             .consumers
             .get(&cid)
-            .map(|(_, c)| c.clone());
+            .map(|(_, via, c)| (*via, c.clone()));
         let decoded = frame::message(message);
-        let (Some(consumer), Some(decoded)) = (consumer, decoded) else {
+        let (Some((via, consumer)), Some(decoded)) = (consumer, decoded) else {
             // Cancelled while the delivery was on its way (or unreadable): back to the queue.
             // (For a no-ack consumer the peer holds nothing and ignores this.)
             self.settle(qid, SettleKind::Requeue, vec![id]);
@@ -480,6 +494,7 @@ impl ForwardLink {
                 redelivered,
                 delivery_count: 0,
                 expires_at: None,
+                via,
                 store_ref: None,
             },
         };
@@ -503,7 +518,7 @@ impl ForwardLink {
                 std::mem::take(&mut st.confirms),
             )
         };
-        for (_, (_, c)) in consumers {
+        for (_, (_, _, c)) in consumers {
             cancel_locally(&c);
         }
         for (_, c) in confirms {

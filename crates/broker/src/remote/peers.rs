@@ -11,7 +11,7 @@
 use super::link::ForwardLink;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,29 +25,36 @@ pub(super) struct Record {
     pub(super) vhost: String,
     pub(super) queue: String,
     pub(super) counts: Arc<super::RemoteCounts>,
-    /// The link and id it was last bound on; a retired record keeps them (unbound at the
-    /// peer) so that messages delivered through it can still be settled there.
-    pub(super) bound: Mutex<Option<(Arc<ForwardLink>, u64)>>,
+    /// The link and id it was last bound on, and the binding's number (what the messages
+    /// delivered over it are stamped with, `QueuedMessage::via`); a retired record keeps them
+    /// (unbound at the peer) so that messages delivered through it can still be settled there.
+    pub(super) bound: Mutex<Option<(Arc<ForwardLink>, u64, u16)>>,
+    /// Where binding numbers come from: the record's own, or shared by a quorum queue's
+    /// delegates, so that no two bindings of one queue that may still be settled through share
+    /// a number (it wraps after 65,535; 0 is never one).
+    pub(super) vias: Arc<AtomicU16>,
     /// Set once the record went (`RemoteQueue::mark_deleted`): it never binds again, so no
     /// consumer can be registered through a record nobody settles through.
     pub(super) retired: AtomicBool,
 }
 
 impl Record {
-    /// The record's link id on `link`, binding it there first if needed; None once retired.
-    pub(super) fn bind_on(&self, link: &Arc<ForwardLink>) -> Option<u64> {
+    /// The record's link id on `link` and the binding's number, binding it there first if
+    /// needed; None once retired.
+    pub(super) fn bind_on(&self, link: &Arc<ForwardLink>) -> Option<(u64, u16)> {
         let mut bound = self.bound.lock();
         if self.retired.load(Ordering::Acquire) {
             return None;
         }
-        if let Some((current, qid)) = &*bound {
+        if let Some((current, qid, via)) = &*bound {
             if Arc::ptr_eq(current, link) {
-                return Some(*qid);
+                return Some((*qid, *via));
             }
         }
         let qid = link.bind(&self.vhost, &self.queue, self.counts.clone());
-        *bound = Some((link.clone(), qid));
-        Some(qid)
+        let via = next_via(&self.vias);
+        *bound = Some((link.clone(), qid, via));
+        Some((qid, via))
     }
 
     /// Retires the record (under the binding's lock, so a bind in progress either completes
@@ -57,7 +64,17 @@ impl Record {
         if self.retired.swap(true, Ordering::AcqRel) {
             return None;
         }
-        bound.clone()
+        bound.as_ref().map(|(link, qid, _)| (link.clone(), *qid))
+    }
+}
+
+/// The next number from `vias`, never 0 (0 stamps what a node's own queue delivered).
+fn next_via(vias: &AtomicU16) -> u16 {
+    loop {
+        let via = vias.fetch_add(1, Ordering::Relaxed);
+        if via != 0 {
+            return via;
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! The node's state is changed, not replaced: the difference between what it has and what the
 //! snapshot says becomes ops, applied through the one apply path. A queue or exchange that is
 //! in both, the same, is left alone (a queue keeps its messages); one that differs is deleted
-//! and declared again, since the cluster's definition is the one that counts. Only durable
+//! and declared again, since the cluster's definition is the one that counts — except a quorum
+//! queue whose group members alone differ (a node forgotten or grown onto it meanwhile): its
+//! members are recorded (`QueueSetMembers`), and this node's member of the group keeps its log. Only durable
 //! definitions are in a snapshot (`Broker::snapshot`), so transient exchanges and queues are
 //! neither created nor removed here.
 
@@ -189,8 +191,31 @@ fn vhost_ops(
         ops,
         removals,
     );
+    // A quorum queue whose group's members changed (a node forgotten or grown onto it) is
+    // the same queue: its members are recorded, never the queue deleted and declared again
+    // (that would remove this node's member of the group and its log).
+    let mut have_queues = have.queues.clone();
+    for h in &mut have_queues {
+        let changed = want.queues.iter().find(|w| {
+            w.name == h.name
+                && w.members != h.members
+                && **w
+                    == crate::definitions::QueueDefinition {
+                        members: w.members.clone(),
+                        ..h.clone()
+                    }
+        });
+        if let Some(members) = changed.map(|w| w.members.clone()) {
+            ops.push(DefinitionOp::QueueSetMembers {
+                vhost: vhost.to_owned(),
+                name: h.name.to_string(),
+                members: members.clone(),
+            });
+            h.members = members;
+        }
+    }
     deletions(
-        &have.queues,
+        &have_queues,
         &want.queues,
         queue_name,
         queue_delete,
@@ -315,6 +340,60 @@ mod tests {
     use crate::access::Permission;
     use std::sync::Arc;
     use warren_codec::{FieldTable, FieldValue};
+
+    /// A snapshot of vhost `/` holding quorum queue `qq` with group `members`.
+    fn with_quorum_queue(members: Vec<u64>) -> Snapshot {
+        let mut arguments = FieldTable::new();
+        arguments.insert("x-queue-type", FieldValue::LongStr("quorum".into()));
+        Snapshot {
+            vhosts: vec![crate::snapshot::VHostSnapshot {
+                name: "/".into(),
+                metadata: Default::default(),
+                limits: Default::default(),
+                definitions: Definitions {
+                    queues: vec![crate::definitions::QueueDefinition {
+                        name: "qq".into(),
+                        auto_delete: false,
+                        arguments,
+                        members,
+                        home: None,
+                    }],
+                    ..Definitions::default()
+                },
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_quorum_queues_new_members_are_recorded_not_the_queue_declared_again() {
+        let ops = reconcile(
+            &with_quorum_queue(vec![1, 2, 3]),
+            &with_quorum_queue(vec![1, 3, 4]),
+        );
+        let recorded = DefinitionOp::QueueSetMembers {
+            vhost: "/".into(),
+            name: "qq".into(),
+            members: vec![1, 3, 4],
+        };
+        assert!(ops.contains(&recorded), "{ops:?}");
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, DefinitionOp::QueueDelete { .. })),
+            "{ops:?}"
+        );
+        // Nothing changed: nothing recorded.
+        let same = reconcile(
+            &with_quorum_queue(vec![1, 2, 3]),
+            &with_quorum_queue(vec![1, 2, 3]),
+        );
+        assert!(
+            !same
+                .iter()
+                .any(|op| matches!(op, DefinitionOp::QueueSetMembers { .. })),
+            "{same:?}"
+        );
+    }
 
     fn broker() -> Arc<Broker> {
         broker_on(Arc::new(warren_store::FaultyBackend::new(7)), "warren@here")

@@ -66,10 +66,7 @@ impl VHost {
                     name: q.name.clone(),
                     auto_delete: q.auto_delete,
                     arguments: q.arguments.clone(),
-                    members: q
-                        .quorum()
-                        .map(|qq| qq.members().to_vec())
-                        .unwrap_or_default(),
+                    members: q.quorum().map(|qq| qq.members()).unwrap_or_default(),
                     home,
                 });
             }

@@ -1,8 +1,9 @@
-//! Remote queue records and a queue's serving node: how a node that does not serve a queue
-//! holds it (see `crate::remote`), and [`VHost::set_serving`], which moves a queue between
-//! "served here" and "a record forwarding to node N" in place. The cluster's definitions
-//! apply installs a record on every node but the queue's home node, so routing, declare-ok
-//! and the API find the queue everywhere.
+//! Remote queue records and a queue's serving nodes: how a node that does not serve a queue
+//! holds it (see `crate::remote`), [`VHost::set_serving`], which moves a queue between
+//! "served here" and "a record forwarding to node N" in place, and
+//! [`VHost::set_quorum_members`], which records the nodes a quorum queue's group runs on
+//! after they changed. The cluster's definitions apply installs a record on every node but
+//! the queue's home node, so routing, declare-ok and the API find the queue everywhere.
 
 use super::VHost;
 use crate::consumer::{ConnectionEvent, Consumer};
@@ -70,7 +71,7 @@ impl VHost {
         peer: &Arc<PeerLink>,
         served_type: &'static str,
     ) -> Arc<Queue> {
-        let remote = RemoteQueue::new(peer, &self.name, &name, served_type);
+        let remote = RemoteQueue::new(peer, &self.name, &name, served_type, Arc::default());
         Arc::new(
             Queue::new(
                 name,
@@ -164,6 +165,25 @@ impl VHost {
         if new.expires_ms().is_some() {
             self.watch_expiry(&new);
         }
+        Ok(())
+    }
+
+    /// Records quorum queue `name`'s group members after a membership change (see
+    /// `DefinitionOp::QueueSetMembers`), persisted with the definitions: what a node that is
+    /// no member shows, and what every node starts the queue with after a restart. A 404 for
+    /// an unknown queue, a 406 for one that is not a quorum queue.
+    pub fn set_quorum_members(&self, name: &str, members: Vec<u64>) -> AmqpResult<()> {
+        let queue = self
+            .queue(name)
+            .ok_or_else(|| super::not_found_queue(&self.name, name))?;
+        let quorum = queue.quorum().ok_or_else(|| {
+            AmqpError::precondition(format!(
+                "queue '{name}' in vhost '{}' is not a quorum queue",
+                self.name
+            ))
+        })?;
+        quorum.set_members(members);
+        self.persist_definitions();
         Ok(())
     }
 

@@ -118,7 +118,7 @@ pub async fn forget_node(
     }
     let groups = quorum_groups(&api.broker);
     cluster
-        .forget_node(&name, &groups)
+        .forget_node(&name, &api.broker, &groups)
         .await
         .map_err(unavailable)?;
     Ok(no_content())
@@ -134,7 +134,7 @@ pub async fn grow_quorum_queues(
     let cluster = api.broker.cluster().ok_or_else(single_node)?;
     let groups = quorum_groups(&api.broker);
     let changes = cluster
-        .grow_quorum_queues(&node, &groups)
+        .grow_quorum_queues(&node, &api.broker, &groups)
         .await
         .map_err(unavailable)?;
     let listed: Vec<Value> = changes

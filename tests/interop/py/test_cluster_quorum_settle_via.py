@@ -1,0 +1,130 @@
+"""A settle goes back the way its delivery came: on a node that does not lead a quorum queue,
+consumers are served through a delegate to the leader's node, and after a leader change a
+message consumer A held (through the old delegate) comes back and is delivered again, under the
+same message id, to consumer B on the same node (through the new leader). A's late nack of its
+copy must not touch B's: B keeps the message (no second delivery), B's ack settles it exactly
+once, and the queue ends empty. (A settle used to go through every delegate the queue kept,
+and the new one's serving side requeued B's message.)"""
+import time
+from urllib.parse import quote
+
+import pika
+import pytest
+
+from cluster_nodes import eventually, started_cluster
+from own_broker import needs_warren_bin
+
+pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(400)]
+
+QUEUE = "qq-settle-via"
+
+
+def queue_info(node):
+    response = node.request("GET", "/api/queues/%%2F/%s" % quote(QUEUE, safe=""))
+    return response.json() if response.status_code == 200 else None
+
+
+def agreed_leader(cluster):
+    """The queue's leader every node's API names, once they agree and it has three members."""
+    infos = [queue_info(n) for n in cluster.nodes]
+    if any(i is None or len(i.get("members") or []) != 3 for i in infos):
+        return None
+    leaders = {i["leader"] for i in infos}
+    if len(leaders) != 1 or None in leaders:
+        return None
+    return leaders.pop()
+
+
+class Consumer:
+    """A consumer on its own connection to `node`, collecting (delivery tag, redelivered,
+    body) as they come."""
+
+    def __init__(self, node, prefetch):
+        # No heartbeats: a consumer left idle while the test waits on another must not be
+        # closed for missing them.
+        self.connection = pika.BlockingConnection(pika.ConnectionParameters(
+            host=node.host, port=node.amqp_port, heartbeat=0, connection_attempts=3,
+            retry_delay=1))
+        self.channel = self.connection.channel()
+        self.channel.basic_qos(prefetch_count=prefetch)
+        self.received = []
+        self.channel.basic_consume(QUEUE, on_message_callback=self._on_message)
+
+    def _on_message(self, _channel, method, _properties, body):
+        self.received.append((method.delivery_tag, method.redelivered, body))
+
+    def pump(self, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.connection.process_data_events(time_limit=0.2)
+
+    def wait_for(self, count, what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            assert time.monotonic() < deadline, "timed out waiting for %s" % what
+            self.connection.process_data_events(time_limit=0.2)
+        return self.received[count - 1]
+
+    def close(self):
+        try:
+            self.connection.close()
+        except pika.exceptions.AMQPError:
+            pass
+
+
+def test_a_late_settle_through_the_old_delegate_leaves_the_redelivered_copy_alone():
+    with started_cluster("qqvia") as cluster:
+        conn = cluster.nodes[0].connect()
+        conn.channel().queue_declare(QUEUE, durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
+        conn.close()
+        leader_name = eventually("one leader of %s on every node" % QUEUE,
+                                 lambda: agreed_leader(cluster), timeout=60)
+        leader = cluster.node(leader_name)
+        node = next(n for n in cluster.nodes if n is not leader)
+
+        conn = node.connect()
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", QUEUE, b"the-one", pika.BasicProperties(delivery_mode=2),
+                              mandatory=True)
+        conn.close()
+
+        # A, on a follower's node, consumes through the delegate to the leader's node.
+        a = Consumer(node, prefetch=1)
+        b = None
+        try:
+            tag_a, redelivered, body = a.wait_for(1, "the delivery to A")
+            assert (body, redelivered) == (b"the-one", False)
+
+            # The leader goes: A is cancelled, the new leader returns what A held.
+            leader.kill()
+            eventually("a new leader named on %s" % node.name, lambda: (
+                queue_info(node) or {}).get("leader") not in (None, leader_name), timeout=90)
+
+            # B, on the same node, gets the message again, under the same id.
+            b = Consumer(node, prefetch=10)
+            _tag_b, redelivered, body = b.wait_for(1, "the redelivery to B", timeout=90)
+            assert (body, redelivered) == (b"the-one", True)
+
+            # A's late nack (requeue) of its copy: its delegate is gone, nothing happens to B's.
+            a.channel.basic_nack(tag_a, requeue=True)
+            a.pump(1)
+            b.pump(8)
+            assert [r[2] for r in b.received] == [b"the-one"], (
+                "B's message was requeued by A's settle and delivered again: %r" % b.received)
+            info = queue_info(node) or {}
+            assert info.get("messages_ready") == 0, info
+
+            # B's ack settles it, once: the queue ends empty everywhere still up.
+            b.channel.basic_ack(b.received[0][0])
+            b.pump(1)
+            up = [n for n in cluster.nodes if n is not leader]
+            eventually("the queue empty on %s" % [n.name for n in up], lambda: all(
+                (queue_info(n) or {}).get("messages") == 0 for n in up), timeout=60)
+            b.pump(3)
+            assert len(b.received) == 1, b.received
+        finally:
+            a.close()
+            if b is not None:
+                b.close()
