@@ -13,7 +13,8 @@
 //!   change: a restarted node restores the metadata group's snapshot and replays the log after
 //!   it (ops are idempotent), so a blob that lags the log loses nothing. A cluster node's
 //!   changes are written by one thread, every change that came in the meantime at once
-//!   ([`BACKGROUND_PAUSE`] after the first), off the metadata group's apply step. The one
+//!   ([`BACKGROUND_PAUSE`] after the first, or nine times the last write's duration when that
+//!   is longer), off the metadata group's apply step. The one
 //!   exception stays synchronous: creating a queue whose messages go to the message store, as
 //!   recovery drops a stored queue the blob does not name, with its messages.
 
@@ -23,7 +24,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How long the background writer lets changes gather after the first before it writes: a
-/// burst of declarations costs a write per pause, not one per declaration.
+/// burst of declarations costs a write per pause, not one per declaration. A pause is at
+/// least nine times the last write, so writing takes at most a tenth of a core.
 pub const BACKGROUND_PAUSE: Duration = Duration::from_millis(100);
 
 /// How soon a durable change must be in the store.
@@ -116,30 +118,37 @@ impl DefinitionsWriter {
         let writer = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("warren-definitions".into())
-            .spawn(move || loop {
-                {
-                    let Some(this) = writer.upgrade() else { return };
-                    let mut waiting = this.waiting.lock();
-                    while !*waiting {
-                        // Woken by a change, or now and then to notice the broker is gone.
-                        if this
-                            .wake
-                            .wait_for(&mut waiting, Duration::from_secs(1))
-                            .timed_out()
-                            && Arc::strong_count(&this) == 1
-                        {
-                            return;
+            .spawn(move || {
+                let mut last_write = Duration::ZERO;
+                loop {
+                    {
+                        let Some(this) = writer.upgrade() else { return };
+                        let mut waiting = this.waiting.lock();
+                        while !*waiting {
+                            // Woken by a change, or now and then to notice the broker is gone.
+                            if this
+                                .wake
+                                .wait_for(&mut waiting, Duration::from_secs(1))
+                                .timed_out()
+                                && Arc::strong_count(&this) == 1
+                            {
+                                return;
+                            }
                         }
                     }
-                }
-                std::thread::sleep(BACKGROUND_PAUSE);
-                let Some(this) = writer.upgrade() else { return };
-                *this.waiting.lock() = false;
-                let wanted = this.requested.load(Ordering::Acquire);
-                let alive = std::cell::Cell::new(true);
-                this.write_covering(wanted, &|| alive.set(write()));
-                if !alive.get() {
-                    return;
+                    // At most a tenth of a core on writing however large the blob grows (10,000
+                    // queues: tens of milliseconds a write).
+                    std::thread::sleep(BACKGROUND_PAUSE.max(last_write * 9));
+                    let Some(this) = writer.upgrade() else { return };
+                    *this.waiting.lock() = false;
+                    let wanted = this.requested.load(Ordering::Acquire);
+                    let alive = std::cell::Cell::new(true);
+                    let started = std::time::Instant::now();
+                    this.write_covering(wanted, &|| alive.set(write()));
+                    last_write = started.elapsed();
+                    if !alive.get() {
+                        return;
+                    }
                 }
             });
         match spawned {
