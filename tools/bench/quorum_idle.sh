@@ -7,7 +7,8 @@
 # The queues are declared through the HTTP API (PUT /api/queues/%2F/NAME with
 # x-queue-type=quorum), spread over the three nodes, several at a time; the script then waits
 # until every node lists them all with 3 members and a leader, lets the cluster settle for
-# SETTLE seconds, and samples each process's user+system CPU time over SECONDS.
+# SETTLE seconds, and samples each process's user+system CPU time over SECONDS. How long each
+# thousand declarations took goes to stderr as they complete.
 #
 # Output: a markdown table, per node and in all: CPU in % of one core over the sample, RSS,
 # and how many of the queues' leaders the node holds.
@@ -46,7 +47,7 @@ start_warren_cluster || { echo "the cluster did not form (logs: KEEP=dir to keep
 echo "declaring $queues quorum queues ($parallel at a time) ..." >&2
 start=$(date +%s)
 QUEUES=$queues PARALLEL=$parallel PORTS="$(warren_http 0) $(warren_http 1) $(warren_http 2)" python3 - <<'EOF'
-import base64, concurrent.futures, json, os, sys, urllib.request
+import base64, concurrent.futures, json, os, sys, time, urllib.request
 ports = os.environ["PORTS"].split()
 auth = "Basic " + base64.b64encode(b"guest:guest").decode()
 body = json.dumps({"durable": True, "arguments": {"x-queue-type": "quorum"}}).encode()
@@ -61,8 +62,16 @@ def declare(i):
         except Exception as e:
             err = e
     raise SystemExit(f"declaring idle-{i}: {err}")
+# Timed per thousand, so a declaration that gets slower as queues accumulate shows.
+queues, chunk = int(os.environ["QUEUES"]), 1000
 with concurrent.futures.ThreadPoolExecutor(int(os.environ["PARALLEL"])) as pool:
-    list(pool.map(declare, range(int(os.environ["QUEUES"]))))
+    for first in range(0, queues, chunk):
+        started = time.monotonic()
+        last = min(first + chunk, queues)
+        list(pool.map(declare, range(first, last)))
+        took = time.monotonic() - started
+        print(f"declared {first + 1}-{last}: {took:.1f} s, {1000 * took / (last - first):.1f} ms each",
+              file=sys.stderr)
 EOF
 echo "declared in $(($(date +%s) - start)) s; waiting for every node to list them on 3 members" >&2
 listed() {

@@ -10,11 +10,12 @@ use crate::definitions::Definitions;
 use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
+use crate::persist::{DefinitionsWriter, Urgency};
 use crate::registry::Registry;
 use crate::replication::Replicator;
 use crate::snapshot::{AccessSnapshot, Snapshot, VHostSnapshot};
 use crate::vhost::VHost;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
@@ -52,8 +53,9 @@ pub struct Broker {
     pub started_at: std::time::Instant,
     /// Set once `recover` has run: snapshots written before would miss what it restores.
     persisting: AtomicBool,
-    /// Serializes snapshot writes so an older one never overwrites a newer one.
-    persist_lock: Mutex<()>,
+    /// When the definitions blob is written (`persist.rs`): shared by concurrent changes, in
+    /// the background in a cluster.
+    definitions_writer: Arc<DefinitionsWriter>,
     /// Handed to vhosts and the access database for their change hooks.
     self_ref: OnceLock<Weak<Broker>>,
     /// Connections, channels and queues opened and closed, and what was published (the
@@ -71,7 +73,13 @@ pub struct Broker {
     replicator: OnceLock<Arc<dyn Replicator>>,
     /// Forwarding links to the nodes serving this node's remote queue records.
     forward_peers: Arc<crate::remote::ForwardPeers>,
+    /// Quorum groups per cluster node as placement last counted them, and when
+    /// (`replication.rs`, `with_quorum_members`).
+    pub(crate) groups_per_node: parking_lot::Mutex<Option<GroupsPerNode>>,
 }
+
+/// When placement counted, and the groups each node is a member of.
+pub(crate) type GroupsPerNode = (std::time::Instant, HashMap<u64, usize>);
 
 impl Broker {
     /// A broker with the default vhost "/".
@@ -93,7 +101,7 @@ impl Broker {
             alarms,
             next_connection_id: AtomicU64::new(1),
             persisting: AtomicBool::new(false),
-            persist_lock: Mutex::new(()),
+            definitions_writer: Arc::default(),
             self_ref: OnceLock::new(),
             registry: Registry::default(),
             started_at: std::time::Instant::now(),
@@ -104,18 +112,19 @@ impl Broker {
             forward_peers: Arc::default(),
             cluster: OnceLock::new(),
             replicator: OnceLock::new(),
+            groups_per_node: parking_lot::Mutex::new(None),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let weak = Arc::downgrade(&broker);
         broker.access.set_change_hook(move || {
             if let Some(broker) = weak.upgrade() {
-                broker.persist();
+                broker.persist_with(Urgency::Soon);
             }
         });
         let weak = Arc::downgrade(&broker);
         broker.parameters.set_change_hook(move || {
             if let Some(broker) = weak.upgrade() {
-                broker.persist();
+                broker.persist_with(Urgency::Soon);
             }
         });
         let weak = Arc::downgrade(&broker);
@@ -206,16 +215,47 @@ impl Broker {
     }
 
     /// Writes the snapshot of every vhost and the user database to the store (atomic
-    /// replace, fsync'd). Called on every durable change; a no-op without a store and
-    /// before `recover`.
+    /// replace, fsync'd), or finds that a write made since the change covers it. Called on
+    /// durable changes; a no-op without a store and before `recover`.
     pub fn persist(&self) {
+        self.persist_with(Urgency::Now);
+    }
+
+    /// A durable change was made: written now, or (`Urgency::Soon` on a cluster node, whose
+    /// metadata log holds every change) shortly, by the background writer (`persist.rs`).
+    pub fn persist_with(&self, urgency: Urgency) {
+        if self.store.is_none() || !self.persisting.load(Ordering::Acquire) {
+            return;
+        }
+        self.definitions_writer
+            .changed(urgency, &|| self.write_definitions());
+    }
+
+    /// Writes every change not written yet (at shutdown, before the store closes).
+    pub fn flush_definitions(&self) {
+        if self.store.is_none() || !self.persisting.load(Ordering::Acquire) {
+            return;
+        }
+        self.definitions_writer.flush(&|| self.write_definitions());
+    }
+
+    /// From now on changes the metadata log holds are written in the background; call once
+    /// this node's definitions changes go through the log (`set_replicator`).
+    fn write_definitions_in_background(&self) {
+        let weak = self.self_ref.get().cloned().unwrap_or_default();
+        self.definitions_writer.start_background(move || {
+            let Some(broker) = weak.upgrade() else {
+                return false;
+            };
+            broker.write_definitions();
+            true
+        });
+    }
+
+    fn write_definitions(&self) {
         let Some(store) = &self.store else {
             return;
         };
-        if !self.persisting.load(Ordering::Acquire) {
-            return;
-        }
-        let _serial = self.persist_lock.lock();
         if let Err(e) = store.save_definitions(&self.snapshot().encode()) {
             tracing::error!(error = %e, "saving definitions failed");
         }
@@ -445,9 +485,9 @@ impl Broker {
                     }
                     vhost.set_forward_peers(self.forward_peers.clone());
                     let weak = self.self_ref.get().cloned().unwrap_or_default();
-                    vhost.set_durable_change_hook(move || {
+                    vhost.set_durable_change_hook(move |urgency| {
                         if let Some(broker) = weak.upgrade() {
-                            broker.persist();
+                            broker.persist_with(urgency);
                         }
                     });
                     vhosts.insert(name.to_owned(), vhost.clone());
@@ -456,7 +496,7 @@ impl Broker {
             }
         };
         if created {
-            self.persist();
+            self.persist_with(Urgency::Soon);
         }
         Ok(vhost)
     }
@@ -524,7 +564,9 @@ impl Broker {
     /// Makes definitions changes go through `replicator` from now on (`replication.rs`).
     /// Only the first call counts.
     pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
-        let _ = self.replicator.set(replicator);
+        if self.replicator.set(replicator).is_ok() {
+            self.write_definitions_in_background();
+        }
     }
 
     pub fn replicator(&self) -> Option<&Arc<dyn Replicator>> {

@@ -23,6 +23,7 @@ pub mod message;
 pub mod name_map;
 pub mod names;
 pub mod parameters;
+pub mod persist;
 pub mod placement;
 pub mod policy;
 pub mod publish_counters;

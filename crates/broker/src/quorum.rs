@@ -1476,7 +1476,9 @@ async fn known_leader(group: &QueueGroup, patience: Duration) -> (Option<NodeId>
 /// the queue over when this node stops leading. Taking over runs in the proposer, ahead of
 /// the commands waiting there.
 async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
-    let mut metrics = group.raft().metrics();
+    // The server metrics change only with the vote, state, leader or membership; the whole
+    // metrics change with every entry (and were republished on every openraft tick).
+    let mut metrics = group.raft().server_metrics();
     let own = group.raft().metrics().borrow().id;
     let mut leading = false;
     loop {

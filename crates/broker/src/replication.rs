@@ -55,6 +55,12 @@ pub trait Replicator: Send + Sync {
     fn submit(&self, op: Vec<u8>) -> Submitted;
 }
 
+/// How long the placement's count of groups per node is reused (`with_quorum_members`): a
+/// count looks at every queue, which for each of 10,000 declarations in a row made declaring
+/// O(queues²). The groups this node places meanwhile are added to it; other nodes' are
+/// seen at the next count.
+const GROUPS_PER_NODE_RECOUNT: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub type PendingChange = Pin<Box<dyn Future<Output = Result<Outcome, AmqpError>> + Send>>;
 
 /// A change made: done at once, or waiting for the metadata log.
@@ -101,8 +107,12 @@ impl Broker {
             ..
         } = &mut op
         {
-            // Chosen here, by the proposing node, so every node agrees (`placement.rs`).
-            *home = self.queue_home(vhost, name, arguments);
+            // Chosen here, by the proposing node, so every node agrees (`placement.rs`). A
+            // quorum queue has members instead, and counting every queue's home (a look at
+            // each queue) would cost each of 10,000 declarations as much as the queues.
+            if !crate::queue_args::is_quorum(arguments) {
+                *home = self.queue_home(vhost, name, arguments);
+            }
         }
         let submitted = replicator.submit(op.without_connection().encode());
         Change::Pending(Box::pin(async move {
@@ -178,14 +188,24 @@ impl Broker {
         let Some(size) = placement::initial_group_size(arguments) else {
             return op;
         };
-        let mut groups: HashMap<u64, usize> = HashMap::new();
-        for queue in self.vhosts().iter().flat_map(|v| v.queues()) {
-            if let Some(qq) = queue.quorum() {
-                for member in qq.members() {
-                    *groups.entry(member).or_default() += 1;
+        let mut counted = self.groups_per_node.lock();
+        let fresh = counted
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < GROUPS_PER_NODE_RECOUNT);
+        if !fresh {
+            let mut groups: HashMap<u64, usize> = HashMap::new();
+            for queue in self.vhosts().iter().flat_map(|v| v.queues()) {
+                if let Some(qq) = queue.quorum() {
+                    for member in qq.members() {
+                        *groups.entry(member).or_default() += 1;
+                    }
                 }
             }
+            *counted = Some((std::time::Instant::now(), groups));
         }
+        let Some((_, groups)) = counted.as_mut() else {
+            return op;
+        };
         let candidates: Vec<placement::Candidate> = cluster
             .status()
             .members
@@ -196,7 +216,11 @@ impl Broker {
                 running: m.running,
             })
             .collect();
-        *members = placement::choose_members(cluster.id(), &candidates, &groups, size);
+        *members = placement::choose_members(cluster.id(), &candidates, groups, size);
+        // Counted until the next recount, so a burst of declarations here spreads too.
+        for member in members.iter() {
+            *groups.entry(*member).or_default() += 1;
+        }
         op
     }
 

@@ -81,7 +81,7 @@ pub struct VHost {
     /// The node's forwarding links by peer, for remote queue records (set by the broker).
     forward_peers: OnceLock<Arc<crate::remote::ForwardPeers>>,
     /// How durable changes reach the store: the owning broker's snapshot writer.
-    on_durable_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    on_durable_change: OnceLock<Box<dyn Fn(crate::persist::Urgency) + Send + Sync>>,
     connections: Mutex<HashMap<ConnectionId, lifecycle::OpenConnection>>,
     limits: RwLock<VHostLimits>,
     metadata: RwLock<VHostMetadata>,
@@ -510,7 +510,10 @@ impl VHost {
             _ => self.create_queue(name, durable, owner, d.auto_delete, arguments, members)?,
         };
         churn::bump(&self.counters.queues.created);
-        if durability::is_durable_queue(&queue) {
+        if queue.stored.is_some() {
+            // Recovery drops a stored queue the definitions do not name, with its messages.
+            self.persist_definitions_now();
+        } else if durability::is_durable_queue(&queue) {
             self.persist_definitions();
         }
         Ok((queue.name.clone(), 0, 0))

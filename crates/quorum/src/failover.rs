@@ -16,9 +16,11 @@
 //!   restarted node learns its leaders at once instead of electing itself.
 //!
 //! Replication itself is unchanged: entries still flow on writes, and commits still need a
-//! majority. What idle groups cost is openraft's tick timer per group (every 1.5 ×
-//! `heartbeat_interval`, which [`detector_driven_config`] raises to 3 s) and one scan of the
-//! groups' metrics per `check_interval`.
+//! majority. Idle groups cost next to nothing: [`detector_driven_config`] also turns openraft's
+//! per-group tick off (with neither heartbeats nor election timers it had nothing left to do
+//! but wake the group and republish its metrics, every 4.5 s per group), and the driver looks
+//! at every group only on a liveness change and every `sweep_interval`; in between, once per
+//! `check_interval`, only at the groups it is watching (no live leader seen yet).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -28,16 +30,24 @@ use openraft::{Config, ServerState};
 
 use crate::liveness::Liveness;
 use crate::network::GroupRegistry;
-use crate::types::{GroupId, NodeId};
+use crate::types::{GroupId, NodeId, Raft};
 
 /// openraft settings for groups whose failures the node-level detector handles.
 pub fn detector_driven_config(base: Config) -> Config {
-    // With neither heartbeats nor election timers, `heartbeat_interval` only paces openraft's
-    // per-group tick (every 1.5 × interval), the main cost of an idle group. The election
-    // timeouts must exceed it; the largest is also the leader lease, which the detector's
-    // `peer_down_after` (5 s) outlasts, so a dead leader's lease has run out when it is noticed.
+    // openraft 0.9 gives each AppendEntries `heartbeat_interval` to be answered (fsync
+    // included): 3 s. The election timeouts must exceed it; the largest is also the leader
+    // lease, which the detector's `peer_down_after` (5 s) outlasts, so a dead leader's lease
+    // has run out when it is noticed.
+    //
+    // The tick goes too: with neither heartbeats nor elections, all it still did per group
+    // every 1.5 × `heartbeat_interval` was wake the group's core and republish its metrics
+    // (waking whoever watches them), the main cost of an idle group. The one other thing it
+    // does — a leader that a membership change removed steps down on its next tick — does
+    // not arise: Warren removes a node from its groups only once it is down (forget_node's
+    // shrink), and the remaining voters elect through the driver.
     let heartbeat_interval = base.heartbeat_interval.max(3000);
     Config {
+        enable_tick: false,
         enable_heartbeat: false,
         enable_elect: false,
         heartbeat_interval,
@@ -49,8 +59,11 @@ pub fn detector_driven_config(base: Config) -> Config {
 
 #[derive(Clone, Debug)]
 pub struct FailoverOptions {
-    /// How often every group is checked.
+    /// How often the groups being watched (no live leader seen) are checked.
     pub check_interval: Duration,
+    /// How often every group is checked (also on every liveness change): how soon a group
+    /// that lost its leader without any node going down is noticed.
+    pub sweep_interval: Duration,
     /// Between the elections of successive candidates for one group.
     pub stagger: Duration,
     /// A group knowing no leader this long gets an election.
@@ -61,6 +74,7 @@ impl Default for FailoverOptions {
     fn default() -> Self {
         Self {
             check_interval: Duration::from_secs(1),
+            sweep_interval: Duration::from_secs(5),
             stagger: Duration::from_secs(1),
             leaderless_after: Duration::from_secs(5),
         }
@@ -100,17 +114,33 @@ impl FailoverDriver {
         let mut changes = self.liveness.subscribe();
         let mut ticker = tokio::time::interval(self.options.check_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_sweep: Option<Instant> = None;
         loop {
+            let mut sweep = false;
             tokio::select! {
                 changed = changes.changed() => {
                     if changed.is_err() {
                         return;
                     }
                     self.on_liveness_change().await;
+                    sweep = true;
                 }
                 _ = ticker.tick() => {}
             }
-            self.check_groups(Instant::now()).await;
+            let now = Instant::now();
+            sweep |= last_sweep
+                .is_none_or(|at| now.saturating_duration_since(at) >= self.options.sweep_interval);
+            if sweep {
+                last_sweep = Some(now);
+                self.check_groups(now, self.registry.all()).await;
+            } else if !self.leaderless_since.is_empty() {
+                let watched = self
+                    .leaderless_since
+                    .keys()
+                    .filter_map(|group| Some((*group, self.registry.get(*group)?)))
+                    .collect();
+                self.check_groups(now, watched).await;
+            }
         }
     }
 
@@ -143,32 +173,45 @@ impl FailoverDriver {
         }
     }
 
-    async fn check_groups(&mut self, now: Instant) {
-        let groups = self.registry.all();
-        let running: BTreeSet<GroupId> = groups.iter().map(|(group, _)| *group).collect();
+    /// Checks `groups` (every group on a sweep, else the watched ones): a group with a live
+    /// leader is left alone (and no longer watched); one without is watched, and gets an
+    /// election from this node when its turn comes.
+    async fn check_groups(&mut self, now: Instant, groups: Vec<(GroupId, Raft)>) {
+        // A watched group that stopped running is forgotten.
         self.leaderless_since
-            .retain(|group, _| running.contains(group));
+            .retain(|group, _| self.registry.get(*group).is_some());
+        // The peers' liveness once per check, not a lock per group (None: not known to it).
+        let peers: HashMap<NodeId, bool> = self
+            .liveness
+            .all()
+            .into_iter()
+            .map(|peer| (peer.node, peer.up))
+            .collect();
+        let is_up = |node: NodeId| peers.get(&node).copied();
         for (group, raft) in groups {
-            let (state, leader, voters) = {
-                let metrics = raft.metrics();
+            // The common case (a live leader) decided on the server metrics alone, which
+            // change only with the vote, the leader or the membership.
+            let voters = {
+                let metrics = raft.server_metrics();
                 let metrics = metrics.borrow();
-                let voters: Vec<NodeId> = metrics.membership_config.voter_ids().collect();
-                (metrics.state, metrics.current_leader, voters)
+                let leader = metrics.current_leader;
+                let leader_alive = leader
+                    .is_some_and(|leader| leader == self.node || is_up(leader).unwrap_or(true));
+                let membership = &metrics.membership_config;
+                if metrics.state == ServerState::Leader
+                    || metrics.state == ServerState::Learner
+                    || leader_alive
+                    || !membership.voter_ids().any(|voter| voter == self.node)
+                {
+                    None
+                } else {
+                    Some((leader, membership.voter_ids().collect::<Vec<NodeId>>()))
+                }
             };
-            if state == ServerState::Leader
-                || state == ServerState::Learner
-                || !voters.contains(&self.node)
-            {
+            let Some((leader, voters)) = voters else {
                 self.leaderless_since.remove(&group);
                 continue;
-            }
-            let leader_alive = leader.is_some_and(|leader| {
-                leader == self.node || self.liveness.status(leader).is_none_or(|s| s.up)
-            });
-            if leader_alive {
-                self.leaderless_since.remove(&group);
-                continue;
-            }
+            };
             let since = *self.leaderless_since.entry(group).or_insert(now);
             // A known leader on a down node is acted on at once; an unknown one only after a
             // grace period, in which a live leader's heartbeat or first entry would arrive.
@@ -181,7 +224,8 @@ impl FailoverDriver {
                 .iter()
                 .copied()
                 .filter(|voter| {
-                    Some(*voter) != leader && (*voter == self.node || self.liveness.is_up(*voter))
+                    Some(*voter) != leader
+                        && (*voter == self.node || is_up(*voter).unwrap_or(false))
                 })
                 .collect();
             let rank = candidates

@@ -504,7 +504,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let management = start_management(&args, &config, &broker, management_listeners, listening);
     let prometheus = start_prometheus(&broker, prometheus_listeners);
-    warren_server::run_shared(listener, broker, config, stopped(stop_rx)).await;
+    warren_server::run_shared(listener, broker.clone(), config, stopped(stop_rx)).await;
     if let Some(amqps) = amqps {
         let _ = amqps.await;
     }
@@ -515,6 +515,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         cluster.shutdown().await;
     }
     quorum.shutdown().await;
+    // A cluster node writes its definitions in the background: what is not written yet goes
+    // now, before the store closes.
+    broker.flush_definitions();
     let stats = store.stats();
     if let Err(e) = store.close() {
         tracing::warn!(error = %e, "closing the message store");

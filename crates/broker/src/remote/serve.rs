@@ -40,7 +40,19 @@ struct Bound {
     queue: Option<Arc<Queue>>,
     /// The counts last reported.
     reported: Option<(u32, u32)>,
+    /// Count checks in a row that found the counts as reported (see [`QUIET_AFTER_CHECKS`]).
+    unchanged_checks: u32,
 }
+
+/// A bound queue whose counts did not change this many checks in a row is checked only every
+/// [`QUIET_EVERY_ROUNDS`] rounds until they do, or the peer acts on it: looking at every idle
+/// queue every round (10,000 quorum queues, each bound by the nodes that do not lead it) was
+/// most of an idle cluster's CPU, a cold cache miss after another.
+const QUIET_AFTER_CHECKS: u32 = 10;
+
+/// How often (in count rounds, `link::COUNTS_INTERVAL` apart) a quiet queue is checked: a
+/// change on it is reported within a second rather than 100 ms.
+const QUIET_EVERY_ROUNDS: u64 = 10;
 
 /// A message a peer's client holds.
 struct Held {
@@ -65,6 +77,8 @@ pub(super) struct Serving {
     consumers: HashMap<u64, (u64, Arc<Queue>, Arc<Consumer>)>,
     held: HashMap<(u64, u64), Held>,
     pending: VecDeque<PendingConfirm>,
+    /// Count rounds so far (`report_counts`).
+    count_rounds: u64,
 }
 
 impl Serving {
@@ -89,6 +103,7 @@ impl Serving {
             consumers: HashMap::new(),
             held: HashMap::new(),
             pending: VecDeque::new(),
+            count_rounds: 0,
         };
         (serving, events_rx, gets_rx)
     }
@@ -108,8 +123,17 @@ impl Serving {
             .any(|(_, store_seq, _, _)| *store_seq != 0)
     }
 
-    /// The live queue bound as `qid`.
+    /// The live queue bound as `qid`, which the peer acts on: its counts are checked every
+    /// round again for a while.
     fn queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
+        if let Some(bound) = self.queues.get_mut(&qid) {
+            bound.unchanged_checks = 0;
+        }
+        self.live_queue(qid)
+    }
+
+    /// The live queue bound as `qid`.
+    fn live_queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
         let bound = self.queues.get_mut(&qid)?;
         if let Some(q) = &bound.queue {
             if !q.is_deleted() && q.quorum().is_none_or(|qq| qq.serves_here()) {
@@ -137,6 +161,7 @@ impl Serving {
                         name: ShortStr::from(queue.as_str()),
                         queue: None,
                         reported: None,
+                        unchanged_checks: 0,
                     },
                 );
                 self.report_counts();
@@ -444,16 +469,30 @@ impl Serving {
         }
     }
 
-    /// Reports the counts of the queues the peer named that changed since the last report.
+    /// Reports the counts of the queues the peer named that changed since the last report;
+    /// quiet ones are looked at every [`QUIET_EVERY_ROUNDS`] rounds (spread over the rounds).
     pub(super) fn report_counts(&mut self) {
-        let qids: Vec<u64> = self.queues.keys().copied().collect();
+        self.count_rounds = self.count_rounds.wrapping_add(1);
+        let round = self.count_rounds;
+        let qids: Vec<u64> = self
+            .queues
+            .iter()
+            .filter(|(qid, bound)| {
+                bound.unchanged_checks < QUIET_AFTER_CHECKS
+                    || qid.wrapping_add(round) % QUIET_EVERY_ROUNDS == 0
+            })
+            .map(|(qid, _)| *qid)
+            .collect();
         let mut reports = Vec::new();
         for qid in qids {
             let counts = self
-                .queue(qid)
+                .live_queue(qid)
                 .map_or((0, 0), |q| (q.message_count(), q.consumer_count()));
             if let Some(bound) = self.queues.get_mut(&qid) {
-                if bound.reported != Some(counts) {
+                if bound.reported == Some(counts) {
+                    bound.unchanged_checks = bound.unchanged_checks.saturating_add(1);
+                } else {
+                    bound.unchanged_checks = 0;
                     bound.reported = Some(counts);
                     reports.push(Frame::Counts {
                         qid,

@@ -6,6 +6,7 @@ use super::VHost;
 use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::names;
+use crate::persist::Urgency;
 use crate::queue::Queue;
 use std::sync::Arc;
 
@@ -90,18 +91,29 @@ impl VHost {
     }
 
     /// Asks the broker to write its snapshot (every vhost and the user database) to the
-    /// store after a durable change here. A vhost outside a broker (tests) keeps nothing.
+    /// store after a durable change here: at once on a single node, soon in a cluster (whose
+    /// metadata log holds the change, `persist.rs`). A vhost outside a broker (tests) keeps
+    /// nothing.
     pub(super) fn persist_definitions(&self) {
+        self.persist_definitions_with(Urgency::Soon);
+    }
+
+    /// As `persist_definitions`, written before this returns on every node.
+    pub(super) fn persist_definitions_now(&self) {
+        self.persist_definitions_with(Urgency::Now);
+    }
+
+    fn persist_definitions_with(&self, urgency: Urgency) {
         if self.store.is_none() {
             return;
         }
         if let Some(persist) = self.on_durable_change.get() {
-            persist();
+            persist(urgency);
         }
     }
 
     /// Called once by the broker that owns this vhost: how durable changes are persisted.
-    pub(crate) fn set_durable_change_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn set_durable_change_hook(&self, hook: impl Fn(Urgency) + Send + Sync + 'static) {
         let _ = self.on_durable_change.set(Box::new(hook));
     }
 
