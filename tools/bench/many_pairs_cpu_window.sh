@@ -44,10 +44,14 @@ fi
 read -r BU0 BS0 <<< "$(stat_of $BPID)"; read -r TU0 TS0 <<< "$(stat_of $TPID)"
 BC0=$(switches_of $BPID); TC0=$(switches_of $TPID)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
+# TCP segments machine-wide (other processes' included): data and pure ACKs on loopback.
+segs() { nstat -az TcpOutSegs TcpExtDelayedACKs 2> /dev/null | awk '/TcpOutSegs/{o=$2} /DelayedACKs/{d=$2} END{print o+0, d+0}'; }
+read -r SEG0 DACK0 <<< "$(segs)"
 sleep "$WINDOW"
 read -r BU1 BS1 <<< "$(stat_of $BPID)"; read -r TU1 TS1 <<< "$(stat_of $TPID)"
 BC1=$(switches_of $BPID); TC1=$(switches_of $TPID)
 LOAD1=$(cut -d' ' -f1 /proc/loadavg)
+read -r SEG1 DACK1 <<< "$(segs)"
 wait ${P1:-} ${P2:-} 2> /dev/null
 wait $TPID
 kill $BPID; wait $BPID 2> /dev/null
@@ -71,5 +75,7 @@ awk -v n="$N" -v p="$PROTO" -v w="$WINDOW" -v rate="${ACHIEVED:-0}" \
 M=$(awk -v r="${ACHIEVED:-0}" -v w="$WINDOW" 'BEGIN{m = r * w; print (m == 0 ? 1 : m)}')
 echo "broker: $(per_msg "$DATA/broker.stat" "$M")"
 echo "tool:   $(per_msg "$DATA/tool.stat" "$M")"
+awk -v s=$((SEG1 - SEG0)) -v d=$((DACK1 - DACK0)) -v m="$M" \
+  'BEGIN{printf "TCP segments sent (machine-wide): %.2f/msg, delayed ACKs %.2f/msg\n", s / m, d / m}'
 grep -E "mean|lost" "$DATA/perf.err" | tail -1
 echo "data=$DATA"
