@@ -23,8 +23,9 @@ sleep 3
   --duration $((WINDOW + 6)) --protocol "$PROTO" --out "$DATA/report" --progress false \
   > "$DATA/perf.out" 2> "$DATA/perf.err" &
 TPID=$!
+sleep 0.2
 for _ in $(seq 600); do
-  grep -q "attached" "$DATA/perf.err" && break
+  grep -qs "attached" "$DATA/perf.err" && break
   kill -0 $TPID 2>/dev/null || break
   sleep 0.5
 done
