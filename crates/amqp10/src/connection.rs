@@ -24,7 +24,9 @@ use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -89,8 +91,14 @@ pub struct Connection<R, W> {
     last_write: Instant,
     /// We sent close: the client's close is the last thing we wait for.
     closing: bool,
-    /// The broker's resource alarms: while any is on, publishers get no new credit.
+    /// Told when the broker's resource alarms change (while any is on, publishers get no new
+    /// credit); waited on only while `credit_withheld`, read through `broker.alarms`.
     alarms: watch::Receiver<AlarmSet>,
+    /// A handler ran while an alarm was on, so a link may be short of credit until the
+    /// alarms clear. Until then the connection has no reason to wake up for an alarm: a wait
+    /// registered and dropped in every turn of the loop cost every connection a lock, an
+    /// insert and a removal per turn (issue 12).
+    credit_withheld: bool,
 }
 
 impl<R, W> Connection<R, W>
@@ -136,6 +144,7 @@ where
             last_write: Instant::now(),
             closing: false,
             alarms,
+            credit_withheld: false,
         }
     }
 
@@ -186,6 +195,41 @@ where
             rewind(&mut self.wbuf);
             self.last_write = Instant::now();
         }
+        Ok(())
+    }
+
+    /// Writes what the handlers just put in the write buffer at once, in the same wake-up,
+    /// instead of in another turn of the loop that polls every branch again (issue 12: a
+    /// connection carrying one message at a time paid a turn per message for it). When the
+    /// socket takes nothing now, the loop's write branch carries on (this poll registered
+    /// the wake-up it needs).
+    async fn write_now(&mut self) -> io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let (writer, wbuf) = (&mut self.writer, &self.wbuf);
+        let written = std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut *writer).poll_write(cx, wbuf) {
+                Poll::Ready(result) => result.map(Some),
+                Poll::Pending => Ok(None),
+            })
+        })
+        .await?;
+        if let Some(n) = written {
+            self.note_written(n).await?;
+        }
+        Ok(())
+    }
+
+    /// `n` bytes of the write buffer went to the socket; once it is empty the writer is
+    /// flushed (a TLS writer sends what it still holds; free on plain TCP).
+    async fn note_written(&mut self, n: usize) -> io::Result<()> {
+        self.wbuf.advance(n);
+        if self.wbuf.is_empty() {
+            rewind(&mut self.wbuf);
+            self.writer.flush().await?;
+        }
+        self.last_write = Instant::now();
         Ok(())
     }
 
@@ -445,15 +489,10 @@ where
                         self.flush().await?;
                         return Ok(());
                     }
+                    self.write_now().await?;
                 }
                 written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
-                    let n = written?;
-                    self.wbuf.advance(n);
-                    if self.wbuf.is_empty() {
-                        rewind(&mut self.wbuf);
-                        self.writer.flush().await?;
-                    }
-                    self.last_write = Instant::now();
+                    self.note_written(written?).await?;
                 }
                 event = self.events_rx.recv(), if !backed_up => {
                     let Some(event) = event else { return Ok(()) };
@@ -471,13 +510,17 @@ where
                         self.flush().await?;
                         return Ok(());
                     }
+                    self.write_now().await?;
                 }
                 _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
                     self.end_of_batch();
                 }
-                changed = self.alarms.changed(), if alarms_live => match changed {
+                changed = self.alarms.changed(), if alarms_live && self.credit_withheld => match changed {
                     Ok(()) => {
-                        if self.alarms.borrow_and_update().is_empty() {
+                        // Seen first, then read: a change after the read wakes us again.
+                        self.alarms.mark_unchanged();
+                        if self.broker.alarms.active().is_empty() {
+                            self.credit_withheld = false;
                             self.resume_publishers();
                         }
                     }
@@ -597,6 +640,11 @@ where
         &'a mut self,
         vhost: &'a Arc<VHost>,
     ) -> (&'a mut HashMap<u16, Box<Session>>, Env<'a>) {
+        let publishing_blocked = !self.broker.alarms.active().is_empty();
+        // Any handler may hold back credit now; the alarms' clearing must wake us to give
+        // it. The watch's version is not marked seen here: a clear after this read moves
+        // it past what the loop last saw, so the loop's wait completes at once.
+        self.credit_withheld |= publishing_blocked;
         (
             &mut self.sessions,
             Env {
@@ -608,7 +656,7 @@ where
                 out: &mut self.wbuf,
                 peer_max_frame: self.peer_max_frame,
                 max_message_size: self.config.max_message_size_bytes,
-                publishing_blocked: !self.alarms.borrow().is_empty(),
+                publishing_blocked,
             },
         )
     }

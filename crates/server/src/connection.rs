@@ -34,8 +34,10 @@ use crate::tls::TlsPeer;
 use bytes::{Buf, BytesMut};
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -144,7 +146,7 @@ where
         config: Arc<ServerConfig>,
     ) -> Connection<R, W> {
         let (events_tx, events_rx) = event_channel();
-        let throttle = Throttle::new(broker.alarms.subscribe(), false, peer);
+        let throttle = Throttle::new(broker.alarms.clone(), false, peer);
         Connection {
             id: broker.next_connection_id(),
             peer,
@@ -207,7 +209,7 @@ where
             heartbeat_s: self.heartbeat.map_or(0, |h| h.as_secs() as u16),
             tls: self.tls.is_some(),
             events: self.events_tx.clone(),
-            protocol: "AMQP 0-9-1",
+            protocol: warren_broker::registry::AMQP_091,
         });
         self.broker.registry.register(info.clone());
         self.info = Some(info);
@@ -324,6 +326,62 @@ where
             self.last_write = Instant::now();
         }
         Ok(())
+    }
+
+    /// Writes what the handlers just put in the write buffer at once, in the same wake-up,
+    /// instead of in another turn of the loop: a connection carrying one message at a time
+    /// (issue 12's many pairs) would otherwise go round its `select!` twice per message, each
+    /// time polling every branch. When the socket takes nothing now, the loop's write branch
+    /// carries on as before (this poll registered the wake-up it needs).
+    async fn write_now(&mut self) -> io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let (writer, wbuf) = (&mut self.writer, &self.wbuf);
+        let written = std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut *writer).poll_write(cx, wbuf) {
+                Poll::Ready(result) => result.map(Some),
+                Poll::Pending => Ok(None),
+            })
+        })
+        .await?;
+        if let Some(n) = written {
+            self.note_written(n);
+            self.flush_now().await?;
+        }
+        Ok(())
+    }
+
+    /// Once the write buffer is empty, flushes the writer if it can be done now (on plain TCP
+    /// it always can: flush does nothing), sparing the loop's write branch a turn for it.
+    async fn flush_now(&mut self) -> io::Result<()> {
+        if !self.wbuf.is_empty() || !self.unflushed {
+            return Ok(());
+        }
+        let writer = &mut self.writer;
+        let flushed = std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut *writer).poll_flush(cx) {
+                Poll::Ready(result) => result.map(|()| true),
+                Poll::Pending => Ok(false),
+            })
+        })
+        .await?;
+        if flushed {
+            self.unflushed = false;
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping after `n` bytes of the write buffer went to the socket.
+    fn note_written(&mut self, n: usize) {
+        if let Some(info) = &self.info {
+            info.send_oct.fetch_add(n as u64, Relaxed);
+            info.send_cnt.fetch_add(1, Relaxed);
+        }
+        self.wbuf.advance(n);
+        rewind(&mut self.wbuf);
+        self.last_write = Instant::now();
+        self.unflushed = true;
     }
 
     async fn fill(&mut self) -> io::Result<()> {
@@ -589,17 +647,14 @@ where
                     if let Next::Done = next {
                         return Ok(());
                     }
+                    self.write_now().await?;
                 }
                 written = write_or_flush(&mut self.writer, &self.wbuf),
                     if !self.wbuf.is_empty() || self.unflushed => {
                     match written? {
                         Some(n) => {
-                            info.send_oct.fetch_add(n as u64, Relaxed);
-                            info.send_cnt.fetch_add(1, Relaxed);
-                            self.wbuf.advance(n);
-                            rewind(&mut self.wbuf);
-                            self.last_write = Instant::now();
-                            self.unflushed = true;
+                            self.note_written(n);
+                            self.flush_now().await?;
                         }
                         None => self.unflushed = false,
                     }
@@ -622,6 +677,7 @@ where
                             self.close_connection(&error, 0, 0).await?;
                             return Ok(());
                         }
+                        self.write_now().await?;
                     }
                 }
                 _ = heartbeat.tick() => {
@@ -649,7 +705,7 @@ where
                         return Ok(());
                     }
                 }
-                _ = self.throttle.alarms_changed() => {
+                _ = self.throttle.alarms_changed(), if held_back => {
                     let unblocked = self.throttle.on_alarms_changed(&mut self.wbuf);
                     self.note_state();
                     if unblocked {
