@@ -24,9 +24,7 @@ use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -194,29 +192,6 @@ where
             self.wbuf.clear();
             rewind(&mut self.wbuf);
             self.last_write = Instant::now();
-        }
-        Ok(())
-    }
-
-    /// Writes what the handlers just put in the write buffer at once, in the same wake-up,
-    /// instead of in another turn of the loop that polls every branch again (issue 12: a
-    /// connection carrying one message at a time paid a turn per message for it). When the
-    /// socket takes nothing now, the loop's write branch carries on (this poll registered
-    /// the wake-up it needs).
-    async fn write_now(&mut self) -> io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
-        let (writer, wbuf) = (&mut self.writer, &self.wbuf);
-        let written = std::future::poll_fn(|cx| {
-            Poll::Ready(match Pin::new(&mut *writer).poll_write(cx, wbuf) {
-                Poll::Ready(result) => result.map(Some),
-                Poll::Pending => Ok(None),
-            })
-        })
-        .await?;
-        if let Some(n) = written {
-            self.note_written(n).await?;
         }
         Ok(())
     }
@@ -489,7 +464,6 @@ where
                         self.flush().await?;
                         return Ok(());
                     }
-                    self.write_now().await?;
                 }
                 written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
                     self.note_written(written?).await?;
@@ -510,7 +484,6 @@ where
                         self.flush().await?;
                         return Ok(());
                     }
-                    self.write_now().await?;
                 }
                 _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
                     self.end_of_batch();

@@ -328,30 +328,6 @@ where
         Ok(())
     }
 
-    /// Writes what the handlers just put in the write buffer at once, in the same wake-up,
-    /// instead of in another turn of the loop: a connection carrying one message at a time
-    /// (issue 12's many pairs) would otherwise go round its `select!` twice per message, each
-    /// time polling every branch. When the socket takes nothing now, the loop's write branch
-    /// carries on as before (this poll registered the wake-up it needs).
-    async fn write_now(&mut self) -> io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
-        let (writer, wbuf) = (&mut self.writer, &self.wbuf);
-        let written = std::future::poll_fn(|cx| {
-            Poll::Ready(match Pin::new(&mut *writer).poll_write(cx, wbuf) {
-                Poll::Ready(result) => result.map(Some),
-                Poll::Pending => Ok(None),
-            })
-        })
-        .await?;
-        if let Some(n) = written {
-            self.note_written(n);
-            self.flush_now().await?;
-        }
-        Ok(())
-    }
-
     /// Once the write buffer is empty, flushes the writer if it can be done now (on plain TCP
     /// it always can: flush does nothing), sparing the loop's write branch a turn for it.
     async fn flush_now(&mut self) -> io::Result<()> {
@@ -647,7 +623,6 @@ where
                     if let Next::Done = next {
                         return Ok(());
                     }
-                    self.write_now().await?;
                 }
                 written = write_or_flush(&mut self.writer, &self.wbuf),
                     if !self.wbuf.is_empty() || self.unflushed => {
@@ -677,7 +652,6 @@ where
                             self.close_connection(&error, 0, 0).await?;
                             return Ok(());
                         }
-                        self.write_now().await?;
                     }
                 }
                 _ = heartbeat.tick() => {
