@@ -89,14 +89,8 @@ pub struct Connection<R, W> {
     last_write: Instant,
     /// We sent close: the client's close is the last thing we wait for.
     closing: bool,
-    /// Told when the broker's resource alarms change (while any is on, publishers get no new
-    /// credit); waited on only while `credit_withheld`, read through `broker.alarms`.
+    /// The broker's resource alarms: while any is on, publishers get no new credit.
     alarms: watch::Receiver<AlarmSet>,
-    /// A handler ran while an alarm was on, so a link may be short of credit until the
-    /// alarms clear. Until then the connection has no reason to wake up for an alarm: a wait
-    /// registered and dropped in every turn of the loop cost every connection a lock, an
-    /// insert and a removal per turn (issue 12).
-    credit_withheld: bool,
 }
 
 impl<R, W> Connection<R, W>
@@ -142,7 +136,6 @@ where
             last_write: Instant::now(),
             closing: false,
             alarms,
-            credit_withheld: false,
         }
     }
 
@@ -193,18 +186,6 @@ where
             rewind(&mut self.wbuf);
             self.last_write = Instant::now();
         }
-        Ok(())
-    }
-
-    /// `n` bytes of the write buffer went to the socket; once it is empty the writer is
-    /// flushed (a TLS writer sends what it still holds; free on plain TCP).
-    async fn note_written(&mut self, n: usize) -> io::Result<()> {
-        self.wbuf.advance(n);
-        if self.wbuf.is_empty() {
-            rewind(&mut self.wbuf);
-            self.writer.flush().await?;
-        }
-        self.last_write = Instant::now();
         Ok(())
     }
 
@@ -466,7 +447,13 @@ where
                     }
                 }
                 written = self.writer.write(&self.wbuf), if !self.wbuf.is_empty() => {
-                    self.note_written(written?).await?;
+                    let n = written?;
+                    self.wbuf.advance(n);
+                    if self.wbuf.is_empty() {
+                        rewind(&mut self.wbuf);
+                        self.writer.flush().await?;
+                    }
+                    self.last_write = Instant::now();
                 }
                 event = self.events_rx.recv(), if !backed_up => {
                     let Some(event) = event else { return Ok(()) };
@@ -488,12 +475,9 @@ where
                 _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
                     self.end_of_batch();
                 }
-                changed = self.alarms.changed(), if alarms_live && self.credit_withheld => match changed {
+                changed = self.alarms.changed(), if alarms_live => match changed {
                     Ok(()) => {
-                        // Seen first, then read: a change after the read wakes us again.
-                        self.alarms.mark_unchanged();
-                        if self.broker.alarms.active().is_empty() {
-                            self.credit_withheld = false;
+                        if self.alarms.borrow_and_update().is_empty() {
                             self.resume_publishers();
                         }
                     }
@@ -613,11 +597,6 @@ where
         &'a mut self,
         vhost: &'a Arc<VHost>,
     ) -> (&'a mut HashMap<u16, Box<Session>>, Env<'a>) {
-        let publishing_blocked = !self.broker.alarms.active().is_empty();
-        // Any handler may hold back credit now; the alarms' clearing must wake us to give
-        // it. The watch's version is not marked seen here: a clear after this read moves
-        // it past what the loop last saw, so the loop's wait completes at once.
-        self.credit_withheld |= publishing_blocked;
         (
             &mut self.sessions,
             Env {
@@ -629,7 +608,7 @@ where
                 out: &mut self.wbuf,
                 peer_max_frame: self.peer_max_frame,
                 max_message_size: self.config.max_message_size_bytes,
-                publishing_blocked,
+                publishing_blocked: !self.alarms.borrow().is_empty(),
             },
         )
     }

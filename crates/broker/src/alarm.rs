@@ -6,15 +6,7 @@
 //! `Alarms` is the broker-wide set of active alarms behind a `watch`: the monitors
 //! (`memory.rs`, `disk.rs`) raise and clear their own kind; every connection task subscribes
 //! and applies the blocking rules itself (server/src/throttle.rs).
-//!
-//! The set is mirrored in an atomic that `active` reads: connections look at it for every
-//! publish (and an AMQP 1.0 connection for every frame), and a plain load of a cache line
-//! that only changes with an alarm costs nothing, where the watch's read lock is a write to
-//! a line every connection shares. A connection waits on the watch only while it has
-//! something to undo when the alarms clear (issue 12: at 10,000 pairs a wait registered and
-//! dropped in every turn of every connection's loop was measurable).
 
-use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use tokio::sync::watch;
 
 /// One kind of resource alarm.
@@ -71,16 +63,12 @@ impl AlarmSet {
 #[derive(Debug)]
 pub struct Alarms {
     active: watch::Sender<AlarmSet>,
-    /// The same set as `active`'s value, written before its subscribers are told: whoever
-    /// saw the watch's version move reads the new set here.
-    bits: AtomicU8,
 }
 
 impl Default for Alarms {
     fn default() -> Self {
         Alarms {
             active: watch::channel(AlarmSet::default()).0,
-            bits: AtomicU8::new(0),
         }
     }
 }
@@ -95,7 +83,6 @@ impl Alarms {
             } else {
                 set.0 &= !alarm.bit();
             }
-            self.bits.store(set.0, SeqCst);
             *set != before
         });
         if changed {
@@ -110,9 +97,8 @@ impl Alarms {
         }
     }
 
-    /// The alarms in effect now (one atomic load).
     pub fn active(&self) -> AlarmSet {
-        AlarmSet(self.bits.load(SeqCst))
+        *self.active.borrow()
     }
 
     pub fn subscribe(&self) -> watch::Receiver<AlarmSet> {

@@ -10,7 +10,6 @@
 //! `request_close` sends its task `ConnectionEvent::Close`, and it sends connection.close
 //! 320 CONNECTION_FORCED with the reason, as RabbitMQ does.
 
-use crate::alarm::AlarmSet;
 use crate::consumer::{ChannelFlow, ConnectionEvent, ConnectionId};
 use crate::event_channel::EventSender;
 use crate::stats::{MessageCounts, MessageStats};
@@ -88,9 +87,6 @@ impl Registry {
         self.connections.read().is_empty()
     }
 }
-
-/// `ConnectionInfo::protocol` of an AMQP 0-9-1 connection.
-pub const AMQP_091: &str = "AMQP 0-9-1";
 
 /// A connection's state as `rabbitmqctl list_connections state` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,23 +213,6 @@ impl ConnectionInfo {
 
     pub fn state(&self) -> ConnectionState {
         ConnectionState::from_u8(self.state.load(Relaxed))
-    }
-
-    /// The state to show while `alarms` are in effect. An AMQP 0-9-1 connection records
-    /// whether it is blocked when that changes, not each alarm (it does not wake up for an
-    /// alarm unless blocked: server/src/throttle.rs), so one that is not blocked is shown
-    /// blocking while an alarm is on and running otherwise, as RabbitMQ shows them.
-    pub fn state_under(&self, alarms: AlarmSet) -> ConnectionState {
-        match self.state() {
-            ConnectionState::Running | ConnectionState::Blocking if self.protocol == AMQP_091 => {
-                if alarms.is_empty() {
-                    ConnectionState::Running
-                } else {
-                    ConnectionState::Blocking
-                }
-            }
-            state => state,
-        }
     }
 
     pub fn set_state(&self, state: ConnectionState) {
@@ -376,28 +355,6 @@ mod tests {
             .is_some());
         registry.unregister(7);
         assert!(registry.is_empty());
-    }
-
-    #[test]
-    fn a_091_connection_not_blocked_is_shown_blocking_while_an_alarm_is_on() {
-        let alarms = crate::alarm::Alarms::default();
-        let c = ConnectionInfo::new(facts(1));
-        assert_eq!(c.state_under(alarms.active()), ConnectionState::Running);
-        alarms.set(crate::alarm::Alarm::Disk, true);
-        assert_eq!(c.state_under(alarms.active()), ConnectionState::Blocking);
-        c.set_state(ConnectionState::Blocked);
-        assert_eq!(c.state_under(alarms.active()), ConnectionState::Blocked);
-        // Recorded as blocking before the alarm cleared: running now.
-        c.set_state(ConnectionState::Blocking);
-        alarms.set(crate::alarm::Alarm::Disk, false);
-        assert_eq!(c.state_under(alarms.active()), ConnectionState::Running);
-        // An AMQP 1.0 connection shows what it recorded.
-        let other = ConnectionInfo::new(ConnectionFacts {
-            protocol: "AMQP 1-0",
-            ..facts(2)
-        });
-        alarms.set(crate::alarm::Alarm::Disk, true);
-        assert_eq!(other.state_under(alarms.active()), ConnectionState::Running);
     }
 
     #[test]

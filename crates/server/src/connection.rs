@@ -34,10 +34,8 @@ use crate::tls::TlsPeer;
 use bytes::{Buf, BytesMut};
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -146,7 +144,7 @@ where
         config: Arc<ServerConfig>,
     ) -> Connection<R, W> {
         let (events_tx, events_rx) = event_channel();
-        let throttle = Throttle::new(broker.alarms.clone(), false, peer);
+        let throttle = Throttle::new(broker.alarms.subscribe(), false, peer);
         Connection {
             id: broker.next_connection_id(),
             peer,
@@ -209,7 +207,7 @@ where
             heartbeat_s: self.heartbeat.map_or(0, |h| h.as_secs() as u16),
             tls: self.tls.is_some(),
             events: self.events_tx.clone(),
-            protocol: warren_broker::registry::AMQP_091,
+            protocol: "AMQP 0-9-1",
         });
         self.broker.registry.register(info.clone());
         self.info = Some(info);
@@ -326,38 +324,6 @@ where
             self.last_write = Instant::now();
         }
         Ok(())
-    }
-
-    /// Once the write buffer is empty, flushes the writer if it can be done now (on plain TCP
-    /// it always can: flush does nothing), sparing the loop's write branch a turn for it.
-    async fn flush_now(&mut self) -> io::Result<()> {
-        if !self.wbuf.is_empty() || !self.unflushed {
-            return Ok(());
-        }
-        let writer = &mut self.writer;
-        let flushed = std::future::poll_fn(|cx| {
-            Poll::Ready(match Pin::new(&mut *writer).poll_flush(cx) {
-                Poll::Ready(result) => result.map(|()| true),
-                Poll::Pending => Ok(false),
-            })
-        })
-        .await?;
-        if flushed {
-            self.unflushed = false;
-        }
-        Ok(())
-    }
-
-    /// Bookkeeping after `n` bytes of the write buffer went to the socket.
-    fn note_written(&mut self, n: usize) {
-        if let Some(info) = &self.info {
-            info.send_oct.fetch_add(n as u64, Relaxed);
-            info.send_cnt.fetch_add(1, Relaxed);
-        }
-        self.wbuf.advance(n);
-        rewind(&mut self.wbuf);
-        self.last_write = Instant::now();
-        self.unflushed = true;
     }
 
     async fn fill(&mut self) -> io::Result<()> {
@@ -628,8 +594,12 @@ where
                     if !self.wbuf.is_empty() || self.unflushed => {
                     match written? {
                         Some(n) => {
-                            self.note_written(n);
-                            self.flush_now().await?;
+                            info.send_oct.fetch_add(n as u64, Relaxed);
+                            info.send_cnt.fetch_add(1, Relaxed);
+                            self.wbuf.advance(n);
+                            rewind(&mut self.wbuf);
+                            self.last_write = Instant::now();
+                            self.unflushed = true;
                         }
                         None => self.unflushed = false,
                     }
@@ -679,7 +649,7 @@ where
                         return Ok(());
                     }
                 }
-                _ = self.throttle.alarms_changed(), if held_back => {
+                _ = self.throttle.alarms_changed() => {
                     let unblocked = self.throttle.on_alarms_changed(&mut self.wbuf);
                     self.note_state();
                     if unblocked {

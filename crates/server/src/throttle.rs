@@ -12,17 +12,11 @@
 //!
 //! Heartbeat timeouts are not enforced while blocked: the client may well be silent because
 //! we stopped reading it.
-//!
-//! Only a blocked connection waits for the alarms to change (`alarms_changed`): a running
-//! one reads the alarm set when a publish arrives, which is all it needs, and the API shows it
-//! as blocking while an alarm is on (`ConnectionState::under`). Registering a wait in every
-//! turn of every connection's loop was a lock, an insert and a removal per turn.
 
 use bytes::BytesMut;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use tokio::sync::watch;
-use warren_broker::{AlarmSet, Alarms};
+use warren_broker::AlarmSet;
 use warren_codec::{write_method, ConnectionBlocked, ConnectionUnblocked, ShortStr};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +38,7 @@ impl ThrottleState {
 }
 
 pub struct Throttle {
-    alarms: Arc<Alarms>,
-    /// Told when the set changes; waited on only while blocked. Its seen version is brought
-    /// up to date just before the set is read to block, so a clear that comes after that
-    /// read is never missed.
-    changes: watch::Receiver<AlarmSet>,
+    alarms: watch::Receiver<AlarmSet>,
     /// The socket is not read (a publish arrived during an alarm).
     blocked: bool,
     /// connection.blocked was sent and connection.unblocked is owed.
@@ -61,18 +51,16 @@ pub struct Throttle {
 }
 
 impl Throttle {
-    pub fn new(alarms: Arc<Alarms>, can_notify: bool, peer: SocketAddr) -> Throttle {
-        let changes = alarms.subscribe();
+    pub fn new(alarms: watch::Receiver<AlarmSet>, can_notify: bool, peer: SocketAddr) -> Throttle {
         let mut throttle = Throttle {
             alarms,
-            changes,
             blocked: false,
             notified: false,
             can_notify,
             logged: ThrottleState::Running,
             peer,
         };
-        throttle.changes.mark_unchanged();
+        throttle.alarms.mark_unchanged();
         throttle.log_change();
         throttle
     }
@@ -85,7 +73,7 @@ impl Throttle {
     pub fn state(&self) -> ThrottleState {
         if self.blocked {
             ThrottleState::Blocked
-        } else if self.alarms.active().is_empty() {
+        } else if self.alarms.borrow().is_empty() {
             ThrottleState::Running
         } else {
             ThrottleState::Blocking
@@ -100,32 +88,25 @@ impl Throttle {
     /// A published message was taken whole. Returns true when the connection is now blocked
     /// and the caller must stop taking frames.
     pub fn publish_received(&mut self, out: &mut BytesMut) -> bool {
-        if self.blocked {
-            return true;
-        }
-        if self.alarms.active().is_empty() {
-            return false;
-        }
-        // About to block: from here on a change of the set must wake the connection, so the
-        // watch's seen version is brought up to date first, then the set read again.
-        self.changes.mark_unchanged();
-        let alarms = self.alarms.active();
+        let alarms = *self.alarms.borrow();
         if alarms.is_empty() {
             return false;
         }
-        self.blocked = true;
-        if self.can_notify && !self.notified {
-            self.notified = true;
-            let reason = ShortStr::from(alarms.blocked_reason());
-            write_method(out, 0, &ConnectionBlocked { reason }.into());
+        if !self.blocked {
+            self.blocked = true;
+            if self.can_notify && !self.notified {
+                self.notified = true;
+                let reason = ShortStr::from(alarms.blocked_reason());
+                write_method(out, 0, &ConnectionBlocked { reason }.into());
+            }
+            self.log_change();
         }
-        self.log_change();
         true
     }
 
     /// Completes when the alarm set changes.
     pub async fn alarms_changed(&mut self) {
-        if self.changes.changed().await.is_err() {
+        if self.alarms.changed().await.is_err() {
             // The broker is gone; nothing will change any more.
             std::future::pending::<()>().await;
         }
@@ -134,8 +115,7 @@ impl Throttle {
     /// Applies the current alarm set after a change. Returns true when a blocked connection
     /// was just unblocked: the caller handles the input it left buffered, then reads again.
     pub fn on_alarms_changed(&mut self, out: &mut BytesMut) -> bool {
-        self.changes.mark_unchanged();
-        let clear = self.alarms.active().is_empty();
+        let clear = self.alarms.borrow_and_update().is_empty();
         let unblocked = clear && self.blocked;
         if unblocked {
             self.blocked = false;
@@ -171,13 +151,17 @@ mod tests {
         got
     }
 
-    fn throttle(alarms: &Arc<Alarms>, can_notify: bool) -> Throttle {
-        Throttle::new(alarms.clone(), can_notify, "127.0.0.1:1".parse().unwrap())
+    fn throttle(alarms: &Alarms, can_notify: bool) -> Throttle {
+        Throttle::new(
+            alarms.subscribe(),
+            can_notify,
+            "127.0.0.1:1".parse().unwrap(),
+        )
     }
 
     #[test]
     fn only_a_publish_during_an_alarm_blocks_and_notifies_once() {
-        let alarms = Arc::new(Alarms::default());
+        let alarms = Alarms::default();
         let mut t = throttle(&alarms, true);
         let mut out = BytesMut::new();
         assert!(!t.publish_received(&mut out), "no alarm, no block");
@@ -208,7 +192,7 @@ mod tests {
 
     #[test]
     fn clients_without_the_capability_are_blocked_silently() {
-        let alarms = Arc::new(Alarms::default());
+        let alarms = Alarms::default();
         let mut t = throttle(&alarms, false);
         let mut out = BytesMut::new();
         alarms.set(Alarm::Disk, true);

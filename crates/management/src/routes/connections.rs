@@ -59,7 +59,7 @@ fn connection_json(api: &Api, c: &ConnectionInfo) -> Value {
         "channel_max": c.channel_max,
         "frame_max": c.frame_max,
         "timeout": c.heartbeat_s,
-        "state": c.state_under(api.broker.alarms.active()).name(),
+        "state": c.state().name(),
         "ssl": c.tls,
         "ssl_protocol": null, "ssl_key_exchange": null, "ssl_cipher": null, "ssl_hash": null,
         "peer_cert_subject": null, "peer_cert_issuer": null, "peer_cert_validity": null,

@@ -140,18 +140,6 @@ impl Connection {
 
     /// `name` becomes the `connection_name` client property (shown by management tools).
     pub async fn open_named(uri: &AmqpUri, name: &str) -> Result<Connection> {
-        Self::open_with(uri, name, false).await
-    }
-
-    /// A connection for a trickle of messages (many-pairs' clients): a publish or an ack
-    /// finding nothing queued is written to the socket by the caller, with no hand-off to the
-    /// writer task (`outbox.rs`). Not for bulk publishing: that would make a syscall per
-    /// message the writer task would have batched.
-    pub async fn open_direct(uri: &AmqpUri, name: &str) -> Result<Connection> {
-        Self::open_with(uri, name, true).await
-    }
-
-    async fn open_with(uri: &AmqpUri, name: &str, direct: bool) -> Result<Connection> {
         let io = |e: std::io::Error| ClientError::Io(format!("{}: {e}", uri.addr()));
         let mut socket = TcpStream::connect(uri.addr()).await.map_err(io)?;
         socket.set_nodelay(true).map_err(io)?;
@@ -254,7 +242,7 @@ impl Connection {
         }
 
         let inner = Arc::new(ConnInner {
-            out: Outbox::new(direct),
+            out: Outbox::new(),
             frame_max,
             channel_max,
             channels: Mutex::new(Vec::new()),

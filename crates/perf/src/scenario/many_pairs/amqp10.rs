@@ -7,29 +7,24 @@
 //!
 //! fe2o3-amqp's links are driven with `&mut`, so each client lives in a task of its own: the
 //! sender's task takes bodies from the scheduler over a channel (publishing never blocks the
-//! schedule, as a 0-9-1 publish does not) and awaits their outcomes, and closing a client is
-//! a signal to its task, which detaches, ends the session and closes the connection.
+//! schedule, as a 0-9-1 publish does not), and closing a client is a signal to its task,
+//! which detaches, ends the session and closes the connection.
 
 use super::worker::Counters;
 use crate::client::AmqpUri;
 use crate::payload;
 use anyhow::{Context, Result};
 use fe2o3_amqp::connection::ConnectionHandle;
-use fe2o3_amqp::link::delivery::{DeliveryFut, DeliveryInfo};
+use fe2o3_amqp::link::delivery::DeliveryInfo;
 use fe2o3_amqp::link::receiver::CreditMode;
-use fe2o3_amqp::link::SendError;
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::messaging::{Data, Message, Outcome};
 use fe2o3_amqp::types::primitives::Binary;
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use parking_lot::Mutex;
-use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -124,40 +119,30 @@ pub async fn attach_sender(
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let (stop, mut stopped) = oneshot::channel();
     let task = tokio::spawn(async move {
-        // Unsettled: each outcome arrives later and is awaited here, beside the next bodies,
-        // so a transfer never waits for the one before it. The broker settles a link's
-        // deliveries in order, so the oldest outcome is the one to wait for. (A task spawned
-        // per outcome, as before, cost a task's allocation and scheduling per message.)
-        let mut outcomes: VecDeque<DeliveryFut<Result<Outcome, SendError>>> = VecDeque::new();
         loop {
-            let oldest = std::future::poll_fn(|cx| match outcomes.front_mut() {
-                Some(outcome) => Pin::new(outcome).poll(cx),
-                None => Poll::Pending,
-            });
-            tokio::select! {
-                body = rx.recv() => {
-                    let Some(body) = body else { break };
-                    let message = Message::builder().data(Data(Binary::from(body))).build();
-                    // A failed send is neither confirmed nor nacked: the step reports it as
-                    // unconfirmed.
-                    if let Ok(outcome) = sender.send_batchable(message).await {
-                        outcomes.push_back(outcome);
-                    }
-                }
-                outcome = oldest => {
-                    outcomes.pop_front();
-                    match outcome {
-                        Ok(Outcome::Accepted(_)) => {
-                            counters.confirmed.fetch_add(1, Ordering::AcqRel);
-                        }
-                        Ok(_) => {
-                            counters.nacked.fetch_add(1, Ordering::AcqRel);
-                        }
-                        Err(_) => {}
-                    }
-                }
+            let body = tokio::select! {
+                body = rx.recv() => match body { Some(b) => b, None => break },
                 _ = &mut stopped => break,
-            }
+            };
+            let message = Message::builder().data(Data(Binary::from(body))).build();
+            // Unsettled: the outcome arrives later, counted by a task of its own so that the
+            // next transfer need not wait for it. A failed send is neither confirmed nor
+            // nacked: the step reports it as unconfirmed.
+            let Ok(outcome) = sender.send_batchable(message).await else {
+                continue;
+            };
+            let counters = counters.clone();
+            tokio::spawn(async move {
+                match outcome.await {
+                    Ok(Outcome::Accepted(_)) => {
+                        counters.confirmed.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Ok(_) => {
+                        counters.nacked.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Err(_) => {}
+                }
+            });
         }
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, sender.close()).await;
         shut(connection, session).await;

@@ -408,7 +408,7 @@ async fn attach_amqp091(
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
 ) -> Result<()> {
     let queue = queue_name(&plan.run_tag, g.id);
-    let conn = Connection::open_direct(receiver_node(uris, g.id), "many-pairs receiver").await?;
+    let conn = Connection::open_named(receiver_node(uris, g.id), "many-pairs receiver").await?;
     g.connections.push(Client::Amqp091(conn.clone()));
     let ch = conn.channel().await?;
     ch.queue_declare(&queue, &QueueOptions::default()).await?;
@@ -421,7 +421,7 @@ async fn attach_amqp091(
     ch.basic_consume_hook(&queue, "receiver", false, hook)
         .await?;
     for id in plan.senders_of(g.id) {
-        let conn = Connection::open_direct(sender_node(uris, id), "many-pairs sender").await?;
+        let conn = Connection::open_named(sender_node(uris, id), "many-pairs sender").await?;
         g.connections.push(Client::Amqp091(conn.clone()));
         let ch = conn.channel().await?;
         ch.set_hooks(Arc::new(ConfirmCounter(counters.clone())));
