@@ -15,6 +15,7 @@
 #   TOLERANCE_PERCENT (default 10) above M, 2 when valgrind is missing.
 #   --update writes N into the baseline file (do it when a change is meant to cost more or
 #   has made the path cheaper, and say so in the commit).
+# Environment: KEEP=DIR keeps the two callgrind files there (for callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 baseline_file=tools/bench/callgrind/baseline.txt
@@ -23,10 +24,8 @@ small=2000
 large=12000
 body_bytes=16
 
-if ! command -v valgrind >/dev/null; then
-  echo "valgrind not found (Debian: apt-get install valgrind)" >&2
-  exit 2
-fi
+. tools/bench/callgrind/lib.sh
+require_valgrind
 # The packages test.sh's release builds select, so that this reuses their build (cargo resolves
 # features per selection: -p warren-server alone would compile it and its dependencies again).
 cargo build --release -p warren -p warren-server -p warren-perf --example publish_deliver --quiet
@@ -36,18 +35,16 @@ trap 'rm -rf "$work"' EXIT
 
 # instructions MESSAGES: total instructions (callgrind's Ir) of one run.
 instructions() {
-  if ! valgrind --tool=callgrind --callgrind-out-file="$work/out.$1" "$exe" "$1" "$body_bytes" \
-      >"$work/stdout.$1" 2>"$work/valgrind.$1"; then
-    cat "$work/stdout.$1" "$work/valgrind.$1" >&2
-    echo "publish_deliver $1 failed under valgrind" >&2
-    exit 1
-  fi
-  sed -n 's/^summary: \([0-9]*\)$/\1/p' "$work/out.$1"
+  callgrind_total "$work/run.$1" "$exe" "$1" "$body_bytes"
 }
 
 total_small=$(instructions $small)
 total_large=$(instructions $large)
 per_message=$(( (total_large - total_small) / (large - small) ))
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP"
+  cp "$work"/out.* "$KEEP"/
+fi
 baseline=$(sed -n 's/^publish_deliver_16B_no_ack \([0-9]*\)$/\1/p' "$baseline_file")
 
 if [ "${1:-}" = "--update" ]; then

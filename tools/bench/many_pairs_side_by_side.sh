@@ -12,6 +12,8 @@
 #
 # usage: tools/bench/many_pairs_side_by_side.sh [STEPS] [SECONDS] [extra many-pairs args]
 #   STEPS: comma-separated N (default 1000,2000,5000); SECONDS per step (default 20).
+#   `--protocol amqp10` as an extra argument runs AMQP 1.0 clients (RabbitMQ with its
+#   amqp1_0 plugin enabled).
 # Environment: WARREN_BIN (default: this tree's release build, built if missing),
 # WARREN_PORT / RABBIT_PORT (default: random free ports in 20000-32767), OUT (report dir).
 set -euo pipefail
@@ -56,6 +58,13 @@ if ! command -v rabbitmq-server >/dev/null; then
   echo "RabbitMQ is not installed: ../shared/tools/rabbitmq.sh start PORT installs it" >&2; exit 1
 fi
 mkdir -p "$base/db" "$base/log"
+# Over AMQP 1.0 (`--protocol amqp10` among the extra arguments) RabbitMQ 3.x needs its
+# amqp1_0 plugin; the tool then addresses queues as `/amq/queue/<q>` (its --amqp10-address
+# auto reads the broker's version).
+case " $* " in
+  *" amqp10 "*|*"--protocol=amqp10"*) echo '[rabbitmq_amqp1_0].' >"$base/enabled_plugins" ;;
+  *) rm -f "$base/enabled_plugins" ;;
+esac
 chown -R rabbitmq:rabbitmq "$base"
 # The environment rabbitmq.sh gives the node; setpriv instead of su keeps `ulimit -n`.
 (cd /var/lib/rabbitmq && env HOME=/var/lib/rabbitmq \

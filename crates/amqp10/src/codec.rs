@@ -22,13 +22,13 @@ pub use fe2o3_amqp_types::definitions::{
     SenderSettleMode, SessionError,
 };
 pub use fe2o3_amqp_types::messaging::{
-    Accepted, DeliveryState, Rejected, Released, TargetArchetype,
+    Accepted, DeliveryState, Modified, Rejected, Released, Source, Target, TargetArchetype,
 };
 pub use fe2o3_amqp_types::performatives::{
     Attach, Begin, ChannelMax, Close, Detach, Disposition, End, Flow, MaxFrameSize, Open,
     Performative, Transfer,
 };
-pub use fe2o3_amqp_types::primitives::{Array, Symbol};
+pub use fe2o3_amqp_types::primitives::{Array, Binary, Symbol};
 pub use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslMechanisms, SaslOutcome};
 
 /// The AMQP 1.0 protocol header (protocol id 0).
@@ -171,6 +171,63 @@ pub fn write_sasl_outcome(out: &mut BytesMut, o: &SaslOutcome) {
     write_frame(out, FRAME_SASL, 0, o, &[]);
 }
 
+/// A client's first SASL frame (the perf tool's AMQP 1.0 client; the broker only reads
+/// inits).
+pub fn write_sasl_init(out: &mut BytesMut, init: &SaslInit) {
+    write_frame(out, FRAME_SASL, 0, init, &[]);
+}
+
+/// What a client reads in the SASL layer.
+#[derive(Debug)]
+pub enum SaslServerFrame {
+    Mechanisms(SaslMechanisms),
+    Outcome(SaslOutcome),
+}
+
+/// A SASL frame a server sent, told apart by its descriptor (sasl-mechanisms 0x40,
+/// sasl-outcome 0x44); a sasl-challenge (0x42) or anything else is an error, since the
+/// mechanisms a client of ours offers (PLAIN, ANONYMOUS) have no challenge.
+pub fn decode_sasl_server_frame(body: &[u8]) -> Result<SaslServerFrame, String> {
+    crate::value::check(body).map_err(|e| format!("bad SASL frame: {e}"))?;
+    let code = match body {
+        [0x00, 0x53, code, ..] => u64::from(*code),
+        [0x00, 0x80, rest @ ..] if rest.len() >= 8 => {
+            u64::from_be_bytes(rest[..8].try_into().map_err(|_| "bad SASL frame")?)
+        }
+        _ => return Err("a SASL frame without a numeric descriptor".into()),
+    };
+    match code {
+        0x40 => serde_amqp::from_slice(body)
+            .map(SaslServerFrame::Mechanisms)
+            .map_err(|e| format!("bad sasl-mechanisms: {e}")),
+        0x44 => serde_amqp::from_slice(body)
+            .map(SaslServerFrame::Outcome)
+            .map_err(|e| format!("bad sasl-outcome: {e}")),
+        0x42 => {
+            Err("the server sent a sasl-challenge, which PLAIN and ANONYMOUS do not take".into())
+        }
+        other => Err(format!("unexpected SASL frame (descriptor {other:#x})")),
+    }
+}
+
+/// An error as peers print it: "amqp:not-found: no queue 'q'".
+pub fn describe_error(e: &Error) -> String {
+    let condition = match &e.condition {
+        ErrorCondition::AmqpError(c) => Symbol::from(c).0,
+        ErrorCondition::ConnectionError(c) => Symbol::from(c).0,
+        ErrorCondition::SessionError(c) => Symbol::from(c).0,
+        ErrorCondition::LinkError(c) => Symbol::from(c).0,
+        ErrorCondition::Custom(c) => c.0.clone(),
+        // Transaction errors, when a crate enables the type crate's transaction feature.
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}"),
+    };
+    match &e.description {
+        Some(d) if !d.is_empty() => format!("{condition}: {d}"),
+        _ => condition,
+    }
+}
+
 /// An empty frame: the idle-timeout keep-alive.
 pub fn write_empty_frame(out: &mut BytesMut) {
     out.extend_from_slice(&[0, 0, 0, 8, 2, FRAME_AMQP, 0, 0]);
@@ -230,6 +287,58 @@ mod tests {
         assert!(parse_frame(&mut bad, 512).is_err());
         let mut partial = BytesMut::from(&[0u8, 0, 0, 20, 2, 0, 0, 0, 1][..]);
         assert!(parse_frame(&mut partial, 512).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_client_reads_the_servers_sasl_frames() {
+        let mut out = BytesMut::new();
+        let mechanisms = SaslMechanisms {
+            sasl_server_mechanisms: Array(vec![Symbol::from("PLAIN"), Symbol::from("ANONYMOUS")]),
+        };
+        write_sasl_mechanisms(&mut out, &mechanisms);
+        let frame = parse_frame(&mut out, 512).unwrap().unwrap();
+        assert_eq!(frame.kind, FRAME_SASL);
+        let Ok(SaslServerFrame::Mechanisms(m)) = decode_sasl_server_frame(&frame.body) else {
+            panic!("mechanisms")
+        };
+        assert_eq!(m.sasl_server_mechanisms.0.len(), 2);
+        let outcome = SaslOutcome {
+            code: SaslCode::Auth,
+            additional_data: None,
+        };
+        write_sasl_outcome(&mut out, &outcome);
+        let frame = parse_frame(&mut out, 512).unwrap().unwrap();
+        let Ok(SaslServerFrame::Outcome(o)) = decode_sasl_server_frame(&frame.body) else {
+            panic!("outcome")
+        };
+        assert_eq!(o.code, SaslCode::Auth);
+        // A client's init is not a server frame; garbage is refused, not panicked on.
+        let init = SaslInit {
+            mechanism: Symbol::from("PLAIN"),
+            initial_response: Some(Binary::from(b"\0u\0p".to_vec())),
+            hostname: None,
+        };
+        write_sasl_init(&mut out, &init);
+        let frame = parse_frame(&mut out, 512).unwrap().unwrap();
+        assert_eq!(
+            decode_sasl_init(&frame.body).unwrap().mechanism.as_str(),
+            "PLAIN"
+        );
+        assert!(decode_sasl_server_frame(&frame.body).is_err());
+        assert!(decode_sasl_server_frame(&[0x00, 0x53, 0x44, 0xc0, 0xff]).is_err());
+        assert!(decode_sasl_server_frame(&[]).is_err());
+    }
+
+    #[test]
+    fn errors_read_as_their_symbols() {
+        let e = error(AmqpError::NotFound, "no queue 'q'");
+        assert_eq!(describe_error(&e), "amqp:not-found: no queue 'q'");
+        let e = Error {
+            condition: LinkError::DetachForced.into(),
+            description: None,
+            info: None,
+        };
+        assert_eq!(describe_error(&e), "amqp:link:detach-forced");
     }
 
     #[test]

@@ -429,6 +429,12 @@ where
         let mut tick = tokio::time::interval(self.idle_check_period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut alarms_live = true;
+        // A client may pipeline its handshake (SASL to attach in one write): what the
+        // handshake read past the open frame is served now, not when more bytes arrive.
+        if !self.rbuf.is_empty() && !self.on_input() {
+            self.flush().await?;
+            return Ok(());
+        }
         loop {
             let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
             let awaiting_fsync = self.sessions.values().any(|s| s.has_awaiting_fsync());

@@ -164,6 +164,10 @@ pub struct Consumer {
     pub channel_flow: Arc<ChannelFlow>,
     /// The queue consumed from; weak so a consumer never keeps a deleted queue alive.
     pub queue: Weak<Queue>,
+    /// Still registered with its channel (set until the channel forgets it: basic.cancel,
+    /// the queue cancelling it, the channel closing). The channel checks it for each
+    /// delivery instead of looking the consumer tag up; only the channel's task writes it.
+    attached: AtomicBool,
     sink: EventSender<ConnectionEvent>,
 }
 
@@ -194,8 +198,20 @@ impl Consumer {
             starved_credit: AtomicBool::new(false),
             channel_flow,
             queue,
+            attached: AtomicBool::new(true),
             sink,
         }
+    }
+
+    /// Channel side: the channel forgot this consumer; deliveries still on their way to it
+    /// go back to the queue.
+    pub fn detach(&self) {
+        self.attached.store(false, Relaxed);
+    }
+
+    /// Channel side: the channel still has this consumer (see `attached`).
+    pub fn is_attached(&self) -> bool {
+        self.attached.load(Relaxed)
     }
 
     pub fn with_priority(mut self, priority: i64) -> Consumer {

@@ -20,6 +20,7 @@ pub mod exchange;
 pub mod headers_match;
 pub mod memory;
 pub mod message;
+pub mod message_pool;
 pub mod name_map;
 pub mod names;
 pub mod parameters;

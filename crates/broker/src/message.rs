@@ -46,6 +46,23 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message with no names, properties or body: what a recycled allocation holds while
+    /// it waits for its next message (`message_pool`).
+    pub const fn empty() -> Message {
+        Message {
+            exchange: ShortStr::from_static(""),
+            routing_key: ShortStr::from_static(""),
+            properties_raw: Bytes::new(),
+            body: Bytes::new(),
+            persistent: false,
+            priority: 0,
+            expiration_ms: None,
+            amqp10: None,
+            inherited_delivery_count: 0,
+            dead_lettered: false,
+        }
+    }
+
     /// Builds a message from decoded properties (which the publish path has already checked).
     pub fn new(
         exchange: ShortStr,

@@ -663,13 +663,15 @@ impl Queue {
         mut queued: QueuedMessage,
     ) -> Option<QueuedMessage> {
         loop {
+            // Borrowed from the set, which keeps it alive while the lock is held: the one
+            // reference taken is the delivery's own.
             let Some(consumer) = st.consumers.pick() else {
                 return Some(queued);
             };
-            let consumer = consumer.clone();
             let cost = crate::consumer::pipeline_cost(&queued.message);
             consumer.take_credit(cost);
-            if !consumer.no_ack {
+            let no_ack = consumer.no_ack;
+            if !no_ack {
                 st.unacked += 1;
             } else {
                 // Delivered without ack: gone for the queue. (Should the connection turn out
@@ -686,11 +688,11 @@ impl Queue {
                 Ok(()) => return None,
                 Err(ConnectionEvent::Deliver(d)) => {
                     // The connection is gone: drop its consumer, try the next one.
-                    consumer.return_credit(cost);
-                    if !consumer.no_ack {
+                    d.consumer.return_credit(cost);
+                    if !no_ack {
                         st.unacked -= 1;
                     }
-                    st.consumers.remove_where(|c| std::ptr::eq(c, &*consumer));
+                    st.consumers.remove_where(|c| std::ptr::eq(c, &*d.consumer));
                     queued = d.message;
                 }
                 Err(_) => unreachable!("send returns the event it was given"),
@@ -785,7 +787,11 @@ impl Queue {
             }
             dead.extend(rejected.into_iter().map(|m| (m, DeathReason::Rejected)));
             self.dispatch(st, dead);
-        })
+        });
+        // Done with: the allocations of messages no other queue holds are reused.
+        for m in acked {
+            crate::message_pool::recycle(m.message);
+        }
     }
 
     /// Writes the delivery-count of a persistent message of a durable queue to the store

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-use warren_codec::{FieldTable, ReplyCode};
+use warren_codec::{FieldTable, PackedTable, ReplyCode};
 
 /// Every open connection, by id.
 #[derive(Debug, Default)]
@@ -132,7 +132,9 @@ pub struct ConnectionInfo {
     pub user: String,
     pub vhost: String,
     pub auth_mechanism: String,
-    pub client_properties: FieldTable,
+    /// Packed: kept for the connection's life and read only by the API (`packed_table.rs`
+    /// in the codec says what a decoded table costs).
+    pub client_properties: PackedTable,
     /// "AMQP 0-9-1" or "AMQP 1-0", as RabbitMQ's API names them.
     pub protocol: &'static str,
     /// Milliseconds since the Unix epoch.
@@ -193,7 +195,7 @@ impl ConnectionInfo {
             user: facts.user,
             vhost: facts.vhost,
             auth_mechanism: facts.auth_mechanism,
-            client_properties: facts.client_properties,
+            client_properties: PackedTable::pack(&facts.client_properties),
             protocol: facts.protocol,
             connected_at_ms,
             frame_max: facts.frame_max,

@@ -927,36 +927,15 @@ impl VHost {
         headers: Option<&FieldTable>,
         out: &mut Vec<Arc<Queue>>,
     ) {
-        self.route_keys(exchange, &[routing_key], headers, out)
+        self.route_keys(exchange, &[routing_key], headers, out, None)
     }
 
     /// Collects the queues a message published to `exchange` reaches with any of
     /// `routing_keys` (the publish key, then those of its CC and BCC headers), following
     /// exchange-to-exchange bindings and alternate exchanges. Each queue appears once.
+    /// A publishing channel passes its `last_queue`: on the default exchange the queue
+    /// lookup is answered from it while no queue of the vhost changed since it was filled.
     pub fn route_keys(
-        &self,
-        exchange: &Arc<Exchange>,
-        routing_keys: &[&str],
-        headers: Option<&FieldTable>,
-        out: &mut Vec<Arc<Queue>>,
-    ) {
-        self.route_keys_remembering(exchange, routing_keys, headers, out, None)
-    }
-
-    /// `route_keys` for a publishing channel: on the default exchange the queue lookup is
-    /// answered from `last_queue` while no queue of the vhost changed since it was filled.
-    pub fn route_keys_via(
-        &self,
-        exchange: &Arc<Exchange>,
-        routing_keys: &[&str],
-        headers: Option<&FieldTable>,
-        out: &mut Vec<Arc<Queue>>,
-        last_queue: &mut LastLookup<Queue>,
-    ) {
-        self.route_keys_remembering(exchange, routing_keys, headers, out, Some(last_queue))
-    }
-
-    fn route_keys_remembering(
         &self,
         exchange: &Arc<Exchange>,
         routing_keys: &[&str],

@@ -13,6 +13,7 @@ mod frame;
 #[rustfmt::skip]
 mod generated;
 mod hot_methods;
+mod packed_table;
 mod publish_properties;
 mod reader;
 mod short_str;
@@ -29,6 +30,7 @@ pub use frame::{
 };
 pub use generated::*;
 pub use hot_methods::{decode_basic_deliver, decode_basic_publish};
+pub use packed_table::PackedTable;
 pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;

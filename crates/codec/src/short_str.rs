@@ -39,6 +39,12 @@ impl ShortStr {
         &self.0
     }
 
+    /// A copy in an allocation of its own, for a name kept long after the frame it came
+    /// in: a slice would keep that frame's whole read buffer alive with it.
+    pub fn detached(&self) -> ShortStr {
+        ShortStr(Bytes::copy_from_slice(&self.0))
+    }
+
     /// The underlying shared bytes (a reference-count bump, no copy).
     pub fn to_bytes(&self) -> Bytes {
         self.0.clone()

@@ -591,10 +591,18 @@ fn write_deliver_matches_the_generic_encoders() {
         ("", "amq.topic", long.as_str()),
         (long.as_str(), long.as_str(), ""),
     ] {
-        for (body_len, frame_max) in [(0, 4096), (16, 0), (16, 4096), (10_000, 4096)] {
+        for (body_len, frame_max) in [
+            (0, 4096),
+            (16, 0),
+            (16, 4096),
+            (4088, 4096),
+            (4089, 4096),
+            (10_000, 4096),
+        ] {
             for redelivered in [false, true] {
                 let body = vec![0xabu8; body_len];
-                let mut generic = BytesMut::new();
+                // Both after a frame already in the buffer, as on a busy connection.
+                let mut generic = BytesMut::from(&b"earlier frame"[..]);
                 write_method(
                     &mut generic,
                     3,
@@ -615,7 +623,7 @@ fn write_deliver_matches_the_generic_encoders() {
                     &properties,
                 );
                 write_body_frames(&mut generic, 3, &body, frame_max);
-                let mut direct = BytesMut::new();
+                let mut direct = BytesMut::from(&b"earlier frame"[..]);
                 let fields = DeliverFields {
                     consumer_tag: tag,
                     delivery_tag: 1 << 40,

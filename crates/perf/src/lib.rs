@@ -10,6 +10,7 @@ mod broker_proc;
 pub mod client;
 pub mod fd_limit;
 pub mod flags;
+pub mod floor;
 mod output;
 mod payload;
 mod prometheus;
@@ -25,6 +26,10 @@ pub use output::{IntervalRecord, RunResult};
 /// Runs `warren perf ARGS` on a fresh multi-threaded tokio runtime. `args` excludes the
 /// program name and the word `perf`.
 pub fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
+    if args.first().map(String::as_str) == Some(floor::COMMAND) {
+        // Builds a runtime per measurement (and none for the threads variants).
+        return floor::main(args[1..].to_vec());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -35,6 +40,11 @@ pub fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
 pub async fn run(args: Vec<String>) -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some("scenario") {
         return scenario::main(args[1..].to_vec()).await;
+    }
+    if args.first().map(String::as_str) == Some(floor::COMMAND) {
+        // Its measurements run runtimes of their own, which a runtime's worker cannot start.
+        let rest = args[1..].to_vec();
+        return tokio::task::spawn_blocking(move || floor::main(rest)).await?;
     }
     if args.first().map(String::as_str) == Some(scenario::many_pairs::WORKER_ARG) {
         // Internal: a many-pairs worker process, driven over stdin/stdout by the scenario.

@@ -1,7 +1,8 @@
 //! A steady-rate limiter: message n is due at `start + n / rate`. Producers ask how many
 //! messages are due now and sleep until the next one is, so sends are spread evenly (at high
 //! rates in sub-millisecond groups, the resolution of tokio's timer) instead of one burst per
-//! second. A producer that falls behind (a stalled broker) catches up by at most
+//! second (or, on a producer thread of its own, `acquire_blocking` to the microsecond). A
+//! producer that falls behind (a stalled broker) catches up by at most
 //! `MAX_CATCH_UP` worth of messages; beyond that the schedule restarts, because a catch-up
 //! burst would show up as latency the broker did not cause.
 
@@ -48,6 +49,19 @@ impl RateLimiter {
         self.start + Duration::from_secs_f64(self.issued as f64 / self.rate_per_s)
     }
 
+    /// On a thread of the caller's own: sleeps until at least one message is due (to the
+    /// microsecond, not to tokio's millisecond timer tick) and takes up to `max_batch` of
+    /// them, or returns 0 after `max_wait` with none due.
+    pub fn acquire_blocking(&mut self, max_batch: u64, max_wait: Duration) -> u64 {
+        let n = self.take_due(Instant::now(), max_batch);
+        if n > 0 {
+            return n;
+        }
+        let wait = self.next_due().saturating_duration_since(Instant::now());
+        std::thread::sleep(wait.min(max_wait));
+        self.take_due(Instant::now(), max_batch)
+    }
+
     /// Waits until at least one message is due and takes up to `max_batch` of them.
     pub async fn acquire(&mut self, max_batch: u64) -> u64 {
         loop {
@@ -78,6 +92,22 @@ mod tests {
             total += rl.take_due(t0 + Duration::from_millis(ms), 100);
         }
         assert_eq!(total, 1001);
+    }
+
+    #[test]
+    fn blocking_acquire_sleeps_to_the_next_due_message() {
+        let mut rl = RateLimiter::new(1000.0, Instant::now());
+        assert_eq!(rl.acquire_blocking(10, Duration::from_secs(10)), 1);
+        let before = Instant::now();
+        // The next message is due 1 ms after the start: a sleep, then it is taken.
+        let n = rl.acquire_blocking(10, Duration::from_secs(10));
+        assert!(n >= 1);
+        assert!(Instant::now() >= rl.start + Duration::from_millis(1));
+        assert!(before.elapsed() < Duration::from_secs(10));
+        // Nothing due within max_wait: 0, after at most about max_wait.
+        let mut slow = RateLimiter::new(0.001, Instant::now());
+        assert_eq!(slow.acquire_blocking(10, Duration::ZERO), 1);
+        assert_eq!(slow.acquire_blocking(10, Duration::from_millis(1)), 0);
     }
 
     #[test]

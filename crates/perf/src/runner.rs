@@ -465,7 +465,6 @@ async fn produce(
     args: &PerfArgs,
     shared: &Shared,
 ) -> Result<()> {
-    let template = ch.publish_template(&args.exchange, &routing_key, args.mandatory());
     let mut props = BasicProperties::default();
     if args.persistent() {
         props.delivery_mode = Some(2);
@@ -477,6 +476,13 @@ async fn produce(
     }
     let props = encode_properties(&props);
     let mut body = payload::new_body(args.size);
+    let template = ch.message_template(
+        &args.exchange,
+        &routing_key,
+        args.mandatory(),
+        props,
+        body.len(),
+    );
     let mut limiter = args
         .rate_per_s()
         .map(|r| RateLimiter::new(r, Instant::now()));
@@ -510,7 +516,7 @@ async fn produce(
                 }
                 let now = payload::now_ns();
                 payload::stamp(&mut body, now, producer_id, seq);
-                ch.publish(&template, &props, &body, now)?;
+                ch.publish_message(&template, &body, now)?;
                 seq += 1;
                 if args.ptxsize > 0 && seq % args.ptxsize == 0 {
                     ch.tx_commit().await?;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use warren_perf::scenario::many_pairs::{self, step::default_worker_exe, StepConfig};
-use warren_perf::scenario::{self, oslo, Protocol, ScenarioArgs};
+use warren_perf::scenario::{self, oslo, Amqp10Address, Protocol, ScenarioArgs};
 use warren_perf::{runner, PerfArgs};
 
 /// The tests share one broker and some queue names: run them one at a time.
@@ -173,6 +173,7 @@ fn pairs_config(uri: &str, senders: u32, per_receiver: u32) -> StepConfig {
         confirm_wait: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(30),
         protocol: Protocol::Amqp091,
+        amqp10_address: Amqp10Address::Auto,
     }
 }
 
@@ -236,6 +237,122 @@ async fn many_pairs_over_amqp10_accounts_for_every_message() {
     }
 }
 
+/// A sender and a receiver of the many-pairs AMQP 1.0 client on `queue` carry more
+/// messages than the broker's first link credit and the receiver's prefetch (so both wait
+/// for credit and top it up); every message is accepted and received once with its flight
+/// time; once closed, the sender refuses to publish.
+async fn amqp10_pair_carries_every_message(amqp: &warren_perf::client::AmqpUri, queue: &str) {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use warren_perf::scenario::many_pairs::{amqp10, Counters};
+
+    let counters = Arc::new(Counters::default());
+    let latency = Arc::new(parking_lot::Mutex::new(warren_perf::stats::new_histogram()));
+    let address = Amqp10Address::V2.of_queue(queue);
+    let receiver = amqp10::attach_receiver(amqp, &address, 10, counters.clone(), latency.clone())
+        .await
+        .unwrap();
+    let (sender, publisher) = amqp10::attach_sender(amqp, &address, counters.clone())
+        .await
+        .unwrap();
+    // Above Warren's first link credit (256) and RabbitMQ 4's (128).
+    const MESSAGES: u64 = 600;
+    let mut body = vec![b'x'; 100];
+    for seq in 0..MESSAGES {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        body[0..8].copy_from_slice(&now_ns.to_be_bytes());
+        body[12..20].copy_from_slice(&seq.to_be_bytes());
+        publisher.publish(&body).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while (counters.confirmed.load(Ordering::Acquire) < MESSAGES
+        || counters.received.load(Ordering::Acquire) < MESSAGES)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(counters.confirmed.load(Ordering::Acquire), MESSAGES);
+    assert_eq!(counters.nacked.load(Ordering::Acquire), 0);
+    assert_eq!(counters.received.load(Ordering::Acquire), MESSAGES);
+    {
+        let latency = latency.lock();
+        assert_eq!(latency.len(), MESSAGES);
+        // Flight times read from the bodies: under the 30 s the test allowed.
+        assert!(latency.max() < 30_000_000, "max {} µs", latency.max());
+    }
+    sender.close().await;
+    receiver.close().await;
+    assert!(publisher.publish(&body).is_err(), "a closed sender refuses");
+}
+
+/// The many-pairs AMQP 1.0 client on its own against Warren: a pair carries every message,
+/// nothing is left in the queue, and the broker's refusals come back as errors that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_amqp10_client_carries_every_message_and_reports_refusals() {
+    use std::sync::Arc;
+    use warren_perf::client::{AmqpUri, Connection, QueueOptions};
+    use warren_perf::scenario::many_pairs::{amqp10, Counters};
+
+    let Some(uri) = broker() else { return };
+    let _serial = SERIAL.lock().await;
+    let amqp = AmqpUri::parse(&uri).unwrap();
+    let control = Connection::open(&amqp).await.unwrap();
+    let ch = control.channel().await.unwrap();
+    let queue = format!("perf-it-amqp10-client-{}", std::process::id());
+    ch.queue_declare(&queue, &QueueOptions::default())
+        .await
+        .unwrap();
+    amqp10_pair_carries_every_message(&amqp, &queue).await;
+    // Every message was accepted: none went back to the queue when the receiver detached.
+    assert_eq!(ch.queue_message_count(&queue).await.unwrap(), 0);
+
+    let counters = Arc::new(Counters::default());
+    let latency = Arc::new(parking_lot::Mutex::new(warren_perf::stats::new_histogram()));
+    let missing = format!("{queue}-missing");
+    let missing_address = Amqp10Address::V2.of_queue(&missing);
+    let err = amqp10::attach_receiver(&amqp, &missing_address, 10, counters.clone(), latency)
+        .await
+        .err()
+        .expect("no such queue");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("amqp:not-found") && text.contains(&missing),
+        "{text}"
+    );
+
+    let mut wrong = amqp.clone();
+    wrong.password = "not-the-password".into();
+    let err = amqp10::attach_sender(&wrong, &Amqp10Address::V2.of_queue(&queue), counters)
+        .await
+        .err()
+        .expect("a wrong password");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("SASL PLAIN login as") && text.contains("refused"),
+        "{text}"
+    );
+
+    ch.queue_delete(&queue).await.unwrap();
+    control.close().await;
+}
+
+/// The same client against another AMQP 1.0 broker whose links create their queues (the
+/// python-qpid-proton example broker, a rhea broker): `WARREN_PERF_TEST_AMQP10_URI`; skipped
+/// without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_amqp10_client_works_with_another_amqp10_broker() {
+    let Ok(uri) = std::env::var("WARREN_PERF_TEST_AMQP10_URI") else {
+        println!("skipped: no WARREN_PERF_TEST_AMQP10_URI");
+        return;
+    };
+    let amqp = warren_perf::client::AmqpUri::parse(&uri).unwrap();
+    let queue = format!("perf-it-amqp10-other-{}", std::process::id());
+    amqp10_pair_carries_every_message(&amqp, &queue).await;
+}
+
 /// Every data cell of every table in a report, as numbers where they parse.
 fn numbers(md: &str) -> Vec<f64> {
     md.lines()
@@ -264,6 +381,7 @@ fn quick_args(name: &str, uri: &str, out: &std::path::Path) -> ScenarioArgs {
         credit_label: "server default".into(),
         progress: false,
         protocol: Protocol::Amqp091,
+        amqp10_address: Amqp10Address::Auto,
         senders_per_receiver: 1,
         workers: None,
         drain_timeout: None,

@@ -7,6 +7,7 @@ use crate::publish::TxOp;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
+use warren_broker::message_pool;
 use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
 use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
@@ -162,6 +163,7 @@ impl Channel {
         let Some(entry) = self.consumers.remove(tag) else {
             return;
         };
+        entry.consumer.detach();
         self.info.remove_consumer(tag);
         match entry.queue {
             Some(queue) => {
@@ -181,10 +183,11 @@ impl Channel {
     /// The queue deleted a consumer under us: forget it and tell the client.
     pub fn consumer_cancelled_by_broker(&mut self, tag: ShortStr, ctx: &mut Ctx) {
         self.info.remove_consumer(&tag);
-        if self.consumers.remove(&tag).is_some()
-            && ctx.cancel_notify
-            && self.state == ChannelState::Open
-        {
+        let Some(entry) = self.consumers.remove(&tag) else {
+            return;
+        };
+        entry.consumer.detach();
+        if ctx.cancel_notify && self.state == ChannelState::Open {
             ctx.send(
                 self.id,
                 BasicCancel {
@@ -271,11 +274,10 @@ impl Channel {
     /// Writes one queue delivery to the client, or hands it back if its consumer is gone.
     pub fn deliver(&mut self, d: Delivery, ctx: &mut Ctx) {
         let consumer = d.consumer;
-        let live = self.state == ChannelState::Open
-            && self
-                .consumers
-                .get(&consumer.tag)
-                .is_some_and(|e| Arc::ptr_eq(&e.consumer, &consumer));
+        // The consumer is still this channel's: it is detached when the channel forgets it
+        // (no tag lookup per delivery). A channel number opened again is a new channel, and
+        // the old one's consumers were detached when it closed.
+        let live = self.state == ChannelState::Open && consumer.is_attached();
         if !live {
             return_delivery(Delivery {
                 consumer,
@@ -310,7 +312,12 @@ impl Channel {
             true => MessageStats::add(&s.deliver_no_ack, 1),
             false => MessageStats::add(&s.deliver, 1),
         };
-        counter(&self.info.stats);
+        // The channel's own counters are written by this task only (`add_own`); a queue's
+        // by every channel consuming from it.
+        match consumer.no_ack {
+            true => MessageStats::add_own(&self.info.stats.deliver_no_ack, 1),
+            false => MessageStats::add_own(&self.info.stats.deliver, 1),
+        }
         if let Some(queue) = &d.queue {
             counter(&queue.stats);
             if d.message.redelivered {
@@ -329,8 +336,11 @@ impl Channel {
                     consumer: Some(consumer),
                 });
                 self.note_unacked();
+                return;
             }
         }
+        // Written and settled: the message's allocation serves a later publish.
+        message_pool::recycle(d.message.message);
     }
 
     /// Keeps the API's unacked gauge current (a relaxed store, nothing more).

@@ -55,6 +55,9 @@ pub async fn run_shared(
         let conn =
             connection::Connection::new(reader, writer, peer, broker.clone(), config.clone())
                 .with_local_addr(local);
+        // An AMQP 1.0 client gets a task sized for its own connection, and this one, sized
+        // for a 0-9-1 connection, ends (`Connection::with_amqp10_task`).
+        let conn = conn.with_amqp10_task(|amqp10| drop(tokio::spawn(amqp10.serve())));
         tokio::spawn(conn.serve());
     })
     .await
@@ -81,9 +84,11 @@ pub async fn run_tls(
                 return;
             };
             let (reader, writer) = tokio::io::split(tls);
+            // As for plain TCP above: AMQP 1.0 in a task of its own size.
             connection::Connection::new(reader, writer, peer, broker, config)
                 .with_tls(tls_peer)
                 .with_local_addr(local)
+                .with_amqp10_task(|amqp10| drop(tokio::spawn(amqp10.serve())))
                 .serve()
                 .await;
         });

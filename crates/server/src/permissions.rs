@@ -131,7 +131,9 @@ impl PublishGrants {
         let restricted = ctx
             .access
             .has_topic_permission(ctx.user, ctx.vhost.name(), exchange);
-        self.exchanges.push((exchange.clone(), restricted));
+        // Detached: the name is a slice of the publish's frame, and kept here it would
+        // hold that read buffer for the channel's life.
+        self.exchanges.push((exchange.detached(), restricted));
         Ok(())
     }
 

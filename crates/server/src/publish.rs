@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
 use warren_broker::message::parse_expiration;
+use warren_broker::message_pool;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
 use warren_broker::queue::{QueuedMessage, RoutedConfirm};
 use warren_broker::quorum::QuorumConfirm;
@@ -317,15 +318,16 @@ impl Channel {
             ..
         } = p.method;
         // The message takes the names (no reference-count bump); a basic.return reads them
-        // back from it.
-        let message = Arc::new(Message::from_publish(
+        // back from it. Its allocation is a recycled one when a delivery gave one back.
+        let message = message_pool::shared(Message::from_publish(
             exchange_name,
             routing_key,
             &props,
             properties_raw,
             p.body,
         ));
-        MessageStats::add(&self.info.stats.publish, 1);
+        // The channel's own counters are written by this task only (`add_own`).
+        MessageStats::add_own(&self.info.stats.publish, 1);
         MessageStats::add(&exchange.stats.publish_in, 1);
         ctx.vhost.counters.published.observe(
             ctx.connection,
@@ -379,12 +381,12 @@ impl Channel {
                 self.route_buf = queues;
                 return Err(refused);
             }
-            ctx.vhost.route_keys_via(
+            ctx.vhost.route_keys(
                 &exchange,
                 routing_keys,
                 props.headers.as_ref(),
                 &mut queues,
-                &mut self.last_published_queue,
+                Some(&mut self.last_published_queue),
             );
             routed = !queues.is_empty();
             let stored = match self.persist(&message, &queues, ctx)? {

@@ -6,31 +6,12 @@
 
 mod client;
 
-use client::{Client, Incoming};
+use client::{serve, start_broker, Client, Incoming};
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use warren_broker::access::{Permission, TopicPermission};
 use warren_broker::{Broker, VHostLimits};
 use warren_codec::*;
-use warren_server::ServerConfig;
 use warren_store::{Backend, CrashMode, FaultyBackend, Store, StoreOptions};
-
-async fn serve(broker: Arc<Broker>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(warren_server::run(
-        listener,
-        broker,
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    port
-}
-
-async fn start() -> (u16, Arc<Broker>) {
-    let broker = Broker::new(1 << 30, None);
-    (serve(broker.clone()).await, broker)
-}
 
 async fn start_on(disk: Arc<FaultyBackend>) -> (u16, Arc<Broker>) {
     let backend: Arc<dyn Backend> = disk;
@@ -139,7 +120,7 @@ async fn admin_declares(port: u16, queues: &[&str], exchanges: &[&str], kind: &s
 
 #[tokio::test]
 async fn connection_open_needs_a_vhost_the_user_may_use() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     let err = Client::connect_vhost(port, "guest", "guest", "nope")
         .await
         .err();
@@ -175,7 +156,7 @@ async fn connection_open_needs_a_vhost_the_user_may_use() {
 
 #[tokio::test]
 async fn declares_and_deletes_need_configure() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     restricted_vhost(&broker);
     let mut c = Client::connect_vhost(port, "u", "pw", "v").await.unwrap();
     assert!(matches!(
@@ -234,7 +215,7 @@ async fn declares_and_deletes_need_configure() {
 
 #[tokio::test]
 async fn passive_declares_need_any_permission() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     restricted_vhost(&broker);
     admin_declares(port, &["rd-p", "none-p"], &[], "direct").await;
     let mut c = Client::connect_vhost(port, "u", "pw", "v").await.unwrap();
@@ -264,7 +245,7 @@ async fn passive_declares_need_any_permission() {
 
 #[tokio::test]
 async fn bindings_need_write_on_the_destination_and_read_on_the_source() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     restricted_vhost(&broker);
     admin_declares(port, &["wr-q", "rd-q"], &["rd-x", "wr-x"], "direct").await;
     let mut c = Client::connect_vhost(port, "u", "pw", "v").await.unwrap();
@@ -314,7 +295,7 @@ async fn bindings_need_write_on_the_destination_and_read_on_the_source() {
 
 #[tokio::test]
 async fn publish_needs_write_and_consume_get_purge_need_read() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     restricted_vhost(&broker);
     let mut admin = admin_declares(port, &["rd-q", "wr-q"], &["wr-x", "rd-x"], "fanout").await;
     for x in ["wr-x", "rd-x"] {
@@ -412,7 +393,7 @@ async fn publish_needs_write_and_consume_get_purge_need_read() {
 
 #[tokio::test]
 async fn topic_permissions_limit_routing_keys() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     broker.add_vhost("t").unwrap();
     broker.access.put_user("alice", Some("pw"), vec![]).unwrap();
     broker
@@ -471,7 +452,7 @@ async fn topic_permissions_limit_routing_keys() {
 
 #[tokio::test]
 async fn deleting_a_vhost_closes_its_connections() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     broker.add_vhost("gone").unwrap();
     broker
         .access
@@ -502,7 +483,7 @@ async fn deleting_a_vhost_closes_its_connections() {
 
 #[tokio::test]
 async fn vhost_limits() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     let v = broker.add_vhost("lim").unwrap();
     broker
         .access
@@ -541,7 +522,7 @@ async fn vhost_limits() {
 
 #[tokio::test]
 async fn not_found_texts_name_the_vhost() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     broker.add_vhost("named").unwrap();
     broker
         .access
@@ -648,7 +629,7 @@ async fn users_vhosts_and_their_queues_survive_a_restart() {
 
 #[tokio::test]
 async fn deleting_a_user_closes_its_connections() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     restricted_vhost(&broker);
     let mut c = Client::connect_vhost(port, "u", "pw", "v").await.unwrap();
     let mut guest = Client::connect_vhost(port, "guest", "guest", "v")

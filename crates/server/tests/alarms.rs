@@ -5,26 +5,10 @@
 mod client;
 
 use bytes::Bytes;
-use client::{Client, Incoming};
-use std::sync::Arc;
+use client::{start_broker, Client, Incoming};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use warren_broker::{Alarm, Broker};
+use warren_broker::Alarm;
 use warren_codec::*;
-use warren_server::ServerConfig;
-
-async fn start(config: ServerConfig) -> (u16, Arc<Broker>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let broker = Broker::new(1 << 30, None);
-    tokio::spawn(warren_server::run(
-        listener,
-        broker.clone(),
-        config,
-        std::future::pending(),
-    ));
-    (port, broker)
-}
 
 async fn consume(c: &mut Client, ch: u16, queue: &str) {
     c.send(
@@ -52,7 +36,7 @@ async fn next_delivery(c: &mut Client) -> (u64, Bytes) {
 
 #[tokio::test]
 async fn only_publishers_are_blocked_and_unblocked_in_order() {
-    let (port, broker) = start(ServerConfig::default()).await;
+    let (port, broker) = start_broker().await;
     let mut publisher = Client::connect(port).await;
     publisher.open_channel(1).await;
     let q = publisher
@@ -138,7 +122,7 @@ async fn only_publishers_are_blocked_and_unblocked_in_order() {
 
 #[tokio::test]
 async fn a_client_without_the_capability_is_blocked_silently() {
-    let (port, broker) = start(ServerConfig::default()).await;
+    let (port, broker) = start_broker().await;
     let mut publisher = Client::connect_with(port, "guest", "guest", &[])
         .await
         .unwrap();
@@ -171,7 +155,7 @@ async fn a_client_without_the_capability_is_blocked_silently() {
 /// so its silence proves nothing) and resumes it on unblocking.
 #[tokio::test]
 async fn heartbeat_timeouts_wait_while_blocked_and_resume_after() {
-    let (port, broker) = start(ServerConfig::default()).await;
+    let (port, broker) = start_broker().await;
     let mut publisher = Client::connect_heartbeat(port, 1).await;
     publisher.open_channel(1).await;
     let q = publisher

@@ -5,25 +5,13 @@
 mod client;
 
 use bytes::{Bytes, BytesMut};
-use client::Client;
+use client::{start_broker, Client};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::Broker;
 use warren_codec::*;
 use warren_server::ServerConfig;
-
-async fn start() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(warren_server::run(
-        listener,
-        Broker::new(1 << 30, None),
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    port
-}
 
 /// A socket past the protocol header and connection.start.
 async fn started(port: u16) -> (TcpStream, BytesMut) {
@@ -95,7 +83,7 @@ fn expect_close(got: Option<(u16, Method)>, code: u16) {
 
 #[tokio::test]
 async fn a_frame_over_4096_bytes_before_tune_ok_is_a_frame_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let (mut s, mut rbuf) = started(port).await;
     s.write_all(&start_ok(b"\0guest\0guest", &[], 5000))
         .await
@@ -114,7 +102,7 @@ async fn a_frame_over_4096_bytes_before_tune_ok_is_a_frame_error() {
 
 #[tokio::test]
 async fn a_refused_login_is_told_only_to_clients_that_asked() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let (mut s, mut rbuf) = started(port).await;
     s.write_all(&start_ok(
         b"\0guest\0wrong",
@@ -137,7 +125,7 @@ async fn a_refused_login_is_told_only_to_clients_that_asked() {
 
 #[tokio::test]
 async fn plain_refuses_another_authzid_trailing_data_and_empty_passwords() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     for response in [
         &b"admin\0guest\0guest"[..],
         b"\0guest\0guest\0more",
@@ -164,7 +152,7 @@ async fn plain_refuses_another_authzid_trailing_data_and_empty_passwords() {
 /// answers all of them without waiting for more input.
 #[tokio::test]
 async fn frames_sent_with_connection_open_are_handled_at_once() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let (mut s, mut rbuf) = started(port).await;
     s.write_all(&start_ok(b"\0guest\0guest", &[], 0))
         .await
@@ -200,7 +188,7 @@ async fn frames_sent_with_connection_open_are_handled_at_once() {
 
 #[tokio::test]
 async fn a_heartbeat_with_a_payload_is_a_frame_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.send_raw(&[8, 0, 0, 0, 0, 0, 1, 0xAB, FRAME_END]).await;
     match c.method().await {
@@ -215,7 +203,7 @@ async fn a_heartbeat_with_a_payload_is_a_frame_error() {
 /// flight, say) must not turn the end into a reset.
 #[tokio::test]
 async fn close_ends_with_eof_not_a_reset() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     for _ in 0..20 {
         let mut c = Client::connect(port).await;
         c.send(

@@ -4,26 +4,10 @@
 
 mod client;
 
-use client::{Client, Incoming};
+use client::{start_broker, Client, Incoming};
 use serde_json::json;
-use std::sync::Arc;
-use tokio::net::TcpListener;
 use warren_broker::{Broker, Policy, PolicyKind};
 use warren_codec::*;
-use warren_server::ServerConfig;
-
-async fn start() -> (u16, Arc<Broker>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let broker = Broker::new(1 << 30, None);
-    tokio::spawn(warren_server::run(
-        listener,
-        broker.clone(),
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    (port, broker)
-}
 
 fn set_policy(broker: &Broker, name: &str, pattern: &str, definition: serde_json::Value) {
     let policy = Policy::new(PolicyKind::Policy, "/", name, pattern, "all", 0, definition).unwrap();
@@ -38,7 +22,7 @@ async fn confirm_mode(c: &mut Client) {
 
 #[tokio::test]
 async fn reject_publish_policy_nacks_publishes_over_the_limit() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     confirm_mode(&mut c).await;
     c.declare_queue(1, "bounded", FieldTable::new()).await;
@@ -68,7 +52,7 @@ async fn reject_publish_policy_nacks_publishes_over_the_limit() {
 
 #[tokio::test]
 async fn alternate_exchange_policy_routes_mandatory_unroutables() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     confirm_mode(&mut c).await;
     c.declare_queue(1, "caught", FieldTable::new()).await;

@@ -6,24 +6,9 @@
 mod client;
 
 use bytes::{BufMut, BytesMut};
-use client::{Client, Incoming};
+use client::{start_broker, Client, Incoming};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use warren_broker::Broker;
 use warren_codec::*;
-use warren_server::ServerConfig;
-
-async fn start() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(warren_server::run(
-        listener,
-        Broker::new(1 << 30, None),
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    port
-}
 
 /// One method frame with this payload, on this channel.
 fn method_frame(channel: u16, payload: &[u8]) -> BytesMut {
@@ -52,7 +37,7 @@ fn assert_close(close: &ConnectionClose, code: ReplyCode, text: &str) {
 
 #[tokio::test]
 async fn a_truncated_publish_is_a_syntax_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     // Exchange of 5 bytes, of which one arrives.
@@ -64,7 +49,7 @@ async fn a_truncated_publish_is_a_syntax_error() {
 
 #[tokio::test]
 async fn a_routing_key_that_is_not_utf8_is_a_syntax_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.send_raw(&method_frame(1, &[0, 60, 0, 40, 0, 0, 0, 2, 0xff, 0xfe, 0]))
@@ -75,7 +60,7 @@ async fn a_routing_key_that_is_not_utf8_is_a_syntax_error() {
 
 #[tokio::test]
 async fn a_publish_on_a_channel_never_opened_is_a_channel_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.publish(2, "", "q", b"x", false).await;
@@ -85,7 +70,7 @@ async fn a_publish_on_a_channel_never_opened_is_a_channel_error() {
 
 #[tokio::test]
 async fn a_publish_before_the_previous_ones_content_is_an_unexpected_frame() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     let publish = [0, 60, 0, 40, 0, 0, 0, 1, b'q', 0];
@@ -101,7 +86,7 @@ async fn a_publish_before_the_previous_ones_content_is_an_unexpected_frame() {
 
 #[tokio::test]
 async fn a_publish_on_channel_zero_is_a_channel_error() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.send_raw(&method_frame(0, &[0, 60, 0, 40, 0, 0, 0, 1, b'q', 0]))
         .await;
@@ -115,7 +100,7 @@ async fn a_publish_on_channel_zero_is_a_channel_error() {
 
 #[tokio::test]
 async fn a_well_formed_publish_routes_with_its_flags() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.declare_queue(1, "fast-path", FieldTable::new()).await;

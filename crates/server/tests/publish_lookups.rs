@@ -9,26 +9,9 @@
 mod client;
 
 use bytes::Bytes;
-use client::{Client, Incoming};
-use std::sync::Arc;
-use tokio::net::TcpListener;
+use client::{start_broker, Client, Incoming};
 use warren_broker::access::Permission;
-use warren_broker::Broker;
 use warren_codec::*;
-use warren_server::ServerConfig;
-
-async fn start() -> (u16, Arc<Broker>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let broker = Broker::new(1 << 30, None);
-    tokio::spawn(warren_server::run(
-        listener,
-        broker.clone(),
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    (port, broker)
-}
 
 /// A client with channel 1 open in confirm mode, so every publish is answered (an ack, or a
 /// basic.return then an ack, or a channel.close).
@@ -161,7 +144,7 @@ impl Admin {
 
 #[tokio::test]
 async fn a_deleted_exchange_is_not_found_by_the_next_publish() {
-    let (port, _broker) = start().await;
+    let (port, _broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.exchange("x", "direct").await;
     admin.queue("q").await;
@@ -179,7 +162,7 @@ async fn a_deleted_exchange_is_not_found_by_the_next_publish() {
 
 #[tokio::test]
 async fn an_exchange_declared_again_routes_by_its_new_type_and_bindings() {
-    let (port, _broker) = start().await;
+    let (port, _broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.exchange("x", "direct").await;
     admin.queue("q1").await;
@@ -199,7 +182,7 @@ async fn an_exchange_declared_again_routes_by_its_new_type_and_bindings() {
 
 #[tokio::test]
 async fn binding_changes_reach_the_next_publish() {
-    let (port, _broker) = start().await;
+    let (port, _broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.exchange("x", "direct").await;
     admin.queue("q").await;
@@ -217,7 +200,7 @@ async fn binding_changes_reach_the_next_publish() {
 
 #[tokio::test]
 async fn the_default_exchange_reaches_a_queue_declared_again_under_the_same_name() {
-    let (port, _broker) = start().await;
+    let (port, _broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.queue("q").await;
     let mut c = publisher(port).await;
@@ -259,7 +242,7 @@ async fn the_default_exchange_reaches_a_queue_declared_again_under_the_same_name
 
 #[tokio::test]
 async fn publishes_alternating_between_targets_each_reach_their_own() {
-    let (port, _broker) = start().await;
+    let (port, _broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.queue("q1").await;
     admin.queue("q2").await;
@@ -290,7 +273,7 @@ async fn publishes_alternating_between_targets_each_reach_their_own() {
 
 #[tokio::test]
 async fn a_revoked_write_permission_refuses_the_next_publish() {
-    let (port, broker) = start().await;
+    let (port, broker) = start_broker().await;
     let mut admin = Admin::connect(port).await;
     admin.queue("q").await;
     let mut c = publisher(port).await;

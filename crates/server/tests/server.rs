@@ -3,28 +3,12 @@
 
 mod client;
 
-use client::{Client, Incoming};
-use tokio::net::TcpListener;
-use warren_broker::Broker;
+use client::{start_broker, Client, Incoming};
 use warren_codec::*;
-use warren_server::ServerConfig;
-
-async fn start() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let broker = Broker::new(1 << 30, None);
-    tokio::spawn(warren_server::run(
-        listener,
-        broker,
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
-    port
-}
 
 #[tokio::test]
 async fn handshake_advertises_capabilities() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let c = Client::connect(port).await;
     let Some(FieldValue::Table(caps)) = c.server_properties.get("capabilities") else {
         panic!()
@@ -46,7 +30,7 @@ async fn handshake_advertises_capabilities() {
 
 #[tokio::test]
 async fn wrong_password_is_refused_with_403() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let Err(Method::ConnectionClose(close)) = Client::connect_as(port, "guest", "nope").await
     else {
         panic!("login should fail")
@@ -57,7 +41,7 @@ async fn wrong_password_is_refused_with_403() {
 
 #[tokio::test]
 async fn publish_then_consume_in_order_with_tags() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     let q = c.declare_queue(1, "", FieldTable::new()).await;
@@ -112,7 +96,7 @@ async fn publish_then_consume_in_order_with_tags() {
 
 #[tokio::test]
 async fn channel_error_closes_only_the_channel() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.open_channel(2).await;
@@ -139,7 +123,7 @@ async fn channel_error_closes_only_the_channel() {
 
 #[tokio::test]
 async fn mandatory_unroutable_is_returned_before_the_confirm() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.send(1, ConfirmSelect { nowait: false }).await;
@@ -160,7 +144,7 @@ async fn mandatory_unroutable_is_returned_before_the_confirm() {
 
 #[tokio::test]
 async fn prefetch_bounds_unacked_deliveries() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     let q = c.declare_queue(1, "", FieldTable::new()).await;
@@ -214,7 +198,7 @@ async fn prefetch_bounds_unacked_deliveries() {
 
 #[tokio::test]
 async fn unacked_messages_are_requeued_as_redelivered_when_the_channel_closes() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     let q = c.declare_queue(1, "", FieldTable::new()).await;
@@ -260,7 +244,7 @@ async fn unacked_messages_are_requeued_as_redelivered_when_the_channel_closes() 
 
 #[tokio::test]
 async fn oversized_frame_closes_the_connection_with_501() {
-    let port = start().await;
+    let (port, _broker) = start_broker().await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     c.publish(1, "", "q", &vec![0u8; 300_000], false).await; // frames of 131072 are fine

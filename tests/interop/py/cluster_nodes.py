@@ -221,6 +221,28 @@ def agreed(nodes, expected_names):
     return statuses[0]["leader"]
 
 
+def agreed_queue_leader(nodes, name, members=None, member_count=None):
+    """The leader of quorum queue `name` once every node's API names the same one and shows
+    the same members: exactly `members` (names) when given, else any `member_count` of them
+    (the leader among them); None until then."""
+    infos = [n.queue(name) for n in nodes]
+    if any(i is None for i in infos):
+        return None
+    leaders = {i.get("leader") for i in infos}
+    if len(leaders) != 1 or None in leaders:
+        return None
+    shown = {tuple(sorted(i.get("members") or [])) for i in infos}
+    if len(shown) != 1:
+        return None
+    shown = list(shown.pop())
+    if members is not None and shown != sorted(members):
+        return None
+    if member_count is not None and len(shown) != member_count:
+        return None
+    leader = leaders.pop()
+    return leader if leader in shown else None
+
+
 def all_up_and_caught_up(nodes, expected_names):
     """The nodes agree on `expected_names` and a leader, the leader sees every member running
     and no member behind (lag 0); the leader's name, else None."""

@@ -15,6 +15,9 @@ answers at the end of every test).
 - a peer that grants a large credit and never reads: the broker stops writing to it once a
   bounded buffer is full (its memory does not grow with the queue), and every message is
   still there when the peer goes.
+
+Also here, because it needs raw frames: a client that pipelines its whole handshake (SASL to
+attach in one write) is served without waiting for more bytes.
 """
 import socket
 import struct
@@ -208,6 +211,40 @@ def test_an_unknown_performative_and_malformed_values_are_decode_errors():
 
 
 # ---- SASL -----------------------------------------------------------------------------------
+
+def test_a_client_that_pipelines_its_whole_handshake_gets_its_links(ch):
+    """Not hostile, but raw too: a client may send SASL, open, begin, attach and flow in one
+    write without waiting for any answer (the specification allows it and pipelining
+    clients do it). Every frame after open must be served from what was already read,
+    without waiting for more bytes (the broker used to sit on them until the peer sent
+    something else)."""
+    ch.queue_declare("pipelined-handshake", auto_delete=True)
+    address = "/queues/pipelined-handshake"
+    response = b"\x00" + USER.encode() + b"\x00" + PASSWORD.encode()
+    peer = Peer(login=False)
+    try:
+        peer.send(b"AMQP\x03\x01\x00\x00"
+                  + frame(described_list(0x41, symbol("PLAIN"), binary(response)), kind=1)
+                  + b"AMQP\x00\x01\x00\x00"
+                  + open_frame() + begin_frame()
+                  + attach_frame("pipelined-sender", 0, False, address)
+                  + attach_frame("pipelined-receiver", 1, True, address)
+                  + flow_frame(1, 10))
+        assert peer.read_exact(8) == b"AMQP\x03\x01\x00\x00"
+        outcome = peer.until(0x44)  # sasl-outcome
+        assert outcome[outcome.index(b"\x50") + 1] == 0  # ok
+        assert peer.read_exact(8) == b"AMQP\x00\x01\x00\x00"
+        peer.until(0x10)  # open
+        peer.until(0x11)  # begin
+        attached = [peer.until(0x12), peer.until(0x12)]
+        assert all(b"amqp:" not in body for body in attached)
+        # And the links work: the sender's message reaches the receiver.
+        peer.send(transfer_frame(0, 0, b"through a pipelined handshake"))
+        assert b"through a pipelined handshake" in peer.until(0x14)
+    finally:
+        peer.close()
+    still_serving()
+
 
 def test_sasl_abuse_is_refused_and_the_connection_closed():
     # An unknown mechanism, then a wrong password: outcome auth (1), closed.

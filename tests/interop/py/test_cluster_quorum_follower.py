@@ -7,12 +7,11 @@ attached through a follower holds unacknowledged messages, that consumer gets ba
 (consumer_cancel_notify), and consuming again through the same node brings every message
 back, the held ones flagged redelivered, none lost."""
 import time
-from urllib.parse import quote
 
 import pika
 import pytest
 
-from cluster_nodes import Cluster, eventually
+from cluster_nodes import Cluster, agreed_queue_leader, eventually
 from own_broker import needs_warren_bin
 
 pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(400)]
@@ -39,19 +38,12 @@ def connect(node):
 
 
 def queue_info(node):
-    response = node.request("GET", "/api/queues/%%2F/%s" % quote(QUEUE, safe=""))
-    return response.json() if response.status_code == 200 else None
+    return node.queue(QUEUE)
 
 
 def agreed_leader(cluster):
     """The queue's leader every node's API names, once they agree and it has three members."""
-    infos = [queue_info(n) for n in cluster.nodes]
-    if any(i is None or len(i.get("members") or []) != 3 for i in infos):
-        return None
-    leaders = {i["leader"] for i in infos}
-    if len(leaders) != 1 or None in leaders:
-        return None
-    return leaders.pop()
+    return agreed_queue_leader(cluster.nodes, QUEUE, member_count=3)
 
 
 def declare(cluster):

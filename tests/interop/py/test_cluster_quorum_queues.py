@@ -11,7 +11,7 @@ import pika
 import pytest
 
 from own_broker import needs_warren_bin
-from cluster_nodes import eventually, started_cluster
+from cluster_nodes import agreed_queue_leader, eventually, started_cluster
 
 pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -33,20 +33,6 @@ def shared_cluster():
         yield cluster.nodes
 
 
-def agreed_leader(nodes, name, members):
-    """Every node's API shows `members` (by name) and the same leader, among them."""
-    infos = [n.queue(name) for n in nodes]
-    if any(i is None for i in infos):
-        return None
-    leaders = {i["leader"] for i in infos}
-    if len(leaders) != 1 or None in leaders:
-        return None
-    if any(sorted(i["members"]) != sorted(members) for i in infos):
-        return None
-    leader = leaders.pop()
-    return leader if leader in members else None
-
-
 def raft(node, name):
     """The queue's `raft` object on `node` (its member's view of the group), None while the
     group starts there."""
@@ -64,7 +50,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
     conn.close()
 
     leader = eventually("one leader of three members on every node",
-                        lambda: agreed_leader(cluster, "qq3", names))
+                        lambda: agreed_queue_leader(cluster, "qq3", names))
     for node in cluster:
         info = node.queue("qq3")
         assert sorted(info["online"]) == names
@@ -97,7 +83,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
     new_leader = eventually(
         "a new leader among the survivors",
         lambda: (lambda l: l if l and l != leader else None)(
-            agreed_leader(survivors, "qq3", names)),
+            agreed_queue_leader(survivors, "qq3", names)),
         timeout=60)
     info = by_name[new_leader].queue("qq3")
     assert leader not in info["online"]
@@ -130,7 +116,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
     # The killed node comes back as a follower and catches up with the leader's log.
     by_name[leader].start([p for p in cluster if p is not by_name[leader]])
     eventually("the restarted node to see the new leader",
-               lambda: agreed_leader(cluster, "qq3", names) == new_leader, timeout=60)
+               lambda: agreed_queue_leader(cluster, "qq3", names) == new_leader, timeout=60)
 
     def caught_up():
         leader_view = raft(by_name[new_leader], "qq3")
@@ -172,11 +158,11 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
 
     assert eventually("qq1 on the declaring node alone", lambda: placed("qq1", 1)) == [second.name]
     assert eventually("qq1 led by its one member",
-                      lambda: agreed_leader([second], "qq1", [second.name])) == second.name
+                      lambda: agreed_queue_leader([second], "qq1", [second.name])) == second.name
     two = eventually("qq2 on two nodes", lambda: placed("qq2", 2))
     assert two[0] == second.name
     members = [n for n in cluster if n.name in two]
-    assert eventually("qq2's leader agreed", lambda: agreed_leader(members, "qq2", two)) in two
+    assert eventually("qq2's leader agreed", lambda: agreed_queue_leader(members, "qq2", two)) in two
 
     # Published on a node outside the group: forwarded to the leader, confirmed, and there.
     outside = next(n for n in cluster if n.name not in two)
@@ -186,7 +172,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     for i in range(20):
         channel.basic_publish("", "qq2", b"m%d" % i)
     conn.close()
-    leader = next(n for n in cluster if n.name == agreed_leader(members, "qq2", two))
+    leader = next(n for n in cluster if n.name == agreed_queue_leader(members, "qq2", two))
     eventually("the forwarded publishes on the leader",
                lambda: leader.queue("qq2")["messages"] == 20)
 

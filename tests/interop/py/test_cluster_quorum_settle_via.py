@@ -6,12 +6,11 @@ copy must not touch B's: B keeps the message (no second delivery), B's ack settl
 once, and the queue ends empty. (A settle used to go through every delegate the queue kept,
 and the new one's serving side requeued B's message.)"""
 import time
-from urllib.parse import quote
 
 import pika
 import pytest
 
-from cluster_nodes import eventually, started_cluster
+from cluster_nodes import agreed_queue_leader, eventually, started_cluster
 from own_broker import needs_warren_bin
 
 pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(400)]
@@ -20,19 +19,12 @@ QUEUE = "qq-settle-via"
 
 
 def queue_info(node):
-    response = node.request("GET", "/api/queues/%%2F/%s" % quote(QUEUE, safe=""))
-    return response.json() if response.status_code == 200 else None
+    return node.queue(QUEUE)
 
 
 def agreed_leader(cluster):
     """The queue's leader every node's API names, once they agree and it has three members."""
-    infos = [queue_info(n) for n in cluster.nodes]
-    if any(i is None or len(i.get("members") or []) != 3 for i in infos):
-        return None
-    leaders = {i["leader"] for i in infos}
-    if len(leaders) != 1 or None in leaders:
-        return None
-    return leaders.pop()
+    return agreed_queue_leader(cluster.nodes, QUEUE, member_count=3)
 
 
 class Consumer:

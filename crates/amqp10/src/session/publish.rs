@@ -414,7 +414,7 @@ fn route_and_enqueue(
     }
     let mut queues = Vec::new();
     env.vhost
-        .route_keys(&exchange, &keys, props.headers.as_ref(), &mut queues);
+        .route_keys(&exchange, &keys, props.headers.as_ref(), &mut queues, None);
     if queues.is_empty() {
         return PublishOutcome::Settled(DeliveryState::Released(Released {}));
     }

@@ -53,7 +53,7 @@ fn connection_json(api: &Api, c: &ConnectionInfo) -> Value {
         "peer_host": c.peer.ip().to_string(),
         "peer_port": c.peer.port(),
         "auth_mechanism": c.auth_mechanism,
-        "client_properties": table_to_json(&c.client_properties),
+        "client_properties": table_to_json(&c.client_properties.unpack()),
         "connected_at": c.connected_at_ms,
         "channels": c.channels().len(),
         "channel_max": c.channel_max,

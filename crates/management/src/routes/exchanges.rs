@@ -263,7 +263,13 @@ pub async fn publish_message(
         body,
     ));
     let mut queues = Vec::new();
-    vhost.route_keys(&x, &[routing_key], properties.headers.as_ref(), &mut queues);
+    vhost.route_keys(
+        &x,
+        &[routing_key],
+        properties.headers.as_ref(),
+        &mut queues,
+        None,
+    );
     MessageStats::add(&x.stats.publish_in, 1);
     if queues.is_empty() {
         return Ok(false);

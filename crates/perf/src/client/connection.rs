@@ -34,6 +34,9 @@ pub(crate) struct ConnInner {
     next_channel: Mutex<u16>,
     closed: Mutex<Option<String>>,
     close_ok: Notify,
+    /// The broker's `product` and `version` server properties ("" when it sent none).
+    server_product: String,
+    server_version: String,
 }
 
 impl ConnInner {
@@ -133,7 +136,22 @@ pub struct Connection {
     inner: Arc<ConnInner>,
 }
 
+/// A string server property, "" when absent or not a string.
+fn server_property(properties: &FieldTable, key: &str) -> String {
+    properties
+        .get(key)
+        .and_then(FieldValue::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 impl Connection {
+    /// The broker's `product` and `version` server properties, as its connection.start gave
+    /// them ("" for one it did not send).
+    pub fn server_identity(&self) -> (&str, &str) {
+        (&self.inner.server_product, &self.inner.server_version)
+    }
+
     pub async fn open(uri: &AmqpUri) -> Result<Connection> {
         Self::open_named(uri, "warren-perf").await
     }
@@ -151,7 +169,7 @@ impl Connection {
             .map_err(io)?;
         wbuf.clear();
 
-        let Method::ConnectionStart(_start) = read_method(&mut socket, &mut rbuf).await? else {
+        let Method::ConnectionStart(start) = read_method(&mut socket, &mut rbuf).await? else {
             return Err(ClientError::Protocol("expected connection.start".into()));
         };
         let mut caps = FieldTable::new();
@@ -250,6 +268,8 @@ impl Connection {
             next_channel: Mutex::new(1),
             closed: Mutex::new(None),
             close_ok: Notify::new(),
+            server_product: server_property(&start.server_properties, "product"),
+            server_version: server_property(&start.server_properties, "version"),
         });
         let (rd, wr) = socket.into_split();
         let writer = inner.clone();

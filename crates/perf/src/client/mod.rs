@@ -15,7 +15,8 @@ mod outbox;
 mod uri;
 
 pub use channel::{
-    encode_properties, Channel, ChannelHooks, Delivery, DeliveryHook, PublishTemplate, QueueOptions,
+    encode_properties, Channel, ChannelHooks, Delivery, DeliveryHook, MessageTemplate,
+    PublishTemplate, QueueOptions,
 };
 pub use connection::Connection;
 pub use uri::{AmqpUri, BrokerUris};

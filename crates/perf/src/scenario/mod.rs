@@ -79,6 +79,11 @@ pub struct ScenarioArgs {
     /// many-pairs: the clients' protocol.
     #[arg(long, value_enum, default_value_t = Protocol::Amqp091)]
     pub protocol: Protocol,
+    /// many-pairs over AMQP 1.0: how a queue is addressed. v2 is RabbitMQ 4's `/queues/<q>`
+    /// (Warren's); v1 is RabbitMQ 3.x's amqp1_0 plugin's `/amq/queue/<q>`; auto picks v1 for
+    /// a RabbitMQ below 4 (from its 0-9-1 server properties), v2 otherwise.
+    #[arg(long, value_enum, default_value_t = Amqp10Address::Auto)]
+    pub amqp10_address: Amqp10Address,
     /// many-pairs: senders per receiver (1: N sender-receiver pairs; the report's other
     /// setup is 40). N counts senders either way.
     #[arg(long, default_value_t = 1)]
@@ -115,6 +120,68 @@ pub enum Protocol {
     /// AMQP 1.0: a connection, a session and one link per client.
     #[value(name = "amqp10")]
     Amqp10,
+}
+
+/// How many-pairs' AMQP 1.0 links address a queue.
+#[derive(
+    clap::ValueEnum,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum Amqp10Address {
+    /// v1 for a RabbitMQ below 4, v2 for anything else.
+    #[default]
+    Auto,
+    /// RabbitMQ 3.x's amqp1_0 plugin: `/amq/queue/<q>`.
+    V1,
+    /// RabbitMQ 4's v2 addresses (and Warren's): `/queues/<q>`, the name percent-encoded.
+    V2,
+}
+
+impl Amqp10Address {
+    /// Resolves `Auto` from the broker's 0-9-1 `product` and `version` server properties.
+    pub fn resolve(self, product: &str, version: &str) -> Amqp10Address {
+        match self {
+            Amqp10Address::Auto => {
+                let major: u32 = version
+                    .split('.')
+                    .next()
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(u32::MAX);
+                if product.eq_ignore_ascii_case("RabbitMQ") && major < 4 {
+                    Amqp10Address::V1
+                } else {
+                    Amqp10Address::V2
+                }
+            }
+            chosen => chosen,
+        }
+    }
+
+    /// The address of `queue` (after `resolve`; `Auto` addresses as v2).
+    pub fn of_queue(self, queue: &str) -> String {
+        match self {
+            Amqp10Address::V1 => format!("/amq/queue/{queue}"),
+            Amqp10Address::V2 | Amqp10Address::Auto => {
+                let mut out = String::from("/queues/");
+                for b in queue.bytes() {
+                    // RFC 3986 unreserved characters stay; everything else is %-encoded.
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        out.push(b as char);
+                    } else {
+                        out.push_str(&format!("%{b:02X}"));
+                    }
+                }
+                out
+            }
+        }
+    }
 }
 
 /// One broker under test.
@@ -330,4 +397,30 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
     // The headline ratios on stdout too, so a terminal run reads at a glance.
     println!("{}", report.summary());
     report.write(&ctx.args.out, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Amqp10Address;
+
+    #[test]
+    fn auto_addresses_rabbitmq_3_with_v1_and_everything_else_with_v2() {
+        let auto = Amqp10Address::Auto;
+        assert_eq!(auto.resolve("RabbitMQ", "3.10.8"), Amqp10Address::V1);
+        assert_eq!(auto.resolve("RabbitMQ", "4.0.5"), Amqp10Address::V2);
+        assert_eq!(auto.resolve("Warren", "0.1.0"), Amqp10Address::V2);
+        assert_eq!(auto.resolve("", ""), Amqp10Address::V2);
+        // A choice made on the command line stands.
+        assert_eq!(
+            Amqp10Address::V2.resolve("RabbitMQ", "3.10.8"),
+            Amqp10Address::V2
+        );
+    }
+
+    #[test]
+    fn queue_addresses() {
+        assert_eq!(Amqp10Address::V1.of_queue("q-1"), "/amq/queue/q-1");
+        assert_eq!(Amqp10Address::V2.of_queue("q-1"), "/queues/q-1");
+        assert_eq!(Amqp10Address::V2.of_queue("a b/c"), "/queues/a%20b%2Fc");
+    }
 }

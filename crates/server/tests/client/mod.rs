@@ -5,10 +5,38 @@
 #![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+use warren_broker::Broker;
 use warren_codec::*;
+use warren_server::ServerConfig;
+
+/// Serves `broker` with `config` on a fresh loopback port (for as long as the test's runtime
+/// lives) and returns the port.
+pub async fn serve_with(broker: Arc<Broker>, config: ServerConfig) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(warren_server::run(
+        listener,
+        broker,
+        config,
+        std::future::pending(),
+    ));
+    port
+}
+
+/// `serve_with` the default configuration.
+pub async fn serve(broker: Arc<Broker>) -> u16 {
+    serve_with(broker, ServerConfig::default()).await
+}
+
+/// A broker without a store (1 GiB memory limit), served with the default configuration.
+pub async fn start_broker() -> (u16, Arc<Broker>) {
+    let broker = Broker::new(1 << 30, None);
+    (serve(broker.clone()).await, broker)
+}
 
 pub struct Client {
     stream: TcpStream,

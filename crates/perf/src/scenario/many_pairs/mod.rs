@@ -8,10 +8,12 @@
 //! with `--senders-per-receiver 40` as the report's other setup.
 //!
 //! The parts: `pacing` (the senders' clock), `worker` (a share of the clients), `link` (a
-//! worker in this process or in a worker process of its own, for the descriptor limit) and
-//! `step` (one N: sizing, attach, send, drain, accounting).
+//! worker in this process or in a worker process of its own, for the descriptor limit),
+//! `step` (one N: sizing, attach, send, drain, accounting) and `amqp10` (the AMQP 1.0
+//! clients of `--protocol amqp10`).
 
-mod amqp10;
+/// Public for the tests of the client against a live broker (tests/scenarios.rs).
+pub mod amqp10;
 mod link;
 mod pacing;
 pub mod step;
@@ -19,8 +21,9 @@ mod worker;
 
 pub use link::{worker_main, WORKER_ARG};
 pub use step::{step, StepConfig, StepResult};
+pub use worker::Counters;
 
-use super::{Ctx, Protocol};
+use super::{Amqp10Address, Ctx, Protocol};
 use crate::report::{Metric, PlotSpec, Report, Section, Table, Unit};
 use anyhow::Result;
 use std::fmt::Write as _;
@@ -55,6 +58,7 @@ pub fn config(ctx: &Ctx, uri: &str, senders: u32) -> StepConfig {
         confirm_wait: Duration::from_secs(30),
         drain_timeout: Duration::from_secs_f64(ctx.args.drain_timeout.unwrap_or(30.0)),
         protocol: ctx.args.protocol,
+        amqp10_address: ctx.args.amqp10_address,
     }
 }
 
@@ -91,6 +95,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     );
     let mut notes = String::new();
     let mut limits = vec![];
+    let mut addresses: Vec<String> = vec![];
     for &n in &ns {
         let mut values = vec![];
         let mut detail_values = vec![];
@@ -143,6 +148,19 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             if !limits.contains(&limit) {
                 limits.push(limit);
             }
+            if let Some(style) = r.amqp10_address {
+                let used = format!(
+                    "{}: {}",
+                    t.label,
+                    match style {
+                        Amqp10Address::V1 => "v1, `/amq/queue/<q>`",
+                        _ => "v2, `/queues/<q>`",
+                    }
+                );
+                if !addresses.contains(&used) {
+                    addresses.push(used);
+                }
+            }
             values.push(vec![
                 Some(r.senders as f64),
                 Some(r.receivers as f64),
@@ -191,6 +209,9 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
          Open-files limits (soft, after raising the tool's to its hard limit): {}.",
         limits.join("; ")
     );
+    if !addresses.is_empty() {
+        text += &format!(" AMQP 1.0 queue addresses: {}.", addresses.join("; "));
+    }
     if notes.is_empty() {
         text += " No step was capped by a descriptor limit.";
     } else {

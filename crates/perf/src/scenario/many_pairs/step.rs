@@ -14,7 +14,7 @@ use crate::broker_proc::BrokerProcess;
 use crate::client::{BrokerUris, Channel, Connection, QueueOptions};
 use crate::fd_limit;
 use crate::payload;
-use crate::scenario::Protocol;
+use crate::scenario::{Amqp10Address, Protocol};
 use crate::stats::{new_histogram, Percentiles};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::PathBuf;
@@ -48,6 +48,8 @@ pub struct StepConfig {
     pub confirm_wait: Duration,
     pub drain_timeout: Duration,
     pub protocol: Protocol,
+    /// How AMQP 1.0 links address a queue (`Auto` is resolved against the broker).
+    pub amqp10_address: Amqp10Address,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -71,6 +73,8 @@ pub struct StepResult {
     pub broker_rss_bytes: Option<u64>,
     pub tool_fd_limit: Option<u64>,
     pub broker_fd_limit: Option<u64>,
+    /// The queue address style AMQP 1.0 links used (None over 0-9-1).
+    pub amqp10_address: Option<Amqp10Address>,
 }
 
 /// Clients (connections) in the first `groups` groups.
@@ -184,6 +188,13 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
         .await
         .context("opening the control connection")?;
     let run_tag = format!("{:x}", payload::now_ns() / 1000 % (1 << 40));
+    let amqp10_address = {
+        let (product, version) = control.server_identity();
+        cfg.amqp10_address.resolve(product, version)
+    };
+    if cfg.protocol == Protocol::Amqp10 {
+        result.amqp10_address = Some(amqp10_address);
+    }
     let all_groups: Vec<u32> = (0..groups as u32).collect();
     let chunk = all_groups.len().div_ceil(processes.max(1) as usize);
     let plan = |groups: &[u32]| Plan {
@@ -197,6 +208,7 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
         prefetch: cfg.prefetch,
         attach_timeout_ms: cfg.attach_timeout.as_millis() as u64,
         protocol: cfg.protocol,
+        amqp10_address,
     };
     // AMQP 1.0 links attach to existing queues only: declare them first, over 0-9-1.
     if cfg.protocol == Protocol::Amqp10 {

@@ -16,7 +16,7 @@ use crate::client::{
     DeliveryHook, PublishTemplate, QueueOptions,
 };
 use crate::payload;
-use crate::scenario::Protocol;
+use crate::scenario::{Amqp10Address, Protocol};
 use crate::stats::new_histogram;
 use anyhow::{anyhow, Context, Result};
 use parking_lot::Mutex;
@@ -49,6 +49,8 @@ pub struct Plan {
     pub prefetch: u16,
     pub attach_timeout_ms: u64,
     pub protocol: Protocol,
+    /// How AMQP 1.0 links address the queues (resolved: never `Auto`).
+    pub amqp10_address: Amqp10Address,
 }
 
 impl Plan {
@@ -148,7 +150,7 @@ impl Client {
     }
 }
 
-/// Where a sender publishes: a confirm-mode channel, or an AMQP 1.0 sender link's task.
+/// Where a sender publishes: a confirm-mode channel, or an AMQP 1.0 sender link.
 enum Publisher {
     Amqp091 {
         channel: Channel,
@@ -287,7 +289,7 @@ impl Worker {
                         .publish(template, &props, &body, sent_ns)
                         .map(|_| ())
                         .map_err(|_| ()),
-                    Publisher::Amqp10(p) => p.publish(&body),
+                    Publisher::Amqp10(p) => p.publish(&body).map_err(|_| ()),
                 };
                 match result {
                     Ok(()) => {
@@ -440,7 +442,8 @@ async fn attach_amqp091(
 }
 
 /// The queue is already declared (by the step, over 0-9-1: AMQP 1.0 has no declare); the
-/// receiver and the senders attach links to its `/queues/` address.
+/// receiver and the senders attach links to its address (`/queues/<q>`, or RabbitMQ 3.x's
+/// `/amq/queue/<q>`).
 async fn attach_amqp10(
     uris: &BrokerUris,
     plan: &Plan,
@@ -448,10 +451,12 @@ async fn attach_amqp10(
     counters: Arc<Counters>,
     latency: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
 ) -> Result<()> {
-    let queue = queue_name(&plan.run_tag, g.id);
+    let address = plan
+        .amqp10_address
+        .of_queue(&queue_name(&plan.run_tag, g.id));
     let receiver = amqp10::attach_receiver(
         receiver_node(uris, g.id),
-        &queue,
+        &address,
         plan.prefetch,
         counters.clone(),
         latency,
@@ -460,7 +465,7 @@ async fn attach_amqp10(
     g.connections.push(Client::Amqp10(receiver));
     for id in plan.senders_of(g.id) {
         let (client, publisher) =
-            amqp10::attach_sender(sender_node(uris, id), &queue, counters.clone()).await?;
+            amqp10::attach_sender(sender_node(uris, id), &address, counters.clone()).await?;
         g.connections.push(Client::Amqp10(client));
         g.senders.push(Sender {
             publisher: Publisher::Amqp10(publisher),
