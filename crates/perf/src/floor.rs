@@ -262,15 +262,20 @@ impl RunningRelay {
     }
 }
 
-/// This program again, as the relay: `warren perf loopback-floor --relay-worker ...`, or,
-/// run as the `perf` example, without the word `perf`.
+/// This program again, as the relay: the words this process was started with up to the
+/// subcommand's name (`warren perf loopback-floor`, or `perf loopback-floor` for the `perf`
+/// example), then `--relay-worker ...`. Taken from the process's own arguments, not from the
+/// executable's name, so that a renamed binary (`warren-<commit>`) still finds its way.
 fn relay_command(runtime: Runtime, relay: Relay) -> Result<Command> {
     let exe = std::env::current_exe().context("finding this executable")?;
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let words = argv
+        .iter()
+        .position(|a| a == COMMAND)
+        .context("this process was not started as loopback-floor")?;
     let mut cmd = Command::new(&exe);
-    if exe.file_stem().is_some_and(|s| s == "warren") {
-        cmd.arg("perf");
-    }
-    cmd.args([COMMAND, "--relay-worker", "--runtime"])
+    cmd.args(&argv[..=words])
+        .args(["--relay-worker", "--runtime"])
         .arg(format!("{runtime:?}").to_lowercase())
         .arg("--relay")
         .arg(format!("{relay:?}").to_lowercase());
