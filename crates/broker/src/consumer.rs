@@ -18,7 +18,8 @@
 //! the two always sees the other and no wake-up is lost.
 
 use crate::event_channel::EventSender;
-use crate::queue::{Queue, QueuedMessage};
+use crate::queue::Queue;
+use crate::queued_message::QueuedMessage;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 use warren_codec::{ReplyCode, ShortStr};
@@ -324,7 +325,7 @@ mod tests {
             FieldTable::new(),
             QueueLimits::default(),
             Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
-            Weak::new(),
+            Weak::<crate::vhost::VHost>::new(),
             None,
             None,
         ))

@@ -30,6 +30,7 @@ pub mod policy;
 pub mod publish_counters;
 pub mod queue;
 pub mod queue_args;
+pub mod queued_message;
 pub mod quorum;
 pub mod ready;
 pub mod registry;

@@ -25,7 +25,7 @@
 
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
-use crate::dead_letter::{dead_lettered, is_death_cycle, DeathReason};
+use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
 use crate::event_channel::EventSender;
 use crate::memory::MemoryMonitor;
@@ -36,79 +36,23 @@ use crate::ready::ReadyList;
 use crate::remote::RemoteQueue;
 use crate::stats::MessageStats;
 use crate::tail::PagedTail;
-use crate::vhost::VHost;
 use parking_lot::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{Appended, Location, MessageId, QueueId, Store};
+use warren_store::{Appended, MessageId, QueueId, Store};
 
 mod depth;
 mod paging;
+pub use crate::queue_args::{Overflow, QueueLimits};
+pub use crate::queued_message::{QueuedMessage, StoreRef};
 pub use depth::QueueDepth;
 use paging::{Placed, SpillPlace};
 
 /// Ready bytes a durable queue keeps in memory; messages behind them live on disk only
 /// (the paged tail). `x-queue-mode=lazy` makes it 0.
 pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
-
-/// Where a persisted message lives in the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreRef {
-    pub id: MessageId,
-    pub location: Location,
-}
-
-#[derive(Debug, Clone)]
-pub struct QueuedMessage {
-    pub id: u64,
-    pub message: Arc<Message>,
-    pub redelivered: bool,
-    /// Failed deliveries of this queue's copy: what an AMQP 1.0 consumer's header says as
-    /// delivery-count. Per queued copy, as RabbitMQ 4's classic queue keeps it (a map from
-    /// its sequence id to the count in `rabbit_variable_queue`), so a message routed to two
-    /// queues counts twice separately. It grows when a delivery ends as failed — modified
-    /// with delivery-failed, rejected (then the dead-lettered copy starts from it), or
-    /// still unsettled when its consumer went (RabbitMQ's `requeue_and_run/3`) — not on a
-    /// release or a 0-9-1 requeue. Sits in the padding after `redelivered`: no extra bytes.
-    pub delivery_count: u32,
-    /// The forwarding binding this copy came by — a remote queue record's, or a quorum queue
-    /// delegate's, on one link to the serving node (`crate::remote`) — by its number within
-    /// the queue; 0 for a copy this node's own queue delivered. A settle goes back over that
-    /// binding only, never another one (whose serving side may hold the same message id for
-    /// another consumer of this node). Sits with `redelivered` and `delivery_count` in one
-    /// word: no extra bytes.
-    pub via: u16,
-    /// When the message expires (queue TTL or its own `expiration`, whichever is sooner).
-    pub expires_at: Option<Instant>,
-    /// Set when the message is in the store for this queue (persisted, or written to page
-    /// a transient message out of memory); it leaves the store when it leaves the queue.
-    pub store_ref: Option<StoreRef>,
-}
-
-/// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overflow {
-    DropHead,
-    RejectPublish,
-    RejectPublishDlx,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct QueueLimits {
-    pub max_length: Option<u64>,
-    pub max_length_bytes: Option<u64>,
-    pub overflow: Option<Overflow>,
-    pub expires_ms: Option<u64>,
-    pub message_ttl_ms: Option<u64>,
-    pub max_priority: Option<u8>,
-    pub single_active_consumer: bool,
-    pub dead_letter_exchange: Option<ShortStr>,
-    pub dead_letter_routing_key: Option<ShortStr>,
-    /// `x-queue-mode=lazy`: no ready messages kept in memory (when the queue can page).
-    pub lazy: bool,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
@@ -119,6 +63,29 @@ pub enum Enqueued {
 }
 
 pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
+
+/// What a queue hands outward to the vhost it is in. The vhost implements it and a queue
+/// holds it weakly, never naming the vhost's type: the queue module does not depend on the
+/// vhost module (which holds the queues), so a queue gives its dead letters to its vhost
+/// to route instead of routing them through the vhost's exchanges itself.
+pub trait QueueHome: Send + Sync {
+    /// The vhost's name (error texts; forwarding to the node that serves a queue).
+    fn vhost_name(&self) -> &str;
+    /// Counts messages that left `queue` dead and, when it has a dead-letter exchange
+    /// `dlx`, routes each one's dead-lettered copy (`dead_letter::dead_lettered`) with
+    /// `dlx_routing_key` or its own keys, storing persistent copies for durable queues as a
+    /// fresh publish. Called without the queue's lock held: a route back into the same
+    /// queue must not deadlock.
+    fn route_dead_letters(
+        &self,
+        queue: &ShortStr,
+        dead: DeadLetters,
+        dlx: Option<&ShortStr>,
+        dlx_routing_key: Option<&ShortStr>,
+    );
+    /// The peers this vhost forwards to (quorum queue delegates, remote queues).
+    fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers>;
+}
 
 /// One confirming publish's confirm while it is routed: the queues that confirm on their own
 /// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
@@ -199,8 +166,9 @@ pub struct Queue {
     /// The arguments it was declared with (policies do not change them).
     pub arguments: FieldTable,
     memory: Arc<MemoryMonitor>,
-    /// For dead-lettering: where to route. Weak so queues do not keep their vhost alive.
-    vhost: Weak<VHost>,
+    /// The vhost, as far as a queue needs it (`QueueHome`): weak, so queues do not keep
+    /// their vhost alive.
+    home: Weak<dyn QueueHome>,
     /// Set for durable queues when the broker has a store: persistent messages go there.
     pub stored: Option<StoredQueue>,
     /// For other queues, when the broker has a store: where they page out to.
@@ -227,7 +195,7 @@ impl Queue {
         arguments: FieldTable,
         limits: QueueLimits,
         memory: Arc<MemoryMonitor>,
-        vhost: Weak<VHost>,
+        home: Weak<dyn QueueHome>,
         stored: Option<StoredQueue>,
         spill: Option<Store>,
     ) -> Queue {
@@ -245,7 +213,7 @@ impl Queue {
             auto_delete,
             arguments,
             memory,
-            vhost,
+            home,
             stored,
             spill,
             pageable,
@@ -305,9 +273,9 @@ impl Queue {
         !matches!(self.kind, QueueKind::Classic)
     }
 
-    /// The vhost the queue is in (None once the vhost is gone).
-    pub(crate) fn vhost(&self) -> Option<Arc<VHost>> {
-        self.vhost.upgrade()
+    /// The vhost the queue is in, as the queue sees it (None once the vhost is gone).
+    pub(crate) fn home(&self) -> Option<Arc<dyn QueueHome>> {
+        self.home.upgrade()
     }
 
     /// The type's name as RabbitMQ's API and `x-queue-type` spell it.
@@ -598,60 +566,8 @@ impl Queue {
                 st.limits.dead_letter_routing_key.clone(),
             )
         };
-        let Some(vhost) = self.vhost.upgrade() else {
-            return;
-        };
-        for (_, reason) in &dead {
-            vhost.counters.dead_lettered.add(*reason, dlx.is_some(), 1);
-        }
-        let Some(dlx) = &dlx else {
-            return;
-        };
-        let Some(exchange) = vhost.exchange(dlx) else {
-            return;
-        };
-        let mut queues = Vec::new();
-        for (m, reason) in dead {
-            let (mut copy, headers) = dead_lettered(
-                &m.message,
-                &self.name,
-                reason,
-                dlx,
-                dlx_routing_key.as_ref(),
-            );
-            copy.inherited_delivery_count = m.delivery_count;
-            vhost.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
-            // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
-            queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
-            // A persistent copy reaching durable queues is stored like a fresh publish.
-            let stored = match &vhost.store {
-                Some(store) if copy.persistent => {
-                    let ids: Vec<QueueId> = queues
-                        .iter()
-                        .filter_map(|q| q.stored.as_ref().map(|s| s.id))
-                        .collect();
-                    (!ids.is_empty())
-                        .then(|| store.append(&ids, &copy.to_stored()).ok())
-                        .flatten()
-                }
-                _ => None,
-            };
-            if let (Some(appended), Some(store)) = (stored, &vhost.store) {
-                if copy.inherited_delivery_count > 0 {
-                    // The count the copy brings along, for each durable queue it joins.
-                    for q in queues.iter().filter_map(|q| q.stored.as_ref()) {
-                        let _ = store.set_delivery_count(
-                            q.id,
-                            appended.id,
-                            copy.inherited_delivery_count,
-                        );
-                    }
-                }
-            }
-            let copy = Arc::new(copy);
-            for q in queues.drain(..) {
-                q.publish(copy.clone(), stored.filter(|_| q.stored.is_some()));
-            }
+        if let Some(home) = self.home.upgrade() {
+            home.route_dead_letters(&self.name, dead, dlx.as_ref(), dlx_routing_key.as_ref());
         }
     }
 
@@ -852,9 +768,9 @@ impl Queue {
 
     /// The name of the vhost this queue is in, for error texts.
     pub(crate) fn vhost_name(&self) -> String {
-        self.vhost
+        self.home
             .upgrade()
-            .map_or_else(|| "/".to_owned(), |v| v.name.clone())
+            .map_or_else(|| "/".to_owned(), |v| v.vhost_name().to_owned())
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {

@@ -4,8 +4,31 @@
 //! accepted and kept, as RabbitMQ does.
 
 use crate::error::{AmqpError, AmqpResult};
-use crate::queue::{Overflow, QueueLimits};
 use warren_codec::{FieldTable, FieldValue, ShortStr};
+
+/// What `x-overflow` asks for when `x-max-length(-bytes)` is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    DropHead,
+    RejectPublish,
+    RejectPublishDlx,
+}
+
+/// The limits and behaviours a queue's `x-` arguments and policies set, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct QueueLimits {
+    pub max_length: Option<u64>,
+    pub max_length_bytes: Option<u64>,
+    pub overflow: Option<Overflow>,
+    pub expires_ms: Option<u64>,
+    pub message_ttl_ms: Option<u64>,
+    pub max_priority: Option<u8>,
+    pub single_active_consumer: bool,
+    pub dead_letter_exchange: Option<ShortStr>,
+    pub dead_letter_routing_key: Option<ShortStr>,
+    /// `x-queue-mode=lazy`: no ready messages kept in memory (when the queue can page).
+    pub lazy: bool,
+}
 
 /// The arguments a classic queue takes, in RabbitMQ's order: a redeclare must repeat each of
 /// them with an equivalent value (`rabbit_classic_queue:capabilities`).

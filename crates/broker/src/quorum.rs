@@ -441,11 +441,11 @@ impl QuorumQueue {
             }
         }
         let name = self.host.member_name(leader)?;
-        let vhost = queue.vhost()?;
-        let peer = vhost.forward_peers().peer(&name);
+        let home = queue.home()?;
+        let peer = home.forward_peers().peer(&name);
         let remote = Arc::new(RemoteQueue::new(
             &peer,
-            &vhost.name,
+            home.vhost_name(),
             &queue.name,
             "quorum",
             self.vias.clone(),

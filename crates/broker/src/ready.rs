@@ -6,7 +6,7 @@
 //! buffer goes back to a small base capacity, so an idle queue does not keep the memory of
 //! its deepest moment (a `VecDeque` never shrinks by itself).
 
-use crate::queue::QueuedMessage;
+use crate::queued_message::QueuedMessage;
 use std::collections::VecDeque;
 
 /// Entries an emptied level keeps room for; a level that grew past `SHRINK_ABOVE` entries is

@@ -2,6 +2,7 @@
 //! declare, delete, bind, unbind, route — with RabbitMQ's checks and reply codes.
 
 mod cascade;
+mod dead_letters;
 mod durability;
 mod lifecycle;
 mod mirroring;
@@ -22,7 +23,7 @@ use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
-use crate::queue::{Queue, QueueKind, StoredQueue};
+use crate::queue::{Queue, QueueHome, QueueKind, StoredQueue};
 use crate::queue_args::{
     check_declare_arguments, is_quorum, queue_limits, CLASSIC_QUEUE_ARGS, QUORUM_QUEUE_ARGS,
 };
@@ -589,7 +590,7 @@ impl VHost {
             arguments,
             limits,
             self.memory.clone(),
-            Arc::downgrade(self),
+            Arc::downgrade(self) as Weak<dyn QueueHome>,
             stored,
             self.store.clone(),
         )))
@@ -626,7 +627,7 @@ impl VHost {
                 arguments,
                 limits,
                 self.memory.clone(),
-                Arc::downgrade(self),
+                Arc::downgrade(self) as Weak<dyn QueueHome>,
                 None,
                 None,
             )

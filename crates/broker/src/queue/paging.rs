@@ -47,8 +47,8 @@ impl Queue {
         let spill = self.spill.as_ref()?;
         // Padded past 255 bytes, the longest name (a shortstr) a client can declare, so it
         // can never be a durable queue's name in the store's table (see names.rs).
-        let vhost = self.vhost.upgrade()?;
-        let spill_name = crate::names::spill_queue_name(vhost.name(), &self.name);
+        let home = self.home()?;
+        let spill_name = crate::names::spill_queue_name(home.vhost_name(), &self.name);
         match spill.store.register_queue(&spill_name) {
             Ok(id) => {
                 let _ = spill.registered.set(StoredQueue {

@@ -349,7 +349,7 @@ impl Serving {
         let removed = queue.remove_consumer(self.connection, LINK_CHANNEL, &Self::tag(cid));
         if let Some((_, true)) = removed {
             // An auto-delete queue lost its last consumer.
-            if let Some(vhost) = queue.vhost() {
+            if let Some(vhost) = self.broker.vhost(&queue.vhost_name()) {
                 vhost.remove_queue(queue);
             }
         }

@@ -10,10 +10,10 @@ use crate::consumer::{ConnectionEvent, Consumer};
 use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination};
 use crate::policy::EntityKind;
-use crate::queue::{Queue, QueueKind};
+use crate::queue::{Queue, QueueHome, QueueKind};
 use crate::queue_args::queue_limits;
 use crate::remote::{PeerLink, RemoteQueue};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use warren_codec::{FieldTable, ShortStr};
 
 /// Where a queue is served, for [`VHost::set_serving`].
@@ -81,7 +81,7 @@ impl VHost {
                 arguments.clone(),
                 queue_limits(&arguments),
                 self.memory.clone(),
-                Arc::downgrade(self),
+                Arc::downgrade(self) as Weak<dyn QueueHome>,
                 None,
                 None,
             )
