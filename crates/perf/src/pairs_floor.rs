@@ -455,11 +455,12 @@ impl RunningRelay {
 }
 
 /// This program again, as the relay: `warren perf pairs-floor --relay-worker [--handoff]`, or,
-/// run as the `perf` example, without the word `perf`.
+/// run as the `perf` example, without the word `perf` (a copy of `warren` under another name
+/// still takes it).
 fn relay_command(handoff: bool) -> Result<Command> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let mut cmd = Command::new(&exe);
-    if exe.file_stem().is_some_and(|s| s == "warren") {
+    if exe.file_stem().is_none_or(|s| s != "perf") {
         cmd.arg("perf");
     }
     cmd.args([COMMAND, "--relay-worker"]);
