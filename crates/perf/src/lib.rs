@@ -12,6 +12,7 @@ pub mod fd_limit;
 pub mod flags;
 pub mod floor;
 mod output;
+pub mod pairs_floor;
 mod payload;
 mod prometheus;
 pub mod rate;
@@ -30,6 +31,10 @@ pub fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
         // Builds a runtime per measurement (and none for the threads variants).
         return floor::main(args[1..].to_vec());
     }
+    if args.first().map(String::as_str) == Some(pairs_floor::COMMAND) {
+        // Builds a runtime per measurement, and the relay process one of its own.
+        return pairs_floor::main(args[1..].to_vec());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -45,6 +50,10 @@ pub async fn run(args: Vec<String>) -> anyhow::Result<()> {
         // Its measurements run runtimes of their own, which a runtime's worker cannot start.
         let rest = args[1..].to_vec();
         return tokio::task::spawn_blocking(move || floor::main(rest)).await?;
+    }
+    if args.first().map(String::as_str) == Some(pairs_floor::COMMAND) {
+        let rest = args[1..].to_vec();
+        return tokio::task::spawn_blocking(move || pairs_floor::main(rest)).await?;
     }
     if args.first().map(String::as_str) == Some(scenario::many_pairs::WORKER_ARG) {
         // Internal: a many-pairs worker process, driven over stdin/stdout by the scenario.

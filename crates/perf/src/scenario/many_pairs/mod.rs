@@ -15,7 +15,7 @@
 /// Public for the tests of the client against a live broker (tests/scenarios.rs).
 pub mod amqp10;
 mod link;
-mod pacing;
+pub(crate) mod pacing;
 pub mod step;
 mod worker;
 
