@@ -267,18 +267,27 @@ impl RunningRelay {
 /// example), then `--relay-worker ...`. Taken from the process's own arguments, not from the
 /// executable's name, so that a renamed binary (`warren-<commit>`) still finds its way.
 fn relay_command(runtime: Runtime, relay: Relay) -> Result<Command> {
+    let mut cmd = this_program_as(COMMAND)?;
+    cmd.arg("--relay-worker")
+        .arg("--runtime")
+        .arg(format!("{runtime:?}").to_lowercase())
+        .arg("--relay")
+        .arg(format!("{relay:?}").to_lowercase());
+    Ok(cmd)
+}
+
+/// This executable with the arguments it was started with up to and including `subcommand`
+/// (a hidden perf subcommand starting a helper process of its own: `warren perf <subcommand>`
+/// or, run as the `perf` example, `perf <subcommand>`).
+pub(crate) fn this_program_as(subcommand: &str) -> Result<Command> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let words = argv
         .iter()
-        .position(|a| a == COMMAND)
-        .context("this process was not started as loopback-floor")?;
+        .position(|a| a == subcommand)
+        .with_context(|| format!("this process was not started as {subcommand}"))?;
     let mut cmd = Command::new(&exe);
-    cmd.args(&argv[..=words])
-        .args(["--relay-worker", "--runtime"])
-        .arg(format!("{runtime:?}").to_lowercase())
-        .arg("--relay")
-        .arg(format!("{relay:?}").to_lowercase());
+    cmd.args(&argv[..=words]);
     Ok(cmd)
 }
 

@@ -458,12 +458,8 @@ impl RunningRelay {
 /// run as the `perf` example, without the word `perf` (a copy of `warren` under another name
 /// still takes it).
 fn relay_command(handoff: bool) -> Result<Command> {
-    let exe = std::env::current_exe().context("finding this executable")?;
-    let mut cmd = Command::new(&exe);
-    if exe.file_stem().is_none_or(|s| s != "perf") {
-        cmd.arg("perf");
-    }
-    cmd.args([COMMAND, "--relay-worker"]);
+    let mut cmd = crate::floor::this_program_as(COMMAND)?;
+    cmd.arg("--relay-worker");
     if handoff {
         cmd.arg("--handoff");
     }
