@@ -394,11 +394,18 @@ fn relay_threads_handoff(mut rd: TcpStream, mut wr: TcpStream) -> Result<()> {
         .map_err(|_| anyhow!("relay writer panicked"))?
 }
 
-async fn relay_tokio_direct(
-    mut rd: tokio::net::TcpStream,
-    mut wr: tokio::net::TcpStream,
+async fn relay_tokio_direct(rd: tokio::net::TcpStream, wr: tokio::net::TcpStream) -> Result<()> {
+    forward_direct(rd, wr, READ_BYTES).await
+}
+
+/// The cheapest relay: what one socket reads (up to `read_bytes` at a time), the same task
+/// writes to the other (both floors' `direct` relay).
+pub(crate) async fn forward_direct(
+    mut rd: impl tokio::io::AsyncRead + Unpin,
+    mut wr: impl tokio::io::AsyncWrite + Unpin,
+    read_bytes: usize,
 ) -> Result<()> {
-    let mut buf = vec![0u8; READ_BYTES];
+    let mut buf = vec![0u8; read_bytes];
     loop {
         let n = rd.read(&mut buf).await?;
         if n == 0 {

@@ -565,23 +565,11 @@ async fn greet(
                 receiver_inbox,
             ));
         } else {
-            tokio::spawn(forward_direct(s_rd, r_wr));
-            tokio::spawn(forward_direct(r_rd, s_wr));
+            tokio::spawn(crate::floor::forward_direct(s_rd, r_wr, READ_BYTES));
+            tokio::spawn(crate::floor::forward_direct(r_rd, s_wr, READ_BYTES));
         }
     }
     Ok(())
-}
-
-/// `direct`: the task reading one side's socket writes what it read into the other's.
-async fn forward_direct(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf) -> Result<()> {
-    let mut buf = vec![0u8; READ_BYTES];
-    loop {
-        let n = rd.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        wr.write_all(&buf[..n]).await?;
-    }
 }
 
 /// `handoff`: a connection's own task. It cuts what it reads into `record`-byte messages and
