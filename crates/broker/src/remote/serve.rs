@@ -349,7 +349,8 @@ impl Serving {
         let removed = queue.remove_consumer(self.connection, LINK_CHANNEL, &Self::tag(cid));
         if let Some((_, true)) = removed {
             // An auto-delete queue lost its last consumer.
-            if let Some(vhost) = self.broker.vhost(&queue.vhost_name()) {
+            let vhost = queue.home().and_then(|h| self.broker.vhost(h.vhost_name()));
+            if let Some(vhost) = vhost {
                 vhost.remove_queue(queue);
             }
         }
