@@ -166,8 +166,13 @@ pub fn main(args: Vec<String>) -> Result<()> {
             }
         }
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&results)?)
+    write_json(args.json.as_deref(), &results)
+}
+
+/// The floors' `--json`: every result, pretty-printed, when a path was given.
+pub(crate) fn write_json(path: Option<&std::path::Path>, results: &impl Serialize) -> Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, serde_json::to_vec_pretty(results)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -198,11 +198,7 @@ pub fn main(args: Vec<String>) -> Result<()> {
             results.push(r);
         }
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    crate::floor::write_json(args.json.as_deref(), &results)
 }
 
 const TABLE_HEADER: &str = "| pairs | relay | ack | load | offered msg/s | achieved msg/s | mean µs | p50 µs | p99 µs | p99.9 µs | max µs | ack p99 µs | undelivered | tool µs/msg | relay µs/msg | tool + relay cores |";
