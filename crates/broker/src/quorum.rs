@@ -6,8 +6,8 @@
 //! add/remove consumer, settle, purge, delete, counts); each becomes a command proposed to the
 //! group. Three tasks per queue do the asynchronous work, none per message:
 //! - the proposer takes commands in arrival order, everything that waits at once in one log
-//!   entry (`Command::Batch`: openraft 0.9 appends and fsyncs each client write on its own),
-//!   and hands it to openraft without waiting for the answer (`client_write_ff`);
+//!   entry (`Command::Batch`: one append, one fsync and one apply for all of them), and hands
+//!   it to openraft without waiting for the answer (`QueueGroup::propose_ff`);
 //! - the completer awaits the answers in log order and settles publisher confirms
 //!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
 //!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
@@ -514,6 +514,13 @@ impl QuorumQueue {
     /// Whether this node's clients of the queue are served here (it leads, or no other
     /// leader is known yet): the forwarding link's serving side acts only on such a queue,
     /// never forwarding again (two nodes each taking the other for the leader would loop).
+    /// Whether this node's member of the group has not started yet (the queue was just
+    /// declared, or is being recovered): commands proposed meanwhile wait, in order, for the
+    /// group to lead here or for its leader to take them.
+    pub fn is_starting(&self) -> bool {
+        self.group.get().is_none()
+    }
+
     pub fn serves_here(&self) -> bool {
         self.is_leading()
     }
@@ -1168,7 +1175,6 @@ async fn run_group(
             .map_err(|e| e.to_string())?;
     }
     let group = Arc::new(group);
-    let raft = group.raft().clone();
     {
         let queue = weak.upgrade().ok_or("queue gone")?;
         let qq = queue.quorum().ok_or("not a quorum queue")?;
@@ -1227,8 +1233,8 @@ async fn run_group(
         }
         let Some(first) = first else { continue };
         // Whatever arrived while the previous entry was being proposed goes into one entry:
-        // openraft 0.9 appends and flushes each client write on its own, so a batch is what
-        // lets one fsync cover many publishes.
+        // one append, one fsync and one apply for many publishes (openraft batches the writes
+        // that reach it together too, but each as an entry of its own).
         let Ok(permit) = in_flight_entries.clone().acquire_owned().await else {
             break;
         };
@@ -1246,14 +1252,9 @@ async fn run_group(
             now_ms: now_ms(),
             command,
         };
-        match raft.client_write_ff(proposal).await {
+        match group.propose_ff(proposal).await {
             Ok(answer) => {
-                let reply = Box::pin(async move {
-                    match answer.await {
-                        Ok(Ok(response)) => Some(response.data),
-                        _ => None,
-                    }
-                });
+                let reply = Box::pin(async move { answer.await.ok().map(|(_, reply)| reply) });
                 if let Err(lost) = in_flight_tx.send((reply, waiting, permit)) {
                     refuse(lost.0 .1);
                 }
@@ -1535,16 +1536,10 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
     let Some(qq) = queue.quorum() else {
         return true;
     };
-    let raft = group.raft();
-    let write = |command: Command| {
-        raft.client_write(Proposal {
-            now_ms: now_ms(),
-            command,
-        })
-    };
+    let write = |command: Command| group.propose_at(now_ms(), command);
     // A new leader may not have applied what the old one committed yet (a follower learns
     // the commit index late): the consumers the group knows are read once it has.
-    if let Err(e) = raft.ensure_linearizable().await {
+    if let Err(e) = group.confirm_leadership().await {
         tracing::info!(queue = %queue.name, error = %e, "quorum queue take-over: leadership not confirmed (retried)");
         return false;
     }

@@ -34,17 +34,19 @@ use crate::types::{GroupId, NodeId, Raft};
 
 /// openraft settings for groups whose failures the node-level detector handles.
 pub fn detector_driven_config(base: Config) -> Config {
-    // openraft 0.9 gives each AppendEntries `heartbeat_interval` to be answered (fsync
+    // openraft hands each AppendEntries `heartbeat_interval` as its time budget (fsync
     // included): 3 s. The election timeouts must exceed it; the largest is also the leader
     // lease, which the detector's `peer_down_after` (5 s) outlasts, so a dead leader's lease
-    // has run out when it is noticed.
+    // has run out when it is noticed. (With no heartbeats, an idle group's leader lets its own
+    // lease run out too; it renews it before its next write, see `node::write_with_lease`.)
     //
     // The tick goes too: with neither heartbeats nor elections, all it still did per group
     // every 1.5 × `heartbeat_interval` was wake the group's core and republish its metrics
     // (waking whoever watches them), the main cost of an idle group. The one other thing it
-    // does — a leader that a membership change removed steps down on its next tick — does
-    // not arise: Warren removes a node from its groups only once it is down (forget_node's
-    // shrink), and the remaining voters elect through the driver.
+    // did under openraft 0.9 — a leader that a membership change removed steps down — is a
+    // watcher task's in 0.10, and does not arise anyway: Warren removes a node from its groups
+    // only once it is down (forget_node's shrink), and the remaining voters elect through the
+    // driver.
     let heartbeat_interval = base.heartbeat_interval.max(3000);
     Config {
         enable_tick: false,
@@ -236,7 +238,7 @@ impl FailoverDriver {
                 continue;
             }
             tracing::info!(group, ?leader, rank, "no live leader: starting an election");
-            if let Err(e) = raft.trigger().elect().await {
+            if let Err(e) = raft.trigger().elect(false).await {
                 tracing::warn!(group, error = %e, "could not start an election");
             }
             // The next attempt, if this one fails, waits for the others' turns first.

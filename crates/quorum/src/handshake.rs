@@ -35,7 +35,7 @@
 //! before the verdict, so a peer without the secret never gets a Raft frame parsed.
 
 use hmac::{Hmac, Mac};
-use rand::RngCore;
+use rand::TryRng;
 use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -118,7 +118,11 @@ pub enum HandshakeError {
 
 fn nonce() -> [u8; NONCE_BYTES] {
     let mut nonce = [0u8; NONCE_BYTES];
-    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    // Straight from the operating system, as rand 0.8's `OsRng` did (and panicking like it
+    // when the system has no randomness to give).
+    rand::rngs::SysRng
+        .try_fill_bytes(&mut nonce)
+        .expect("the operating system's random source failed");
     nonce
 }
 

@@ -25,13 +25,15 @@
 //! The storage glue is written once against [`backend::LogBackend`] and
 //! [`backend::SnapshotStore`]: the WAL and snapshot files on a real node, [`memlog`]'s in-memory
 //! disk with explicit flush points in the deterministic simulation (`tests/sim.rs`), whose
-//! election timeouts follow its seed through [`runtime::QuorumRuntime`].
+//! election timeouts follow its seed through [`runtime::QuorumRuntime`] (and whose wake-ups
+//! keep a deterministic order through its [`watch::OrderedWatch`]).
 //!
 //! Besides one group per queue, a cluster runs one [`metadata`] group: an ordered log of the
 //! application's opaque operations (the broker's definitions), proposable from any node, whose
 //! membership is the cluster's.
 //!
-//! openraft is pinned at 0.9.25, the newest stable release (0.10 is published only as alphas).
+//! openraft is pinned at 0.10.0-alpha.37 (0.10 is published only as alphas; the pin is exact
+//! because its API still changes between them).
 
 pub mod backend;
 pub mod failover;
@@ -47,4 +49,5 @@ pub mod storage;
 pub mod tcp;
 pub mod types;
 pub mod wal;
+pub mod watch;
 pub mod wire;

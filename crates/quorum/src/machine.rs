@@ -135,8 +135,8 @@ pub enum Command {
     /// Stop handing messages to a consumer (basic.cancel) while it keeps what it holds until
     /// it settles or returns them; a later `Cancel` removes it.
     Suspend { consumer: ConsumerKey },
-    /// Several commands in one log entry (one append, one fsync: openraft 0.9 flushes each
-    /// client write on its own), applied in order; the reply is `Reply::Batch`.
+    /// Several commands in one log entry (one append, one fsync, one apply), applied in order;
+    /// the reply is `Reply::Batch`.
     Batch(Vec<Command>),
     /// Requeue these messages because the client's channel went away: back near the head, in
     /// id order, as for a cancelled consumer (RabbitMQ returns a downed consumer's messages

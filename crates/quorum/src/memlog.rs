@@ -254,7 +254,9 @@ impl LogBackend for MemLog {
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+    use openraft::EntryPayload;
+
+    use crate::types::QueueRaft;
 
     use super::*;
 
@@ -264,7 +266,7 @@ mod tests {
 
     fn entry(index: u64) -> LogEntry {
         openraft::Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            log_id: openraft::testing::log_id::<QueueRaft>(1, 1, index),
             payload: EntryPayload::Blank,
         }
     }

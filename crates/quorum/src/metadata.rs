@@ -24,14 +24,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::any::Any;
+
 use bytes::Bytes;
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 
 use crate::machine::{Command, Effect, Reply};
 use crate::network::{RaftRequest, RaftResponse, Transport, TransportError};
-use crate::node::QuorumError;
+use crate::node::{write_with_lease, QuorumError};
 use crate::storage::{GroupMachine, GroupStateMachine};
 use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
 
@@ -85,6 +86,10 @@ impl GroupMachine for MetadataState {
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.0.restore(snapshot)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -145,12 +150,6 @@ pub(crate) async fn change_members_here(
     raft: &Raft,
     change: MemberChange,
 ) -> Result<LogId, QuorumError> {
-    let not_leader = |e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>| match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => QuorumError::NotLeader {
-            leader: forward.leader_id,
-        },
-        other => raft_error(other),
-    };
     match change {
         MemberChange::Add { node, info } => {
             let voters: BTreeSet<NodeId> = raft
@@ -170,7 +169,7 @@ pub(crate) async fn change_members_here(
             // stall commits on a member that has nothing yet.
             let learner = tokio::time::timeout(
                 METADATA_OP_TIMEOUT,
-                raft.add_learner(node, info.to_node(), true),
+                write_with_lease(raft, || raft.add_learner(node, info.to_node(), true)),
             )
             .await
             .map_err(|_| {
@@ -180,11 +179,12 @@ pub(crate) async fn change_members_here(
                     info.name, info.addr
                 ))
             })?;
-            learner.map_err(not_leader)?;
-            raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), false)
-                .await
-                .map(|response| response.log_id)
-                .map_err(not_leader)
+            learner?;
+            write_with_lease(raft, || {
+                raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), false)
+            })
+            .await
+            .map(|response| response.log_id)
         }
         MemberChange::Remove { node } => {
             let known = raft
@@ -197,10 +197,11 @@ pub(crate) async fn change_members_here(
             if !known {
                 return Err(QuorumError::Raft(format!("node {node} is not a member")));
             }
-            raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), false)
-                .await
-                .map(|response| response.log_id)
-                .map_err(not_leader)
+            write_with_lease(raft, || {
+                raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), false)
+            })
+            .await
+            .map(|response| response.log_id)
         }
     }
 }
@@ -232,7 +233,7 @@ pub struct MetadataStatus {
 pub struct MetadataGroup<T> {
     node: NodeId,
     raft: Raft,
-    machine: GroupStateMachine<MetadataState>,
+    machine: GroupStateMachine,
     transport: Arc<T>,
 }
 
@@ -240,7 +241,7 @@ impl<T: Transport> MetadataGroup<T> {
     pub(crate) fn new(
         node: NodeId,
         raft: Raft,
-        machine: GroupStateMachine<MetadataState>,
+        machine: GroupStateMachine,
         transport: Arc<T>,
     ) -> Self {
         Self {
@@ -467,22 +468,21 @@ pub(crate) async fn serve_here(
 ) -> Result<RaftResponse, TransportError> {
     let node = raft.metrics().borrow().id;
     match request {
-        RaftRequest::ClientWrite(proposal) => match raft.client_write(proposal).await {
-            Ok(response) => Ok(RaftResponse::ClientWrite {
-                log_id: response.log_id,
-                reply: response.data,
-            }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(TransportError::NotLeader {
+        RaftRequest::ClientWrite(proposal) => {
+            match write_with_lease(raft, || raft.client_write(proposal.clone())).await {
+                Ok(response) => Ok(RaftResponse::ClientWrite {
+                    log_id: response.log_id,
+                    reply: response.data,
+                }),
+                Err(QuorumError::NotLeader { leader }) => {
+                    Err(TransportError::NotLeader { node, leader })
+                }
+                Err(e) => Err(TransportError::Remote {
                     node,
-                    leader: forward.leader_id,
-                })
+                    reason: e.to_string(),
+                }),
             }
-            Err(e) => Err(TransportError::Remote {
-                node,
-                reason: e.to_string(),
-            }),
-        },
+        }
         RaftRequest::ChangeMembers(change) => match change_members_here(raft, change).await {
             Ok(log_id) => Ok(RaftResponse::MembersChanged { log_id }),
             Err(QuorumError::NotLeader { leader }) => {

@@ -14,27 +14,26 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use openraft::error::{Fatal, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::storage::Snapshot;
 use openraft::{BasicNode, OptionalSend};
 use parking_lot::{Mutex, RwLock};
 
 use crate::machine::Reply;
 use crate::metadata::{self, MemberChange};
-use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Vote};
+use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Snapshot, Vote};
 
 /// A Raft RPC for one group.
 pub enum RaftRequest {
     AppendEntries(AppendEntriesRequest<QueueRaft>),
-    Vote(VoteRequest<NodeId>),
+    Vote(VoteRequest<QueueRaft>),
     /// A whole snapshot, for a follower whose log the leader already purged.
     Snapshot {
         vote: Vote,
-        snapshot: Snapshot<QueueRaft>,
+        snapshot: Snapshot,
     },
     /// A proposal forwarded by a follower, for the leader to commit.
     ClientWrite(Proposal),
@@ -43,9 +42,9 @@ pub enum RaftRequest {
 }
 
 pub enum RaftResponse {
-    AppendEntries(AppendEntriesResponse<NodeId>),
-    Vote(VoteResponse<NodeId>),
-    Snapshot(SnapshotResponse<NodeId>),
+    AppendEntries(AppendEntriesResponse<QueueRaft>),
+    Vote(VoteResponse<QueueRaft>),
+    Snapshot(SnapshotResponse<QueueRaft>),
     /// The forwarded proposal is committed at `log_id`; `reply` is the leader's answer.
     ClientWrite {
         log_id: LogId,
@@ -201,53 +200,64 @@ impl<T: Transport> GroupConnection<T> {
     }
 }
 
+fn unreachable(e: &TransportError) -> Unreachable<QueueRaft> {
+    Unreachable::new(e)
+}
+
 // Every failure is reported as "unreachable": openraft then backs off before retrying, which is
-// right both for a dead peer and for a peer whose group is not (yet) running.
-impl<T: Transport> RaftNetwork<QueueRaft> for GroupConnection<T> {
+// right both for a dead peer and for a peer whose group is not (yet) running. How long an RPC
+// may take is the transport's to bound (the TCP transport's `rpc_timeout`), as openraft 0.10
+// leaves it to the network.
+impl<T: Transport> RaftNetworkV2<QueueRaft> for GroupConnection<T> {
+    type SnapshotData = Vec<u8>;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<QueueRaft>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<QueueRaft>, RPCError<QueueRaft>> {
         match self.call(RaftRequest::AppendEntries(rpc)).await {
             Ok(RaftResponse::AppendEntries(response)) => Ok(response),
-            Ok(_) => Err(RPCError::Unreachable(Unreachable::new(
+            Ok(_) => Err(RPCError::Unreachable(unreachable(
                 &TransportError::BadResponse(self.to),
             ))),
-            Err(e) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
         }
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<QueueRaft>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
         match self.call(RaftRequest::Vote(rpc)).await {
             Ok(RaftResponse::Vote(response)) => Ok(response),
-            Ok(_) => Err(RPCError::Unreachable(Unreachable::new(
+            Ok(_) => Err(RPCError::Unreachable(unreachable(
                 &TransportError::BadResponse(self.to),
             ))),
-            Err(e) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
         }
     }
 
     async fn full_snapshot(
         &mut self,
         vote: Vote,
-        snapshot: Snapshot<QueueRaft>,
+        snapshot: Snapshot,
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
-    ) -> Result<SnapshotResponse<NodeId>, StreamingError<QueueRaft, Fatal<NodeId>>> {
+    ) -> Result<SnapshotResponse<QueueRaft>, StreamingError<QueueRaft>> {
         let call = self.call(RaftRequest::Snapshot { vote, snapshot });
+        // Biased: which branch wins when both are ready must not depend on tokio's random
+        // draw (the simulation replays runs exactly).
         tokio::select! {
+            biased;
             closed = cancel => Err(StreamingError::Closed(closed)),
             result = call => match result {
                 Ok(RaftResponse::Snapshot(response)) => Ok(response),
-                Ok(_) => Err(StreamingError::Unreachable(Unreachable::new(
+                Ok(_) => Err(StreamingError::Unreachable(unreachable(
                     &TransportError::BadResponse(self.to),
                 ))),
-                Err(e) => Err(StreamingError::Unreachable(Unreachable::new(&e))),
+                Err(e) => Err(StreamingError::Unreachable(unreachable(&e))),
             },
         }
     }

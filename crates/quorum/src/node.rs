@@ -1,27 +1,37 @@
-//! A node hosting queue groups (and the cluster's [`crate::metadata`] group): one shared write-ahead log, one transport, one registry of
-//! running groups, and per group an openraft instance over [`GroupLogStore`] and
-//! [`QueueStateMachine`].
+//! A node hosting queue groups (and the cluster's [`crate::metadata`] group): one shared
+//! write-ahead log, one transport, one registry of running groups, and per group an openraft
+//! instance over [`GroupLogStore`] and [`GroupStateMachine`].
 //!
 //! Proposing through [`QueueGroup::propose`] returns once the command is committed (a majority of
 //! members has it fsync'd) and applied on the leader: that is what a publisher confirm means for
 //! a quorum queue.
+//!
+//! Writes go through [`write_with_lease`] (or [`QueueGroup::propose_ff`]): openraft 0.10 refuses
+//! a write on a leader that no majority acknowledged within its lease (`election_timeout_max`)
+//! — a leader just elected, and any leader of an idle group, as the groups that the failure
+//! detector drives send no heartbeats — and such a leader first renews its lease with one
+//! round of heartbeats.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config, SnapshotPolicy};
+use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
+use openraft::impls::ProgressResponder;
+use openraft::rt::Instant as _;
+use openraft::{BasicNode, Config, LinearizerOption, SnapshotPolicy};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::metadata::{MetadataGroup, MetadataMachine, MetadataState, METADATA_GROUP};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
-use crate::storage::{Applied, GroupLogStore, GroupMachine, GroupStateMachine, QueueStateMachine};
-use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
+use crate::storage::{Applied, GroupLogStore, GroupStateMachine};
+use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft};
 use crate::wal::{Wal, WalOptions};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,12 +56,12 @@ const SNAPSHOT_KEPT_LOGS: u64 = 256;
 /// Raft timings for queue groups. Generous by default: a busy 2-core machine must not see
 /// spurious elections.
 ///
-/// openraft 0.9 also gives each AppendEntries RPC `heartbeat_interval` to be answered, and a
-/// follower answers only once the entries are fsync'd: at 150 ms, 3 nodes on 2 loaded cores
-/// timed out hundreds of times a run (issue 11's benchmark), each timeout resending entries the
-/// follower already had and adding to its load. 500 ms outlasts a loaded follower's append; the
-/// election timeouts stay three heartbeats and more apart, and their maximum (also the leader's
-/// lease) stays below the failure detector's `peer_down_after` (5 s).
+/// A heartbeat every 500 ms: openraft passes `heartbeat_interval` to the network as each
+/// AppendEntries RPC's time budget too, and a follower answers only once the entries are
+/// fsync'd — at 150 ms, 3 nodes on 2 loaded cores timed out hundreds of times a run under
+/// openraft 0.9, which enforced it (issue 11's benchmark). The election timeouts stay three
+/// heartbeats and more apart, and their maximum (also the leader's lease) stays below the
+/// failure detector's `peer_down_after` (5 s).
 pub fn default_raft_config() -> Config {
     raft_config(DEFAULT_SNAPSHOT_EVERY_LOGS)
 }
@@ -71,6 +81,23 @@ pub fn raft_config(snapshot_every_logs: u64) -> Config {
         purge_batch_size: 64.min(snapshot_every_logs),
         ..Config::default()
     }
+}
+
+/// `config` validated, with what every group here needs whatever the caller asked for: no
+/// leader restore. openraft 0.10 by default lets a member that led before a restart lead again
+/// in the same term without an election; but a leader's entries can be committed by its
+/// followers' flushes before its own flush completes, and a crash then takes them off its log
+/// (the log is durable only up to its last flush). Leading on in the same term, it would give
+/// the next entry the log id of a committed one that the others hold — two different entries
+/// under one log id, which Raft never repairs (the simulation's seed 39 diverged so). Elected
+/// again instead, it takes a new term and the log of a majority first.
+fn checked(config: Config) -> Result<Config, QuorumError> {
+    Config {
+        enable_leader_restore: Some(false),
+        ..config
+    }
+    .validate()
+    .map_err(|e| QuorumError::Config(e.to_string()))
 }
 
 /// One node's quorum-queue host: its groups' logs in `L` (the shared [`Wal`] on a real node).
@@ -120,11 +147,7 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         raft_config: Config,
         transport: Arc<T>,
     ) -> Result<Self, QuorumError> {
-        let raft_config = Arc::new(
-            raft_config
-                .validate()
-                .map_err(|e| QuorumError::Config(e.to_string()))?,
-        );
+        let raft_config = Arc::new(checked(raft_config)?);
         Ok(Self {
             id,
             snapshots,
@@ -139,10 +162,7 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
     /// Queue groups started from now on run with `config` (the metadata group keeps the
     /// node's own settings).
     pub fn with_queue_raft_config(mut self, config: Config) -> Result<Self, QuorumError> {
-        let config = config
-            .validate()
-            .map_err(|e| QuorumError::Config(e.to_string()))?;
-        self.queue_raft_config = Arc::new(config);
+        self.queue_raft_config = Arc::new(checked(config)?);
         Ok(self)
     }
 
@@ -170,7 +190,8 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> Result<QueueGroup, QuorumError> {
-        let machine = QueueStateMachine::open_in(self.snapshots.clone(), group, config, effects)?;
+        let machine =
+            GroupStateMachine::open_queue(self.snapshots.clone(), group, config, effects)?;
         let raft = self
             .start_raft(group, self.queue_raft_config.clone(), machine.clone())
             .await?;
@@ -192,7 +213,7 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         let machine = GroupStateMachine::open_machine(
             self.snapshots.clone(),
             METADATA_GROUP,
-            MetadataState::new(machine),
+            Box::new(MetadataState::new(machine)),
             None,
         )?;
         let raft = self
@@ -207,11 +228,11 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
     }
 
     /// The Raft member of `group` over `machine`, registered to receive its RPCs.
-    async fn start_raft<M: GroupMachine>(
+    async fn start_raft(
         &self,
         group: GroupId,
         config: Arc<Config>,
-        machine: GroupStateMachine<M>,
+        machine: GroupStateMachine,
     ) -> Result<Raft, QuorumError> {
         let raft = Raft::new(
             self.id,
@@ -244,12 +265,16 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
     }
 }
 
+/// A write handed to the group ([`QueueGroup::propose_ff`]): resolves to its log position and
+/// the state machine's reply once committed and applied on this member.
+pub type PendingWrite = Pin<Box<dyn Future<Output = Result<(LogId, Reply), QuorumError>> + Send>>;
+
 /// This node's member of one queue group.
 pub struct QueueGroup {
     node: NodeId,
     group: GroupId,
     raft: Raft,
-    machine: QueueStateMachine,
+    machine: GroupStateMachine,
 }
 
 impl QueueGroup {
@@ -310,15 +335,49 @@ impl QueueGroup {
         now_ms: u64,
         command: Command,
     ) -> Result<(LogId, Reply), QuorumError> {
-        match self.raft.client_write(Proposal { now_ms, command }).await {
-            Ok(response) => Ok((response.log_id, response.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(QuorumError::NotLeader {
-                    leader: forward.leader_id,
-                })
+        let proposal = Proposal { now_ms, command };
+        write_with_lease(&self.raft, || self.raft.client_write(proposal.clone()))
+            .await
+            .map(|response| (response.log_id, response.data))
+    }
+
+    /// Hands a proposal to this member, which must lead, without waiting for it: entries
+    /// handed over one after the other are appended in that order (and openraft appends and
+    /// flushes those that arrive together as one batch). The returned future resolves once the
+    /// entry is committed and applied here. A leader whose lease may have run out renews it
+    /// first, so a write is not refused for it.
+    pub async fn propose_ff(&self, proposal: Proposal) -> Result<PendingWrite, QuorumError> {
+        ensure_lease(&self.raft).await?;
+        let (responder, answer) = ProgressResponder::complete_only();
+        self.raft
+            .client_write_ff(proposal, Some(responder))
+            .await
+            .map_err(raft_error)?;
+        Ok(Box::pin(async move {
+            match answer.await {
+                Ok(Ok(response)) => Ok((response.log_id, response.data)),
+                Ok(Err(e)) => Err(client_write_error(e)),
+                Err(_) => Err(QuorumError::Raft("the group stopped".into())),
             }
-            Err(e) => Err(QuorumError::Raft(e.to_string())),
-        }
+        }))
+    }
+
+    /// Confirms that this member still leads — a majority answers a round of heartbeats — and
+    /// that it applied everything committed before: what it reads from its queue then is
+    /// current.
+    pub async fn confirm_leadership(&self) -> Result<(), QuorumError> {
+        self.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
+                    forward,
+                )) => QuorumError::NotLeader {
+                    leader: forward.leader_id,
+                },
+                other => QuorumError::Raft(other.to_string()),
+            })
     }
 
     /// Reads this member's copy of the queue.
@@ -348,5 +407,96 @@ impl<T: Transport> QuorumNode<T> {
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
         group.machine.delete_snapshot()?;
         Ok(())
+    }
+}
+
+/// How many times a write refused for an expired lease is retried after renewing it.
+const LEASE_RENEWALS: usize = 3;
+
+fn raft_error(e: impl std::fmt::Display) -> QuorumError {
+    QuorumError::Raft(e.to_string())
+}
+
+fn forward_error(forward: ForwardToLeader<QueueRaft>) -> QuorumError {
+    QuorumError::NotLeader {
+        leader: forward.leader_id,
+    }
+}
+
+/// A write's refusal as the caller sees it: "not the leader" when it was not appended here (or
+/// its entry was discarded by a new leader: the outcome is unknown, and the operations retried
+/// on that answer are idempotent or answered as failed), else a failure.
+fn client_write_error(e: ClientWriteError<QueueRaft>) -> QuorumError {
+    match e {
+        ClientWriteError::ForwardToLeader(forward)
+        | ClientWriteError::LogEntryDiscarded(forward) => forward_error(forward),
+        other => raft_error(other),
+    }
+}
+
+/// Runs `write` (a client write or a membership change) on `raft`, which must lead; when
+/// openraft refuses it because the leader's lease ran out, renews the lease and runs it again.
+pub(crate) async fn write_with_lease<T, F, Fut>(raft: &Raft, mut write: F) -> Result<T, QuorumError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RaftError<QueueRaft, ClientWriteError<QueueRaft>>>>,
+{
+    let mut renewals = 0;
+    loop {
+        match write().await {
+            Ok(done) => return Ok(done),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
+                if forward.reason == ForwardReason::LeaseExpired && renewals < LEASE_RENEWALS =>
+            {
+                renewals += 1;
+                renew_lease(raft).await?;
+            }
+            Err(RaftError::APIError(e)) => return Err(client_write_error(e)),
+            Err(e) => return Err(raft_error(e)),
+        }
+    }
+}
+
+/// Has a majority acknowledge this leader (one round of heartbeats, waited for up to the lease),
+/// which renews its lease.
+async fn renew_lease(raft: &Raft) -> Result<(), QuorumError> {
+    raft.get_read_linearizer(LinearizerOption::new(None, true))
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
+                forward,
+            )) => forward_error(forward),
+            // No majority answered within the lease: this leader cannot commit either.
+            RaftError::APIError(e) => {
+                tracing::debug!(error = %e, "a leader could not renew its lease");
+                QuorumError::NotLeader { leader: None }
+            }
+            other => raft_error(other),
+        })
+}
+
+/// Renews this leader's lease unless a majority acknowledged it within half the lease (or it
+/// is its group's only voter, which needs no one's acknowledgement).
+pub(crate) async fn ensure_lease(raft: &Raft) -> Result<(), QuorumError> {
+    let fresh = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(metrics.id) {
+            return Err(QuorumError::NotLeader {
+                leader: metrics.current_leader,
+            });
+        }
+        let half_lease = Duration::from_millis(raft.config().election_timeout_max / 2);
+        metrics.membership_config.voter_ids().count() == 1
+            || metrics
+                .last_quorum_acked
+                .as_ref()
+                .is_some_and(|acked| acked.elapsed() < half_lease)
+    };
+    if fresh {
+        Ok(())
+    } else {
+        renew_lease(raft).await
     }
 }

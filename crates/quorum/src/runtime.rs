@@ -1,20 +1,25 @@
 //! openraft's async runtime for queue groups: tokio for everything, except that the random
-//! numbers openraft draws (each member's election timeout) can be made to follow a seed.
+//! numbers openraft draws (each member's election timeout) can be made to follow a seed, and
+//! that the watch channel is [`OrderedWatch`], whose wake-ups come in a deterministic order.
 //!
 //! A deterministic simulation runs every node on one thread and calls [`seed_thread_rng`]
 //! first; from then on the election timeouts drawn on that thread repeat with the seed, so a
 //! failing run replays exactly. Everywhere else (no seed set) the timeouts come from the
-//! operating system's entropy, as with openraft's own tokio runtime. openraft draws once per
-//! group start, so the indirection costs nothing on the message path.
+//! operating system's entropy, as with openraft's own tokio runtime. openraft draws when a group
+//! starts (its tick's first wait, its election timeout), so the indirection costs nothing on the
+//! message path.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::time::Duration;
 
-use openraft::async_runtime::TokioOneShotSender;
-use openraft::{AsyncRuntime, OptionalSend, TokioInstant};
+use openraft::AsyncRuntime;
+use openraft::OptionalSend;
+use openraft_rt_tokio::TokioRuntime;
 use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, SeedableRng};
+
+use crate::watch::OrderedWatch;
 
 thread_local! {
     /// The seeded source of this thread, when a simulation set one.
@@ -32,70 +37,76 @@ pub fn unseed_thread_rng() {
     SEEDED.with(|seeded| *seeded.borrow_mut() = None);
 }
 
-/// tokio, with seedable randomness.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct QuorumRuntime;
+/// openraft's tokio runtime, with seedable randomness and a watch channel that wakes its
+/// receivers in a deterministic order ([`OrderedWatch`]).
+#[derive(Debug)]
+pub struct QuorumRuntime(TokioRuntime);
 
 impl AsyncRuntime for QuorumRuntime {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle<T: OptionalSend + 'static> = tokio::task::JoinHandle<T>;
-    type Sleep = tokio::time::Sleep;
-    type Instant = TokioInstant;
-    type TimeoutError = tokio::time::error::Elapsed;
-    type Timeout<R, T: Future<Output = R> + OptionalSend> = tokio::time::Timeout<T>;
+    type JoinError = <TokioRuntime as AsyncRuntime>::JoinError;
+    type JoinHandle<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::JoinHandle<T>;
+    type Sleep = <TokioRuntime as AsyncRuntime>::Sleep;
+    type Instant = <TokioRuntime as AsyncRuntime>::Instant;
+    type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> =
+        <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
     type ThreadLocalRng = StdRng;
-    type OneshotSender<T: OptionalSend> = TokioOneShotSender<T>;
-    type OneshotReceiver<T: OptionalSend> = tokio::sync::oneshot::Receiver<T>;
-    type OneshotReceiverError = tokio::sync::oneshot::error::RecvError;
+    type Mpsc = <TokioRuntime as AsyncRuntime>::Mpsc;
+    type Watch = OrderedWatch;
+    type Oneshot = <TokioRuntime as AsyncRuntime>::Oneshot;
+    type Mutex<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::Mutex<T>;
 
     fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
     where
         T: Future + OptionalSend + 'static,
         T::Output: OptionalSend + 'static,
     {
-        tokio::task::spawn(future)
+        TokioRuntime::spawn(future)
     }
 
     fn sleep(duration: Duration) -> Self::Sleep {
-        tokio::time::sleep(duration)
+        TokioRuntime::sleep(duration)
     }
 
     fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
-        tokio::time::sleep_until(deadline)
+        TokioRuntime::sleep_until(deadline)
     }
 
     fn timeout<R, F: Future<Output = R> + OptionalSend>(
         duration: Duration,
         future: F,
     ) -> Self::Timeout<R, F> {
-        tokio::time::timeout(duration, future)
+        TokioRuntime::timeout(duration, future)
     }
 
     fn timeout_at<R, F: Future<Output = R> + OptionalSend>(
         deadline: Self::Instant,
         future: F,
     ) -> Self::Timeout<R, F> {
-        tokio::time::timeout_at(deadline, future)
+        TokioRuntime::timeout_at(deadline, future)
     }
 
     fn is_panic(join_error: &Self::JoinError) -> bool {
-        join_error.is_panic()
+        TokioRuntime::is_panic(join_error)
     }
 
     fn thread_rng() -> Self::ThreadLocalRng {
         SEEDED.with(|seeded| match seeded.borrow_mut().as_mut() {
             // A child generator per draw keeps the sequence a function of the seed alone.
             Some(rng) => StdRng::seed_from_u64(rng.next_u64()),
-            None => StdRng::from_entropy(),
+            None => rand::make_rng(),
         })
     }
 
-    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    fn new(threads: usize) -> Self {
+        QuorumRuntime(TokioRuntime::new(threads))
+    }
+
+    fn block_on<F, T>(&mut self, future: F) -> T
     where
-        T: OptionalSend,
+        F: Future<Output = T>,
     {
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        (TokioOneShotSender(sender), receiver)
+        self.0.block_on(future)
     }
 }
 
@@ -112,6 +123,13 @@ mod tests {
         (0..8)
             .map(|_| config.new_rand_election_timeout::<QuorumRuntime>())
             .collect()
+    }
+
+    /// openraft's conformance suite for runtimes (spawning, timers, channels, the watch's
+    /// semantics).
+    #[test]
+    fn the_runtime_passes_openrafts_suite() {
+        openraft::rt::testing::Suite::<QuorumRuntime>::test_all();
     }
 
     #[test]

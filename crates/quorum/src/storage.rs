@@ -7,17 +7,16 @@
 //! from there up to the saved commit mark. Committed commands' effects go out on a channel; the
 //! owner of the group acts on them when it leads.
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::Arc;
 
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
-use openraft::{
-    EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
-    StorageIOError,
-};
+use futures_util::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, IOFlushed, LogState, RaftLogStorage, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftLogReader, RaftSnapshotBuilder};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
@@ -25,12 +24,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Command, Effect, QueueConfig, QueueState, Reply};
 use crate::types::{
-    GroupId, LogEntry, LogId, QueueRaft, SnapshotMeta, StorageError, StoredMembership, Vote,
+    GroupId, LogEntry, LogId, QueueRaft, Snapshot, SnapshotMeta, StoredMembership, Vote,
 };
 use crate::wal::{Completion, Wal, WalError};
 
-fn wal_error(verb: ErrorVerb, e: WalError) -> StorageError {
-    StorageError::from_io_error(ErrorSubject::Logs, verb, io::Error::other(e.to_string()))
+fn wal_error(e: WalError) -> io::Error {
+    io::Error::other(e.to_string())
 }
 
 /// One group's view of the node's log (the shared [`Wal`] unless told otherwise); cheap to
@@ -59,15 +58,19 @@ impl<L: LogBackend> RaftLogReader<QueueRaft> for GroupLogStore<L> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<LogEntry>, StorageError> {
+    ) -> Result<Vec<LogEntry>, io::Error> {
         Ok(self.wal.entries(self.group, range))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.wal.vote(self.group))
     }
 }
 
 impl<L: LogBackend> RaftLogStorage<QueueRaft> for GroupLogStore<L> {
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<QueueRaft>, StorageError> {
+    async fn get_log_state(&mut self) -> Result<LogState<QueueRaft>, io::Error> {
         let (last_purged_log_id, last_log_id) = self.wal.log_state(self.group);
         Ok(LogState {
             last_purged_log_id,
@@ -79,32 +82,28 @@ impl<L: LogBackend> RaftLogStorage<QueueRaft> for GroupLogStore<L> {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         self.wal
             .save_vote(self.group, *vote)
             .await
-            .map_err(|e| wal_error(ErrorVerb::Write, e))
+            .map_err(wal_error)
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        Ok(self.wal.vote(self.group))
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         self.wal
             .save_committed(self.group, committed)
-            .map_err(|e| wal_error(ErrorVerb::Write, e))
+            .map_err(wal_error)
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
         Ok(self.wal.committed(self.group))
     }
 
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<QueueRaft>,
-    ) -> Result<(), StorageError>
+        callback: IOFlushed<QueueRaft>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = LogEntry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -115,19 +114,16 @@ impl<L: LogBackend> RaftLogStorage<QueueRaft> for GroupLogStore<L> {
                 entries.into_iter().collect(),
                 Completion::Flushed(callback),
             )
-            .map_err(|e| wal_error(ErrorVerb::Write, e))
+            .map_err(wal_error)
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.wal
-            .truncate(self.group, log_id.index)
-            .map_err(|e| wal_error(ErrorVerb::Delete, e))
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let since = last_log_id.map_or(0, |log_id| log_id.index + 1);
+        self.wal.truncate(self.group, since).map_err(wal_error)
     }
 
-    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.wal
-            .purge(self.group, log_id)
-            .map_err(|e| wal_error(ErrorVerb::Delete, e))
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        self.wal.purge(self.group, log_id).map_err(wal_error)
     }
 }
 
@@ -147,13 +143,15 @@ struct SnapshotFile {
 /// What a group replicates: commands applied in log order on every member, and the whole
 /// state as snapshot bytes (written before the log it covers is purged, sent whole to a member
 /// that fell behind the purge).
-pub trait GroupMachine: Send + 'static {
+pub trait GroupMachine: Any + Send + 'static {
     /// Applies one committed command (`log_id` is its log position, `now_ms` the proposer's
     /// clock); returns the proposer's answer and the effects the leader acts on.
     fn apply(&mut self, log_id: LogId, now_ms: u64, command: Command) -> (Reply, Vec<Effect>);
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+    /// The machine itself, for its owner to read it as its own type.
+    fn as_any(&self) -> &dyn Any;
 }
 
 impl GroupMachine for QueueState {
@@ -169,52 +167,63 @@ impl GroupMachine for QueueState {
         *self = QueueState::from_snapshot(snapshot).map_err(|e| e.to_string())?;
         Ok(())
     }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
-struct MachineInner<M> {
-    machine: M,
+struct MachineInner {
+    machine: Box<dyn GroupMachine>,
+    /// The last entry whose command is reflected in `machine` (applied, or covered by the
+    /// snapshot it was restored from).
     last_applied: Option<LogId>,
+    /// The membership as of `last_applied`.
     membership: StoredMembership,
+    /// The newest snapshot written (what `get_current_snapshot` answers).
     current: Option<SnapshotFile>,
 }
 
 /// The replicated state of one group, shared between openraft and its owner.
-pub struct GroupStateMachine<M> {
-    inner: Arc<Mutex<MachineInner<M>>>,
+///
+/// What openraft 0.10 requires of it, and how it is met:
+///
+/// - `applied_state` reports exactly what `machine` reflects: `last_applied` and the
+///   membership move together with every applied entry and every installed snapshot, under
+///   one lock, so a reader never sees a state and a position that do not belong together.
+/// - `install_snapshot` replaces the whole state with the snapshot's and takes its position
+///   and membership from the snapshot's meta; the snapshot is written before this returns and
+///   is what `get_current_snapshot` answers from then on. A snapshot that is not newer than
+///   what the machine already reflects would move the machine back while openraft counts the
+///   entries in between as applied — they would never be applied again and this member would
+///   diverge — so it is refused with the state kept (openraft itself never sends one; this is
+///   the guarantee, not a path that is expected to run).
+/// - An entry at or before `last_applied` is already reflected in the state and is not applied
+///   again, for the same reason.
+/// - A snapshot is written (file, fsync, rename) before `build_snapshot` returns, so it is
+///   durable before openraft purges the log entries it covers; a write never replaces a newer
+///   snapshot with an older one (a build and an install can overlap).
+#[derive(Clone)]
+pub struct GroupStateMachine {
+    inner: Arc<Mutex<MachineInner>>,
     snapshots: Arc<dyn SnapshotStore>,
     group: GroupId,
-    /// Serialises snapshot writes (openraft builds snapshots in a task of their own, so a build
-    /// and an install can overlap) and remembers the newest written, which is never replaced by
+    /// Serialises snapshot writes and remembers the newest written, which is never replaced by
     /// an older one.
     persisted: Arc<Mutex<Option<LogId>>>,
     effects: Option<UnboundedSender<Applied>>,
 }
 
-/// A queue group's state machine.
-pub type QueueStateMachine = GroupStateMachine<QueueState>;
-
-impl<M> Clone for GroupStateMachine<M> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            snapshots: self.snapshots.clone(),
-            group: self.group,
-            persisted: self.persisted.clone(),
-            effects: self.effects.clone(),
-        }
-    }
-}
-
-impl QueueStateMachine {
-    /// Opens the group's state machine from its last snapshot in `snapshot_dir`, or empty with
-    /// `config`.
+impl GroupStateMachine {
+    /// Opens a queue group's state machine from its last snapshot in `snapshot_dir`, or empty
+    /// with `config`.
     pub fn open(
         snapshot_dir: &Path,
         group: GroupId,
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> io::Result<Self> {
-        Self::open_in(
+        Self::open_queue(
             Arc::new(SnapshotDir::open(snapshot_dir)?),
             group,
             config,
@@ -222,30 +231,23 @@ impl QueueStateMachine {
         )
     }
 
-    /// Opens the group's state machine from its last snapshot in `snapshots`, or empty with
-    /// `config`.
-    pub fn open_in(
+    /// Opens a queue group's state machine from its last snapshot in `snapshots`, or empty
+    /// with `config`.
+    pub fn open_queue(
         snapshots: Arc<dyn SnapshotStore>,
         group: GroupId,
         config: QueueConfig,
         effects: Option<UnboundedSender<Applied>>,
     ) -> io::Result<Self> {
-        Self::open_machine(snapshots, group, QueueState::new(config), effects)
+        Self::open_machine(snapshots, group, Box::new(QueueState::new(config)), effects)
     }
 
-    /// Reads the queue state (every replica has one; only the leader's is current).
-    pub fn with_queue<T>(&self, read: impl FnOnce(&QueueState) -> T) -> T {
-        read(&self.inner.lock().machine)
-    }
-}
-
-impl<M: GroupMachine> GroupStateMachine<M> {
     /// Opens the group's state machine from its last snapshot in `snapshots` (restored into
     /// `empty`), or as `empty` when it has none.
     pub fn open_machine(
         snapshots: Arc<dyn SnapshotStore>,
         group: GroupId,
-        empty: M,
+        empty: Box<dyn GroupMachine>,
         effects: Option<UnboundedSender<Applied>>,
     ) -> io::Result<Self> {
         let mut inner = MachineInner {
@@ -275,6 +277,21 @@ impl<M: GroupMachine> GroupStateMachine<M> {
         })
     }
 
+    /// Reads the queue state (every replica has one; only the leader's is current).
+    ///
+    /// # Panics
+    ///
+    /// On the machine of a group that is not a queue (the metadata group's).
+    pub fn with_queue<T>(&self, read: impl FnOnce(&QueueState) -> T) -> T {
+        let inner = self.inner.lock();
+        let queue = inner
+            .machine
+            .as_any()
+            .downcast_ref::<QueueState>()
+            .expect("a queue group's machine is a QueueState");
+        read(queue)
+    }
+
     pub fn last_applied(&self) -> Option<LogId> {
         self.inner.lock().last_applied
     }
@@ -302,133 +319,258 @@ impl<M: GroupMachine> GroupStateMachine<M> {
     }
 }
 
-fn snapshot_error(meta: Option<&SnapshotMeta>, verb: ErrorVerb, e: io::Error) -> StorageError {
-    StorageError::IO {
-        source: StorageIOError::new(
-            ErrorSubject::Snapshot(meta.map(|m| m.signature())),
-            verb,
-            &e,
-        ),
+/// Whether the state at `applied` already covers the log up to `upto` (positions compared: the
+/// committed log is the same on every member).
+fn is_reflected(upto: Option<LogId>, applied: Option<LogId>) -> bool {
+    match (upto, applied) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(upto), Some(applied)) => upto.index <= applied.index,
     }
 }
 
-impl<M: GroupMachine> RaftSnapshotBuilder<QueueRaft> for GroupStateMachine<M> {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<QueueRaft>, StorageError> {
+fn to_snapshot(file: &SnapshotFile) -> Snapshot {
+    Snapshot {
+        meta: file.meta.clone(),
+        snapshot: file.data.clone(),
+    }
+}
+
+impl RaftSnapshotBuilder<QueueRaft> for GroupStateMachine {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let file = {
             let inner = self.inner.lock();
-            let snapshot_id = match inner.last_applied {
-                Some(id) => format!("{}-{}", id.leader_id.term, id.index),
-                None => "empty".to_string(),
-            };
             SnapshotFile {
                 meta: SnapshotMeta {
                     last_log_id: inner.last_applied,
                     last_membership: inner.membership.clone(),
-                    snapshot_id,
                 },
                 data: inner.machine.snapshot(),
             }
         };
         // Durable before openraft purges the log entries it covers.
-        let written = self
-            .persist(&file)
-            .map_err(|e| snapshot_error(Some(&file.meta), ErrorVerb::Write, e))?;
-        let snapshot = Snapshot {
-            meta: file.meta.clone(),
-            snapshot: Box::new(file.data.clone()),
-        };
+        let written = self.persist(&file)?;
+        tracing::debug!(group = self.group, meta = %file.meta, written, "snapshot built");
+        let snapshot = to_snapshot(&file);
         if written {
-            self.inner.lock().current = Some(file);
+            let mut inner = self.inner.lock();
+            // An install that finished meanwhile wrote a newer one and made it current.
+            if inner.current.as_ref().map(|c| c.meta.last_log_id) < Some(file.meta.last_log_id) {
+                inner.current = Some(file);
+            }
         }
         Ok(snapshot)
     }
 }
 
-impl<M: GroupMachine> RaftStateMachine<QueueRaft> for GroupStateMachine<M> {
+impl RaftStateMachine<QueueRaft> for GroupStateMachine {
+    type SnapshotData = Vec<u8>;
     type SnapshotBuilder = Self;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let inner = self.inner.lock();
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
-        I: IntoIterator<Item = LogEntry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = Result<EntryResponder<QueueRaft>, io::Error>> + Unpin + OptionalSend,
     {
-        let mut replies = Vec::new();
-        let mut inner = self.inner.lock();
-        for entry in entries {
-            inner.last_applied = Some(entry.log_id);
-            match entry.payload {
-                EntryPayload::Blank => replies.push(Reply::Ok),
-                EntryPayload::Normal(proposal) => {
-                    let (reply, effects) =
-                        inner
-                            .machine
-                            .apply(entry.log_id, proposal.now_ms, proposal.command);
-                    if let Some(sender) = &self.effects {
-                        if !effects.is_empty() {
-                            // The owner may be gone (shutting down); effects are then moot.
-                            let _ = sender.send(Applied {
-                                log_id: entry.log_id,
-                                effects,
-                            });
+        while let Some(next) = entries.next().await {
+            let (entry, responder) = next?;
+            let reply = {
+                let mut inner = self.inner.lock();
+                if is_reflected(Some(entry.log_id), inner.last_applied) {
+                    tracing::warn!(
+                        group = self.group,
+                        log_id = %entry.log_id,
+                        last_applied = ?inner.last_applied,
+                        "an entry the state already reflects was handed over again; not applied twice"
+                    );
+                    Reply::Ok
+                } else {
+                    inner.last_applied = Some(entry.log_id);
+                    match entry.payload {
+                        EntryPayload::Blank => Reply::Ok,
+                        EntryPayload::Normal(proposal) => {
+                            let (reply, effects) = inner.machine.apply(
+                                entry.log_id,
+                                proposal.now_ms,
+                                proposal.command,
+                            );
+                            if let Some(sender) = &self.effects {
+                                if !effects.is_empty() {
+                                    // The owner may be gone (shutting down); effects are then
+                                    // moot.
+                                    let _ = sender.send(Applied {
+                                        log_id: entry.log_id,
+                                        effects,
+                                    });
+                                }
+                            }
+                            reply
+                        }
+                        EntryPayload::Membership(membership) => {
+                            inner.membership =
+                                StoredMembership::new(Some(entry.log_id), membership);
+                            Reply::Ok
                         }
                     }
-                    replies.push(reply);
                 }
-                EntryPayload::Membership(membership) => {
-                    inner.membership = StoredMembership::new(Some(entry.log_id), membership);
-                    replies.push(Reply::Ok);
-                }
+            };
+            // Answered right after applying, as openraft asks (the proposer waits on it).
+            if let Some(responder) = responder {
+                responder.send(reply);
             }
         }
-        Ok(replies)
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Vec<u8>>, StorageError> {
-        Ok(Box::default())
-    }
-
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Vec<u8>>,
-    ) -> Result<(), StorageError> {
-        // Restored before it is written: a snapshot that does not decode is refused, not kept.
-        self.inner.lock().machine.restore(&snapshot).map_err(|e| {
-            snapshot_error(
-                Some(meta),
-                ErrorVerb::Read,
-                io::Error::new(io::ErrorKind::InvalidData, e),
-            )
-        })?;
+        snapshot: Vec<u8>,
+    ) -> Result<(), io::Error> {
+        {
+            let mut inner = self.inner.lock();
+            if is_reflected(meta.last_log_id, inner.last_applied) {
+                tracing::warn!(
+                    group = self.group,
+                    snapshot = ?meta.last_log_id,
+                    last_applied = ?inner.last_applied,
+                    "refused a snapshot older than the applied state"
+                );
+                return Ok(());
+            }
+            // Restored before it is written: a snapshot that does not decode is refused, not
+            // kept.
+            inner
+                .machine
+                .restore(&snapshot)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            inner.last_applied = meta.last_log_id;
+            inner.membership = meta.last_membership.clone();
+        }
         let file = SnapshotFile {
             meta: meta.clone(),
-            data: *snapshot,
+            data: snapshot,
         };
-        let written = self
-            .persist(&file)
-            .map_err(|e| snapshot_error(Some(meta), ErrorVerb::Write, e))?;
-        let mut inner = self.inner.lock();
-        inner.last_applied = meta.last_log_id;
-        inner.membership = meta.last_membership.clone();
-        if written {
-            inner.current = Some(file);
-        }
+        self.persist(&file)?;
+        self.inner.lock().current = Some(file);
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QueueRaft>>, StorageError> {
-        Ok(self.inner.lock().current.as_ref().map(|file| Snapshot {
-            meta: file.meta.clone(),
-            snapshot: Box::new(file.data.clone()),
-        }))
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        Ok(self.inner.lock().current.as_ref().map(to_snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use futures_util::stream;
+
+    use super::*;
+    use crate::memlog::MemDisk;
+    use crate::types::Proposal;
+
+    fn enqueue(index: u64) -> EntryResponder<QueueRaft> {
+        let entry = LogEntry {
+            log_id: openraft::testing::log_id::<QueueRaft>(1, 1, index),
+            payload: EntryPayload::Normal(Proposal {
+                now_ms: 0,
+                command: Command::Enqueue {
+                    publisher: None,
+                    body: Bytes::from(format!("message {index}")),
+                    ttl_ms: None,
+                },
+            }),
+        };
+        (entry, None)
+    }
+
+    async fn apply(machine: &mut GroupStateMachine, indexes: impl IntoIterator<Item = u64>) {
+        let entries: Vec<_> = indexes.into_iter().map(|i| Ok(enqueue(i))).collect();
+        machine.apply(stream::iter(entries)).await.expect("applied");
+    }
+
+    fn queue(disk: &Arc<MemDisk>) -> GroupStateMachine {
+        GroupStateMachine::open_queue(disk.clone(), 9, QueueConfig::default(), None)
+            .expect("opened")
+    }
+
+    fn ready(machine: &GroupStateMachine) -> usize {
+        machine.with_queue(|q| q.ready_count())
+    }
+
+    #[tokio::test]
+    async fn an_installed_snapshot_replaces_the_state_and_an_older_one_is_refused() {
+        let mut leader = queue(&MemDisk::new());
+        apply(&mut leader, 1..=3).await;
+        let newer = leader.build_snapshot().await.expect("built");
+        assert_eq!(newer.meta.last_log_id.map(|id| id.index), Some(3));
+
+        let mut older_source = queue(&MemDisk::new());
+        apply(&mut older_source, [1]).await;
+        let older = older_source.build_snapshot().await.expect("built");
+
+        let disk = MemDisk::new();
+        let mut follower = queue(&disk);
+        apply(&mut follower, [1]).await;
+        follower
+            .install_snapshot(&newer.meta, newer.snapshot.clone())
+            .await
+            .expect("installed");
+        assert_eq!(follower.last_applied(), newer.meta.last_log_id);
+        assert_eq!(ready(&follower), 3);
+        follower.with_queue(|f| leader.with_queue(|l| assert_eq!(f, l)));
+        let current = follower.get_current_snapshot().await.expect("read");
+        assert_eq!(current.map(|s| s.meta), Some(newer.meta.clone()));
+
+        // Moving back to index 1 would leave entries 2 and 3 applied nowhere.
+        follower
+            .install_snapshot(&older.meta, older.snapshot.clone())
+            .await
+            .expect("refused quietly");
+        assert_eq!(follower.last_applied(), newer.meta.last_log_id);
+        assert_eq!(ready(&follower), 3);
+
+        // An entry the state already reflects is not applied twice; the next one is.
+        apply(&mut follower, [3, 4]).await;
+        assert_eq!(ready(&follower), 4);
+        assert_eq!(follower.last_applied().map(|id| id.index), Some(4));
+
+        // A restart comes back from the installed snapshot.
+        let reopened = queue(&disk);
+        assert_eq!(reopened.last_applied(), newer.meta.last_log_id);
+        assert_eq!(ready(&reopened), 3);
+    }
+
+    #[tokio::test]
+    async fn a_build_never_replaces_a_newer_snapshot() {
+        let disk = MemDisk::new();
+        let mut machine = queue(&disk);
+        apply(&mut machine, 1..=2).await;
+        let mut builder = machine.get_snapshot_builder().await;
+        let first = builder.build_snapshot().await.expect("built");
+        apply(&mut machine, [3]).await;
+        let second = machine.build_snapshot().await.expect("built");
+        assert_eq!(second.meta.last_log_id.map(|id| id.index), Some(3));
+        // A build answered late with an older state (as a build racing an install can) keeps
+        // the newer snapshot both on disk and as the current one.
+        let file = SnapshotFile {
+            meta: first.meta.clone(),
+            data: first.snapshot.clone(),
+        };
+        assert!(!machine.persist(&file).expect("checked"));
+        let current = machine.get_current_snapshot().await.expect("read");
+        assert_eq!(current.map(|s| s.meta), Some(second.meta));
+        assert_eq!(queue(&disk).last_applied().map(|id| id.index), Some(3));
     }
 }

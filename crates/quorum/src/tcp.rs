@@ -32,7 +32,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rand::Rng;
+use rand::RngExt;
 use tokio::io::{
     AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf,
 };
@@ -368,7 +368,7 @@ impl TcpTransport {
                     }
                 }
             }
-            let jittered = backoff.mul_f64(rand::thread_rng().gen_range(0.5..1.0));
+            let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
             tokio::select! {
                 _ = tokio::time::sleep(jittered) => {}
                 _ = shutdown.wait_for(|stopped| *stopped) => return,

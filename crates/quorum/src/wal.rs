@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use openraft::storage::LogFlushed;
+use openraft::storage::IOFlushed;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
@@ -73,7 +73,7 @@ pub struct WalStats {
 /// What to notify once a submitted record is durable.
 pub enum Completion {
     /// openraft's append callback.
-    Flushed(LogFlushed<QueueRaft>),
+    Flushed(IOFlushed<QueueRaft>),
     /// A waiting caller (votes must be durable before the vote is answered).
     Notify(tokio::sync::oneshot::Sender<Result<(), String>>),
 }
@@ -82,7 +82,7 @@ impl Completion {
     pub(crate) fn complete(self, result: &Result<(), String>) {
         match self {
             Completion::Flushed(callback) => {
-                callback.log_io_completed(result.clone().map_err(io::Error::other))
+                callback.io_completed(result.clone().map_err(io::Error::other))
             }
             Completion::Notify(sender) => {
                 // The waiter may have given up; nothing to do then.
@@ -713,11 +713,11 @@ mod tests {
     use super::*;
     use crate::machine::Command;
     use crate::types::Proposal;
-    use openraft::{CommittedLeaderId, EntryPayload};
+    use openraft::EntryPayload;
 
     fn entry(term: u64, index: u64, body: &str) -> LogEntry {
         LogEntry {
-            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            log_id: openraft::testing::log_id::<QueueRaft>(term, 1, index),
             payload: EntryPayload::Normal(Proposal {
                 now_ms: 0,
                 command: Command::Enqueue {
@@ -754,7 +754,7 @@ mod tests {
             wal.truncate(1, 3).expect("truncate");
             append(&wal, 1, vec![entry(2, 3, "c2")]).await;
             wal.save_vote(2, Vote::new(5, 3)).await.expect("vote");
-            wal.purge(1, LogId::new(CommittedLeaderId::new(1, 1), 1))
+            wal.purge(1, openraft::testing::log_id::<QueueRaft>(1, 1, 1))
                 .expect("purge");
             wal.close();
         }
@@ -831,11 +831,11 @@ mod tests {
                 );
                 // As snapshots would: group 3 keeps a window of 10 entries, group 4 of 40.
                 if index > 10 {
-                    wal.purge(3, LogId::new(CommittedLeaderId::new(1, 1), index - 10))
+                    wal.purge(3, openraft::testing::log_id::<QueueRaft>(1, 1, index - 10))
                         .expect("purge");
                 }
                 if index > 40 {
-                    wal.purge(4, LogId::new(CommittedLeaderId::new(1, 1), index - 40))
+                    wal.purge(4, openraft::testing::log_id::<QueueRaft>(1, 1, index - 40))
                         .expect("purge");
                 }
                 let stats = wal.stats();

@@ -11,13 +11,12 @@ use bincode::Options;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::storage::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::Reply;
 use crate::metadata::MemberChange;
 use crate::network::{RaftRequest, RaftResponse, TransportError};
-use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, SnapshotMeta, Vote};
+use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Snapshot, SnapshotMeta, Vote};
 
 /// Bytes of the length prefix in front of every frame.
 pub const FRAME_HEADER_BYTES: usize = 4;
@@ -47,7 +46,7 @@ pub enum Frame {
 #[derive(Serialize, Deserialize)]
 pub enum WireRequest {
     AppendEntries(AppendEntriesRequest<QueueRaft>),
-    Vote(VoteRequest<NodeId>),
+    Vote(VoteRequest<QueueRaft>),
     Snapshot {
         vote: Vote,
         meta: SnapshotMeta,
@@ -59,9 +58,9 @@ pub enum WireRequest {
 
 #[derive(Serialize, Deserialize)]
 pub enum WireResponse {
-    AppendEntries(AppendEntriesResponse<NodeId>),
-    Vote(VoteResponse<NodeId>),
-    Snapshot(SnapshotResponse<NodeId>),
+    AppendEntries(AppendEntriesResponse<QueueRaft>),
+    Vote(VoteResponse<QueueRaft>),
+    Snapshot(SnapshotResponse<QueueRaft>),
     /// The group is not running on the answering node.
     NoSuchGroup,
     /// The group's Raft failed the request.
@@ -85,7 +84,7 @@ impl From<RaftRequest> for WireRequest {
             RaftRequest::Snapshot { vote, snapshot } => WireRequest::Snapshot {
                 vote,
                 meta: snapshot.meta,
-                data: *snapshot.snapshot,
+                data: snapshot.snapshot,
             },
             RaftRequest::ClientWrite(proposal) => WireRequest::ClientWrite(proposal),
             RaftRequest::ChangeMembers(change) => WireRequest::ChangeMembers(change),
@@ -102,7 +101,7 @@ impl From<WireRequest> for RaftRequest {
                 vote,
                 snapshot: Snapshot {
                     meta,
-                    snapshot: Box::new(data),
+                    snapshot: data,
                 },
             },
             WireRequest::ClientWrite(proposal) => RaftRequest::ClientWrite(proposal),

@@ -14,7 +14,9 @@
 //! Each run prints nothing unless it fails; a failure names its seed, and
 //! `WARREN_SIM_SEED=<n> cargo test -p warren-quorum --test sim` replays exactly that run
 //! (same trace hash). `WARREN_SIM_SEEDS=<count>` runs that many seeds (default 50) from
-//! `WARREN_SIM_FIRST_SEED` (default 1).
+//! `WARREN_SIM_FIRST_SEED` (default 1). `WARREN_SIM_LOG=<filter>` (a tracing filter such as
+//! `openraft=debug,warren_quorum=debug`) prints the nodes' logs and every traced event to
+//! stderr: what to read when a seed fails.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -122,6 +124,8 @@ struct Trace {
     hasher: DefaultHasher,
     events: u64,
     recent: VecDeque<String>,
+    /// Every event goes to stderr too (`WARREN_SIM_LOG` set).
+    echo: bool,
 }
 
 impl Trace {
@@ -129,6 +133,9 @@ impl Trace {
         let line = format!("{at_ms:>6}ms {event}");
         line.hash(&mut self.hasher);
         self.events += 1;
+        if self.echo {
+            eprintln!("TRACE {line}");
+        }
         if self.recent.len() == 60 {
             self.recent.pop_front();
         }
@@ -162,7 +169,10 @@ impl World {
             boots: Mutex::default(),
             applied: Mutex::default(),
             violations: Mutex::default(),
-            trace: Mutex::default(),
+            trace: Mutex::new(Trace {
+                echo: std::env::var_os("WARREN_SIM_LOG").is_some(),
+                ..Trace::default()
+            }),
             healed: AtomicBool::new(false),
         }
     }
@@ -864,6 +874,15 @@ struct Outcome {
 }
 
 fn run(seed: u64) -> Outcome {
+    let _log = std::env::var("WARREN_SIM_LOG").ok().map(|filter| {
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .finish(),
+        )
+    });
     seed_thread_rng(seed);
     let world = Arc::new(World::new(seed));
     let mut sim = turmoil::Builder::new()

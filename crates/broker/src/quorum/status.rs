@@ -6,10 +6,10 @@
 //! to date anyway): no RPC to other members and nothing on the message path, so a scrape of
 //! 10,000 queues costs 10,000 reads of an in-memory value. What a member cannot know from its
 //! own metrics is left out rather than guessed: followers do not know the others' progress
-//! (`matched_index`, `lag` are absent there), and openraft 0.9 does not report a commit
-//! index, so the leader derives it from its voters' matched indexes (the highest index a
-//! majority has) and a follower reports what it applied (which trails its commit index only
-//! while it is applying).
+//! (`matched_index`, `lag` are absent there), and the commit index is derived as it was under
+//! openraft 0.9, which did not report one: the leader takes it from its voters' matched
+//! indexes (the highest index a majority has) and a follower reports what it applied (which
+//! trails its commit index only while it is applying).
 //!
 //! Node ids become names through [`NodeNames`]: this node's own name, and in a cluster the
 //! names the metadata group's membership carries, with whether the failure detector sees
@@ -205,10 +205,14 @@ impl NodeNames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::testing::log_id;
     use openraft::{BasicNode, Membership, StoredMembership};
     use std::collections::{BTreeMap, BTreeSet};
     use std::sync::Arc;
+    use warren_quorum::types::{LogId, QueueRaft};
+
+    fn log_id(term: u64, node: NodeId, index: u64) -> LogId {
+        openraft::testing::log_id::<QueueRaft>(term, node, index)
+    }
 
     /// Metrics of node `me` in a group of voters 1, 2, 3 and learner 4, at term 4, with 10
     /// entries written, a snapshot up to 5 and the log purged up to 4.
@@ -219,7 +223,7 @@ mod tests {
             (1..=4).map(|id| (id, BasicNode::default())).collect();
         m.membership_config = Arc::new(StoredMembership::new(
             Some(log_id(1, 1, 0)),
-            Membership::new(vec![voters], nodes),
+            Membership::new(vec![voters], nodes).expect("a valid membership"),
         ));
         m.state = state;
         m.current_leader = Some(leader);

@@ -151,6 +151,16 @@ impl Serving {
         bound.queue.clone()
     }
 
+    /// The quorum queue bound as `qid` while its group is still starting on this node.
+    fn starting_quorum_queue(&self, qid: u64) -> Option<Arc<Queue>> {
+        let bound = self.queues.get(&qid)?;
+        self.broker
+            .vhost(&bound.vhost)
+            .and_then(|v| v.queue(&bound.name))
+            .filter(|q| q.remote().is_none())
+            .filter(|q| q.quorum().is_some_and(|qq| qq.is_starting()))
+    }
+
     pub(super) async fn on_request(&mut self, f: Frame) {
         match f {
             Frame::Bind { qid, vhost, queue } => {
@@ -225,8 +235,12 @@ impl Serving {
             return;
         };
         let message = Arc::new(message);
-        // A queue deleted meanwhile takes the message as a deleted local queue does.
-        let Some(queue) = self.queue(qid) else {
+        // A queue deleted meanwhile takes the message as a deleted local queue does. A quorum
+        // queue whose group has not started here yet is not gone: it keeps the publish until
+        // its group leads here or forwards it to the group's leader (dropped, a confirmed
+        // publish would be lost; starting a group takes openraft long enough, 100 ms in a
+        // debug build, for the first publishes to arrive meanwhile).
+        let Some(queue) = self.queue(qid).or_else(|| self.starting_quorum_queue(qid)) else {
             if seq != 0 {
                 self.pending.push_back((seq, 0, true, None));
                 self.flush_confirms();
