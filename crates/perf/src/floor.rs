@@ -129,8 +129,9 @@ impl FloorResult {
 
 /// `warren perf loopback-floor ARGS` (the arguments after the subcommand's name).
 pub fn main(args: Vec<String>) -> Result<()> {
-    let args = FloorArgs::try_parse_from(std::iter::once(COMMAND.to_owned()).chain(args))
-        .map_err(|e| anyhow!("{e}"))?;
+    let Some(args) = crate::flags::parse_or_help::<FloorArgs>(COMMAND, args)? else {
+        return Ok(());
+    };
     if args.relay_worker {
         let (Some(&runtime), Some(&relay)) = (args.runtime.first(), args.relay.first()) else {
             bail!("the relay worker needs --runtime and --relay");

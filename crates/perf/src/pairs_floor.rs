@@ -171,8 +171,9 @@ fn per_message_us(cpu_s: f64, messages: u64) -> f64 {
 
 /// `warren perf pairs-floor ARGS` (the arguments after the subcommand's name).
 pub fn main(args: Vec<String>) -> Result<()> {
-    let args = PairsFloorArgs::try_parse_from(std::iter::once(COMMAND.to_owned()).chain(args))
-        .map_err(|e| anyhow!("{e}"))?;
+    let Some(args) = crate::flags::parse_or_help::<PairsFloorArgs>(COMMAND, args)? else {
+        return Ok(());
+    };
     // Children inherit it: the relay holds as many sockets as the tool.
     fd_limit::raise_soft_to_hard();
     if args.relay_worker {

@@ -293,20 +293,10 @@ pub fn machine_description() -> String {
 }
 
 pub async fn main(argv: Vec<String>) -> Result<()> {
-    let mut all = vec!["warren perf scenario".to_owned()];
-    all.extend(argv.iter().cloned());
-    let args = match ScenarioArgs::try_parse_from(all) {
-        Ok(a) => a,
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            print!("{e}");
-            return Ok(());
-        }
-        Err(e) => return Err(anyhow!("{e}")),
+    let Some(args) =
+        crate::flags::parse_or_help::<ScenarioArgs>("warren perf scenario", argv.iter().cloned())?
+    else {
+        return Ok(());
     };
     let names: Vec<String> = if args.name == "all" {
         SCENARIOS.iter().map(|s| s.to_string()).collect()
