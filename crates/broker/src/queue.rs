@@ -64,6 +64,17 @@ pub enum Enqueued {
 
 pub(crate) type DeadLetters = Vec<(QueuedMessage, DeathReason)>;
 
+/// How far [`QueueHome::route_dead_letters`] got with the dead-lettered copies: what a quorum
+/// queue's at-least-once dead-lettering waits on before it lets its dead messages go.
+#[derive(Default)]
+pub struct DeadLettersRouted {
+    /// Every copy reached at least one queue (false also without a dead-letter exchange).
+    pub all_routed: bool,
+    /// The store write of the last copy stored for durable target queues: those copies are
+    /// safe once it is durable.
+    pub stored: Option<(Store, u64)>,
+}
+
 /// What a queue hands outward to the vhost it is in. The vhost implements it and a queue
 /// holds it weakly, never naming the vhost's type: the queue module does not depend on the
 /// vhost module (which holds the queues), so a queue gives its dead letters to its vhost
@@ -76,13 +87,18 @@ pub trait QueueHome: Send + Sync {
     /// `dlx_routing_key` or its own keys, storing persistent copies for durable queues as a
     /// fresh publish. Called without the queue's lock held: a route back into the same
     /// queue must not deadlock.
+    ///
+    /// With `confirm` (a quorum queue's at-least-once dead-lettering) every target that
+    /// confirms on its own (quorum, remote) joins it, and the answer says whether every copy
+    /// reached a queue and which store write the durable targets' copies wait on.
     fn route_dead_letters(
         &self,
         queue: &ShortStr,
         dead: DeadLetters,
         dlx: Option<&ShortStr>,
         dlx_routing_key: Option<&ShortStr>,
-    );
+        confirm: Option<&Arc<QuorumConfirm>>,
+    ) -> DeadLettersRouted;
     /// The peers this vhost forwards to (quorum queue delegates, remote queues).
     fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers>;
 }
@@ -551,8 +567,20 @@ impl Queue {
 
     /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
     pub(crate) fn dead_letter(&self, dead: DeadLetters) {
+        self.dead_letter_confirmed(dead, None);
+    }
+
+    /// [`Queue::dead_letter`], the targets that confirm on their own joining `confirm`.
+    pub(crate) fn dead_letter_confirmed(
+        &self,
+        dead: DeadLetters,
+        confirm: Option<&Arc<QuorumConfirm>>,
+    ) -> DeadLettersRouted {
         if dead.is_empty() {
-            return;
+            return DeadLettersRouted {
+                all_routed: true,
+                stored: None,
+            };
         }
         for (m, _) in &dead {
             self.forget(m);
@@ -566,8 +594,15 @@ impl Queue {
                 st.limits.dead_letter_routing_key.clone(),
             )
         };
-        if let Some(home) = self.home.upgrade() {
-            home.route_dead_letters(&self.name, dead, dlx.as_ref(), dlx_routing_key.as_ref());
+        match self.home.upgrade() {
+            Some(home) => home.route_dead_letters(
+                &self.name,
+                dead,
+                dlx.as_ref(),
+                dlx_routing_key.as_ref(),
+                confirm,
+            ),
+            None => DeadLettersRouted::default(),
         }
     }
 
@@ -1018,7 +1053,14 @@ impl Queue {
     pub fn apply_policies(self: &Arc<Self>, policies: AppliedPolicies) -> bool {
         let limits = effective_queue_limits(&self.arguments, &policies);
         if let QueueKind::Quorum(qq) = &self.kind {
-            qq.set_config(crate::quorum::queue_config(&self.arguments, &policies));
+            let config = crate::quorum::queue_config(&self.arguments, &policies);
+            let at_least_once = crate::quorum::dead_letter_at_least_once(
+                &self.arguments,
+                &policies,
+                &config,
+                limits.dead_letter_exchange.is_some(),
+            );
+            qq.set_config(config, at_least_once);
         }
         let changed = self.with_state(|st, dead| {
             if st.policies == policies {

@@ -32,7 +32,7 @@ pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
-use crate::event_channel::EventSender;
+use crate::event_channel::{event_channel, EventSender};
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
@@ -110,6 +110,34 @@ pub fn queue_config(args: &FieldTable, applied: &AppliedPolicies) -> QueueConfig
             .unwrap_or(false),
     }
 }
+
+/// Whether the queue dead-letters at least once, as RabbitMQ decides it for quorum queues:
+/// `dead-letter-strategy` `at-least-once` (the argument over the policy), with `reject-publish`
+/// overflow and a dead-letter exchange; otherwise at most once (RabbitMQ falls back the same
+/// way: under drop-head a full queue would hold its dead messages without bound).
+pub fn dead_letter_at_least_once(
+    args: &FieldTable,
+    applied: &AppliedPolicies,
+    config: &QueueConfig,
+    has_dead_letter_exchange: bool,
+) -> bool {
+    let strategy = args
+        .get("x-dead-letter-strategy")
+        .and_then(FieldValue::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            applied
+                .get("dead-letter-strategy")
+                .and_then(|v| v.as_str().map(str::to_owned))
+        });
+    strategy.as_deref() == Some("at-least-once")
+        && config.overflow == Overflow::RejectPublish
+        && has_dead_letter_exchange
+}
+
+/// How long at-least-once dead-lettering waits before sending again the copies that reached
+/// no queue or that a target refused.
+const DEAD_LETTER_RETRY: Duration = Duration::from_secs(3);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -230,6 +258,12 @@ pub struct QuorumQueue {
     /// What the group's machine should act on (arguments and policies); a change is proposed
     /// to the group (`Command::SetConfig`) under this lock, so proposals follow updates.
     config: Mutex<QueueConfig>,
+    /// Whether the group should dead-letter at least once (`dead_letter_at_least_once`);
+    /// changed, like `config`, under `config`'s lock.
+    dead_letter_at_least_once: AtomicBool,
+    /// Held dead messages a `forward_dead_letters` task of this node is sending: one task per
+    /// message, so a take-over while the first is still retrying sends no second copy.
+    dead_letters_forwarding: Arc<Mutex<HashSet<MsgId>>>,
     commands: UnboundedSender<Proposed>,
     /// Taken by `start`.
     commands_rx: Mutex<Option<UnboundedReceiver<Proposed>>>,
@@ -292,6 +326,7 @@ impl QuorumQueue {
         host: Arc<QuorumHost>,
         group_id: GroupId,
         config: QueueConfig,
+        dead_letter_at_least_once: bool,
         members: Vec<NodeId>,
     ) -> QuorumQueue {
         let (commands, commands_rx) = unbounded_channel();
@@ -304,6 +339,8 @@ impl QuorumQueue {
             group_id,
             host,
             config: Mutex::new(config),
+            dead_letter_at_least_once: AtomicBool::new(dead_letter_at_least_once),
+            dead_letters_forwarding: Arc::default(),
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
             members: Mutex::new(members),
@@ -894,14 +931,31 @@ impl QuorumQueue {
     /// A policy change: the group's machine takes the new config through its log (every
     /// replica applies it at the same point). Proposed in order with everything else, also
     /// while the group is still starting: a publish that follows the change must see it.
-    pub fn set_config(&self, config: QueueConfig) {
+    pub fn set_config(&self, config: QueueConfig, dead_letter_at_least_once: bool) {
         let mut current = self.config.lock();
-        if *current == config {
-            return;
-        }
-        *current = config.clone();
         // Under the lock: the proposals go out in the order of the changes.
-        self.propose(Command::SetConfig(config), None);
+        if *current != config {
+            *current = config.clone();
+            self.propose(Command::SetConfig(config), None);
+        }
+        if self
+            .dead_letter_at_least_once
+            .swap(dead_letter_at_least_once, Ordering::AcqRel)
+            != dead_letter_at_least_once
+        {
+            self.propose(
+                Command::SetDeadLetterAtLeastOnce(dead_letter_at_least_once),
+                None,
+            );
+        }
+    }
+
+    /// Dead messages the group holds until their copies are safe (at-least-once
+    /// dead-lettering; RabbitMQ's `messages_dlx`), as this member last applied.
+    pub fn dead_letters_held(&self) -> usize {
+        self.group
+            .get()
+            .map_or(0, |g| g.with_queue(|q| q.dead_letters_held().count()))
     }
 
     fn desired_config(&self) -> QueueConfig {
@@ -1561,6 +1615,17 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
     if group.with_queue(|q| q.config() != &config) {
         complete &= write(Command::SetConfig(config)).await.is_ok();
     }
+    let at_least_once = qq.dead_letter_at_least_once.load(Ordering::Acquire);
+    if group.with_queue(|q| q.dead_letters_at_least_once() != at_least_once) {
+        complete &= write(Command::SetDeadLetterAtLeastOnce(at_least_once))
+            .await
+            .is_ok();
+    }
+    // Dead messages an earlier leader may not have delivered: sent again (at least once).
+    let held: Vec<MsgId> = group.with_queue(|q| q.dead_letters_held().map(|(_, m)| m.id).collect());
+    if !held.is_empty() {
+        tokio::spawn(forward_dead_letters(weak.clone(), held));
+    }
     let (local, mut attached): (HashSet<ConsumerKey>, Vec<(ConsumerKey, u32)>) = {
         let consumers = qq.consumers.lock();
         let local = consumers
@@ -1691,6 +1756,13 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
         // that is still attached here and never gets them. Dead letters go once, from the
         // leader.
         let leading = qq.is_leading();
+        // Under at-least-once the group holds its dead messages; they are sent from there.
+        let at_least_once = leading
+            && qq
+                .group
+                .get()
+                .is_some_and(|g| g.with_queue(|q| q.dead_letters_at_least_once()));
+        let mut held_dead = Vec::new();
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
         let mut unattached: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
@@ -1703,36 +1775,11 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     }
                 }
                 Effect::DeadLetter { .. } if !leading => {}
+                Effect::DeadLetter { message, .. } if at_least_once => {
+                    held_dead.push(message.id);
+                }
                 Effect::DeadLetter { reason, message } => {
-                    let Some(decoded) = codec::decode(message.body, 0, false) else {
-                        continue;
-                    };
-                    // The copy brings the failed deliveries along, as a classic queue's does;
-                    // the rejection that kills it is one (the group does not count a
-                    // discard as a return).
-                    let rejected = u32::from(matches!(reason, DeadLetterReason::Rejected));
-                    let delivery_count = failed_deliveries(
-                        &decoded,
-                        message.delivery_count.saturating_add(rejected),
-                    );
-                    let reason = match reason {
-                        DeadLetterReason::Rejected => DeathReason::Rejected,
-                        DeadLetterReason::Expired => DeathReason::Expired,
-                        DeadLetterReason::MaxLength => DeathReason::MaxLen,
-                        DeadLetterReason::DeliveryLimit => DeathReason::DeliveryLimit,
-                    };
-                    dead.push((
-                        QueuedMessage {
-                            id: message.id,
-                            message: Arc::new(decoded),
-                            redelivered: message.delivered_before,
-                            delivery_count,
-                            expires_at: None,
-                            via: 0,
-                            store_ref: None,
-                        },
-                        reason,
-                    ));
+                    dead.extend(dead_copy(reason, message));
                 }
             }
         }
@@ -1752,6 +1799,125 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
             qq.propose(Command::Release { consumer, msg_ids }, None);
         }
         queue.dead_letter(dead);
+        if !held_dead.is_empty() {
+            tokio::spawn(forward_dead_letters(weak.clone(), held_dead));
+        }
+    }
+}
+
+/// A dead message of the group as the dead-lettering code takes it: decoded, with the failed
+/// deliveries it brings along (`None`: a body that does not decode, which no publish makes).
+fn dead_copy(
+    reason: DeadLetterReason,
+    message: warren_quorum::machine::Message,
+) -> Option<(QueuedMessage, DeathReason)> {
+    let decoded = codec::decode(message.body, 0, false)?;
+    // The copy brings the failed deliveries along, as a classic queue's does; the rejection
+    // that kills it is one (the group does not count a discard as a return).
+    let rejected = u32::from(matches!(reason, DeadLetterReason::Rejected));
+    let delivery_count =
+        failed_deliveries(&decoded, message.delivery_count.saturating_add(rejected));
+    let reason = match reason {
+        DeadLetterReason::Rejected => DeathReason::Rejected,
+        DeadLetterReason::Expired => DeathReason::Expired,
+        DeadLetterReason::MaxLength => DeathReason::MaxLen,
+        DeadLetterReason::DeliveryLimit => DeathReason::DeliveryLimit,
+    };
+    Some((
+        QueuedMessage {
+            id: message.id,
+            message: Arc::new(decoded),
+            redelivered: message.delivered_before,
+            delivery_count,
+            expires_at: None,
+            via: 0,
+            store_ref: None,
+        },
+        reason,
+    ))
+}
+
+/// At-least-once dead-lettering (what RabbitMQ's `rabbit_fifo_dlx_worker` does): the leader
+/// routes the copies of dead messages `ids` that the group holds with a confirm, waits until
+/// every target has its copy (quorum and remote targets committed it, durable classic ones'
+/// store write is durable), then lets the group drop them (`SettleDeadLetters`). Copies that
+/// reached no queue, or that a target refused, are sent again every `DEAD_LETTER_RETRY`
+/// while this member leads and the group still holds them; a new leader sends whatever is
+/// still held (`take_over`), so a target may get a copy twice, never none.
+async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
+    /// The messages a task claimed, given back when it ends however it ends.
+    struct Claim(Arc<Mutex<HashSet<MsgId>>>, Vec<MsgId>);
+    impl Drop for Claim {
+        fn drop(&mut self) {
+            let mut forwarding = self.0.lock();
+            for id in &self.1 {
+                forwarding.remove(id);
+            }
+        }
+    }
+    let _claim = {
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        let forwarding = qq.dead_letters_forwarding.clone();
+        ids.retain(|id| forwarding.lock().insert(*id));
+        Claim(forwarding, ids.clone())
+    };
+    ids.sort_unstable();
+    loop {
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        let Some(group) = qq.group.get().cloned() else {
+            return;
+        };
+        if !qq.is_leading() {
+            return;
+        }
+        let (held, dead): (Vec<MsgId>, Vec<_>) = group.with_queue(|q| {
+            q.dead_letters_held()
+                .filter(|(_, m)| ids.binary_search(&m.id).is_ok())
+                .filter_map(|(reason, m)| Some((m.id, dead_copy(reason, m.clone())?)))
+                .unzip()
+        });
+        if held.is_empty() {
+            return;
+        }
+        ids = held;
+        let (wake, mut woken) = event_channel();
+        let confirm = QuorumConfirm::new(wake);
+        let routed = queue.dead_letter_confirmed(dead, Some(&confirm));
+        confirm.routed();
+        drop(group);
+        drop(queue);
+        let accepted = loop {
+            if let Some(accepted) = confirm.outcome() {
+                break accepted;
+            }
+            if woken.recv().await.is_none() {
+                break false;
+            }
+        };
+        let durable = match routed.stored {
+            Some((store, seq)) => store.wait_durable(seq).await.is_ok(),
+            None => true,
+        };
+        let Some(queue) = weak.upgrade() else { return };
+        let Some(qq) = queue.quorum() else { return };
+        if accepted && durable && routed.all_routed {
+            // The claim lasts until the group applied the settle: a take-over in between
+            // must not see them still held and send them again.
+            let (answered, settled) = oneshot::channel();
+            qq.propose_answered(
+                Command::SettleDeadLetters {
+                    msg_ids: ids.clone(),
+                },
+                None,
+                Some(answered),
+            );
+            drop(queue);
+            let _ = settled.await;
+            return;
+        }
+        tokio::time::sleep(DEAD_LETTER_RETRY).await;
     }
 }
 

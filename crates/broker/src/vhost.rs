@@ -609,13 +609,19 @@ impl VHost {
                 self.name
             )));
         };
+        let policies = self.policies.read().applied(EntityKind::Queue, &name);
+        let config = crate::quorum::queue_config(&arguments, &policies);
+        let at_least_once = crate::quorum::dead_letter_at_least_once(
+            &arguments,
+            &policies,
+            &config,
+            limits.dead_letter_exchange.is_some(),
+        );
         let quorum = QuorumQueue::new(
             host.clone(),
             QuorumHost::group_id(&self.name, &name),
-            crate::quorum::queue_config(
-                &arguments,
-                &self.policies.read().applied(EntityKind::Queue, &name),
-            ),
+            config,
+            at_least_once,
             members,
         );
         let queue = Arc::new(

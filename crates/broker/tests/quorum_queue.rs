@@ -11,7 +11,7 @@ use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
 use warren_broker::event_channel::{event_channel, EventReceiver};
 use warren_broker::memory::MemoryMonitor;
 use warren_broker::quorum::{QuorumConfirm, QuorumHost};
-use warren_broker::{Message, QueueDeclaration, VHost};
+use warren_broker::{ExchangeDeclaration, Message, QueueDeclaration, VHost};
 use warren_codec::{
     BasicProperties, ContentHeader, FieldTable, FieldValue, ShortStr, BASIC_CLASS_ID,
 };
@@ -30,7 +30,10 @@ fn new_vhost(host: &Arc<QuorumHost>) -> Arc<VHost> {
 }
 
 fn declare(vhost: &Arc<VHost>, name: &str) {
-    let mut arguments = FieldTable::new();
+    declare_with(vhost, name, FieldTable::new());
+}
+
+fn declare_with(vhost: &Arc<VHost>, name: &str, mut arguments: FieldTable) {
     arguments.insert("x-queue-type", FieldValue::string("quorum"));
     vhost
         .declare_queue(
@@ -303,5 +306,103 @@ async fn a_delivery_racing_a_consumers_cancel_goes_to_the_next_consumer() {
     })
     .await;
     drop(first_events);
+    host.shutdown().await;
+}
+
+/// At-least-once dead-lettering (`x-dead-letter-strategy=at-least-once` with reject-publish):
+/// a rejected message whose dead-letter exchange does not exist yet stays held in its group
+/// instead of being dropped, and reaches the dead-letter queue once there is one; only then
+/// does the group let it go. At most once (the default), the same message is gone at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_dead_letters_wait_for_a_route_then_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    for (name, strategy) in [("alo", "at-least-once"), ("amo", "at-most-once")] {
+        let mut arguments = FieldTable::new();
+        arguments.insert("x-dead-letter-exchange", FieldValue::string("dlx"));
+        arguments.insert("x-dead-letter-strategy", FieldValue::string(strategy));
+        arguments.insert("x-overflow", FieldValue::string("reject-publish"));
+        declare_with(&vhost, name, arguments);
+    }
+    let (events_tx, mut events) = event_channel();
+    for name in ["alo", "amo"] {
+        let queue = vhost.queue(name).unwrap();
+        let confirm = QuorumConfirm::new(events_tx.clone());
+        queue.publish_confirmed(message(b"poison"), None, Some(&confirm));
+        confirm.routed();
+        eventually("the publish confirmed", || confirm.outcome() == Some(true)).await;
+        let consumer = Arc::new(Consumer::new(
+            ShortStr::from(name),
+            1,
+            1,
+            false,
+            false,
+            0,
+            Arc::new(ChannelFlow::default()),
+            Arc::downgrade(&queue),
+            events_tx.clone(),
+        ));
+        queue.add_consumer(consumer.clone()).unwrap();
+        let d = next_delivery(&mut events).await;
+        // basic.reject without requeue.
+        queue.settle(Vec::new(), Vec::new(), vec![d.message]);
+        eventually("the rejected message left the queue", || {
+            queue.message_count() == 0 && queue.unacked_count() == 0
+        })
+        .await;
+        drop(consumer);
+    }
+    let alo = vhost.queue("alo").unwrap();
+    let amo = vhost.queue("amo").unwrap();
+    let held = |q: &warren_broker::queue::Queue| q.quorum().unwrap().dead_letters_held();
+    eventually("at-least-once holds the message with no route", || {
+        held(&alo) == 1
+    })
+    .await;
+    assert_eq!(held(&amo), 0, "at-most-once drops it");
+
+    // A route appears: the held copy is sent again and reaches it; the group lets it go.
+    vhost
+        .declare_exchange(ExchangeDeclaration {
+            name: ShortStr::from("dlx"),
+            kind: "fanout".into(),
+            passive: false,
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::new(),
+        })
+        .unwrap();
+    let mut arguments = FieldTable::new();
+    arguments.insert("x-queue-type", FieldValue::string("classic"));
+    vhost
+        .declare_queue(
+            QueueDeclaration {
+                name: ShortStr::from("dlq"),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                arguments,
+            },
+            1,
+        )
+        .unwrap();
+    vhost
+        .bind_queue("dlq", "dlx", ShortStr::from(""), FieldTable::new(), 1)
+        .unwrap();
+    let dlq = vhost.queue("dlq").unwrap();
+    eventually("the held copy reached the dead-letter queue", || {
+        dlq.message_count() == 1
+    })
+    .await;
+    eventually("the group let the delivered dead message go", || {
+        held(&alo) == 0
+    })
+    .await;
+    // Only the at-least-once queue's copy: the other one's was dropped when it died.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(dlq.message_count(), 1);
     host.shutdown().await;
 }

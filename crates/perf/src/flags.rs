@@ -253,6 +253,28 @@ pub fn parse_key_values(s: &str) -> Result<FieldTable, String> {
     Ok(table)
 }
 
+/// Parses a subcommand's command line, `words` being its name as the user typed it (e.g.
+/// "warren perf scenario"). `Ok(None)` when the line asked for help or the version, which is
+/// printed on stdout: not an error (exit status 0), unlike a line that does not parse.
+pub(crate) fn parse_or_help<T: clap::Parser>(
+    words: &str,
+    args: impl IntoIterator<Item = String>,
+) -> anyhow::Result<Option<T>> {
+    match T::try_parse_from(std::iter::once(words.to_owned()).chain(args)) {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            print!("{e}");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,27 +398,5 @@ mod tests {
     #[test]
     fn unknown_flag_is_an_error() {
         assert!(PerfArgs::parse_perftest(vec!["--no-such-flag".to_owned()]).is_err());
-    }
-}
-
-/// Parses a subcommand's command line, `words` being its name as the user typed it (e.g.
-/// "warren perf scenario"). `Ok(None)` when the line asked for help or the version, which is
-/// printed on stdout: not an error (exit status 0), unlike a line that does not parse.
-pub(crate) fn parse_or_help<T: clap::Parser>(
-    words: &str,
-    args: impl IntoIterator<Item = String>,
-) -> anyhow::Result<Option<T>> {
-    match T::try_parse_from(std::iter::once(words.to_owned()).chain(args)) {
-        Ok(parsed) => Ok(Some(parsed)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            print!("{e}");
-            Ok(None)
-        }
-        Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }

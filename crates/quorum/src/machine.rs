@@ -15,6 +15,13 @@
 //! message that keeps failing does not block the ones behind it. They leave by settle, discard (dead-letter
 //! `rejected`), purge, delivery limit (dead-letter `delivery_limit`), max-length drop-head
 //! (dead-letter `maxlen`) or TTL (dead-letter `expired`).
+//!
+//! Dead-lettering is at-most-once by default: the leader routes the dead copy once and the
+//! message is gone. With at-least-once (RabbitMQ's `x-dead-letter-strategy=at-least-once`,
+//! which the broker turns on only with `reject-publish` overflow and a dead-letter exchange,
+//! as RabbitMQ does) a dead message stays in the group, held in `dead_held`, until the leader
+//! reports that its copy reached every target queue (`SettleDeadLetters`); a new leader sends
+//! again whatever is still held, so a copy may arrive twice but is never lost.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -151,6 +158,12 @@ pub enum Command {
     /// and one wire encoding; a queue group refuses it (`Reply::Rejected`). Last in the enum so
     /// logs written before it existed decode unchanged.
     Metadata(Bytes),
+    /// Turn at-least-once dead-lettering on or off (on: dead messages are held until
+    /// `SettleDeadLetters`; off: held ones are dropped, as RabbitMQ drops them on switching to
+    /// at-most-once). After `Metadata`, so logs written before it decode unchanged.
+    SetDeadLetterAtLeastOnce(bool),
+    /// The leader's report that these held dead messages reached their targets.
+    SettleDeadLetters { msg_ids: Vec<MsgId> },
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -240,6 +253,18 @@ pub struct QueueState {
     service_order: VecDeque<ConsumerKey>,
     /// Highest sequence seen per publisher.
     publishers: BTreeMap<u64, u64>,
+    /// At-least-once dead-lettering. Not in the derived encoding (snapshots written before it
+    /// existed must still decode): [`QueueState::to_snapshot`] appends it.
+    #[serde(skip)]
+    dead_letters: DeadLetterHold,
+}
+
+/// The at-least-once dead-lettering state, encoded after the rest of a snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct DeadLetterHold {
+    at_least_once: bool,
+    /// Dead messages whose copies the leader has not yet reported delivered, by id.
+    held: BTreeMap<MsgId, (DeadLetterReason, Message)>,
 }
 
 impl QueueState {
@@ -253,6 +278,7 @@ impl QueueState {
             consumers: BTreeMap::new(),
             service_order: VecDeque::new(),
             publishers: BTreeMap::new(),
+            dead_letters: DeadLetterHold::default(),
         }
     }
 
@@ -312,15 +338,33 @@ impl QueueState {
         self.consumers.keys().copied().collect()
     }
 
-    /// Encodes the state for a Raft snapshot.
-    pub fn to_snapshot(&self) -> Vec<u8> {
-        // Encoding plain owned data into a Vec cannot fail.
-        bincode::serialize(self).unwrap_or_default()
+    /// Whether dead messages are held until their copies are reported delivered.
+    pub fn dead_letters_at_least_once(&self) -> bool {
+        self.dead_letters.at_least_once
     }
 
-    /// Decodes a state encoded by [`QueueState::to_snapshot`].
-    pub fn from_snapshot(bytes: &[u8]) -> Result<Self, bincode::Error> {
-        bincode::deserialize(bytes)
+    /// The dead messages held for at-least-once dead-lettering, by ascending id: what a new
+    /// leader sends again.
+    pub fn dead_letters_held(&self) -> impl Iterator<Item = (DeadLetterReason, &Message)> {
+        self.dead_letters.held.values().map(|(r, m)| (*r, m))
+    }
+
+    /// Encodes the state for a Raft snapshot: the state, then its at-least-once hold.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        // Encoding plain owned data into a Vec cannot fail.
+        let mut bytes = bincode::serialize(self).unwrap_or_default();
+        bytes.extend(bincode::serialize(&self.dead_letters).unwrap_or_default());
+        bytes
+    }
+
+    /// Decodes a state encoded by [`QueueState::to_snapshot`], or by a build from before the
+    /// at-least-once hold (the state alone: nothing held).
+    pub fn from_snapshot(mut bytes: &[u8]) -> Result<Self, bincode::Error> {
+        let mut state: QueueState = bincode::deserialize_from(&mut bytes)?;
+        if !bytes.is_empty() {
+            state.dead_letters = bincode::deserialize_from(&mut bytes)?;
+        }
+        Ok(state)
     }
 
     /// Applies one command as happening at `now_ms`.
@@ -384,11 +428,8 @@ impl QueueState {
             Command::Discard { consumer, msg_ids } => self.take_checked_out(
                 consumer,
                 &msg_ids,
-                |_, message, effects| {
-                    effects.push(Effect::DeadLetter {
-                        reason: DeadLetterReason::Rejected,
-                        message,
-                    })
+                |state, message, effects| {
+                    state.dead_letter(DeadLetterReason::Rejected, message, effects)
                 },
                 &mut effects,
             ),
@@ -425,6 +466,20 @@ impl QueueState {
             }
             // Not a queue's command: a misrouted metadata operation changes nothing.
             Command::Metadata(_) => Reply::Rejected,
+            Command::SetDeadLetterAtLeastOnce(on) => {
+                self.dead_letters.at_least_once = on;
+                if !on {
+                    self.dead_letters.held.clear();
+                }
+                Reply::Ok
+            }
+            Command::SettleDeadLetters { msg_ids } => {
+                let count = msg_ids
+                    .iter()
+                    .filter(|id| self.dead_letters.held.remove(id).is_some())
+                    .count();
+                Reply::Handled { count }
+            }
             Command::Suspend { consumer } => {
                 if !self.consumers.contains_key(&consumer) {
                     Reply::UnknownConsumer
@@ -513,10 +568,7 @@ impl QueueState {
                 return;
             }
             match self.pop_head() {
-                Some(message) => effects.push(Effect::DeadLetter {
-                    reason: DeadLetterReason::MaxLength,
-                    message,
-                }),
+                Some(message) => self.dead_letter(DeadLetterReason::MaxLength, message, effects),
                 None => return,
             }
         }
@@ -544,10 +596,7 @@ impl QueueState {
             .is_some_and(|expires_at_ms| now_ms > expires_at_ms)
         {
             if let Some(message) = self.pop_head() {
-                effects.push(Effect::DeadLetter {
-                    reason: DeadLetterReason::Expired,
-                    message,
-                });
+                self.dead_letter(DeadLetterReason::Expired, message, effects);
             }
         }
     }
@@ -560,10 +609,7 @@ impl QueueState {
             .delivery_limit
             .is_some_and(|limit| message.delivery_count > limit)
         {
-            effects.push(Effect::DeadLetter {
-                reason: DeadLetterReason::DeliveryLimit,
-                message,
-            });
+            self.dead_letter(DeadLetterReason::DeliveryLimit, message, effects);
             return;
         }
         self.ready_bytes += message.body.len() as u64;
@@ -571,6 +617,22 @@ impl QueueState {
             Requeue::Head => self.returns.push_back(message),
             Requeue::Back => self.ready.push_back(message),
         }
+    }
+
+    /// A message leaves the queue dead: the leader routes its copy (the effect); under
+    /// at-least-once the group also holds it until that copy is reported delivered.
+    fn dead_letter(
+        &mut self,
+        reason: DeadLetterReason,
+        message: Message,
+        effects: &mut Vec<Effect>,
+    ) {
+        if self.dead_letters.at_least_once {
+            self.dead_letters
+                .held
+                .insert(message.id, (reason, message.clone()));
+        }
+        effects.push(Effect::DeadLetter { reason, message });
     }
 
     fn take_checked_out(
@@ -942,6 +1004,116 @@ mod tests {
         assert_eq!(reply, Reply::Batch(replies));
         assert_eq!(batch_effects, effects);
         assert_eq!(batched, one_by_one);
+    }
+
+    fn held(q: &QueueState) -> Vec<(DeadLetterReason, MsgId)> {
+        q.dead_letters_held().map(|(r, m)| (r, m.id)).collect()
+    }
+
+    #[test]
+    fn at_least_once_holds_dead_messages_until_settled_and_snapshots_keep_them() {
+        let mut q = QueueState::new(QueueConfig {
+            message_ttl_ms: Some(10),
+            ..QueueConfig::default()
+        });
+        // At-most-once (the default): the dead message is routed once and gone.
+        q.apply(0, enqueue("a"));
+        let (_, effects) = q.apply(20, Command::Tick);
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::Expired, 0)]);
+        assert!(held(&q).is_empty());
+
+        q.apply(20, Command::SetDeadLetterAtLeastOnce(true));
+        assert!(q.dead_letters_at_least_once());
+        q.apply(20, enqueue("b"));
+        q.apply(20, enqueue("c"));
+        let (_, effects) = q.apply(40, Command::Tick);
+        assert_eq!(
+            dead(&effects),
+            vec![
+                (DeadLetterReason::Expired, 1),
+                (DeadLetterReason::Expired, 2)
+            ]
+        );
+        assert_eq!(
+            held(&q),
+            vec![
+                (DeadLetterReason::Expired, 1),
+                (DeadLetterReason::Expired, 2)
+            ]
+        );
+        assert_eq!(q.ready_count(), 0);
+
+        // A snapshot keeps what is held (a new leader restored from it sends them again).
+        let restored = QueueState::from_snapshot(&q.to_snapshot()).expect("decodes");
+        assert_eq!(restored, q);
+
+        let (reply, _) = q.apply(
+            40,
+            Command::SettleDeadLetters {
+                msg_ids: vec![1, 7],
+            },
+        );
+        assert_eq!(reply, Reply::Handled { count: 1 });
+        assert_eq!(held(&q), vec![(DeadLetterReason::Expired, 2)]);
+
+        // Back to at-most-once: what is still held is dropped, as RabbitMQ does.
+        q.apply(40, Command::SetDeadLetterAtLeastOnce(false));
+        assert!(held(&q).is_empty());
+    }
+
+    #[test]
+    fn every_way_to_die_is_held_under_at_least_once() {
+        let mut q = QueueState::new(QueueConfig {
+            delivery_limit: Some(0),
+            max_length: Some(0),
+            ..QueueConfig::default()
+        });
+        q.apply(0, Command::SetDeadLetterAtLeastOnce(true));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 0,
+            },
+        );
+        q.apply(0, enqueue("rejected"));
+        q.apply(0, enqueue("returned"));
+        q.apply(
+            0,
+            Command::Discard {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        q.apply(
+            0,
+            Command::Return {
+                consumer: 1,
+                msg_ids: vec![1],
+            },
+        );
+        q.apply(0, Command::Cancel { consumer: 1 });
+        let (_, effects) = q.apply(0, enqueue("over the limit"));
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::MaxLength, 2)]);
+        assert_eq!(
+            held(&q),
+            vec![
+                (DeadLetterReason::Rejected, 0),
+                (DeadLetterReason::DeliveryLimit, 1),
+                (DeadLetterReason::MaxLength, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_from_before_the_dead_letter_hold_still_decodes() {
+        let mut q = QueueState::new(QueueConfig::default());
+        q.apply(0, enqueue("a"));
+        // What earlier builds wrote: the derived encoding alone.
+        let old = bincode::serialize(&q).expect("encodes");
+        let restored = QueueState::from_snapshot(&old).expect("decodes");
+        assert_eq!(restored, q);
+        assert!(!restored.dead_letters_at_least_once());
     }
 
     #[test]

@@ -41,6 +41,8 @@ impl fmt::Display for Proposal {
             Command::Batch(commands) => return write!(f, "batch of {}", commands.len()),
             Command::Release { .. } => "release",
             Command::Metadata(_) => "metadata",
+            Command::SetDeadLetterAtLeastOnce(_) => "set-dead-letter-at-least-once",
+            Command::SettleDeadLetters { .. } => "settle-dead-letters",
         };
         f.write_str(kind)
     }

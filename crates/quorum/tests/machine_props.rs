@@ -1,7 +1,8 @@
 //! Property tests of the quorum queue state machine: over random command sequences no message is
 //! lost or handed out twice, prefetch holds, ready messages never idle next to a consumer with
 //! room, a requeued message goes behind every ready one, a config change (a policy) applies like
-//! any command, and a snapshot taken anywhere restores a machine that behaves identically.
+//! any command, at-least-once dead-lettering holds exactly the dead messages not yet settled,
+//! and a snapshot taken anywhere restores a machine that behaves identically.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +48,12 @@ enum Op {
     },
     /// A policy changed the queue's limits.
     SetConfig(QueueConfig),
+    /// At-least-once dead-lettering switched on or off.
+    DeadLetterAtLeastOnce(bool),
+    /// The leader reports held dead messages delivered (picked by index, as settles are).
+    SettleDeadLetters {
+        picks: Vec<usize>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,6 +71,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Purge),
         1 => (0u64..30).prop_map(|advance_ms| Op::Tick { advance_ms }),
         1 => config().prop_map(Op::SetConfig),
+        1 => any::<bool>().prop_map(Op::DeadLetterAtLeastOnce),
+        1 => proptest::collection::vec(0usize..8, 0..4).prop_map(|picks| Op::SettleDeadLetters { picks }),
     ]
 }
 
@@ -109,6 +118,9 @@ struct Model {
     registered: Vec<ConsumerKey>,
     /// Fixed at declaration; a config change does not switch it.
     single_active_consumer: bool,
+    at_least_once: bool,
+    /// Dead messages held for at-least-once dead-lettering.
+    dead_held: BTreeSet<MsgId>,
 }
 
 impl Model {
@@ -172,6 +184,17 @@ impl Model {
             Op::Purge => Command::Purge,
             Op::Tick { .. } => Command::Tick,
             Op::SetConfig(config) => Command::SetConfig(config.clone()),
+            Op::DeadLetterAtLeastOnce(on) => Command::SetDeadLetterAtLeastOnce(*on),
+            Op::SettleDeadLetters { picks } => {
+                let held: Vec<MsgId> = self.dead_held.iter().copied().collect();
+                let mut msg_ids: Vec<MsgId> = picks
+                    .iter()
+                    .map(|i| held.get(*i).copied().unwrap_or(1_000_000 + *i as u64))
+                    .collect();
+                msg_ids.sort_unstable();
+                msg_ids.dedup();
+                Command::SettleDeadLetters { msg_ids }
+            }
         }
     }
 
@@ -233,6 +256,19 @@ impl Model {
                     }
                 }
             }
+            (Command::SetDeadLetterAtLeastOnce(on), _) => {
+                self.at_least_once = *on;
+                if !on {
+                    self.dead_held.clear();
+                }
+            }
+            (Command::SettleDeadLetters { msg_ids }, _) => {
+                let settled = msg_ids
+                    .iter()
+                    .filter(|id| self.dead_held.remove(id))
+                    .count();
+                prop_assert_eq!(&reply, &Reply::Handled { count: settled });
+            }
             (Command::Purge, Reply::Purged { count }) => {
                 // Expiry at the start of the command may have removed some ready ones first.
                 let expired: BTreeSet<MsgId> = effects
@@ -277,6 +313,9 @@ impl Model {
                     prop_assert!(self.accepted.contains(&message.id));
                     prop_assert!(!self.held.contains_key(&message.id));
                     prop_assert!(self.gone.insert(message.id), "dead-lettered twice");
+                    if self.at_least_once {
+                        self.dead_held.insert(message.id);
+                    }
                 }
             }
         }
@@ -315,6 +354,9 @@ impl Model {
                 "ready messages idle next to a free consumer"
             );
         }
+        let dead_held: BTreeSet<MsgId> = state.dead_letters_held().map(|(_, m)| m.id).collect();
+        prop_assert_eq!(&dead_held, &self.dead_held, "held dead messages");
+        prop_assert_eq!(state.dead_letters_at_least_once(), self.at_least_once);
         let bytes: u64 = state.ready_messages().map(|m| m.body.len() as u64).sum();
         prop_assert_eq!(bytes, state.ready_bytes());
         Ok((command, reply, effects))

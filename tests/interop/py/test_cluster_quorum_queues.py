@@ -4,7 +4,9 @@ x-quorum-initial-group-size 3, every node's API shows the same three members and
 new leader within seconds holds every confirmed message, and its node serves them); a
 consumer on the old leader's node is cancelled with basic.cancel and its unacked messages
 come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
-and 2 place the group on that many nodes, the declaring node first."""
+and 2 place the group on that many nodes, the declaring node first. Dead letters of an
+at-least-once queue that had no route when they died outlive their leader: the next leader
+sends them once a route exists."""
 import time
 
 import pika
@@ -135,6 +137,61 @@ def test_a_group_of_three_survives_its_leader(cluster):
     assert "Raft State" in text.stdout and "Commit Index" in text.stdout
     for name in names:
         assert name in text.stdout
+
+
+def test_at_least_once_dead_letters_outlive_their_leader(cluster):
+    by_name = {n.name: n for n in cluster}
+    names = sorted(by_name)
+    conn = cluster[0].connect()
+    channel = conn.channel()
+    channel.queue_declare("qdl", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3,
+        "x-dead-letter-exchange": "late-dlx", "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish"})
+    conn.close()
+    leader = eventually("one leader of three members on every node",
+                        lambda: agreed_queue_leader(cluster, "qdl", names))
+
+    # Twenty messages rejected while the dead-letter exchange does not exist: held.
+    conn = by_name[leader].connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    bodies = {b"dead-%02d" % i for i in range(20)}
+    for body in sorted(bodies):
+        channel.basic_publish("", "qdl", body, pika.BasicProperties(delivery_mode=2))
+    for _ in range(len(bodies)):
+        method, _, _ = channel.basic_get("qdl", auto_ack=False)
+        assert method is not None
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    eventually("every message rejected on every member",
+               lambda: all((n.queue("qdl") or {}).get("messages") == 0 for n in cluster))
+    conn.close()
+
+    by_name[leader].kill()
+    survivors = [n for n in cluster if n.name != leader]
+    new_leader = eventually(
+        "a new leader among the survivors",
+        lambda: (lambda l: l if l and l != leader else None)(
+            agreed_queue_leader(survivors, "qdl", names)),
+        timeout=60)
+
+    # A route appears: the new leader sends what the group still holds.
+    conn = by_name[new_leader].connect()
+    channel = conn.channel()
+    channel.exchange_declare("late-dlx", "fanout", durable=True)
+    channel.queue_declare("late-dlq", durable=True)
+    channel.queue_bind("late-dlq", "late-dlx")
+    got = set()
+    deadline = time.monotonic() + 60
+    while got != bodies and time.monotonic() < deadline:
+        method, props, body = channel.basic_get("late-dlq", auto_ack=True)
+        if method is None:
+            time.sleep(0.2)
+            continue
+        assert props.headers["x-death"][0]["reason"] == "rejected"
+        got.add(body)
+    assert got == bodies, "dead letters lost with their leader: %s" % sorted(bodies - got)
+    conn.close()
 
 
 def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):

@@ -4,7 +4,8 @@
 
 use super::VHost;
 use crate::dead_letter::{dead_lettered, is_death_cycle};
-use crate::queue::{DeadLetters, QueueHome};
+use crate::queue::{DeadLetters, DeadLettersRouted, QueueHome};
+use crate::quorum::QuorumConfirm;
 use std::sync::Arc;
 use warren_codec::ShortStr;
 use warren_store::QueueId;
@@ -20,15 +21,25 @@ impl QueueHome for VHost {
         dead: DeadLetters,
         dlx: Option<&ShortStr>,
         dlx_routing_key: Option<&ShortStr>,
-    ) {
-        for (_, reason) in &dead {
-            self.counters.dead_lettered.add(*reason, dlx.is_some(), 1);
+        confirm: Option<&Arc<QuorumConfirm>>,
+    ) -> DeadLettersRouted {
+        // The at-most-once counters: an at-least-once copy may be sent several times.
+        if confirm.is_none() {
+            for (_, reason) in &dead {
+                self.counters.dead_lettered.add(*reason, dlx.is_some(), 1);
+            }
         }
+        let mut routed = DeadLettersRouted {
+            all_routed: !dead.is_empty(),
+            stored: None,
+        };
         let Some(dlx) = dlx else {
-            return;
+            routed.all_routed = false;
+            return routed;
         };
         let Some(exchange) = self.exchange(dlx) else {
-            return;
+            routed.all_routed = false;
+            return routed;
         };
         let mut queues = Vec::new();
         for (m, reason) in dead {
@@ -63,11 +74,26 @@ impl QueueHome for VHost {
                     }
                 }
             }
+            if queues.is_empty() {
+                routed.all_routed = false;
+            }
+            if let (Some(appended), Some(store)) = (stored, &self.store) {
+                routed.stored = Some((store.clone(), appended.seq));
+            }
             let copy = Arc::new(copy);
             for q in queues.drain(..) {
-                q.publish(copy.clone(), stored.filter(|_| q.stored.is_some()));
+                let stored = stored.filter(|_| q.stored.is_some());
+                match confirm {
+                    Some(confirm) => {
+                        q.publish_confirmed(copy.clone(), stored, Some(confirm));
+                    }
+                    None => {
+                        q.publish(copy.clone(), stored);
+                    }
+                }
             }
         }
+        routed
     }
 
     fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers> {
