@@ -8,10 +8,10 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
-use warren_broker::event_channel::{event_channel, EventReceiver};
+use warren_broker::event_channel::{event_channel, EventReceiver, EventSender};
 use warren_broker::memory::MemoryMonitor;
 use warren_broker::quorum::{QuorumConfirm, QuorumHost};
-use warren_broker::{ExchangeDeclaration, Message, QueueDeclaration, VHost};
+use warren_broker::{ExchangeDeclaration, Message, Queue, QueueDeclaration, VHost};
 use warren_codec::{
     BasicProperties, ContentHeader, FieldTable, FieldValue, ShortStr, BASIC_CLASS_ID,
 };
@@ -58,6 +58,27 @@ fn message(body: &'static [u8]) -> Arc<Message> {
         &properties,
         ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties,
         Bytes::from_static(body),
+    ))
+}
+
+/// A consumer on channel 1 of `connection` (manual ack, no priority), its deliveries to `events`.
+fn new_consumer(
+    queue: &Arc<Queue>,
+    tag: &str,
+    connection: u64,
+    prefetch: u32,
+    events: EventSender<ConnectionEvent>,
+) -> Arc<Consumer> {
+    Arc::new(Consumer::new(
+        ShortStr::from(tag),
+        1,
+        connection,
+        false,
+        false,
+        prefetch,
+        Arc::new(ChannelFlow::default()),
+        Arc::downgrade(queue),
+        events,
     ))
 }
 
@@ -126,17 +147,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     assert_eq!(queue.message_count(), 2);
 
     // A consumer with prefetch 1 gets "one"; requeued, it comes back redelivered and counted.
-    let consumer = Arc::new(Consumer::new(
-        ShortStr::from("c"),
-        1,
-        1,
-        false,
-        false,
-        1,
-        Arc::new(ChannelFlow::default()),
-        Arc::downgrade(&queue),
-        events_tx.clone(),
-    ));
+    let consumer = new_consumer(&queue, "c", 1, 1, events_tx.clone());
     queue.add_consumer(consumer.clone()).unwrap();
     let first = next_delivery(&mut events).await;
     assert_eq!(&first.message.message.body[..], b"one");
@@ -167,18 +178,9 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     })
     .await;
     let (events_tx, mut events) = event_channel();
-    let consumer = Arc::new(Consumer::new(
-        ShortStr::from("c2"),
-        1,
-        2,
-        false,
-        false,
-        0,
-        Arc::new(ChannelFlow::default()),
-        Arc::downgrade(&queue),
-        events_tx,
-    ));
-    queue.add_consumer(consumer).unwrap();
+    queue
+        .add_consumer(new_consumer(&queue, "c2", 2, 0, events_tx))
+        .unwrap();
     let back = next_delivery(&mut events).await;
     assert_eq!(&back.message.message.body[..], b"one");
     assert!(back.message.redelivered);
@@ -264,19 +266,8 @@ async fn a_delivery_racing_a_consumers_cancel_goes_to_the_next_consumer() {
     let vhost = new_vhost(&host);
     declare(&vhost, "q");
     let queue = vhost.queue("q").unwrap();
-    let consumer = |tag: &str, connection, events_tx| {
-        Arc::new(Consumer::new(
-            ShortStr::from(tag),
-            1,
-            connection,
-            false,
-            false,
-            10,
-            Arc::new(ChannelFlow::default()),
-            Arc::downgrade(&queue),
-            events_tx,
-        ))
-    };
+    let consumer =
+        |tag: &str, connection, events_tx| new_consumer(&queue, tag, connection, 10, events_tx);
     let (first_tx, mut first_events) = event_channel();
     queue.add_consumer(consumer("first", 1, first_tx)).unwrap();
     queue.publish(message(b"held"), None);
@@ -332,17 +323,7 @@ async fn at_least_once_dead_letters_wait_for_a_route_then_go() {
         queue.publish_confirmed(message(b"poison"), None, Some(&confirm));
         confirm.routed();
         eventually("the publish confirmed", || confirm.outcome() == Some(true)).await;
-        let consumer = Arc::new(Consumer::new(
-            ShortStr::from(name),
-            1,
-            1,
-            false,
-            false,
-            0,
-            Arc::new(ChannelFlow::default()),
-            Arc::downgrade(&queue),
-            events_tx.clone(),
-        ));
+        let consumer = new_consumer(&queue, name, 1, 0, events_tx.clone());
         queue.add_consumer(consumer.clone()).unwrap();
         let d = next_delivery(&mut events).await;
         // basic.reject without requeue.
@@ -355,7 +336,7 @@ async fn at_least_once_dead_letters_wait_for_a_route_then_go() {
     }
     let alo = vhost.queue("alo").unwrap();
     let amo = vhost.queue("amo").unwrap();
-    let held = |q: &warren_broker::queue::Queue| q.quorum().unwrap().dead_letters_held();
+    let held = |q: &Queue| q.quorum().unwrap().dead_letters_held();
     eventually("at-least-once holds the message with no route", || {
         held(&alo) == 1
     })

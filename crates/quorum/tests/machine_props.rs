@@ -106,6 +106,18 @@ fn config() -> impl Strategy<Value = QueueConfig> {
         )
 }
 
+/// Ids from `held` by index, sorted and without repeats; an index past the end names an id
+/// nobody holds.
+fn pick_ids(held: &[MsgId], picks: &[usize]) -> Vec<MsgId> {
+    let mut ids: Vec<MsgId> = picks
+        .iter()
+        .map(|i| held.get(*i).copied().unwrap_or(1_000_000 + *i as u64))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// What the test knows from replies and effects alone.
 #[derive(Default)]
 struct Model {
@@ -142,16 +154,8 @@ impl Model {
 
     /// Turns an op into a command, picking held ids (plus an id nobody holds) by index.
     fn command(&self, op: &Op) -> Command {
-        let pick = |consumer: ConsumerKey, picks: &[usize]| -> Vec<MsgId> {
-            let held = self.held_by(consumer);
-            let mut ids: Vec<MsgId> = picks
-                .iter()
-                .map(|i| held.get(*i).copied().unwrap_or(1_000_000 + *i as u64))
-                .collect();
-            ids.sort_unstable();
-            ids.dedup();
-            ids
-        };
+        let pick =
+            |consumer: ConsumerKey, picks: &[usize]| pick_ids(&self.held_by(consumer), picks);
         match op {
             Op::Enqueue { ttl_ms, seq, len } => Command::Enqueue {
                 publisher: seq.map(|seq| PublisherSeq { publisher: 1, seq }),
@@ -185,16 +189,9 @@ impl Model {
             Op::Tick { .. } => Command::Tick,
             Op::SetConfig(config) => Command::SetConfig(config.clone()),
             Op::DeadLetterAtLeastOnce(on) => Command::SetDeadLetterAtLeastOnce(*on),
-            Op::SettleDeadLetters { picks } => {
-                let held: Vec<MsgId> = self.dead_held.iter().copied().collect();
-                let mut msg_ids: Vec<MsgId> = picks
-                    .iter()
-                    .map(|i| held.get(*i).copied().unwrap_or(1_000_000 + *i as u64))
-                    .collect();
-                msg_ids.sort_unstable();
-                msg_ids.dedup();
-                Command::SettleDeadLetters { msg_ids }
-            }
+            Op::SettleDeadLetters { picks } => Command::SettleDeadLetters {
+                msg_ids: pick_ids(&self.dead_held.iter().copied().collect::<Vec<_>>(), picks),
+            },
         }
     }
 

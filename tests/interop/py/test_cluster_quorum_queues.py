@@ -42,6 +42,15 @@ def raft(node, name):
     return info["raft"] if info else None
 
 
+def leader_after(survivors, queue, names, old):
+    """The queue's leader the survivors agree on once it is not `old` (within 60 s)."""
+    return eventually(
+        "a new leader among the survivors",
+        lambda: (lambda l: l if l and l != old else None)(
+            agreed_queue_leader(survivors, queue, names)),
+        timeout=60)
+
+
 def test_a_group_of_three_survives_its_leader(cluster):
     by_name = {n.name: n for n in cluster}
     names = sorted(by_name)
@@ -82,11 +91,7 @@ def test_a_group_of_three_survives_its_leader(cluster):
 
     by_name[leader].kill()
     survivors = [n for n in cluster if n.name != leader]
-    new_leader = eventually(
-        "a new leader among the survivors",
-        lambda: (lambda l: l if l and l != leader else None)(
-            agreed_queue_leader(survivors, "qq3", names)),
-        timeout=60)
+    new_leader = leader_after(survivors, "qq3", names, leader)
     info = by_name[new_leader].queue("qq3")
     assert leader not in info["online"]
     assert sorted(info["online"]) == sorted(n.name for n in survivors)
@@ -169,11 +174,7 @@ def test_at_least_once_dead_letters_outlive_their_leader(cluster):
 
     by_name[leader].kill()
     survivors = [n for n in cluster if n.name != leader]
-    new_leader = eventually(
-        "a new leader among the survivors",
-        lambda: (lambda l: l if l and l != leader else None)(
-            agreed_queue_leader(survivors, "qdl", names)),
-        timeout=60)
+    new_leader = leader_after(survivors, "qdl", names, leader)
 
     # A route appears: the new leader sends what the group still holds.
     conn = by_name[new_leader].connect()
