@@ -20,33 +20,75 @@ pub struct NodeCounters {
     pub dead_lettered: DeadLettered,
 }
 
-/// Messages that left a queue dead (rejected, expired, dropped over a length limit), by
-/// reason and by whether the queue had a dead-letter exchange — RabbitMQ's
-/// `messages_dead_lettered` global counters with their `at_most_once` and `disabled`
-/// strategies for classic queues.
+/// Messages that left a queue dead, by the queue's type, the reason and the dead-letter
+/// strategy — RabbitMQ's `messages_dead_lettered_*` global counters — and the at-least-once
+/// ones whose copies were confirmed (`messages_dead_lettered_confirmed`).
 #[derive(Debug, Default)]
 pub struct DeadLettered {
-    /// [reason][0: to a dead-letter exchange, 1: dropped (no exchange set)]
-    counts: [[AtomicU64; 2]; 4],
+    /// [queue type][reason][strategy]
+    counts: [[[AtomicU64; 3]; 4]; 2],
+    /// At-least-once dead letters whose copies every target confirmed (quorum queues).
+    confirmed: AtomicU64,
+}
+
+/// The queue types RabbitMQ's dead-letter counters are labelled with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadLetterSource {
+    Classic,
+    Quorum,
+}
+
+/// How a queue dead-letters (RabbitMQ's `dead_letter_strategy` label): `Disabled` without a
+/// dead-letter exchange (the message is dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadLetterStrategy {
+    Disabled,
+    AtMostOnce,
+    AtLeastOnce,
 }
 
 impl DeadLettered {
-    fn counter(&self, reason: DeathReason, to_exchange: bool) -> &AtomicU64 {
+    fn counter(
+        &self,
+        source: DeadLetterSource,
+        reason: DeathReason,
+        strategy: DeadLetterStrategy,
+    ) -> &AtomicU64 {
+        let by_type = &self.counts[source as usize];
         let by_reason = match reason {
-            DeathReason::Rejected => &self.counts[0],
-            DeathReason::Expired => &self.counts[1],
-            DeathReason::MaxLen => &self.counts[2],
-            DeathReason::DeliveryLimit => &self.counts[3],
+            DeathReason::Rejected => &by_type[0],
+            DeathReason::Expired => &by_type[1],
+            DeathReason::MaxLen => &by_type[2],
+            DeathReason::DeliveryLimit => &by_type[3],
         };
-        &by_reason[usize::from(!to_exchange)]
+        &by_reason[strategy as usize]
     }
 
-    pub fn add(&self, reason: DeathReason, to_exchange: bool, n: u64) {
-        add(self.counter(reason, to_exchange), n);
+    pub fn add(
+        &self,
+        source: DeadLetterSource,
+        reason: DeathReason,
+        strategy: DeadLetterStrategy,
+        n: u64,
+    ) {
+        add(self.counter(source, reason, strategy), n);
     }
 
-    pub fn read(&self, reason: DeathReason, to_exchange: bool) -> u64 {
-        read(self.counter(reason, to_exchange))
+    pub fn read(
+        &self,
+        source: DeadLetterSource,
+        reason: DeathReason,
+        strategy: DeadLetterStrategy,
+    ) -> u64 {
+        read(self.counter(source, reason, strategy))
+    }
+
+    pub fn add_confirmed(&self, n: u64) {
+        add(&self.confirmed, n);
+    }
+
+    pub fn confirmed(&self) -> u64 {
+        read(&self.confirmed)
     }
 }
 

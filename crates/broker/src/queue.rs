@@ -23,6 +23,7 @@
 //! branches once on the kind — a field read, no allocation, lock or task hop — so the
 //! classic path is the same as before.
 
+use crate::churn::{DeadLetterSource, DeadLetterStrategy, DeadLettered};
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
 use crate::dead_letter::DeathReason;
@@ -99,6 +100,8 @@ pub trait QueueHome: Send + Sync {
         dlx_routing_key: Option<&ShortStr>,
         confirm: Option<&Arc<QuorumConfirm>>,
     ) -> DeadLettersRouted;
+    /// The node's dead-letter counters (`messages_dead_lettered_*`).
+    fn dead_lettered(&self) -> &DeadLettered;
     /// The peers this vhost forwards to (quorum queue delegates, remote queues).
     fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers>;
 }
@@ -594,7 +597,23 @@ impl Queue {
                 st.limits.dead_letter_routing_key.clone(),
             )
         };
-        match self.home.upgrade() {
+        let home = self.home.upgrade();
+        // Counted here once per death; at-least-once copies, which may be sent several
+        // times, are counted by the quorum queue when they die (`crate::quorum`).
+        if let (Some(home), None) = (&home, confirm) {
+            let source = match self.kind {
+                QueueKind::Quorum(_) => DeadLetterSource::Quorum,
+                _ => DeadLetterSource::Classic,
+            };
+            let strategy = match dlx {
+                Some(_) => DeadLetterStrategy::AtMostOnce,
+                None => DeadLetterStrategy::Disabled,
+            };
+            for (_, reason) in &dead {
+                home.dead_lettered().add(source, *reason, strategy, 1);
+            }
+        }
+        match home {
             Some(home) => home.route_dead_letters(
                 &self.name,
                 dead,

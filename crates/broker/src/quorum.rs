@@ -29,6 +29,7 @@ pub mod status;
 
 pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 
+use crate::churn::{DeadLetterSource, DeadLetterStrategy};
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
@@ -1775,7 +1776,16 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     }
                 }
                 Effect::DeadLetter { .. } if !leading => {}
-                Effect::DeadLetter { message, .. } if at_least_once => {
+                Effect::DeadLetter { message, reason } if at_least_once => {
+                    if let Some(home) = queue.home() {
+                        let (_, reason) = dead_reason(reason);
+                        home.dead_lettered().add(
+                            DeadLetterSource::Quorum,
+                            reason,
+                            DeadLetterStrategy::AtLeastOnce,
+                            1,
+                        );
+                    }
                     held_dead.push(message.id);
                 }
                 Effect::DeadLetter { reason, message } => {
@@ -1805,6 +1815,16 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
     }
 }
 
+/// The group's reason as the dead-lettering code names it, and whether it is a rejection.
+fn dead_reason(reason: DeadLetterReason) -> (bool, DeathReason) {
+    match reason {
+        DeadLetterReason::Rejected => (true, DeathReason::Rejected),
+        DeadLetterReason::Expired => (false, DeathReason::Expired),
+        DeadLetterReason::MaxLength => (false, DeathReason::MaxLen),
+        DeadLetterReason::DeliveryLimit => (false, DeathReason::DeliveryLimit),
+    }
+}
+
 /// A dead message of the group as the dead-lettering code takes it: decoded, with the failed
 /// deliveries it brings along (`None`: a body that does not decode, which no publish makes).
 fn dead_copy(
@@ -1814,15 +1834,11 @@ fn dead_copy(
     let decoded = codec::decode(message.body, 0, false)?;
     // The copy brings the failed deliveries along, as a classic queue's does; the rejection
     // that kills it is one (the group does not count a discard as a return).
-    let rejected = u32::from(matches!(reason, DeadLetterReason::Rejected));
-    let delivery_count =
-        failed_deliveries(&decoded, message.delivery_count.saturating_add(rejected));
-    let reason = match reason {
-        DeadLetterReason::Rejected => DeathReason::Rejected,
-        DeadLetterReason::Expired => DeathReason::Expired,
-        DeadLetterReason::MaxLength => DeathReason::MaxLen,
-        DeadLetterReason::DeliveryLimit => DeathReason::DeliveryLimit,
-    };
+    let (rejected, reason) = dead_reason(reason);
+    let delivery_count = failed_deliveries(
+        &decoded,
+        message.delivery_count.saturating_add(u32::from(rejected)),
+    );
     Some((
         QueuedMessage {
             id: message.id,
@@ -1913,6 +1929,9 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
                 None,
                 Some(answered),
             );
+            if let Some(home) = queue.home() {
+                home.dead_lettered().add_confirmed(ids.len() as u64);
+            }
             drop(queue);
             let _ = settled.await;
             return;

@@ -4,7 +4,7 @@
 //! messages expecting confirms) come from each vhost's `PublishCounters`.
 
 use crate::exposition::{Exposition, Kind};
-use warren_broker::churn::DeadLettered;
+use warren_broker::churn::{DeadLetterSource, DeadLetterStrategy, DeadLettered};
 use warren_broker::dead_letter::DeathReason;
 use warren_broker::publish_counters::{PublishCounts, SIZE_BUCKET_BOUNDS_BYTES};
 use warren_broker::MessageCounts;
@@ -12,6 +12,7 @@ use warren_broker::MessageCounts;
 const AMQP: (&str, &str) = ("protocol", "amqp091");
 /// Warren's queues are classic queues: the only queue type its samples name.
 const CLASSIC: (&str, &str) = ("queue_type", "rabbit_classic_queue");
+const QUORUM: (&str, &str) = ("queue_type", "rabbit_quorum_queue");
 
 /// What the global families are computed from.
 pub struct GlobalReadings {
@@ -123,10 +124,12 @@ pub fn families(out: &mut Exposition, g: &GlobalReadings) {
     message_sizes(out, &g.published);
 }
 
-/// `rabbitmq_global_messages_dead_lettered_*_total` for classic queues: RabbitMQ's
-/// `at_most_once` strategy is a queue with a dead-letter exchange, `disabled` one without
-/// (its dead messages are dropped).
+/// `rabbitmq_global_messages_dead_lettered_*_total`, as RabbitMQ labels them: classic queues
+/// with the `at_most_once` strategy (a dead-letter exchange) or `disabled` (none: dropped);
+/// quorum queues with those two and `at_least_once`, plus `delivery_limit` and the confirmed
+/// at-least-once copies (`..._confirmed_total`).
 pub fn dead_lettered(out: &mut Exposition, counts: &DeadLettered) {
+    use DeadLetterStrategy::{AtLeastOnce, AtMostOnce, Disabled};
     let families = [
         (
             "rabbitmq_global_messages_dead_lettered_expired_total",
@@ -143,17 +146,48 @@ pub fn dead_lettered(out: &mut Exposition, counts: &DeadLettered) {
             "Total number of messages dead-lettered due to basic.reject or basic.nack",
             DeathReason::Rejected,
         ),
+        (
+            "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
+            "Total number of messages dead-lettered due to delivery-limit exceeded",
+            DeathReason::DeliveryLimit,
+        ),
     ];
+    let strategy_name = |strategy| match strategy {
+        Disabled => "disabled",
+        AtMostOnce => "at_most_once",
+        AtLeastOnce => "at_least_once",
+    };
     for (name, help, reason) in families {
         out.family(name, Kind::Counter, help);
-        for (strategy, to_exchange) in [("at_most_once", true), ("disabled", false)] {
+        // Classic queues have no delivery limit and only the two strategies.
+        if reason != DeathReason::DeliveryLimit {
+            for strategy in [AtMostOnce, Disabled] {
+                out.sample(
+                    name,
+                    &[CLASSIC, ("dead_letter_strategy", strategy_name(strategy))],
+                    counts.read(DeadLetterSource::Classic, reason, strategy),
+                );
+            }
+        }
+        for strategy in [AtLeastOnce, AtMostOnce, Disabled] {
             out.sample(
                 name,
-                &[CLASSIC, ("dead_letter_strategy", strategy)],
-                counts.read(reason, to_exchange),
+                &[QUORUM, ("dead_letter_strategy", strategy_name(strategy))],
+                counts.read(DeadLetterSource::Quorum, reason, strategy),
             );
         }
     }
+    let name = "rabbitmq_global_messages_dead_lettered_confirmed_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Total number of messages dead-lettered and confirmed by target queues",
+    );
+    out.sample(
+        name,
+        &[QUORUM, ("dead_letter_strategy", "at_least_once")],
+        counts.confirmed(),
+    );
 }
 
 /// `rabbitmq_message_size_bytes` (RabbitMQ 4.x): a histogram of body sizes, cumulative

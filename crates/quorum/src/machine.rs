@@ -438,6 +438,8 @@ impl QueueState {
                 self.returns.clear();
                 self.ready.clear();
                 self.ready_bytes = 0;
+                // RabbitMQ's purge drops the held dead letters too (not counted in the reply).
+                self.dead_letters.held.clear();
                 Reply::Purged { count }
             }
             Command::Tick => Reply::Ok,
@@ -547,15 +549,22 @@ impl QueueState {
     /// (checked against 3.10), `reject-publish` refuses a publish only once the queue is *over*
     /// the limit, so the message that reaches it is accepted and a queue with `x-max-length` 2
     /// takes 3 before nacking.
+    ///
+    /// Dead messages held for at-least-once dead-lettering count too, as in RabbitMQ
+    /// (`rabbit_fifo:is_over_limit`): with `reject-publish` — which at-least-once requires —
+    /// a queue whose dead letters cannot be delivered refuses publishes instead of growing
+    /// without bound.
     fn is_over_limit(&self) -> bool {
+        let held = &self.dead_letters.held;
+        let held_bytes: u64 = held.values().map(|(_, m)| m.body.len() as u64).sum();
         let over_count = self
             .config
             .max_length
-            .is_some_and(|max| self.ready_count() as u64 > max);
+            .is_some_and(|max| (self.ready_count() + held.len()) as u64 > max);
         let over_bytes = self
             .config
             .max_length_bytes
-            .is_some_and(|max| self.ready_bytes > max);
+            .is_some_and(|max| self.ready_bytes + held_bytes > max);
         over_count || over_bytes
     }
 
@@ -1103,6 +1112,44 @@ mod tests {
                 (DeadLetterReason::MaxLength, 2)
             ]
         );
+    }
+
+    #[test]
+    fn held_dead_letters_count_toward_the_length_limit_and_purge_drops_them() {
+        let mut q = QueueState::new(QueueConfig {
+            max_length: Some(1),
+            overflow: Overflow::RejectPublish,
+            ..QueueConfig::default()
+        });
+        q.apply(0, Command::SetDeadLetterAtLeastOnce(true));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 0,
+            },
+        );
+        for body in ["a", "b"] {
+            q.apply(0, enqueue(body));
+        }
+        q.apply(
+            0,
+            Command::Discard {
+                consumer: 1,
+                msg_ids: vec![0, 1],
+            },
+        );
+        q.apply(0, Command::Cancel { consumer: 1 });
+        assert_eq!(q.ready_count(), 0);
+        // Two held, over the limit of one: the publish is refused, as RabbitMQ refuses it.
+        let (reply, _) = q.apply(0, enqueue("c"));
+        assert_eq!(reply, Reply::Rejected);
+        q.apply(0, Command::SettleDeadLetters { msg_ids: vec![0] });
+        let (reply, _) = q.apply(0, enqueue("d"));
+        assert_eq!(reply, Reply::Enqueued { msg_id: 2 });
+        let (reply, _) = q.apply(0, Command::Purge);
+        assert_eq!(reply, Reply::Purged { count: 1 });
+        assert!(held(&q).is_empty());
     }
 
     #[test]

@@ -317,6 +317,11 @@ impl Model {
             }
         }
 
+        // A purge drops the held dead letters too, those its own start expired included.
+        if matches!(command, Command::Purge) {
+            self.dead_held.clear();
+        }
+
         // The machine's view matches the model's: nothing lost, nothing duplicated.
         let ready_ids = state.ready_ids();
         let ready_set: BTreeSet<MsgId> = ready_ids.iter().copied().collect();

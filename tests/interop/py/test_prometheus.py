@@ -486,6 +486,64 @@ def test_dead_lettered_by_reason_and_strategy():
         c.close()
 
 
+def quorum_dead_lettered():
+    scrape = Scrape("/metrics")
+    counts = {
+        (reason, strategy): scrape.total(
+            "rabbitmq_global_messages_dead_lettered_%s_total" % reason,
+            queue_type="rabbit_quorum_queue", dead_letter_strategy=strategy)
+        for reason in ("rejected", "delivery_limit")
+        for strategy in ("at_least_once", "at_most_once", "disabled")
+    }
+    counts["confirmed"] = scrape.total(
+        "rabbitmq_global_messages_dead_lettered_confirmed_total",
+        queue_type="rabbit_quorum_queue", dead_letter_strategy="at_least_once")
+    return counts
+
+
+def test_quorum_dead_lettered_by_strategy_and_confirmed():
+    """Quorum queues' dead letters are counted under their own queue type: at-least-once ones
+    once each, and again as confirmed once their copy is in the target queue."""
+    before = quorum_dead_lettered()
+    alo, amo, target = uname("prom-alo"), uname("prom-amo"), uname("prom-qtarget")
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.queue_declare(target)
+        common = {"x-queue-type": "quorum", "x-dead-letter-exchange": "",
+                  "x-dead-letter-routing-key": target, "x-overflow": "reject-publish"}
+        ch.queue_declare(alo, durable=True,
+                         arguments=dict(common, **{"x-dead-letter-strategy": "at-least-once"}))
+        ch.queue_declare(amo, durable=True, arguments=common)
+        ch.confirm_delivery()
+        for q in (alo, amo):
+            ch.basic_publish("", q, b"rejected")
+            m = None
+            for _ in range(100):
+                m, _, _ = ch.basic_get(q, auto_ack=False)
+                if m:
+                    break
+                time.sleep(0.05)
+            ch.basic_reject(m.delivery_tag, requeue=False)
+
+        def counted():
+            after = quorum_dead_lettered()
+            delta = {k: after[k] - before[k] for k in before}
+            assert delta == {
+                ("rejected", "at_least_once"): 1, ("rejected", "at_most_once"): 1,
+                ("rejected", "disabled"): 0, ("delivery_limit", "at_least_once"): 0,
+                ("delivery_limit", "at_most_once"): 0, ("delivery_limit", "disabled"): 0,
+                "confirmed": 1,
+            }, delta
+
+        wait_until(counted)
+        assert ch.queue_declare(target, passive=True).method.message_count == 2
+        for q in (alo, amo, target):
+            ch.queue_delete(q)
+    finally:
+        c.close()
+
+
 @needs_warren_bin
 def test_alarms_limits_and_identity_follow_the_brokers_settings(tmp_path):
     """A broker of our own whose limits are already crossed: both alarm flags read 1 and the

@@ -3,6 +3,7 @@
 //! its exchanges to their next queues — the queue itself never reaches into the vhost.
 
 use super::VHost;
+use crate::churn::DeadLettered;
 use crate::dead_letter::{dead_lettered, is_death_cycle};
 use crate::queue::{DeadLetters, DeadLettersRouted, QueueHome};
 use crate::quorum::QuorumConfirm;
@@ -23,12 +24,6 @@ impl QueueHome for VHost {
         dlx_routing_key: Option<&ShortStr>,
         confirm: Option<&Arc<QuorumConfirm>>,
     ) -> DeadLettersRouted {
-        // The at-most-once counters: an at-least-once copy may be sent several times.
-        if confirm.is_none() {
-            for (_, reason) in &dead {
-                self.counters.dead_lettered.add(*reason, dlx.is_some(), 1);
-            }
-        }
         let mut routed = DeadLettersRouted {
             all_routed: !dead.is_empty(),
             stored: None,
@@ -94,6 +89,10 @@ impl QueueHome for VHost {
             }
         }
         routed
+    }
+
+    fn dead_lettered(&self) -> &DeadLettered {
+        &self.counters.dead_lettered
     }
 
     fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers> {
