@@ -51,17 +51,22 @@ def leader_after(survivors, queue, names, old):
         timeout=60)
 
 
-def test_a_group_of_three_survives_its_leader(cluster):
+def declare_group_of_three(cluster, queue, **arguments):
+    """Declares a quorum queue of three members through the first node; returns the nodes by
+    name, their sorted names and the leader every node agrees on."""
     by_name = {n.name: n for n in cluster}
     names = sorted(by_name)
     conn = cluster[0].connect()
-    channel = conn.channel()
-    channel.queue_declare("qq3", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
+    conn.channel().queue_declare(queue, durable=True, arguments=dict(
+        {"x-queue-type": "quorum", "x-quorum-initial-group-size": 3}, **arguments))
     conn.close()
-
     leader = eventually("one leader of three members on every node",
-                        lambda: agreed_queue_leader(cluster, "qq3", names))
+                        lambda: agreed_queue_leader(cluster, queue, names))
+    return by_name, names, leader
+
+
+def test_a_group_of_three_survives_its_leader(cluster):
+    by_name, names, leader = declare_group_of_three(cluster, "qq3")
     for node in cluster:
         info = node.queue("qq3")
         assert sorted(info["online"]) == names
@@ -145,17 +150,9 @@ def test_a_group_of_three_survives_its_leader(cluster):
 
 
 def test_at_least_once_dead_letters_outlive_their_leader(cluster):
-    by_name = {n.name: n for n in cluster}
-    names = sorted(by_name)
-    conn = cluster[0].connect()
-    channel = conn.channel()
-    channel.queue_declare("qdl", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3,
+    by_name, names, leader = declare_group_of_three(cluster, "qdl", **{
         "x-dead-letter-exchange": "late-dlx", "x-dead-letter-strategy": "at-least-once",
         "x-overflow": "reject-publish"})
-    conn.close()
-    leader = eventually("one leader of three members on every node",
-                        lambda: agreed_queue_leader(cluster, "qdl", names))
 
     # Twenty messages rejected while the dead-letter exchange does not exist: held.
     conn = by_name[leader].connect()
