@@ -151,14 +151,18 @@ impl Serving {
         bound.queue.clone()
     }
 
-    /// The quorum queue bound as `qid` while its group is still starting on this node.
-    fn starting_quorum_queue(&self, qid: u64) -> Option<Arc<Queue>> {
+    /// A quorum queue bound as `qid` with a member here that does not serve it now: its
+    /// group is still starting, or another member leads, or an election is on. It takes the
+    /// publish all the same — its proposer keeps it until this member leads or forwards it to
+    /// the leader, confirmed once the leader committed it — where treating it as gone would
+    /// confirm a publish nobody enqueued.
+    fn member_quorum_queue(&self, qid: u64) -> Option<Arc<Queue>> {
         let bound = self.queues.get(&qid)?;
         self.broker
             .vhost(&bound.vhost)
             .and_then(|v| v.queue(&bound.name))
             .filter(|q| q.remote().is_none())
-            .filter(|q| q.quorum().is_some_and(|qq| qq.is_starting()))
+            .filter(|q| q.quorum().is_some_and(|qq| !qq.is_deleted()))
     }
 
     pub(super) async fn on_request(&mut self, f: Frame) {
@@ -236,11 +240,10 @@ impl Serving {
         };
         let message = Arc::new(message);
         // A queue deleted meanwhile takes the message as a deleted local queue does. A quorum
-        // queue whose group has not started here yet is not gone: it keeps the publish until
-        // its group leads here or forwards it to the group's leader (dropped, a confirmed
-        // publish would be lost; starting a group takes openraft long enough, 100 ms in a
-        // debug build, for the first publishes to arrive meanwhile).
-        let Some(queue) = self.queue(qid).or_else(|| self.starting_quorum_queue(qid)) else {
+        // queue this member does not serve right now is not gone (`member_quorum_queue`):
+        // starting a group takes openraft long enough, 100 ms in a debug build, and a member
+        // just initialized or in an election does not lead yet, for publishes to arrive.
+        let Some(queue) = self.queue(qid).or_else(|| self.member_quorum_queue(qid)) else {
             if seq != 0 {
                 self.pending.push_back((seq, 0, true, None));
                 self.flush_confirms();
