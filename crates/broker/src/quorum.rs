@@ -1758,11 +1758,8 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
         // leader.
         let leading = qq.is_leading();
         // Under at-least-once the group holds its dead messages; they are sent from there.
-        let at_least_once = leading
-            && qq
-                .group
-                .get()
-                .is_some_and(|g| g.with_queue(|q| q.dead_letters_at_least_once()));
+        // Read from the group's state only when a dead letter comes (not per entry).
+        let mut at_least_once = None;
         let mut held_dead = Vec::new();
         let mut dead = Vec::new();
         let mut auto_settle: HashMap<ConsumerKey, Vec<MsgId>> = HashMap::new();
@@ -1776,7 +1773,13 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     }
                 }
                 Effect::DeadLetter { .. } if !leading => {}
-                Effect::DeadLetter { message, reason } if at_least_once => {
+                Effect::DeadLetter { message, reason }
+                    if *at_least_once.get_or_insert_with(|| {
+                        qq.group
+                            .get()
+                            .is_some_and(|g| g.with_queue(|q| q.dead_letters_at_least_once()))
+                    }) =>
+                {
                     if let Some(home) = queue.home() {
                         let (_, reason) = dead_reason(reason);
                         home.dead_lettered().add(
@@ -1875,7 +1878,10 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
         let Some(queue) = weak.upgrade() else { return };
         let Some(qq) = queue.quorum() else { return };
         let forwarding = qq.dead_letters_forwarding.clone();
-        ids.retain(|id| forwarding.lock().insert(*id));
+        {
+            let mut claimed = forwarding.lock();
+            ids.retain(|id| claimed.insert(*id));
+        }
         Claim(forwarding, ids.clone())
     };
     ids.sort_unstable();

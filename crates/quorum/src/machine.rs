@@ -265,6 +265,35 @@ struct DeadLetterHold {
     at_least_once: bool,
     /// Dead messages whose copies the leader has not yet reported delivered, by id.
     held: BTreeMap<MsgId, (DeadLetterReason, Message)>,
+    /// Body bytes of `held` (what `x-max-length-bytes` counts of it): kept, not summed per
+    /// publish.
+    held_bytes: u64,
+}
+
+impl DeadLetterHold {
+    fn hold(&mut self, reason: DeadLetterReason, message: Message) {
+        self.held_bytes += message.body.len() as u64;
+        if let Some((_, replaced)) = self.held.insert(message.id, (reason, message)) {
+            self.held_bytes -= replaced.body.len() as u64;
+        }
+    }
+
+    /// Lets the named messages go; how many of them were held.
+    fn settle(&mut self, msg_ids: &[MsgId]) -> usize {
+        let mut count = 0;
+        for id in msg_ids {
+            if let Some((_, message)) = self.held.remove(id) {
+                self.held_bytes -= message.body.len() as u64;
+                count += 1;
+            }
+        }
+        count
+    }
+
+    fn clear(&mut self) {
+        self.held.clear();
+        self.held_bytes = 0;
+    }
 }
 
 impl QueueState {
@@ -439,7 +468,7 @@ impl QueueState {
                 self.ready.clear();
                 self.ready_bytes = 0;
                 // RabbitMQ's purge drops the held dead letters too (not counted in the reply).
-                self.dead_letters.held.clear();
+                self.dead_letters.clear();
                 Reply::Purged { count }
             }
             Command::Tick => Reply::Ok,
@@ -471,17 +500,13 @@ impl QueueState {
             Command::SetDeadLetterAtLeastOnce(on) => {
                 self.dead_letters.at_least_once = on;
                 if !on {
-                    self.dead_letters.held.clear();
+                    self.dead_letters.clear();
                 }
                 Reply::Ok
             }
-            Command::SettleDeadLetters { msg_ids } => {
-                let count = msg_ids
-                    .iter()
-                    .filter(|id| self.dead_letters.held.remove(id).is_some())
-                    .count();
-                Reply::Handled { count }
-            }
+            Command::SettleDeadLetters { msg_ids } => Reply::Handled {
+                count: self.dead_letters.settle(&msg_ids),
+            },
             Command::Suspend { consumer } => {
                 if !self.consumers.contains_key(&consumer) {
                     Reply::UnknownConsumer
@@ -555,16 +580,15 @@ impl QueueState {
     /// a queue whose dead letters cannot be delivered refuses publishes instead of growing
     /// without bound.
     fn is_over_limit(&self) -> bool {
-        let held = &self.dead_letters.held;
-        let held_bytes: u64 = held.values().map(|(_, m)| m.body.len() as u64).sum();
+        let held = &self.dead_letters;
         let over_count = self
             .config
             .max_length
-            .is_some_and(|max| (self.ready_count() + held.len()) as u64 > max);
+            .is_some_and(|max| (self.ready_count() + held.held.len()) as u64 > max);
         let over_bytes = self
             .config
             .max_length_bytes
-            .is_some_and(|max| self.ready_bytes + held_bytes > max);
+            .is_some_and(|max| self.ready_bytes + held.held_bytes > max);
         over_count || over_bytes
     }
 
@@ -637,9 +661,7 @@ impl QueueState {
         effects: &mut Vec<Effect>,
     ) {
         if self.dead_letters.at_least_once {
-            self.dead_letters
-                .held
-                .insert(message.id, (reason, message.clone()));
+            self.dead_letters.hold(reason, message.clone());
         }
         effects.push(Effect::DeadLetter { reason, message });
     }
@@ -1150,6 +1172,33 @@ mod tests {
         let (reply, _) = q.apply(0, Command::Purge);
         assert_eq!(reply, Reply::Purged { count: 1 });
         assert!(held(&q).is_empty());
+
+        // The held bytes count toward x-max-length-bytes, and stop counting once settled.
+        let mut q = QueueState::new(QueueConfig {
+            max_length_bytes: Some(3),
+            overflow: Overflow::RejectPublish,
+            ..QueueConfig::default()
+        });
+        q.apply(0, Command::SetDeadLetterAtLeastOnce(true));
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 1,
+                prefetch: 0,
+            },
+        );
+        q.apply(0, enqueue("four"));
+        q.apply(
+            0,
+            Command::Discard {
+                consumer: 1,
+                msg_ids: vec![0],
+            },
+        );
+        q.apply(0, Command::Cancel { consumer: 1 });
+        assert_eq!(q.apply(0, enqueue("x")).0, Reply::Rejected);
+        q.apply(0, Command::SettleDeadLetters { msg_ids: vec![0] });
+        assert_eq!(q.apply(0, enqueue("x")).0, Reply::Enqueued { msg_id: 1 });
     }
 
     #[test]
