@@ -46,6 +46,7 @@ use warren_store::{Appended, MessageId, QueueId, Store};
 
 mod depth;
 mod paging;
+mod shrink;
 pub use crate::queue_args::{Overflow, QueueLimits};
 pub use crate::queued_message::{QueuedMessage, StoreRef};
 pub use depth::QueueDepth;
@@ -162,6 +163,8 @@ struct QueueState {
     deleted: bool,
     /// A task is watching this queue's message expiry.
     expiry_timer: bool,
+    /// A task will give back the ready list's buffer if it is still empty (`shrink.rs`).
+    shrink_timer: bool,
     /// What the queue acts on: its arguments combined with its policies. Here, under the
     /// lock publish takes anyway, so a policy change needs nothing on the hot path.
     limits: QueueLimits,
@@ -247,6 +250,7 @@ impl Queue {
                 had_consumer: false,
                 deleted: false,
                 expiry_timer: false,
+                shrink_timer: false,
                 limits,
                 policies: AppliedPolicies::default(),
             }),
@@ -430,9 +434,10 @@ impl Queue {
             };
             self.expire(&mut st, &mut dead);
             if st.ready.is_empty() && st.tail.is_empty() {
-                match self.hand_to_consumer(&mut st, queued) {
-                    None => Enqueued::Accepted,
-                    Some(back) => self.push_ready(&mut st, back, append_seq, &mut dead),
+                match self.hand_to_consumer(&mut st, Some(queued)) {
+                    Ok(()) => Enqueued::Accepted,
+                    Err(Some(back)) => self.push_ready(&mut st, back, append_seq, &mut dead),
+                    Err(None) => unreachable!("an offered message comes back when not taken"),
                 }
             } else {
                 let outcome = self.push_ready(&mut st, queued, append_seq, &mut dead);
@@ -625,18 +630,30 @@ impl Queue {
         }
     }
 
-    /// Offers one message to the consumers (by priority, then round-robin: `ConsumerSet`);
-    /// gives it back if none has credit.
+    /// Offers a message to the consumers (by priority, then round-robin: `ConsumerSet`):
+    /// `offered`, or with `None` the head of the ready list, which is only taken once a
+    /// consumer with credit is found, so a queue whose consumers are all blocked leaves its
+    /// head in place (taking it and putting it back cost more than the rest of a publish to
+    /// a deep queue). `Err` when no consumer took it, with the message if it is not in the
+    /// ready list.
     fn hand_to_consumer(
         self: &Arc<Self>,
         st: &mut QueueState,
-        mut queued: QueuedMessage,
-    ) -> Option<QueuedMessage> {
+        mut offered: Option<QueuedMessage>,
+    ) -> Result<(), Option<QueuedMessage>> {
         loop {
             // Borrowed from the set, which keeps it alive while the lock is held: the one
             // reference taken is the delivery's own.
             let Some(consumer) = st.consumers.pick() else {
-                return Some(queued);
+                return Err(offered);
+            };
+            let mut queued = match offered.take() {
+                Some(m) => m,
+                None => {
+                    let head = st.ready.pop_front().ok_or(None)?;
+                    self.memory.sub(head.message.memory_bytes());
+                    head
+                }
             };
             let cost = crate::consumer::pipeline_cost(&queued.message);
             consumer.take_credit(cost);
@@ -655,7 +672,7 @@ impl Queue {
                 message: queued,
             });
             match consumer.send(event) {
-                Ok(()) => return None,
+                Ok(()) => return Ok(()),
                 Err(ConnectionEvent::Deliver(d)) => {
                     // The connection is gone: drop its consumer, try the next one.
                     d.consumer.return_credit(cost);
@@ -663,15 +680,21 @@ impl Queue {
                         st.unacked -= 1;
                     }
                     st.consumers.remove_where(|c| std::ptr::eq(c, &*d.consumer));
-                    queued = d.message;
+                    offered = Some(d.message);
                 }
                 Err(_) => unreachable!("send returns the event it was given"),
             }
         }
     }
 
-    /// Moves ready messages to consumers while any has credit.
+    /// Moves ready messages to consumers while any has credit; a ready list this emptied
+    /// gives its buffer back a while later.
     fn dispatch(self: &Arc<Self>, st: &mut QueueState, dead: &mut DeadLetters) {
+        self.dispatch_ready(st, dead);
+        self.shrink_later(st);
+    }
+
+    fn dispatch_ready(self: &Arc<Self>, st: &mut QueueState, dead: &mut DeadLetters) {
         if st.consumers.is_empty() || (st.ready.is_empty() && st.tail.is_empty()) {
             return;
         }
@@ -680,14 +703,13 @@ impl Queue {
             if !self.ensure_ready(st, dead) {
                 return;
             }
-            let Some(next) = st.ready.pop_front() else {
-                return;
-            };
-            let memory_bytes = next.message.memory_bytes();
-            match self.hand_to_consumer(st, next) {
-                None => self.memory.sub(memory_bytes),
-                Some(back) => {
-                    st.ready.insert_by_id(back);
+            match self.hand_to_consumer(st, None) {
+                Ok(()) => {}
+                Err(None) => return,
+                Err(Some(taken)) => {
+                    // Taken from the head, then its consumer's connection was found gone
+                    // and no other could take it.
+                    self.insert_ready(st, taken);
                     return;
                 }
             }
@@ -901,6 +923,7 @@ impl Queue {
             self.expire(st, dead);
             self.ensure_ready(st, dead);
             let m = st.ready.pop_front()?;
+            self.shrink_later(st);
             self.memory.sub(m.message.memory_bytes());
             if !no_ack {
                 st.unacked += 1;
