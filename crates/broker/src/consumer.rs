@@ -310,25 +310,12 @@ impl Consumer {
 mod tests {
     use super::*;
     use crate::event_channel::{event_channel, EventReceiver};
-    use crate::memory::MemoryMonitor;
     use crate::message::Message;
-    use crate::queue::QueueLimits;
     use bytes::Bytes;
-    use warren_codec::{BasicProperties, FieldTable};
+    use warren_codec::BasicProperties;
 
     fn queue(name: &str) -> Arc<Queue> {
-        Arc::new(Queue::new(
-            ShortStr::from(name),
-            false,
-            None,
-            false,
-            FieldTable::new(),
-            QueueLimits::default(),
-            Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
-            Weak::<crate::vhost::VHost>::new(),
-            None,
-            None,
-        ))
+        Queue::standalone(name)
     }
 
     fn message() -> Arc<Message> {

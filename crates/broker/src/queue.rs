@@ -259,6 +259,24 @@ impl Queue {
         }
     }
 
+    /// A classic queue with default limits, no vhost and no store: for unit tests of the
+    /// queue's own behaviour.
+    #[cfg(test)]
+    pub(crate) fn standalone(name: &str) -> Arc<Queue> {
+        Arc::new(Queue::new(
+            ShortStr::from(name),
+            false,
+            None,
+            false,
+            FieldTable::new(),
+            QueueLimits::default(),
+            Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
+            Weak::<crate::vhost::VHost>::new(),
+            None,
+            None,
+        ))
+    }
+
     /// Makes this queue one of another type (at creation).
     pub fn with_kind(mut self, kind: QueueKind) -> Queue {
         self.kind = kind;

@@ -42,26 +42,12 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryMonitor;
     use crate::message::Message;
-    use crate::queue::QueueLimits;
     use bytes::Bytes;
-    use std::sync::Weak;
-    use warren_codec::{BasicProperties, FieldTable, ShortStr};
+    use warren_codec::{BasicProperties, ShortStr};
 
     fn queue() -> Arc<Queue> {
-        Arc::new(Queue::new(
-            ShortStr::from("q"),
-            false,
-            None,
-            false,
-            FieldTable::new(),
-            QueueLimits::default(),
-            Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
-            Weak::<crate::vhost::VHost>::new(),
-            None,
-            None,
-        ))
+        Queue::standalone("q")
     }
 
     fn publish(queue: &Arc<Queue>, n: usize) {
