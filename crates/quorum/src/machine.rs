@@ -1136,13 +1136,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn held_dead_letters_count_toward_the_length_limit_and_purge_drops_them() {
-        let mut q = QueueState::new(QueueConfig {
-            max_length: Some(1),
-            overflow: Overflow::RejectPublish,
-            ..QueueConfig::default()
-        });
+    /// A queue holding its dead letters (at-least-once) with consumer 1 checked out,
+    /// unlimited prefetch.
+    fn at_least_once_with_a_consumer(config: QueueConfig) -> QueueState {
+        let mut q = QueueState::new(config);
         q.apply(0, Command::SetDeadLetterAtLeastOnce(true));
         q.apply(
             0,
@@ -1151,6 +1148,16 @@ mod tests {
                 prefetch: 0,
             },
         );
+        q
+    }
+
+    #[test]
+    fn held_dead_letters_count_toward_the_length_limit_and_purge_drops_them() {
+        let mut q = at_least_once_with_a_consumer(QueueConfig {
+            max_length: Some(1),
+            overflow: Overflow::RejectPublish,
+            ..QueueConfig::default()
+        });
         for body in ["a", "b"] {
             q.apply(0, enqueue(body));
         }
@@ -1174,19 +1181,11 @@ mod tests {
         assert!(held(&q).is_empty());
 
         // The held bytes count toward x-max-length-bytes, and stop counting once settled.
-        let mut q = QueueState::new(QueueConfig {
+        let mut q = at_least_once_with_a_consumer(QueueConfig {
             max_length_bytes: Some(3),
             overflow: Overflow::RejectPublish,
             ..QueueConfig::default()
         });
-        q.apply(0, Command::SetDeadLetterAtLeastOnce(true));
-        q.apply(
-            0,
-            Command::Checkout {
-                consumer: 1,
-                prefetch: 0,
-            },
-        );
         q.apply(0, enqueue("four"));
         q.apply(
             0,
