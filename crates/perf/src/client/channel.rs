@@ -16,7 +16,8 @@ use warren_codec::*;
 /// Callbacks run on the reader task when the broker confirms or returns a message. They must
 /// be quick: the reader dispatches nothing else meanwhile.
 pub trait ChannelHooks: Send + Sync {
-    fn on_confirm(&self, _seq: u64, _ack: bool, _sent_ns: u64) {}
+    /// `received_ns`: when the read that brought the confirm returned (see `Delivery`).
+    fn on_confirm(&self, _seq: u64, _ack: bool, _sent_ns: u64, _received_ns: u64) {}
     fn on_return(&self, _reply_code: u16, _body: &Bytes) {}
 }
 
@@ -42,6 +43,12 @@ pub struct Delivery {
     /// The encoded property block; decode with `BasicProperties::decode` only when needed.
     pub properties: Bytes,
     pub body: Bytes,
+    /// When the socket read that completed this delivery returned (`payload::now_ns`): one
+    /// clock reading per read, shared by every frame the read brought in. A flight time
+    /// ends when the message is in the tool's hands, which is when that read returned; and
+    /// reading the clock per message instead was CPU the tool takes from the broker it
+    /// measures on shared cores (docs/benchmarks.md).
+    pub received_ns: u64,
 }
 
 impl Delivery {
@@ -168,7 +175,8 @@ impl ChannelShared {
     }
 
     /// Handles one frame for this channel (called by the reader task).
-    pub fn on_frame(&self, conn: &ConnInner, frame: RawFrame) -> Result<()> {
+    /// `read_ns`: when the read that brought `frame` returned.
+    pub fn on_frame(&self, conn: &ConnInner, frame: RawFrame, read_ns: u64) -> Result<()> {
         match frame.kind {
             FrameKind::Method => {
                 // basic.deliver, one per message received, skips the generic `Method` (the
@@ -181,7 +189,7 @@ impl ChannelShared {
                 }
                 let method = Method::decode(&mut Reader::new(frame.payload))
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
-                self.on_method(conn, method)
+                self.on_method(conn, method, read_ns)
             }
             FrameKind::Header => {
                 let header = ContentHeader::decode(frame.payload)
@@ -197,7 +205,7 @@ impl ChannelShared {
                 a.properties = header.properties;
                 if a.body_size == 0 {
                     let a = st.content.take().expect("checked above");
-                    self.finish_content(&mut st, a, Bytes::new());
+                    self.finish_content(&mut st, a, Bytes::new(), read_ns);
                 }
                 Ok(())
             }
@@ -209,7 +217,7 @@ impl ChannelShared {
                 let have = a.parts.len() + a.single.as_ref().map_or(0, |b| b.len());
                 if have == 0 && frame.payload.len() as u64 == a.body_size {
                     let a = st.content.take().expect("checked above");
-                    self.finish_content(&mut st, a, frame.payload);
+                    self.finish_content(&mut st, a, frame.payload, read_ns);
                     return Ok(());
                 }
                 if let Some(first) = a.single.take() {
@@ -227,7 +235,7 @@ impl ChannelShared {
                         Some(b) => b,
                         None => std::mem::take(&mut a.parts).freeze(),
                     };
-                    self.finish_content(&mut st, a, body);
+                    self.finish_content(&mut st, a, body, read_ns);
                 }
                 Ok(())
             }
@@ -235,7 +243,7 @@ impl ChannelShared {
         }
     }
 
-    fn on_method(&self, conn: &ConnInner, method: Method) -> Result<()> {
+    fn on_method(&self, conn: &ConnInner, method: Method, read_ns: u64) -> Result<()> {
         let mut st = self.state.lock();
         let (content, method) = match method {
             Method::BasicDeliver(m) => (Some(ContentMethod::Deliver(m)), None),
@@ -250,10 +258,10 @@ impl ChannelShared {
         let Some(method) = method else { return Ok(()) };
         match method {
             Method::BasicAck(m) => {
-                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, true);
+                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, true, read_ns);
             }
             Method::BasicNack(m) => {
-                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, false);
+                self.resolve_confirms(&mut st, m.delivery_tag, m.multiple, false, read_ns);
             }
             Method::ChannelClose(m) => {
                 drop(st);
@@ -287,19 +295,26 @@ impl ChannelShared {
         Ok(())
     }
 
-    fn resolve_confirms(&self, st: &mut ChannelState, tag: u64, multiple: bool, ack: bool) {
+    fn resolve_confirms(
+        &self,
+        st: &mut ChannelState,
+        tag: u64,
+        multiple: bool,
+        ack: bool,
+        read_ns: u64,
+    ) {
         let hooks = st.hooks.clone();
         if let Some(tracker) = st.confirms.as_mut() {
             tracker.resolve(tag, multiple, |seq, sent_ns| {
                 if let Some(h) = &hooks {
-                    h.on_confirm(seq, ack, sent_ns);
+                    h.on_confirm(seq, ack, sent_ns, read_ns);
                 }
             });
         }
         self.confirm_progress.notify_waiters();
     }
 
-    fn finish_content(&self, st: &mut ChannelState, a: Assembling, body: Bytes) {
+    fn finish_content(&self, st: &mut ChannelState, a: Assembling, body: Bytes, read_ns: u64) {
         match a.method {
             ContentMethod::Deliver(m) => {
                 let delivery = Delivery {
@@ -308,6 +323,7 @@ impl ChannelShared {
                     routing_key: m.routing_key,
                     properties: a.properties,
                     body,
+                    received_ns: read_ns,
                 };
                 match st.consumers.get(&m.consumer_tag) {
                     Some(ConsumerSink::Stream(tx)) => {
@@ -332,6 +348,7 @@ impl ChannelShared {
                             routing_key: m.routing_key,
                             properties: a.properties,
                             body,
+                            received_ns: read_ns,
                         }),
                     }));
                 }

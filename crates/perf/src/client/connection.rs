@@ -74,7 +74,7 @@ impl ConnInner {
         self.close_ok.notify_waiters();
     }
 
-    fn on_frame(&self, frame: RawFrame, last: &mut LastChannel) -> Result<()> {
+    fn on_frame(&self, frame: RawFrame, last: &mut LastChannel, read_ns: u64) -> Result<()> {
         if frame.channel == 0 {
             return self.on_connection_frame(frame);
         }
@@ -91,7 +91,7 @@ impl ConnInner {
                 .map(|ch| (frame.channel, generation, ch));
         }
         match last {
-            Some((_, _, ch)) => ch.on_frame(self, frame),
+            Some((_, _, ch)) => ch.on_frame(self, frame, read_ns),
             // Frames for a channel we just closed may still be in flight: drop them.
             None => Ok(()),
         }
@@ -389,11 +389,13 @@ async fn read_method(socket: &mut TcpStream, rbuf: &mut BytesMut) -> Result<Meth
 
 async fn read_loop(conn: &ConnInner, mut rd: OwnedReadHalf, mut buf: BytesMut) -> Result<()> {
     let mut last: LastChannel = None;
+    // One clock reading per read: every frame of a read arrived by the time it returned.
+    let mut read_ns = crate::payload::now_ns();
     loop {
         while let Some(frame) =
             parse_frame(&mut buf, 0).map_err(|e| ClientError::Protocol(e.to_string()))?
         {
-            conn.on_frame(frame, &mut last)?;
+            conn.on_frame(frame, &mut last, read_ns)?;
         }
         if conn.out.is_closed() && conn.closed.lock().is_some() {
             return Ok(());
@@ -408,5 +410,6 @@ async fn read_loop(conn: &ConnInner, mut rd: OwnedReadHalf, mut buf: BytesMut) -
         if n == 0 {
             return Ok(());
         }
+        read_ns = crate::payload::now_ns();
     }
 }

@@ -415,7 +415,7 @@ impl DeliveryHook for ServerHook {
                 shared
                     .latency
                     .lock()
-                    .saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
+                    .saturating_record(payload::flight_us(stamp.sent_ns, d.received_ns).max(1));
             } else if let Some(props) = d.decode_properties() {
                 if let Some(reply_to) = props.reply_to {
                     let reply_props = BasicProperties {
@@ -459,7 +459,7 @@ impl DeliveryHook for ReplyCollector {
             shared
                 .latency
                 .lock()
-                .saturating_record(payload::flight_us(stamp.sent_ns, payload::now_ns()).max(1));
+                .saturating_record(payload::flight_us(stamp.sent_ns, d.received_ns).max(1));
             if let Some(w) = shared.reply_wakers.get(stamp.producer_id as usize) {
                 w.notify_one();
             }

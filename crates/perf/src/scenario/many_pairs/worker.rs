@@ -111,11 +111,10 @@ struct Receiver {
 
 impl DeliveryHook for Receiver {
     fn on_delivery(&self, delivery: Delivery) {
-        let now_ns = payload::now_ns();
         if let Some(stamp) = payload::parse(&delivery.body) {
             self.latency
                 .lock()
-                .saturating_record(payload::flight_us(stamp.sent_ns, now_ns).max(1));
+                .saturating_record(payload::flight_us(stamp.sent_ns, delivery.received_ns).max(1));
         }
         self.counters.received.fetch_add(1, Ordering::AcqRel);
         self.channel.ack(delivery.delivery_tag, false);
@@ -125,7 +124,7 @@ impl DeliveryHook for Receiver {
 struct ConfirmCounter(Arc<Counters>);
 
 impl ChannelHooks for ConfirmCounter {
-    fn on_confirm(&self, _seq: u64, ack: bool, _sent_ns: u64) {
+    fn on_confirm(&self, _seq: u64, ack: bool, _sent_ns: u64, _received_ns: u64) {
         let counter = if ack {
             &self.0.confirmed
         } else {
