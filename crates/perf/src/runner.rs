@@ -16,7 +16,7 @@ use crate::stats::Stats;
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warren_codec::{BasicProperties, FieldTable, FieldValue};
@@ -64,17 +64,37 @@ impl ChannelHooks for ProducerHooks {
     }
 }
 
-/// An auto-ack consumer with no message count: nothing to send back and nothing to wait for,
-/// so each delivery is recorded on the connection's reader task as it is parsed, without a
-/// hand-over through a channel to a consumer task (the load tool shares the broker's cores,
-/// and that hop was a wake-up and a queue push per message).
-struct AutoackConsumer {
+/// A consumer with no message count and no transactions: each delivery is recorded on the
+/// connection's reader task as it is parsed, and acked from there too (every
+/// `--multi-ack-every` deliveries, with `multiple` when that is above one), without a
+/// hand-over through a channel to a consumer task: the load tool shares the broker's cores,
+/// and that hop was a wake-up and a queue push per message.
+struct HookConsumer {
     shared: Arc<Shared>,
+    /// Manual acks: the channel to ack on and how often.
+    acks: Option<HookAcks>,
 }
 
-impl DeliveryHook for AutoackConsumer {
+struct HookAcks {
+    channel: Channel,
+    every: u64,
+    /// Deliveries since the last ack. Only the connection's reader task calls the hook, so
+    /// this is never contended (an atomic only because the hook is `Sync`).
+    unacked: AtomicU64,
+}
+
+impl DeliveryHook for HookConsumer {
     fn on_delivery(&self, delivery: Delivery) {
         on_delivery(&delivery, &self.shared);
+        if let Some(acks) = &self.acks {
+            let unacked = acks.unacked.load(Ordering::Relaxed) + 1;
+            if unacked >= acks.every {
+                acks.channel.ack(delivery.delivery_tag, acks.every > 1);
+                acks.unacked.store(0, Ordering::Relaxed);
+            } else {
+                acks.unacked.store(unacked, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -201,11 +221,17 @@ pub async fn run(args: &PerfArgs, opts: &RunOptions) -> Result<RunResult> {
         }
         let task = if args.polling {
             tokio::spawn(poll_consumer(ch, queue, args.clone(), shared.clone()))
-        } else if args.autoack && args.cmessages == 0 && args.ctxsize == 0 {
-            let hook = Arc::new(AutoackConsumer {
+        } else if args.cmessages == 0 && args.ctxsize == 0 {
+            let hook = Arc::new(HookConsumer {
                 shared: shared.clone(),
+                acks: (!args.autoack).then(|| HookAcks {
+                    channel: ch.clone(),
+                    every: args.multi_ack_every.max(1),
+                    unacked: AtomicU64::new(0),
+                }),
             });
-            ch.basic_consume_hook(&queue, &format!("perf-consumer-{i}"), true, hook)
+            let tag = format!("perf-consumer-{i}");
+            ch.basic_consume_hook(&queue, &tag, args.autoack, hook)
                 .await?;
             // The hook lives with the channel, which the connection keeps until teardown.
             tokio::spawn(async move { drop(ch) })
