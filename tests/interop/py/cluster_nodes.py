@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -49,7 +50,12 @@ def eventually(what, check, timeout=SETTLE_S, interval_s=0.3):
 
 
 class NodeExited(Exception):
-    """A node's process ended while a test waited for it (never retried)."""
+    """A node's process ended while a test waited for it. `port_taken`: it could not bind one
+    of its ports, which another process took between `free_port` and the node's bind."""
+
+    def __init__(self, message, port_taken=False):
+        super().__init__(message)
+        self.port_taken = port_taken
 
 
 class Node:
@@ -119,9 +125,23 @@ class Node:
 
     def _answers(self):
         if self.proc.poll() is not None:
-            raise NodeExited("%s exited (%s), see %s" % (self.name, self.proc.returncode,
-                                                         self.log_path))
+            last_start = self.last_start_log()
+            # The error's last lines, without the backtrace frames after them.
+            lines = [l for l in last_start.splitlines()
+                     if not re.match(r"\s+(\d+: |at )", l)]
+            tail = "\n".join(lines[-8:])
+            raise NodeExited("%s exited (%s), see %s; its log ends:\n%s" % (
+                self.name, self.proc.returncode, self.log_path, tail),
+                port_taken="Address already in use" in last_start)
         return self.get("/api/overview")
+
+    def last_start_log(self):
+        """What the node logged since it was last started."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read().rsplit("\n==== start ", 1)[-1]
+        except OSError:
+            return ""
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -460,9 +480,28 @@ def started_cluster(prefix, size=3, netns=False, extra=(), timeout=90):
     (waited for generously: debug builds forming on a loaded 2-core CI machine), closed when
     the block ends however it ends: every cluster test's fixture. Node names are `PREFIXi@…`;
     each test keeps its own prefix (formation once stalled with some names)."""
-    cluster = Cluster(prefix, size=size, netns=netns, extra=extra)
+    cluster = _formed_cluster(prefix, size, netns, extra, timeout)
     try:
-        cluster.start(timeout=timeout)
         yield cluster
     finally:
         cluster.close()
+
+
+def _formed_cluster(prefix, size, netns, extra, timeout, tries=3):
+    """A started `Cluster`. A loopback node whose port another process took between
+    `free_port` and its bind (the suites run beside each other) exits at once: the whole
+    cluster is then made again on fresh ports, since every node was seeded with the old
+    address."""
+    for attempt in range(tries):
+        cluster = Cluster(prefix, size=size, netns=netns, extra=extra)
+        try:
+            cluster.start(timeout=timeout)
+            return cluster
+        except NodeExited as e:
+            cluster.close()
+            if netns or not e.port_taken or attempt == tries - 1:
+                raise
+            print("a port was taken before its node bound it; the cluster starts again: %s" % e)
+        except BaseException:
+            cluster.close()
+            raise
