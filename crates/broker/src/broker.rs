@@ -242,7 +242,7 @@ impl Broker {
     /// From now on changes the metadata log holds are written in the background; call once
     /// this node's definitions changes go through the log (`set_replicator`).
     fn write_definitions_in_background(&self) {
-        let weak = self.self_ref.get().cloned().unwrap_or_default();
+        let weak = self.weak();
         self.definitions_writer.start_background(move || {
             let Some(broker) = weak.upgrade() else {
                 return false;
@@ -484,7 +484,7 @@ impl Broker {
                         vhost.set_quorum_host(host.clone());
                     }
                     vhost.set_forward_peers(self.forward_peers.clone());
-                    let weak = self.self_ref.get().cloned().unwrap_or_default();
+                    let weak = self.weak();
                     vhost.set_durable_change_hook(move |urgency| {
                         if let Some(broker) = weak.upgrade() {
                             broker.persist_with(urgency);
@@ -567,6 +567,11 @@ impl Broker {
         if self.replicator.set(replicator).is_ok() {
             self.write_definitions_in_background();
         }
+    }
+
+    /// A handle to this broker for tasks that must not keep it alive.
+    pub(crate) fn weak(&self) -> Weak<Broker> {
+        self.self_ref.get().cloned().unwrap_or_default()
     }
 
     pub fn replicator(&self) -> Option<&Arc<dyn Replicator>> {

@@ -25,6 +25,7 @@ pub(crate) mod codec;
 mod host;
 pub mod membership;
 pub mod placement;
+pub mod reconcile;
 pub mod status;
 
 pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};

@@ -35,6 +35,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use warren_codec::ReplyCode;
+use warren_quorum::metadata::METADATA_OP_TIMEOUT;
 
 /// Why an op did not get through the log (no leader, a lost quorum, a shut-down node).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,14 +92,16 @@ impl std::fmt::Debug for Change {
 impl Broker {
     /// Makes one definitions change: applied here and now on a single node, submitted to
     /// the metadata log when the broker has a replicator (see the module's comment).
-    pub fn change(&self, op: DefinitionOp) -> Change {
+    pub fn change(&self, mut op: DefinitionOp) -> Change {
         let Some(replicator) = self.replicator() else {
             return Change::Done(self.apply(op));
         };
         if self.is_node_local(&op) {
             return Change::Done(self.apply(op));
         }
-        let mut op = self.with_quorum_members(op);
+        if self.needs_quorum_members(&op) {
+            return self.declare_quorum_queue(op, replicator.clone());
+        }
         if let DefinitionOp::QueueDeclare {
             home: home @ None,
             vhost,
@@ -114,16 +117,61 @@ impl Broker {
                 *home = self.queue_home(vhost, name, arguments);
             }
         }
-        let submitted = replicator.submit(op.without_connection().encode());
+        Change::Pending(Box::pin(submit(replicator.as_ref(), op)))
+    }
+
+    /// A new quorum queue's declaration in a cluster: its group's members are chosen among
+    /// the cluster's voters, this node first (`quorum::placement`), so a node still forming
+    /// or joining its cluster first waits to be a voter — placed before, the queue would get
+    /// a group of whatever this node saw then (nobody, or itself alone), which every node
+    /// would then start as a group of its own. Refused, never applied here alone, when the
+    /// node is not a voter within the metadata group's time for a change.
+    fn declare_quorum_queue(&self, op: DefinitionOp, replicator: Arc<dyn Replicator>) -> Change {
+        let cluster = self.cluster().cloned();
+        let weak = self.weak();
         Change::Pending(Box::pin(async move {
-            match submitted.await {
-                Ok(bytes) => decode_result(&bytes),
-                Err(e) => Err(AmqpError::new(
-                    ReplyCode::InternalError,
-                    format!("definitions change not committed: {e}"),
-                )),
+            if let Some(cluster) = cluster {
+                let joined = tokio::time::timeout(METADATA_OP_TIMEOUT, cluster.wait_voter()).await;
+                if joined.is_err() {
+                    return Err(AmqpError::new(
+                        ReplyCode::InternalError,
+                        format!(
+                            "definitions change not committed: this node did not join its \
+                             cluster within {}s (are its --cluster-peers running and reachable, \
+                             with the same secret?)",
+                            METADATA_OP_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
             }
+            let Some(broker) = weak.upgrade() else {
+                return Err(AmqpError::new(
+                    ReplyCode::InternalError,
+                    "definitions change not committed: the broker is shutting down",
+                ));
+            };
+            let op = broker.with_quorum_members(op);
+            drop(broker);
+            submit(replicator.as_ref(), op).await
         }))
+    }
+
+    /// Whether `op` declares a quorum queue whose members the proposing node must choose.
+    fn needs_quorum_members(&self, op: &DefinitionOp) -> bool {
+        let DefinitionOp::QueueDeclare {
+            vhost,
+            name,
+            arguments,
+            members,
+            ..
+        } = op
+        else {
+            return false;
+        };
+        self.cluster().is_some()
+            && members.is_empty()
+            && crate::queue_args::is_quorum(arguments)
+            && !self.vhost(vhost).is_some_and(|v| v.queue(name).is_some())
     }
 
     /// Deletes an auto-delete queue its last consumer left. An exclusive queue is this
@@ -239,6 +287,24 @@ impl Broker {
         self.vhost(vhost)
             .and_then(|v| v.queue(queue))
             .is_some_and(|q| q.exclusive_owner.is_some())
+    }
+}
+
+/// Submits `op` to the metadata log now (so changes keep the order they were made in); its
+/// result once committed and applied on this node.
+fn submit(
+    replicator: &dyn Replicator,
+    op: DefinitionOp,
+) -> impl Future<Output = Result<Outcome, AmqpError>> + Send + 'static {
+    let submitted = replicator.submit(op.without_connection().encode());
+    async move {
+        match submitted.await {
+            Ok(bytes) => decode_result(&bytes),
+            Err(e) => Err(AmqpError::new(
+                ReplyCode::InternalError,
+                format!("definitions change not committed: {e}"),
+            )),
+        }
     }
 }
 

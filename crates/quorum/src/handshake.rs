@@ -103,8 +103,13 @@ pub enum HandshakeError {
     Refused(NodeId),
     #[error("expected node {expected} at this address, found node {found}")]
     UnexpectedNode { expected: NodeId, found: NodeId },
-    #[error("the peer claims this node's own id {0}")]
+    #[error("the peer claims this node's own id {0} (two nodes with one node name?)")]
     SameNode(NodeId),
+    /// The address dialed is this node's own (a seed list that names the node itself, as one
+    /// configuration file shared by every node does): the acceptor proved the secret and
+    /// presented this node's id and incarnation.
+    #[error("the address is this node's own")]
+    Itself,
     /// This side refused the peer ([`Admit`] said why).
     #[error("refused node {peer}: {reason}")]
     PeerReset { peer: NodeId, reason: String },
@@ -239,7 +244,6 @@ pub async fn dial_as<S: AsyncRead + AsyncWrite + Unpin>(
                 found: peer.node,
             });
         }
-        None if peer.node == me.node => return Err(HandshakeError::SameNode(me.node)),
         _ => {}
     }
     let mut peer_mac = [0u8; MAC_BYTES];
@@ -247,6 +251,13 @@ pub async fn dial_as<S: AsyncRead + AsyncWrite + Unpin>(
     mac(secret, b'A', mine, peer, &my_nonce, &peer_nonce)
         .verify_slice(&peer_mac)
         .map_err(|_| HandshakeError::BadSecret(peer.node))?;
+    // Judged after the MAC, so only a node that knows the secret can claim to be this one.
+    if peer.node == me.node {
+        return Err(match peer.incarnation == me.incarnation {
+            true => HandshakeError::Itself,
+            false => HandshakeError::SameNode(me.node),
+        });
+    }
 
     if let Err(reason) = admit(peer.node, peer.incarnation) {
         let mut refusal = [0u8; 1 + MAC_BYTES];
@@ -303,9 +314,6 @@ pub async fn accept_as<S: AsyncRead + AsyncWrite + Unpin>(
     let mut hello_bytes = [0u8; HELLO_BYTES];
     stream.read_exact(&mut hello_bytes).await?;
     let (peer, peer_nonce) = parse_hello(&hello_bytes)?;
-    if peer.node == me.node {
-        return Err(HandshakeError::SameNode(me.node));
-    }
     let my_nonce = nonce();
     let proof = mac(secret, b'A', peer, mine, &peer_nonce, &my_nonce).finalize();
     let mut reply = Vec::with_capacity(HELLO_BYTES + MAC_BYTES);
@@ -313,6 +321,14 @@ pub async fn accept_as<S: AsyncRead + AsyncWrite + Unpin>(
     reply.extend_from_slice(&proof.into_bytes());
     stream.write_all(&reply).await?;
     stream.flush().await?;
+    // A dialer with this node's id: this node itself (a seed naming it), or another node
+    // given the same name. The reply above lets the dialer tell which; no link either way.
+    if peer.node == me.node {
+        return Err(match peer.incarnation == me.incarnation {
+            true => HandshakeError::Itself,
+            false => HandshakeError::SameNode(me.node),
+        });
+    }
 
     let mut status = [0u8; 1];
     stream.read_exact(&mut status).await?;
@@ -399,6 +415,50 @@ mod tests {
             incarnation,
             name: name.into(),
         }
+    }
+
+    /// Dialing `acceptor` as `dialer` (one secret): both sides' results.
+    async fn between(
+        dialer: Identity,
+        acceptor: Identity,
+    ) -> (
+        Result<PeerIdentity, HandshakeError>,
+        Result<PeerIdentity, HandshakeError>,
+    ) {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let accepting =
+            tokio::spawn(async move { accept_as(&mut b, &acceptor, b"cookie", &admit_all).await });
+        let dialed = dial_as(&mut a, &dialer, None, b"cookie", &admit_all).await;
+        drop(a);
+        (dialed, accepting.await.expect("acceptor task"))
+    }
+
+    #[tokio::test]
+    async fn a_node_dialing_its_own_address_knows_itself() {
+        let me = identity(7, 77, "warren@here");
+        let (dialed, accepted) = between(me.clone(), me).await;
+        assert!(matches!(dialed, Err(HandshakeError::Itself)), "{dialed:?}");
+        assert!(
+            matches!(accepted, Err(HandshakeError::Itself)),
+            "{accepted:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn two_nodes_with_one_name_are_told_apart_from_a_node_and_itself() {
+        let (dialed, accepted) = between(
+            identity(7, 77, "warren@here"),
+            identity(7, 78, "warren@here"),
+        )
+        .await;
+        assert!(
+            matches!(dialed, Err(HandshakeError::SameNode(7))),
+            "{dialed:?}"
+        );
+        assert!(
+            matches!(accepted, Err(HandshakeError::SameNode(7))),
+            "{accepted:?}"
+        );
     }
 
     /// What node 1's cluster recorded: node 2 under incarnation 22 (and node 1 as 11).

@@ -380,8 +380,16 @@ impl TcpTransport {
     /// Finds out which node listens at `addr` (a seed known by address only): dials it,
     /// authenticates whichever node answers, and from then on knows it as a peer, as
     /// [`TcpTransport::add_peer`] does. The probe's connection carries on as the pair's link.
+    /// An address where this node itself answers gives this node's own id.
     pub async fn discover(self: &Arc<Self>, addr: SocketAddr) -> Result<NodeId, String> {
-        let (peer, stream) = self.dial(None, addr).await.map_err(|e| e.to_string())?;
+        let (peer, stream) = match self.dial(None, addr).await {
+            Ok(dialed) => dialed,
+            // This node's own address: its id, and nothing to link.
+            Err(DialError::Handshake(handshake::HandshakeError::Itself)) => {
+                return Ok(self.config.node)
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         self.addrs.lock().insert(peer, addr);
         self.liveness.know(peer, Some(addr));
         if self.link_to(peer).is_some() {
@@ -519,7 +527,12 @@ impl TcpTransport {
             let peer =
                 handshake::accept_as(&mut stream, &self.identity(), &self.config.secret, &admit)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| match e {
+                        // This node dialing its own address (a seed list naming it): its
+                        // dialing side knows and skips it; nothing to report.
+                        handshake::HandshakeError::Itself => String::new(),
+                        other => other.to_string(),
+                    })?;
             self.incarnations.lock().insert(peer.node, peer.incarnation);
             let peer = peer.node;
             let mut kind = [0u8; 1];
@@ -543,6 +556,7 @@ impl TcpTransport {
             Ok(Ok((peer, kind, _))) => {
                 tracing::error!(peer, %remote, kind, "refused a cluster connection of unknown kind");
             }
+            Ok(Err(reason)) if reason.is_empty() => {}
             Ok(Err(reason)) => {
                 tracing::error!(%remote, "refused a cluster connection: {reason}");
             }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warren_broker::quorum::cluster::{load_or_create_incarnation, node_id, ClusterNode};
 use warren_broker::quorum::QuorumHost;
@@ -21,37 +21,78 @@ use crate::ServerArgs;
 /// Bytes of a generated secret (hex-encoded in the file).
 const GENERATED_SECRET_BYTES: usize = 32;
 
-/// Reads the cluster secret, generating `<data-dir>/.cluster-secret` on first boot when no
-/// file is configured.
+/// The default secret's file name in the user's home directory (Erlang's `~/.erlang.cookie`).
+const HOME_SECRET_FILE: &str = ".warren-cluster-secret";
+
+/// The cluster secret, from the first of:
+/// 1. `--cluster-secret-file`;
+/// 2. `<data-dir>/.cluster-secret`, where earlier versions generated it (kept, so an upgraded
+///    node stays in its cluster);
+/// 3. `~/.warren-cluster-secret`, generated (0600) by the first node of this user that needs
+///    it, so every node one user starts on one machine shares it, as Erlang nodes share
+///    `~/.erlang.cookie`. Without a home directory: `<data-dir>/.cluster-secret`, generated.
 fn secret(args: &ServerArgs) -> anyhow::Result<Vec<u8>> {
     if let Some(path) = &args.cluster_secret_file {
-        let secret = std::fs::read(path)
-            .with_context(|| format!("reading the cluster secret file {}", path.display()))?;
-        let secret = secret.trim_ascii().to_vec();
-        anyhow::ensure!(
-            !secret.is_empty(),
-            "the cluster secret file {} is empty",
-            path.display()
-        );
+        return read_secret(path)?
+            .with_context(|| format!("the cluster secret file {} is empty", path.display()));
+    }
+    let in_data_dir = args.data_dir.join(".cluster-secret");
+    if let Ok(Some(secret)) = read_secret(&in_data_dir) {
         return Ok(secret);
     }
-    let path = args.data_dir.join(".cluster-secret");
-    if let Ok(secret) = std::fs::read(&path) {
-        let secret = secret.trim_ascii().to_vec();
-        if !secret.is_empty() {
-            return Ok(secret);
-        }
+    let home = std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
+        .filter(|home| home.is_dir());
+    let path = match home {
+        Some(home) => home.join(HOME_SECRET_FILE),
+        None => in_data_dir,
+    };
+    if let Some(secret) = read_private_secret(&path)? {
+        return Ok(secret);
     }
     let mut bytes = [0u8; GENERATED_SECRET_BYTES];
     getrandom(&mut bytes)?;
-    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    write_private(&path, secret.as_bytes())?;
-    tracing::warn!(
-        file = %path.display(),
-        "generated a cluster secret: copy this file to every node of the cluster (or pass \
-         --cluster-secret-file); nodes with different secrets refuse each other"
-    );
-    Ok(secret.into_bytes())
+    let generated: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    if write_private(&path, generated.as_bytes())? {
+        tracing::warn!(
+            file = %path.display(),
+            "generated a cluster secret: nodes of this user on this machine share it; copy it \
+             to every other machine's node (or pass --cluster-secret-file): nodes with \
+             different secrets refuse each other"
+        );
+    }
+    // Another node may have written it first: its secret is the one to share.
+    read_private_secret(&path)?
+        .with_context(|| format!("the cluster secret file {} is empty", path.display()))
+}
+
+/// The trimmed contents of a secret file; None when it does not exist or holds nothing.
+fn read_secret(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(secret) => {
+            let secret = secret.trim_ascii().to_vec();
+            Ok((!secret.is_empty()).then_some(secret))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => {
+            Err(e).with_context(|| format!("reading the cluster secret file {}", path.display()))
+        }
+    }
+}
+
+/// [`read_secret`] of a generated secret file, which only its owner may read (Erlang refuses a
+/// cookie others can read; so does this).
+fn read_private_secret(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        anyhow::ensure!(
+            meta.permissions().mode() & 0o077 == 0,
+            "the cluster secret file {} must be readable by its owner only (chmod 600 it)",
+            path.display()
+        );
+    }
+    read_secret(path)
 }
 
 fn getrandom(bytes: &mut [u8]) -> anyhow::Result<()> {
@@ -61,19 +102,31 @@ fn getrandom(bytes: &mut [u8]) -> anyhow::Result<()> {
         .context("reading random bytes for the cluster secret")
 }
 
-/// Writes a file only its owner can read (as RabbitMQ requires of the cookie).
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// Writes a file only its owner can read (as Erlang requires of the cookie), whole or not at
+/// all: written aside, then linked into place, so nodes starting together never read a half
+/// written secret. False when the file already existed (another node wrote it first).
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let aside = path.with_extension(format!("{}.tmp", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating the cluster secret file {}", path.display()))?;
+        .open(&aside)
+        .with_context(|| format!("creating the cluster secret file {}", aside.display()))?;
     file.write_all(bytes)?;
     file.sync_all()?;
-    Ok(())
+    let linked = std::fs::hard_link(&aside, path);
+    let _ = std::fs::remove_file(&aside);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => {
+            Err(e).with_context(|| format!("creating the cluster secret file {}", path.display()))
+        }
+    }
 }
 
 /// Mutual TLS between nodes, when a certificate is configured: each node accepts and dials
@@ -253,6 +306,7 @@ pub async fn join(
     broker.enable_cluster(cluster.clone());
     broker.set_replicator(ClusterReplicator::new(cluster.clone()));
     tokio::spawn(dial_forwarding(Arc::downgrade(broker), cluster.clone()));
+    warren_broker::quorum::reconcile::spawn(broker, cluster.clone());
     tokio::spawn(close_links_to_down_peers(
         Arc::downgrade(broker),
         cluster.clone(),

@@ -64,8 +64,11 @@ class Node:
     otherwise on free loopback ports."""
 
     def __init__(self, root, name, secret_file, extra=(), netns=None, host="127.0.0.1",
-                 cluster_host=None):
+                 cluster_host=None, env=None):
+        """`secret_file` None: the node uses its default secret (`~/.warren-cluster-secret`,
+        HOME from `env`); `env`: the process's environment (default: the test's)."""
         self.name = name
+        self.env = env
         self.extra = list(extra)
         self.data_dir = os.path.join(root, name.replace("@", "-"))
         self.secret_file = secret_file
@@ -105,9 +108,13 @@ class Node:
             "--prometheus-port", str(self.prometheus_port), "--management-tls-port", "0",
             "--prometheus-tls-port", "0", "--data-dir", self.data_dir,
             "--node-name", self.name, "--cluster-port", str(self.cluster_port),
-            "--cluster-advertise", self.address,
-            "--cluster-secret-file", self.secret_file,
-            "--cluster-peers", ",".join(p.address for p in peers), *self.extra]
+            "--cluster-advertise", self.address]
+        if self.secret_file is not None:
+            command += ["--cluster-secret-file", self.secret_file]
+        # None: the peers come from elsewhere (a configuration file in `extra`).
+        if peers is not None:
+            command += ["--cluster-peers", ",".join(p.address for p in peers)]
+        command += self.extra
         # `ip netns exec` execs the command: the child's pid is the broker's, signals reach it.
         return (["ip", "netns", "exec", self.netns] if self.netns else []) + command
 
@@ -118,7 +125,7 @@ class Node:
             log.write("\n==== start %s\n" % time.strftime("%H:%M:%S"))
             log.flush()
             self.proc = subprocess.Popen(self.command(peers), stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, env=self.env)
         self.paused = False
         if wait:
             eventually("%s's HTTP API" % self.name, self._answers, timeout=60)

@@ -3,7 +3,9 @@
 //!
 //! Node ids are derived from node names (the first 8 bytes of a SHA-256), so a node keeps its
 //! id across restarts without storing it. Seeds (`--cluster-peers`) are addresses only; the
-//! handshake tells who answers there. Formation is deterministic and safe on restart:
+//! handshake tells who answers there, and a seed where this node itself answers is skipped, so
+//! every node may be given the same list (one configuration file for the whole cluster, as a
+//! StatefulSet or RabbitMQ's classic_config peer discovery has it). Formation is deterministic and safe on restart:
 //!
 //! - a node whose metadata member has state (a log, a snapshot, a vote) never initializes;
 //! - every uninitialized node asks the seeds to add it (forwarded to the leader) until one
@@ -218,6 +220,24 @@ impl ClusterNode {
         formed
     }
 
+    /// Waits until this node is a voter of the cluster's metadata group (at once on a member
+    /// that has been one): until then it places no quorum queue, since the voters it sees are
+    /// not yet the cluster's.
+    pub async fn wait_voter(&self) {
+        let mut metrics = self.metadata.raft().metrics();
+        loop {
+            let voter = metrics
+                .borrow_and_update()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|id| id == self.id);
+            if voter || metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     fn info(&self) -> MemberInfo {
         MemberInfo {
             name: self.name.clone(),
@@ -286,6 +306,10 @@ impl ClusterNode {
             let mut all_answered = true;
             for seed in &seeds {
                 if let Some(id) = known.get(seed) {
+                    // This node's own address (one seed list shared by every node names it).
+                    if *id == self.id {
+                        continue;
+                    }
                     if self.transport.liveness().is_up(*id) {
                         seed_ids.insert(*id);
                         continue;

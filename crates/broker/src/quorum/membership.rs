@@ -98,33 +98,43 @@ pub async fn shrink_all(
         if !group.members.contains(&node) && !group.declared.contains(&node) {
             continue;
         }
-        let reach: Vec<NodeId> = known_members(group)
-            .into_iter()
-            .filter(|m| *m != node)
-            .collect();
-        let mut result =
-            change_group_members(cluster, group.group, &reach, MemberChange::Remove { node }).await;
-        if result.is_ok() {
-            let remaining: Vec<NodeId> = group
-                .members
-                .iter()
-                .copied()
-                .filter(|m| *m != node)
-                .collect();
-            result = record_members(broker, group, &remaining).await;
-        }
-        if let Err(e) = &result {
-            tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "removing a forgotten node from a quorum queue's group failed");
-        } else {
-            tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "removed a forgotten node from the quorum queue's group");
-        }
         changes.push(GroupChange {
             vhost: group.vhost.clone(),
             queue: group.queue.clone(),
-            result,
+            result: shrink(cluster, broker, group, node).await,
         });
     }
     changes
+}
+
+/// Removes node `node` from `group` (which lists it) and records the group's new members.
+pub(crate) async fn shrink(
+    cluster: &ClusterNode,
+    broker: &Broker,
+    group: &QuorumGroup,
+    node: NodeId,
+) -> Result<(), String> {
+    let reach: Vec<NodeId> = known_members(group)
+        .into_iter()
+        .filter(|m| *m != node)
+        .collect();
+    let mut result =
+        change_group_members(cluster, group.group, &reach, MemberChange::Remove { node }).await;
+    if result.is_ok() {
+        let remaining: Vec<NodeId> = group
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != node)
+            .collect();
+        result = record_members(broker, group, &remaining).await;
+    }
+    if let Err(e) = &result {
+        tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "removing a forgotten node from a quorum queue's group failed");
+    } else {
+        tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "removed a forgotten node from the quorum queue's group");
+    }
+    result
 }
 
 /// Adds member `node` (its membership record) to every group of `groups` that does not list it
@@ -136,6 +146,30 @@ pub async fn grow_all(
     groups: &[QuorumGroup],
     node: NodeId,
 ) -> Vec<GroupChange> {
+    let mut changes = Vec::new();
+    for group in groups {
+        if group.members.contains(&node) || group.members.len() >= group.target_size {
+            continue;
+        }
+        changes.push(GroupChange {
+            vhost: group.vhost.clone(),
+            queue: group.queue.clone(),
+            result: grow(cluster, broker, group, node).await,
+        });
+    }
+    changes
+}
+
+/// Adds cluster member `node` to `group` (which does not list it) and records the group's new
+/// members: first recorded, so that the node starts its member of the group on seeing it
+/// listed, then made a learner that catches up, then a voter; recorded back without it when
+/// the group does not take it.
+pub(crate) async fn grow(
+    cluster: &ClusterNode,
+    broker: &Broker,
+    group: &QuorumGroup,
+    node: NodeId,
+) -> Result<(), String> {
     let Some(info) = cluster
         .metadata()
         .members()
@@ -143,41 +177,24 @@ pub async fn grow_all(
         .find(|(id, _)| *id == node)
         .map(|(_, info)| info)
     else {
-        return Vec::new();
+        return Err(format!("node {node} is not a member of the cluster"));
     };
-    let mut changes = Vec::new();
-    for group in groups {
-        if group.members.contains(&node) || group.members.len() >= group.target_size {
-            continue;
+    let change = MemberChange::Add { node, info };
+    let mut grown = group.members.clone();
+    grown.push(node);
+    let mut result = record_members(broker, group, &grown).await;
+    if result.is_ok() {
+        result = change_group_members(cluster, group.group, &known_members(group), change).await;
+        if result.is_err() {
+            let _ = record_members(broker, group, &group.members).await;
         }
-        let change = MemberChange::Add {
-            node,
-            info: info.clone(),
-        };
-        let mut grown = group.members.clone();
-        grown.push(node);
-        // First recorded: the node starts its member of the group on seeing it listed.
-        let mut result = record_members(broker, group, &grown).await;
-        if result.is_ok() {
-            result =
-                change_group_members(cluster, group.group, &known_members(group), change).await;
-            if result.is_err() {
-                // Not added: the record goes back to the members the group has.
-                let _ = record_members(broker, group, &group.members).await;
-            }
-        }
-        if let Err(e) = &result {
-            tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "adding a node to a quorum queue's group failed");
-        } else {
-            tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "added a node to the quorum queue's group");
-        }
-        changes.push(GroupChange {
-            vhost: group.vhost.clone(),
-            queue: group.queue.clone(),
-            result,
-        });
     }
-    changes
+    if let Err(e) = &result {
+        tracing::warn!(vhost = %group.vhost, queue = %group.queue, node, error = %e, "adding a node to a quorum queue's group failed");
+    } else {
+        tracing::info!(vhost = %group.vhost, queue = %group.queue, node, "added a node to the quorum queue's group");
+    }
+    result
 }
 
 /// Records `members` (the group's voters after a change) as the queue's members in the
