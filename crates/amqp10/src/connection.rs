@@ -437,7 +437,7 @@ where
         }
         loop {
             let backed_up = self.wbuf.len() >= WRITE_HIGH_WATER_BYTES;
-            let awaiting_fsync = self.sessions.values().any(|s| s.has_awaiting_fsync());
+            let awaiting_store = self.sessions.values().any(|s| s.awaits_store());
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf), if !backed_up => {
@@ -478,7 +478,7 @@ where
                         return Ok(());
                     }
                 }
-                _ = durable_advanced(&mut self.durable), if awaiting_fsync => {
+                _ = durable_advanced(&mut self.durable), if awaiting_store => {
                     self.end_of_batch();
                 }
                 changed = self.alarms.changed(), if alarms_live => match changed {
@@ -796,8 +796,10 @@ where
             ConnectionEvent::Close { text, .. } => {
                 self.close_with(codec::error(ConnectionError::ConnectionForced, text));
             }
-            // AMQP 1.0 publishes to quorum queues settle without waiting for the group.
-            ConnectionEvent::ConfirmsSettled | ConnectionEvent::QuorumGot { .. } => {}
+            // The queues that confirm on their own (quorum, remote) answered a transfer: its
+            // disposition may be ready.
+            ConnectionEvent::ConfirmsSettled => self.end_of_batch(),
+            ConnectionEvent::QuorumGot { .. } => {}
         }
     }
 

@@ -32,6 +32,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use warren_broker::access::{AccessControl, AccessKind};
 use warren_broker::consumer::ChannelFlow;
+use warren_broker::enqueue::Confirm;
 use warren_broker::queue::QueuedMessage;
 use warren_broker::EventSender;
 use warren_broker::{ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
@@ -126,8 +127,9 @@ pub struct Session {
     /// Values boxed: a B-tree's first node has room for eleven entries, and a receiver
     /// with one delivery in flight would otherwise carry eleven `Unsettled`s' worth (~1 KB).
     unsettled: BTreeMap<u32, Box<Unsettled>>,
-    /// Incoming deliveries waiting for the store's fsync: (delivery id, store seq).
-    awaiting_fsync: VecDeque<(u32, u64)>,
+    /// Incoming deliveries whose outcome waits for the store's fsync or for the queues that
+    /// confirm on their own, in arrival order: (delivery id, its confirm).
+    awaiting_confirm: VecDeque<(u32, Confirm)>,
     /// Dispositions to send at the end of the read batch (runs of ids share one frame).
     dispositions: Vec<(u32, DeliveryState)>,
 }
@@ -145,7 +147,7 @@ impl Session {
             links: HashMap::new(),
             by_tag: HashMap::new(),
             unsettled: BTreeMap::new(),
-            awaiting_fsync: VecDeque::new(),
+            awaiting_confirm: VecDeque::new(),
             dispositions: Vec::new(),
         };
         let reply = Begin {
@@ -187,8 +189,11 @@ impl Session {
         }
     }
 
-    pub fn has_awaiting_fsync(&self) -> bool {
-        !self.awaiting_fsync.is_empty()
+    /// Whether a delivery waits for the store (only its progress can settle it then).
+    pub fn awaits_store(&self) -> bool {
+        self.awaiting_confirm
+            .iter()
+            .any(|(_, confirm)| confirm.waits_for_store())
     }
 
     // ---- attach ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ pub mod dead_letter;
 pub mod definition_op;
 pub mod definitions;
 pub mod disk;
+pub mod enqueue;
 mod equivalence;
 pub mod error;
 pub mod event_channel;

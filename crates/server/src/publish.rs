@@ -14,19 +14,16 @@ use crate::context::Ctx;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
+use warren_broker::enqueue::{enqueue_routed, Confirm};
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::queue::{QueuedMessage, RoutedConfirm};
-use warren_broker::quorum::QuorumConfirm;
+use warren_broker::queue::QueuedMessage;
 use warren_broker::routing_keys::{header_routes, strip_bcc};
-use warren_broker::{
-    AmqpError, AmqpResult, ConnectionEvent, Delivery, Enqueued, Message, MessageStats,
-};
+use warren_broker::{AmqpError, AmqpResult, ConnectionEvent, Delivery, Message, MessageStats};
 use warren_codec::*;
-use warren_store::{Appended, Outcome, StoreError};
+use warren_store::Outcome;
 
 /// A basic.publish whose content is still arriving.
 pub struct PendingPublish {
@@ -95,15 +92,6 @@ pub struct Routed {
     pub refused: bool,
 }
 
-/// What the store made of a persistent publish.
-enum Persisted {
-    /// Nothing needed storing (transient, or no durable queue reached).
-    NotNeeded,
-    Appended(Appended),
-    /// The store cannot write now: the durable queues do not take the message.
-    Refused,
-}
-
 /// Publisher confirms: sequence numbers given to publishes and those not yet confirmed.
 ///
 /// A persistent message routed to a durable queue is confirmed only once the store has
@@ -114,9 +102,8 @@ enum Persisted {
 #[derive(Debug, Default)]
 pub struct ConfirmState {
     pub next_seq: u64,
-    /// (publish seq, store seq that must be settled first, ack (true) or nack, the quorum
-    /// queues' answer when it reached any).
-    pending: VecDeque<(u64, u64, bool, Option<Arc<QuorumConfirm>>)>,
+    /// (publish seq, its confirm), in publish order.
+    pending: VecDeque<(u64, Confirm)>,
 }
 
 impl ConfirmState {
@@ -340,9 +327,7 @@ impl Channel {
         });
 
         let mut routed = false;
-        let mut rejected = false;
-        let mut store_seq = 0;
-        let mut quorum_confirm: Option<Arc<QuorumConfirm>> = None;
+        let mut confirm = Confirm::settled(false);
         if exchange.name.is_empty() && message.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
             if let Some(consumer) = ctx.vhost.reply_consumer(&message.routing_key) {
                 // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
@@ -389,27 +374,14 @@ impl Channel {
                 Some(&mut self.last_published_queue),
             );
             routed = !queues.is_empty();
-            let stored = match self.persist(&message, &queues, ctx)? {
-                Persisted::NotNeeded => None,
-                Persisted::Appended(appended) => {
-                    store_seq = appended.seq;
-                    Some(appended)
-                }
-                Persisted::Refused => {
-                    // Only the durable queues need the store; the others take it.
-                    rejected = true;
-                    queues.retain(|q| q.stored.is_none());
-                    None
-                }
-            };
-            let mut routed_confirm = seq.map(|_| RoutedConfirm::new(ctx.events));
-            for queue in queues.drain(..) {
-                let outcome = queue.publish_routed(&message, stored, routed_confirm.as_mut());
-                if outcome == Enqueued::Rejected {
-                    rejected = true;
-                }
-            }
-            quorum_confirm = routed_confirm.and_then(RoutedConfirm::finish);
+            confirm = enqueue_routed(
+                &ctx.vhost,
+                &message,
+                &mut queues,
+                &mut self.store_ids_buf,
+                seq.map(|_| ctx.events),
+            )
+            .map_err(|e| AmqpError::new(ReplyCode::InternalError, format!("message store: {e}")))?;
             self.route_buf = queues;
         }
 
@@ -433,47 +405,17 @@ impl Channel {
                 &message.body,
             );
         }
+        let routed = Routed {
+            store_seq: confirm.store_seq(),
+            refused: confirm.refused(),
+        };
         if let (Some(seq), Some(c)) = (seq, self.confirm.as_mut()) {
-            c.pending
-                .push_back((seq, store_seq, !rejected, quorum_confirm));
+            c.pending.push_back((seq, confirm));
             self.info
                 .messages_unconfirmed
                 .store(c.pending.len() as u32, Relaxed);
         }
-        Ok(Routed {
-            store_seq,
-            refused: rejected,
-        })
-    }
-
-    /// Writes a persistent message once to the store for all the durable queues it reached.
-    fn persist(
-        &mut self,
-        message: &Message,
-        queues: &[Arc<warren_broker::Queue>],
-        ctx: &mut Ctx,
-    ) -> AmqpResult<Persisted> {
-        let Some(store) = ctx.vhost.store.as_ref().filter(|_| message.persistent) else {
-            return Ok(Persisted::NotNeeded);
-        };
-        self.store_ids_buf.clear();
-        self.store_ids_buf.extend(
-            queues
-                .iter()
-                .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
-        );
-        if self.store_ids_buf.is_empty() {
-            return Ok(Persisted::NotNeeded);
-        }
-        match store.append(&self.store_ids_buf, &message.to_stored()) {
-            Ok(appended) => Ok(Persisted::Appended(appended)),
-            // A write failed and the store retries (the store logs it, once).
-            Err(StoreError::Unavailable(_)) => Ok(Persisted::Refused),
-            Err(e) => Err(AmqpError::new(
-                ReplyCode::InternalError,
-                format!("message store: {e}"),
-            )),
-        }
+        Ok(routed)
     }
 
     /// Writes the confirms that are ready: everything in order up to the first publish whose
@@ -509,17 +451,10 @@ impl Channel {
         };
         let mut run: Option<(u64, u64)> = None; // (first, last) acked publish seq
         let pending_before = c.pending.len();
-        while let Some((seq, store_seq, ok, quorum)) = c.pending.front() {
-            let (seq, ok) = (*seq, *ok);
-            let ok = match outcome(*store_seq) {
-                Outcome::Pending => break,
-                Outcome::Durable => ok,
-                Outcome::Failed => false,
-            };
-            let ok = match quorum.as_ref().map(|q| q.outcome()) {
-                None => ok,
-                Some(None) => break,
-                Some(Some(accepted)) => ok && accepted,
+        while let Some((seq, confirm)) = c.pending.front() {
+            let seq = *seq;
+            let Some(ok) = confirm.outcome(durable.as_ref()) else {
+                break;
             };
             c.pending.pop_front();
             if ok {

@@ -9,16 +9,18 @@ use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
+use warren_broker::enqueue::{enqueue_routed, Confirm};
 use warren_broker::routing_keys::header_routes;
-use warren_broker::{Enqueued, ExchangeKind, Message, MessageStats};
+use warren_broker::{ExchangeKind, Message, MessageStats};
 use warren_codec::{ContentHeader, ShortStr, BASIC_CLASS_ID};
-use warren_store::{Outcome, StoreError};
+use warren_store::Outcome;
 
 /// What becomes of a published delivery.
 enum PublishOutcome {
     Settled(DeliveryState),
-    /// Accepted once the store has made this sequence durable.
-    AwaitingFsync(u64),
+    /// Accepted once every queue has it safe (the store's fsync, a quorum commit, a remote
+    /// node's answer), rejected if one refuses it: the 0-9-1 confirm's rule.
+    Confirming(Confirm),
 }
 
 fn accepted() -> DeliveryState {
@@ -190,39 +192,34 @@ impl Session {
         }
         match outcome {
             PublishOutcome::Settled(state) => self.dispositions.push((delivery_id, state)),
-            PublishOutcome::AwaitingFsync(seq) => self.awaiting_fsync.push_back((delivery_id, seq)),
+            PublishOutcome::Confirming(confirm) => {
+                self.awaiting_confirm.push_back((delivery_id, confirm))
+            }
         }
         Ok(())
     }
 
-    /// Settles the incoming deliveries whose store write is now durable (accepted) or
-    /// failed (rejected).
+    /// Settles the incoming deliveries whose confirm is now known: accepted once every
+    /// queue has the message safe, rejected when the store failed or a queue refused it.
     pub fn check_durable(&mut self, env: &mut Env) {
-        let Some(store) = env.vhost.store.as_ref() else {
-            let all: Vec<(u32, u64)> = self.awaiting_fsync.drain(..).collect();
-            self.dispositions
-                .extend(all.into_iter().map(|(id, _)| (id, accepted())));
-            return;
-        };
-        if self.awaiting_fsync.is_empty() {
+        if self.awaiting_confirm.is_empty() {
             return;
         }
-        let durable = store.durable_state();
+        let durable = env.vhost.store.as_ref().map(|s| s.durable_state());
         let mut still = VecDeque::new();
-        for (id, seq) in self.awaiting_fsync.drain(..) {
-            match durable.outcome(seq) {
-                Outcome::Pending => still.push_back((id, seq)),
-                Outcome::Durable => self.dispositions.push((id, accepted())),
-                Outcome::Failed => self.dispositions.push((
-                    id,
-                    rejected(
-                        AmqpError::InternalError,
-                        "the message store failed to write",
-                    ),
-                )),
+        for (id, confirm) in self.awaiting_confirm.drain(..) {
+            match confirm.outcome(durable.as_ref()) {
+                None => still.push_back((id, confirm)),
+                Some(true) => self.dispositions.push((id, accepted())),
+                Some(false) => {
+                    let store_failed = durable
+                        .as_ref()
+                        .is_some_and(|d| d.outcome(confirm.store_seq()) == Outcome::Failed);
+                    self.dispositions.push((id, refused(store_failed)));
+                }
             }
         }
-        self.awaiting_fsync = still;
+        self.awaiting_confirm = still;
     }
 
     /// Sends the dispositions gathered in this batch: runs of consecutive delivery ids with
@@ -419,45 +416,40 @@ fn route_and_enqueue(
         return PublishOutcome::Settled(DeliveryState::Released(Released {}));
     }
     MessageStats::add(&exchange.stats.publish_out, 1);
-    let mut refused = false;
-    let mut store_seq = 0;
-    let mut stored = None;
-    if let Some(store) = env.vhost.store.as_ref().filter(|_| message.persistent) {
-        let ids: Vec<_> = queues
-            .iter()
-            .filter_map(|q| q.stored.as_ref().map(|s| s.id))
-            .collect();
-        if !ids.is_empty() {
-            match store.append(&ids, &message.to_stored()) {
-                Ok(appended) => {
-                    store_seq = appended.seq;
-                    stored = Some(appended);
-                }
-                Err(e) => {
-                    if !matches!(e, StoreError::Unavailable(_)) {
-                        tracing::warn!(error = %e, "message store append failed");
-                    }
-                    // The durable queues cannot take it; the others do.
-                    refused = true;
-                    queues.retain(|q| q.stored.is_none());
-                }
-            }
+    let mut store_ids = Vec::new();
+    let wake = (!settled).then_some(env.events);
+    let confirm = match enqueue_routed(env.vhost, &message, &mut queues, &mut store_ids, wake) {
+        Ok(confirm) => confirm,
+        Err(e) => {
+            tracing::warn!(error = %e, "message store append failed");
+            return PublishOutcome::Settled(rejected(
+                AmqpError::InternalError,
+                format!("message store: {e}"),
+            ));
         }
-    }
-    for queue in queues {
-        let stored = stored.filter(|_| queue.stored.is_some());
-        if queue.publish(message.clone(), stored) == Enqueued::Rejected {
-            refused = true;
+    };
+    match confirm.outcome(None) {
+        // Nothing to wait for: settled now (a pre-settled transfer needs no outcome).
+        Some(_) if !confirm.waits_for_store() || settled => {
+            PublishOutcome::Settled(match confirm.refused() {
+                false => accepted(),
+                true => refused(false),
+            })
         }
+        _ => PublishOutcome::Confirming(confirm),
     }
-    if refused {
-        return PublishOutcome::Settled(rejected(
+}
+
+/// The outcome of a transfer that a queue refused, or whose store write failed.
+fn refused(store_failed: bool) -> DeliveryState {
+    match store_failed {
+        true => rejected(
+            AmqpError::InternalError,
+            "the message store failed to write",
+        ),
+        false => rejected(
             AmqpError::ResourceLimitExceeded,
             "a queue refused the message",
-        ));
+        ),
     }
-    if store_seq > 0 {
-        return PublishOutcome::AwaitingFsync(store_seq);
-    }
-    PublishOutcome::Settled(accepted())
 }
