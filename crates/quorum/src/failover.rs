@@ -238,7 +238,11 @@ impl FailoverDriver {
                 continue;
             }
             tracing::info!(group, ?leader, rank, "no live leader: starting an election");
-            if let Err(e) = raft.trigger().elect(false).await {
+            // Pre-Vote first: the election goes ahead only if a majority would grant it,
+            // and a member that sees the leader alive does not (`GroupRegistry::handle`), so a
+            // node that lost touch alone (cut off, stalled, just woken) bumps no term and
+            // deposes no one.
+            if let Err(e) = raft.trigger().elect(true).await {
                 tracing::warn!(group, error = %e, "could not start an election");
             }
             // The next attempt, if this one fails, waits for the others' turns first.

@@ -4,9 +4,9 @@
 //!
 //! Fixed-size messages, in this order (integers big-endian, nonces fresh from the OS RNG):
 //!
-//! 1. dialer → acceptor: `"WRNC"`, version 3, dialer node id (u64), dialer incarnation (u64),
+//! 1. dialer → acceptor: `"WRNC"`, version 4, dialer node id (u64), dialer incarnation (u64),
 //!    dialer nonce (32 bytes).
-//! 2. acceptor → dialer: `"WRNC"`, version 3, acceptor node id, acceptor incarnation, acceptor
+//! 2. acceptor → dialer: `"WRNC"`, version 4, acceptor node id, acceptor incarnation, acceptor
 //!    nonce, and `HMAC-SHA256(secret, "warren-cluster-v1" | 'A' | dialer id | acceptor id |
 //!    dialer incarnation | acceptor incarnation | dialer nonce | acceptor nonce)`.
 //! 3. dialer → acceptor: one status byte and 32 bytes: status 1 and the same MAC with role byte
@@ -26,7 +26,8 @@
 //!
 //! (Version 2 added what follows an accepted handshake: the dialer's one byte naming the
 //! connection's kind, Raft RPCs or a forwarding link — see `tcp.rs`. Version 3 added the
-//! incarnations and the reset refusals. A node of an older version gets "the peer speaks
+//! incarnations and the reset refusals. Version 4 added the Pre-Vote request to the frames that
+//! follow. A node of an older version gets "the peer speaks
 //! cluster protocol version N" from both sides and no link: the versions refuse each other,
 //! so a cluster is upgraded by stopping every node, not one node at a time.)
 //!
@@ -42,7 +43,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -22,6 +22,7 @@ use openraft::raft::{
 use openraft::{BasicNode, OptionalSend};
 use parking_lot::{Mutex, RwLock};
 
+use crate::liveness::Liveness;
 use crate::machine::Reply;
 use crate::metadata::{self, MemberChange};
 use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Snapshot, Vote};
@@ -39,6 +40,9 @@ pub enum RaftRequest {
     ClientWrite(Proposal),
     /// A membership change forwarded by a follower, for the leader to carry out.
     ChangeMembers(MemberChange),
+    /// Would the member grant this vote (Raft's Pre-Vote)? Answered as a `Vote`, nothing
+    /// persisted; see [`GroupRegistry::handle`] for when a live leader makes it a no.
+    PreVote(VoteRequest<QueueRaft>),
 }
 
 pub enum RaftResponse {
@@ -90,6 +94,9 @@ pub trait Transport: Send + Sync + 'static {
 pub struct GroupRegistry {
     node: NodeId,
     groups: Arc<RwLock<HashMap<GroupId, Raft>>>,
+    /// The node's failure detector, once a transport that has one serves the registry: a
+    /// member whose leader it sees up grants no Pre-Vote.
+    liveness: Arc<OnceLock<Arc<Liveness>>>,
 }
 
 impl GroupRegistry {
@@ -97,7 +104,27 @@ impl GroupRegistry {
         Self {
             node,
             groups: Arc::default(),
+            liveness: Arc::default(),
         }
+    }
+
+    /// Judges Pre-Votes by `liveness` from now on (see [`GroupRegistry::handle`]).
+    pub fn use_liveness(&self, liveness: Arc<Liveness>) {
+        let _ = self.liveness.set(liveness);
+    }
+
+    /// Whether this member knows a leader that is alive: itself, or a node the failure
+    /// detector sees up. Such a member grants no Pre-Vote: a candidate that lost touch with
+    /// the leader (cut off, stalled, just woken) must not depose it while it serves a majority.
+    fn follows_a_live_leader(&self, raft: &Raft) -> bool {
+        let Some(leader) = raft.metrics().borrow().current_leader else {
+            return false;
+        };
+        leader == self.node
+            || self
+                .liveness
+                .get()
+                .is_some_and(|liveness| liveness.is_up(leader))
     }
 
     pub fn insert(&self, group: GroupId, raft: Raft) {
@@ -142,6 +169,19 @@ impl GroupRegistry {
                 .await
                 .map(RaftResponse::Vote)
                 .map_err(|e| remote(e.to_string())),
+            // openraft's own answer (its leader lease, the logs), made a no while this member
+            // follows a live leader: with no heartbeats in a queue group the lease alone
+            // would let a node that merely lost touch win an election and depose it.
+            RaftRequest::PreVote(rpc) => {
+                let mut answer = raft
+                    .pre_vote(rpc)
+                    .await
+                    .map_err(|e| remote(e.to_string()))?;
+                if answer.vote_granted && self.follows_a_live_leader(&raft) {
+                    answer.vote_granted = false;
+                }
+                Ok(RaftResponse::Vote(answer))
+            }
             RaftRequest::Snapshot { vote, snapshot } => raft
                 .install_full_snapshot(vote, snapshot)
                 .await
@@ -231,6 +271,20 @@ impl<T: Transport> RaftNetworkV2<QueueRaft> for GroupConnection<T> {
         _option: RPCOption,
     ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
         match self.call(RaftRequest::Vote(rpc)).await {
+            Ok(RaftResponse::Vote(response)) => Ok(response),
+            Ok(_) => Err(RPCError::Unreachable(unreachable(
+                &TransportError::BadResponse(self.to),
+            ))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
+        }
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<QueueRaft>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
+        match self.call(RaftRequest::PreVote(rpc)).await {
             Ok(RaftResponse::Vote(response)) => Ok(response),
             Ok(_) => Err(RPCError::Unreachable(unreachable(
                 &TransportError::BadResponse(self.to),

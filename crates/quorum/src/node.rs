@@ -91,9 +91,14 @@ pub fn raft_config(snapshot_every_logs: u64) -> Config {
 /// the next entry the log id of a committed one that the others hold — two different entries
 /// under one log id, which Raft never repairs (the simulation's seed 39 diverged so). Elected
 /// again instead, it takes a new term and the log of a majority first.
+///
+/// Pre-Vote too: a member whose election timer fires (the metadata group's) first asks whether
+/// a majority would grant it the vote, so a node that was cut off or stalled does not come back
+/// with a higher term that deposes a healthy leader.
 fn checked(config: Config) -> Result<Config, QuorumError> {
     Config {
         enable_leader_restore: Some(false),
+        enable_pre_vote: Some(true),
         ..config
     }
     .validate()

@@ -249,6 +249,7 @@ impl TcpTransport {
 
     /// Starts answering peers with the node's groups (call once; later calls are ignored).
     pub fn serve(self: &Arc<Self>, registry: GroupRegistry) {
+        registry.use_liveness(self.liveness.clone());
         if self.registry.set(registry).is_err() {
             return;
         }

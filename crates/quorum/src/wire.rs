@@ -54,6 +54,7 @@ pub enum WireRequest {
     },
     ClientWrite(Proposal),
     ChangeMembers(MemberChange),
+    PreVote(VoteRequest<QueueRaft>),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -88,6 +89,7 @@ impl From<RaftRequest> for WireRequest {
             },
             RaftRequest::ClientWrite(proposal) => WireRequest::ClientWrite(proposal),
             RaftRequest::ChangeMembers(change) => WireRequest::ChangeMembers(change),
+            RaftRequest::PreVote(rpc) => WireRequest::PreVote(rpc),
         }
     }
 }
@@ -106,6 +108,7 @@ impl From<WireRequest> for RaftRequest {
             },
             WireRequest::ClientWrite(proposal) => RaftRequest::ClientWrite(proposal),
             WireRequest::ChangeMembers(change) => RaftRequest::ChangeMembers(change),
+            WireRequest::PreVote(rpc) => RaftRequest::PreVote(rpc),
         }
     }
 }
