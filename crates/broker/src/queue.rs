@@ -319,6 +319,18 @@ impl Queue {
         self.home.upgrade()
     }
 
+    /// Whether this node serves the queue: its home for a classic queue, its group's leader
+    /// for a quorum queue (not a remote record of a queue another node serves). In a cluster
+    /// exactly one node serves a queue at a time, so per-node figures summed over the nodes
+    /// (Prometheus) count each queue once, as RabbitMQ's do.
+    pub fn served_here(&self) -> bool {
+        match &self.kind {
+            QueueKind::Classic => true,
+            QueueKind::Quorum(qq) => qq.is_leading(),
+            QueueKind::Remote(_) => false,
+        }
+    }
+
     /// The type's name as RabbitMQ's API and `x-queue-type` spell it.
     pub fn type_name(&self) -> &'static str {
         match &self.kind {

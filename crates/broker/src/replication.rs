@@ -99,6 +99,7 @@ impl Broker {
         if self.is_node_local(&op) {
             return Change::Done(self.apply(op));
         }
+        self.mirror_new_queue_as_quorum(&mut op);
         if self.needs_quorum_members(&op) {
             return self.declare_quorum_queue(op, replicator.clone());
         }
@@ -154,6 +155,28 @@ impl Broker {
             drop(broker);
             submit(replicator.as_ref(), op).await
         }))
+    }
+
+    /// A new queue that a classic mirroring policy makes a quorum queue becomes one here, on
+    /// the proposing node (`vhost/mirroring.rs`), so that its declaration carries the type and
+    /// the group's members: decided where it is applied, every node would start a group of
+    /// its own.
+    fn mirror_new_queue_as_quorum(&self, op: &mut DefinitionOp) {
+        let DefinitionOp::QueueDeclare {
+            vhost,
+            name,
+            durable,
+            exclusive,
+            auto_delete,
+            arguments,
+            ..
+        } = op
+        else {
+            return;
+        };
+        if let Some(vhost) = self.vhost(vhost).filter(|v| v.queue(name).is_none()) {
+            vhost.mirror_as_quorum(name, *durable, *exclusive, *auto_delete, arguments);
+        }
     }
 
     /// Whether `op` declares a quorum queue whose members the proposing node must choose.

@@ -21,10 +21,13 @@ pub struct QueueReadings {
 }
 
 impl QueueReadings {
+    /// The queues this node serves (`Queue::served_here`): in a cluster every queue is
+    /// reported by one node, its home or its group's leader, so sums over the nodes count it
+    /// once (RabbitMQ's nodes report the queues whose process they run).
     pub fn take(broker: &Broker) -> QueueReadings {
         let mut queues = Vec::new();
         for vhost in broker.vhosts() {
-            for queue in vhost.queues() {
+            for queue in vhost.queues().into_iter().filter(|q| q.served_here()) {
                 queues.push(QueueReading {
                     vhost: vhost.name.clone(),
                     depth: queue.depth(),
@@ -219,8 +222,18 @@ const QUEUE_COUNTERS: &[(&str, &str, CountsRead)] = &[
     ),
 ];
 
+/// RabbitMQ's module name for a queue's type, as its `queue_type` label spells it.
+fn rabbit_queue_type(queue: &Queue) -> &'static str {
+    match queue.type_name() {
+        "quorum" => "rabbit_quorum_queue",
+        "stream" => "rabbit_stream_queue",
+        _ => "rabbit_classic_queue",
+    }
+}
+
 /// `rabbitmq_queue_info` (3.13+; per-object, and detailed with a queue group): a constant
-/// 1 carrying the queue's type.
+/// 1 carrying the queue's type; every queue here is served here, so its membership is
+/// `leader`.
 pub fn info(out: &mut Exposition, readings: &QueueReadings) {
     out.group(Some(&[
         "queue_coarse_metrics",
@@ -238,7 +251,7 @@ pub fn info(out: &mut Exposition, readings: &QueueReadings) {
             &[
                 ("vhost", &q.vhost),
                 ("queue", q.queue.name.as_str()),
-                ("queue_type", "rabbit_classic_queue"),
+                ("queue_type", rabbit_queue_type(&q.queue)),
                 ("membership", "leader"),
             ],
             1u64,

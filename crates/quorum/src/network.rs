@@ -19,6 +19,7 @@ use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
+use openraft::vote::RaftLeaderId;
 use openraft::{BasicNode, OptionalSend};
 use parking_lot::{Mutex, RwLock};
 
@@ -113,13 +114,17 @@ impl GroupRegistry {
         let _ = self.liveness.set(liveness);
     }
 
-    /// Whether this member knows a leader that is alive: itself, or a node the failure
-    /// detector sees up. Such a member grants no Pre-Vote: a candidate that lost touch with
+    /// Whether this member knows a leader that is alive and is not `candidate`: itself, or a
+    /// node the failure detector sees up. Such a member grants no Pre-Vote: a candidate that lost touch with
     /// the leader (cut off, stalled, just woken) must not depose it while it serves a majority.
-    fn follows_a_live_leader(&self, raft: &Raft) -> bool {
+    fn follows_a_live_leader(&self, raft: &Raft, candidate: NodeId) -> bool {
         let Some(leader) = raft.metrics().borrow().current_leader else {
             return false;
         };
+        // The leader asking for votes itself leads no more (it restarted, or stepped down).
+        if leader == candidate {
+            return false;
+        }
         leader == self.node
             || self
                 .liveness
@@ -173,11 +178,12 @@ impl GroupRegistry {
             // follows a live leader: with no heartbeats in a queue group the lease alone
             // would let a node that merely lost touch win an election and depose it.
             RaftRequest::PreVote(rpc) => {
+                let candidate = *rpc.vote.leader_id().node_id();
                 let mut answer = raft
                     .pre_vote(rpc)
                     .await
                     .map_err(|e| remote(e.to_string()))?;
-                if answer.vote_granted && self.follows_a_live_leader(&raft) {
+                if answer.vote_granted && self.follows_a_live_leader(&raft, candidate) {
                     answer.vote_granted = false;
                 }
                 Ok(RaftResponse::Vote(answer))

@@ -85,9 +85,13 @@ impl Channel {
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
         check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
-        if queue.quorum().is_some() && self.flow.has_global_limit() {
+        if queue.quorum().is_some()
+            && self.flow.has_global_limit()
+            && !ctx.vhost.mirrored_as_quorum(&name)
+        {
             // RabbitMQ 3.10's quorum queues refuse a consumer on a channel with a global
-            // prefetch limit, closing the connection (540).
+            // prefetch limit, closing the connection (540); one a mirroring policy made
+            // takes it, as the mirrored classic queue its application asked for would.
             return Err(AmqpError::new(
                 ReplyCode::NotImplemented,
                 format!(

@@ -11,6 +11,7 @@ import time
 
 import pika
 import pytest
+import requests
 
 from own_broker import needs_warren_bin
 from cluster_nodes import agreed_queue_leader, eventually, started_cluster
@@ -252,3 +253,49 @@ def test_invalid_group_sizes_are_refused_as_rabbitmq_does(shared_cluster):
             "PRECONDITION_FAILED - invalid arg 'x-quorum-initial-group-size' for queue 'bad' "
             "in vhost '/': %s" % why)
     conn.close()
+
+
+def per_object_samples(node, family, queue):
+    """The samples of `family` for `queue` on `node`'s /metrics/per-object: (labels, value)."""
+    response = requests.get("http://%s:%d/metrics/per-object" % (node.host, node.prometheus_port),
+                            timeout=10)
+    response.raise_for_status()
+    samples = []
+    for line in response.text.splitlines():
+        if line.startswith(family + "{") and ('queue="%s"' % queue) in line:
+            labels, value = line.rsplit(" ", 1)
+            samples.append((labels, float(value)))
+    return samples
+
+
+def test_prometheus_reports_each_queue_once_with_its_type(shared_cluster):
+    """Summed over the nodes, as a Grafana dashboard sums them, a quorum queue's and a classic
+    queue's depths are counted once (by the group's leader, by the home node), and
+    rabbitmq_queue_info carries the queue's real type."""
+    cluster = shared_cluster
+    conn = cluster[0].connect()
+    channel = conn.channel()
+    channel.queue_declare("prom-qq", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare("prom-classic", durable=True)
+    channel.confirm_delivery()
+    for i in range(10):
+        channel.basic_publish("", "prom-qq", b"q%d" % i)
+    for i in range(5):
+        channel.basic_publish("", "prom-classic", b"c%d" % i)
+    conn.close()
+    names = sorted(n.name for n in cluster)
+    eventually("prom-qq's leader", lambda: agreed_queue_leader(cluster, "prom-qq", names))
+
+    def summed(family, queue):
+        return sum(v for n in cluster for _, v in per_object_samples(n, family, queue))
+
+    eventually("the quorum queue's depth summed once",
+               lambda: summed("rabbitmq_queue_messages", "prom-qq") == 10, timeout=30)
+    eventually("the classic queue's depth summed once",
+               lambda: summed("rabbitmq_queue_messages", "prom-classic") == 5, timeout=30)
+    infos = [labels for n in cluster
+             for labels, _ in per_object_samples(n, "rabbitmq_queue_info", "prom-qq")]
+    assert len(infos) == 1 and 'queue_type="rabbit_quorum_queue"' in infos[0], infos
+    infos = [labels for n in cluster
+             for labels, _ in per_object_samples(n, "rabbitmq_queue_info", "prom-classic")]
+    assert len(infos) == 1 and 'queue_type="rabbit_classic_queue"' in infos[0], infos

@@ -6,9 +6,11 @@
 //! Only a queue a quorum queue can be is turned into one: durable, not exclusive, not
 //! auto-delete, no classic-only argument (`x-max-priority`, `x-queue-mode`, …), on a broker with
 //! a data directory. Others stay classic and the log says why. The queue's stored arguments
-//! gain `x-queue-type: quorum`, so a restart recovers it as what it is; a redeclaration without
-//! `x-queue-type` (clients reconnecting) is equivalent to it while the policy applies, as a
-//! declaration without the argument is equivalent to a vhost's default queue type.
+//! gain `x-queue-type: quorum`, so a restart recovers it as what it is. While the policy applies
+//! the queue takes what a RabbitMQ 3.x application does with the mirrored classic queue it asked
+//! for: a redeclaration without `x-queue-type` or with `x-queue-type: classic` (clients
+//! reconnecting) is equivalent to it, and a consumer on a channel with a global prefetch limit
+//! is accepted (a quorum queue declared as one refuses it, as RabbitMQ's does).
 
 use super::VHost;
 use crate::policy::EntityKind;
@@ -25,10 +27,16 @@ impl VHost {
             .is_some_and(|p| p.definition.contains_key("ha-mode"))
     }
 
+    /// Whether queue `name` is a quorum queue because a mirroring policy made it one (the
+    /// policy still applies): it takes classic queues' global prefetch.
+    pub fn mirrored_as_quorum(&self, name: &str) -> bool {
+        self.mirroring_applies(name)
+    }
+
     /// For a new queue without `x-queue-type` matched by a mirroring policy: adds
     /// `x-queue-type: quorum` to `arguments` when the queue can be a quorum queue (and says
     /// so in the log), or leaves it classic with a warning saying why not.
-    pub(super) fn mirror_as_quorum(
+    pub(crate) fn mirror_as_quorum(
         &self,
         name: &str,
         durable: bool,
@@ -73,17 +81,20 @@ impl VHost {
     }
 
     /// A redeclaration's arguments as compared with an existing queue: without
-    /// `x-queue-type`, a queue a mirroring policy made quorum is declared as what it is.
+    /// `x-queue-type` or with `classic`, a queue a mirroring policy made quorum is declared as
+    /// what it is.
     pub(super) fn as_redeclared(
         &self,
         name: &str,
         existing_is_quorum: bool,
         arguments: &FieldTable,
     ) -> Option<FieldTable> {
-        if !existing_is_quorum
-            || arguments.get("x-queue-type").is_some()
-            || !self.mirroring_applies(name)
-        {
+        // Without the argument, or with `classic`: what a RabbitMQ 3.x application declares
+        // for the mirrored classic queue its policy made.
+        let classic = arguments
+            .get("x-queue-type")
+            .is_none_or(|t| t.as_str() == Some("classic"));
+        if !existing_is_quorum || !classic || !self.mirroring_applies(name) {
             return None;
         }
         let mut quorum = arguments.clone();
