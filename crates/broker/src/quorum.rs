@@ -1474,10 +1474,13 @@ fn forward_batch(
         command,
     };
     let transport = host.node().transport().clone();
+    let registry = host.node().registry();
     let own = host.node_id();
     let reply = Box::pin(async move {
         // Each target in turn (a hinted leader first), while the group elects or a link to
-        // the leader's node comes up, for as long as a proposal waits for a leader.
+        // the leader's node comes up, for as long as a proposal waits for a leader. This
+        // node may be the one elected meanwhile (its member is then named the leader): the
+        // batch is then proposed to its own member, not held until the wait runs out.
         let deadline = tokio::time::Instant::now() + LEADER_WAIT;
         let mut hint: Option<NodeId> = None;
         for attempt in 0.. {
@@ -1486,7 +1489,11 @@ fn forward_batch(
                 None => *targets.get(attempt % targets.len().max(1))?,
             };
             let request = RaftRequest::ClientWrite(proposal.clone());
-            match transport.send(own, to, group, request).await {
+            let answer = match to == own {
+                true => registry.handle(group, request).await,
+                false => transport.send(own, to, group, request).await,
+            };
+            match answer {
                 Ok(RaftResponse::ClientWrite { reply, .. }) => return Some(reply),
                 Err(TransportError::NotLeader {
                     leader: Some(leader),

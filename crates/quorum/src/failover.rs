@@ -32,13 +32,25 @@ use crate::liveness::Liveness;
 use crate::network::GroupRegistry;
 use crate::types::{GroupId, NodeId, Raft};
 
+/// Detector-driven groups' `heartbeat_interval` (no heartbeats are sent: openraft's bound for
+/// the election timeouts, and the replication RPCs' time hint, which the network ignores).
+const DETECTOR_HEARTBEAT_MS: u64 = 250;
+
+/// Detector-driven groups' leader lease (their largest election timeout).
+const DETECTOR_LEASE_MS: u64 = 500;
+
 /// openraft settings for groups whose failures the node-level detector handles.
 pub fn detector_driven_config(base: Config) -> Config {
-    // openraft hands each AppendEntries `heartbeat_interval` as its time budget (fsync
-    // included): 3 s. The election timeouts must exceed it; the largest is also the leader
-    // lease, which the detector's `peer_down_after` (5 s) outlasts, so a dead leader's lease
-    // has run out when it is noticed. (With no heartbeats, an idle group's leader lets its own
-    // lease run out too; it renews it before its next write, see `node::write_with_lease`.)
+    // The largest election timeout is also the leader lease: a follower refuses to vote (and
+    // to pre-vote) while its leader's lease runs, so it bounds how soon a dead leader is
+    // replaced once noticed — a kill -9 is noticed at once, by its connections' reset. It
+    // once was 4 s, for openraft 0.9, which timed each AppendEntries out after
+    // `heartbeat_interval` (fsync included) and so needed a long one; 0.10 leaves RPC time
+    // to the network (the transport's `rpc_timeout`), so the lease can be short. What kept a
+    // node that merely lost touch from deposing a live leader is Pre-Vote now, refused by any
+    // member whose failure detector sees the leader alive (`GroupRegistry::handle`), not the
+    // lease. An idle leader's own lease runs out as soon; it renews it before its next write
+    // (`node::write_with_lease`), one round to a majority.
     //
     // The tick goes too: with neither heartbeats nor elections, all it still did per group
     // every 1.5 × `heartbeat_interval` was wake the group's core and republish its metrics
@@ -47,14 +59,13 @@ pub fn detector_driven_config(base: Config) -> Config {
     // watcher task's in 0.10, and does not arise anyway: Warren removes a node from its groups
     // only once it is down (forget_node's shrink), and the remaining voters elect through the
     // driver.
-    let heartbeat_interval = base.heartbeat_interval.max(3000);
     Config {
         enable_tick: false,
         enable_heartbeat: false,
         enable_elect: false,
-        heartbeat_interval,
-        election_timeout_min: base.election_timeout_min.max(heartbeat_interval + 500),
-        election_timeout_max: base.election_timeout_max.max(heartbeat_interval + 1000),
+        heartbeat_interval: DETECTOR_HEARTBEAT_MS,
+        election_timeout_min: DETECTOR_LEASE_MS - 100,
+        election_timeout_max: DETECTOR_LEASE_MS,
         ..base
     }
 }
@@ -75,9 +86,11 @@ pub struct FailoverOptions {
 impl Default for FailoverOptions {
     fn default() -> Self {
         Self {
-            check_interval: Duration::from_secs(1),
+            // A candidate whose Pre-Vote the dead leader's lease refused (at most
+            // `DETECTOR_LEASE_MS` after its last entry) tries again this soon.
+            check_interval: Duration::from_millis(250),
             sweep_interval: Duration::from_secs(5),
-            stagger: Duration::from_secs(1),
+            stagger: Duration::from_millis(300),
             leaderless_after: Duration::from_secs(5),
         }
     }

@@ -244,6 +244,20 @@ impl<T: Transport> GroupConnection<T> {
             .send(self.from, self.to, self.group, request)
             .await
     }
+
+    /// A vote or Pre-Vote request: both are answered with a vote response.
+    async fn call_vote(
+        &self,
+        request: RaftRequest,
+    ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
+        match self.call(request).await {
+            Ok(RaftResponse::Vote(response)) => Ok(response),
+            Ok(_) => Err(RPCError::Unreachable(unreachable(
+                &TransportError::BadResponse(self.to),
+            ))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
+        }
+    }
 }
 
 fn unreachable(e: &TransportError) -> Unreachable<QueueRaft> {
@@ -276,13 +290,7 @@ impl<T: Transport> RaftNetworkV2<QueueRaft> for GroupConnection<T> {
         rpc: VoteRequest<QueueRaft>,
         _option: RPCOption,
     ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
-        match self.call(RaftRequest::Vote(rpc)).await {
-            Ok(RaftResponse::Vote(response)) => Ok(response),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(
-                &TransportError::BadResponse(self.to),
-            ))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
-        }
+        self.call_vote(RaftRequest::Vote(rpc)).await
     }
 
     async fn pre_vote(
@@ -290,13 +298,7 @@ impl<T: Transport> RaftNetworkV2<QueueRaft> for GroupConnection<T> {
         rpc: VoteRequest<QueueRaft>,
         _option: RPCOption,
     ) -> Result<VoteResponse<QueueRaft>, RPCError<QueueRaft>> {
-        match self.call(RaftRequest::PreVote(rpc)).await {
-            Ok(RaftResponse::Vote(response)) => Ok(response),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(
-                &TransportError::BadResponse(self.to),
-            ))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
-        }
+        self.call_vote(RaftRequest::PreVote(rpc)).await
     }
 
     async fn full_snapshot(
