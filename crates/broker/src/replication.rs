@@ -194,7 +194,7 @@ impl Broker {
         self.cluster().is_some()
             && members.is_empty()
             && crate::queue_args::is_quorum(arguments)
-            && !self.vhost(vhost).is_some_and(|v| v.queue(name).is_some())
+            && self.vhost(vhost).is_none_or(|v| v.queue(name).is_none())
     }
 
     /// Deletes an auto-delete queue its last consumer left. An exclusive queue is this

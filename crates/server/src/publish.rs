@@ -375,7 +375,7 @@ impl Channel {
             );
             routed = !queues.is_empty();
             confirm = enqueue_routed(
-                &ctx.vhost,
+                ctx.vhost,
                 &message,
                 &mut queues,
                 &mut self.store_ids_buf,
