@@ -129,6 +129,12 @@ impl Broker {
     /// node is not a voter within the metadata group's time for a change.
     fn declare_quorum_queue(&self, op: DefinitionOp, replicator: Arc<dyn Replicator>) -> Change {
         let cluster = self.cluster().cloned();
+        if cluster.as_ref().is_none_or(|c| c.is_voter()) {
+            // The usual case, placed and submitted now: changes keep the order they were
+            // made in (a no-wait declare and the bind after it).
+            let op = self.with_quorum_members(op);
+            return Change::Pending(Box::pin(submit(replicator.as_ref(), op)));
+        }
         let weak = self.weak();
         Change::Pending(Box::pin(async move {
             if let Some(cluster) = cluster {

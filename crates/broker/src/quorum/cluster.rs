@@ -238,6 +238,18 @@ impl ClusterNode {
         }
     }
 
+    /// Whether this node is a voter of the cluster's metadata group now.
+    pub fn is_voter(&self) -> bool {
+        self.metadata
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id == self.id)
+    }
+
     fn info(&self) -> MemberInfo {
         MemberInfo {
             name: self.name.clone(),
