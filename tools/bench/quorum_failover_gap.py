@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""How long confirms stop when a quorum queue's node fails: a 3-node Warren cluster (real
+processes, loopback), one quorum queue, a confirming publisher (pika, one message in flight, so
+each confirm's time is exact) on every node that stays up, then one fault per round:
+
+- `kill-leader`: kill -9 of the queue's leader; the publishers run on the two survivors;
+- `sigstop-follower`: SIGSTOP of a follower for STALL seconds, then SIGCONT; the publisher runs
+  on the leader's node.
+
+Prints, per round and publisher, the longest time without a confirm after the fault and the
+nacks, and for kill-leader how soon every survivor's API named a new leader.
+
+Usage (from the repository root, after tests/interop/venv.sh):
+  WARREN_BIN=target/release/warren tests/interop/.venv/bin/python \
+      tools/bench/quorum_failover_gap.py kill-leader [ROUNDS]
+  WARREN_BIN=... tests/interop/.venv/bin/python tools/bench/quorum_failover_gap.py \
+      sigstop-follower [ROUNDS] [STALL]
+"""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "tests", "interop", "py"))
+import pika  # noqa: E402
+import pika.exceptions  # noqa: E402
+from cluster_nodes import agreed_queue_leader, eventually, started_cluster  # noqa: E402
+
+QUEUE = "failover-gap"
+
+
+class Publisher(threading.Thread):
+    def __init__(self, node):
+        super().__init__()
+        self.node = node
+        self.stamps = []
+        self.nacks = 0
+        self.stopping = threading.Event()
+
+    def run(self):
+        conn = self.node.connect()
+        channel = conn.channel()
+        channel.confirm_delivery()
+        while not self.stopping.is_set():
+            try:
+                channel.basic_publish("", QUEUE, b"x", pika.BasicProperties(delivery_mode=2))
+            except pika.exceptions.NackError:
+                self.nacks += 1
+            self.stamps.append(time.monotonic())
+            time.sleep(0.005)
+        conn.close()
+
+    def gap_since(self, fault_at):
+        after = [fault_at] + [t for t in self.stamps if t >= fault_at]
+        return max((b - a for a, b in zip(after, after[1:])), default=float("inf"))
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "kill-leader"
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    stall_s = float(sys.argv[3]) if len(sys.argv) > 3 else 10.0
+    with started_cluster("gap") as cluster:
+        nodes = cluster.nodes
+        names = sorted(n.name for n in nodes)
+        conn = nodes[0].connect()
+        conn.channel().queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+        conn.close()
+        for round_number in range(rounds):
+            leader = cluster.node(eventually("the queue's leader", lambda: agreed_queue_leader(
+                nodes, QUEUE, members=names), timeout=90))
+            others = [n for n in nodes if n is not leader]
+            publishers = [Publisher(n) for n in (others if mode == "kill-leader" else [leader])]
+            for publisher in publishers:
+                publisher.start()
+            time.sleep(3)
+            fault_at = time.monotonic()
+            elected = None
+            if mode == "kill-leader":
+                leader.kill()
+                eventually("a new leader", lambda: (lambda l: l if l and l != leader.name
+                                                    else None)(
+                    agreed_queue_leader(others, QUEUE, members=names)), timeout=60)
+                elected = time.monotonic() - fault_at
+            else:
+                others[0].pause()
+                time.sleep(stall_s)
+                others[0].resume()
+            time.sleep(10)
+            for publisher in publishers:
+                publisher.stopping.set()
+                publisher.join(30)
+                print("round %d, %s, via %s: longest gap %.3f s, nacks %d" % (
+                    round_number, mode, publisher.node.name,
+                    publisher.gap_since(fault_at), publisher.nacks))
+            if elected is not None:
+                print("round %d: every survivor named the new leader after %.2f s" % (
+                    round_number, elected))
+                leader.start(cluster.peers_of(leader))
+                cluster.wait_agreed(timeout=90)
+
+
+if __name__ == "__main__":
+    main()
