@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every Warren test: generated-code freshness, formatting, the Rust unit and in-process
+# Runs every Warren test: generated-code freshness, formatting, clippy, the Rust unit and in-process
 # integration tests, resource tests, then a real broker process driven by real clients (pika,
 # amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client) and by `warren perf`; beside those
 # (they mostly wait) a short fuzz run of every decoder, the pika tests that start brokers of
@@ -99,6 +99,9 @@ python3 tools/codegen/gen_methods.py --check
 phase "cargo fmt"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+
+phase "cargo clippy (every crate and target, warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 phase "cargo test (unit, property and in-process integration tests)"
 cargo test --workspace --quiet 2>&1 | tee "$logs/cargo-test.log" | grep -E "^test result|FAILED|panicked|error(\[|:)" || true

@@ -18,42 +18,14 @@ Usage (from the repository root, after tests/interop/venv.sh):
 """
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "tests", "interop", "py"))
-import pika  # noqa: E402
-import pika.exceptions  # noqa: E402
+from confirm_publisher import ConfirmPublisher  # noqa: E402
 from cluster_nodes import agreed_queue_leader, eventually, started_cluster  # noqa: E402
 
 QUEUE = "failover-gap"
-
-
-class Publisher(threading.Thread):
-    def __init__(self, node):
-        super().__init__()
-        self.node = node
-        self.stamps = []
-        self.nacks = 0
-        self.stopping = threading.Event()
-
-    def run(self):
-        conn = self.node.connect()
-        channel = conn.channel()
-        channel.confirm_delivery()
-        while not self.stopping.is_set():
-            try:
-                channel.basic_publish("", QUEUE, b"x", pika.BasicProperties(delivery_mode=2))
-            except pika.exceptions.NackError:
-                self.nacks += 1
-            self.stamps.append(time.monotonic())
-            time.sleep(0.005)
-        conn.close()
-
-    def gap_since(self, fault_at):
-        after = [fault_at] + [t for t in self.stamps if t >= fault_at]
-        return max((b - a for a, b in zip(after, after[1:])), default=float("inf"))
 
 
 def main():
@@ -70,7 +42,7 @@ def main():
             leader = cluster.node(eventually("the queue's leader", lambda: agreed_queue_leader(
                 nodes, QUEUE, members=names), timeout=90))
             others = [n for n in nodes if n is not leader]
-            publishers = [Publisher(n) for n in (others if mode == "kill-leader" else [leader])]
+            publishers = [ConfirmPublisher(n, QUEUE) for n in (others if mode == "kill-leader" else [leader])]
             for publisher in publishers:
                 publisher.start()
             time.sleep(3)
@@ -88,11 +60,10 @@ def main():
                 others[0].resume()
             time.sleep(10)
             for publisher in publishers:
-                publisher.stopping.set()
-                publisher.join(30)
+                publisher.stop()
                 print("round %d, %s, via %s: longest gap %.3f s, nacks %d" % (
                     round_number, mode, publisher.node.name,
-                    publisher.gap_since(fault_at), publisher.nacks))
+                    publisher.longest_gap_since(fault_at), publisher.nacks))
             if elected is not None:
                 print("round %d: every survivor named the new leader after %.2f s" % (
                     round_number, elected))

@@ -8,13 +8,11 @@
 - kill -9 of the leader: publishers confirming through the surviving nodes go on within 3 s,
   with no nack. (Before: a 4 s lease to outwait, and the node elected kept forwarding to the
   dead leader for 10 s, then nacked.)"""
-import threading
 import time
 
-import pika
-import pika.exceptions
 import pytest
 
+from confirm_publisher import ConfirmPublisher
 from cluster_nodes import agreed_queue_leader, eventually, started_cluster
 from own_broker import needs_warren_bin
 
@@ -32,45 +30,6 @@ def metadata_terms(nodes):
     return {n.name: n.api_status().get("term") for n in nodes}
 
 
-class Publisher(threading.Thread):
-    """Publishes with confirms through `node`, one message in flight, recording when each
-    confirm (or nack) came."""
-
-    def __init__(self, node):
-        super().__init__()
-        self.node = node
-        self.confirmed_at = []
-        self.nacks = 0
-        self.failures = []
-        self.stopping = threading.Event()
-
-    def run(self):
-        try:
-            conn = self.node.connect()
-            channel = conn.channel()
-            channel.confirm_delivery()
-            while not self.stopping.is_set():
-                try:
-                    channel.basic_publish("", QUEUE, b"m", pika.BasicProperties(delivery_mode=2))
-                except pika.exceptions.NackError:
-                    self.nacks += 1
-                self.confirmed_at.append(time.monotonic())
-                time.sleep(0.005)
-            conn.close()
-        except Exception as e:  # noqa: BLE001 (reported by the test)
-            self.failures.append(e)
-
-    def stop(self):
-        self.stopping.set()
-        self.join(30)
-        assert not self.failures, self.failures
-
-    def longest_gap_since(self, fault_at):
-        during = [t for t in self.confirmed_at if t >= fault_at]
-        assert during, "no confirm since the fault"
-        return max(b - a for a, b in zip([fault_at] + during, during))
-
-
 def declare_and_find_leader(cluster):
     nodes = cluster.nodes
     names = sorted(n.name for n in nodes)
@@ -84,7 +43,7 @@ def declare_and_find_leader(cluster):
 def test_kill_9_of_the_leader_stalls_confirms_through_the_others_briefly():
     with started_cluster("killld") as cluster:
         leader = declare_and_find_leader(cluster)
-        publishers = [Publisher(n) for n in cluster.nodes if n is not leader]
+        publishers = [ConfirmPublisher(n, QUEUE) for n in cluster.nodes if n is not leader]
         for publisher in publishers:
             publisher.start()
         time.sleep(2)
@@ -110,7 +69,7 @@ def test_a_stalled_follower_deposes_no_leader_and_stalls_no_confirm():
                                       queue_terms(nodes)))
         metadata_before = metadata_terms(nodes)
 
-        publisher = Publisher(leader)
+        publisher = ConfirmPublisher(leader, QUEUE)
         publisher.start()
         time.sleep(2)
         fault_at = time.monotonic()
