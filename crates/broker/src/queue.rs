@@ -296,6 +296,12 @@ impl Queue {
     }
 
     /// The remote side of a queue another node serves.
+    /// A classic queue served by a node that is down (`RemoteQueue::home_is_down`).
+    #[inline]
+    pub fn home_is_down(&self) -> bool {
+        matches!(&self.kind, QueueKind::Remote(r) if r.home_is_down())
+    }
+
     pub fn remote(&self) -> Option<&RemoteQueue> {
         match &self.kind {
             QueueKind::Remote(r) => Some(r.as_ref()),
@@ -355,10 +361,8 @@ impl Queue {
                 qq.enqueue(&message, confirm);
                 Enqueued::Accepted
             }
-            QueueKind::Remote(r) => {
-                MessageStats::add(&self.stats.publish, 1);
-                r.publish(&message, confirm)
-            }
+            // Counted by the serving queue (the API adds every node's counters).
+            QueueKind::Remote(r) => r.publish(&message, confirm),
             QueueKind::Classic => self.publish(message, stored),
         }
     }
@@ -386,8 +390,7 @@ impl Queue {
                 Enqueued::Accepted
             }
             QueueKind::Remote(r) => {
-                // Confirmed once the serving node's queue accepted it.
-                MessageStats::add(&self.stats.publish, 1);
+                // Confirmed once the serving node's queue accepted it, and counted there.
                 r.publish(message, confirm.map(RoutedConfirm::join))
             }
         }
@@ -434,10 +437,7 @@ impl Queue {
                 qq.enqueue(&message, None);
                 return Enqueued::Accepted;
             }
-            QueueKind::Remote(r) => {
-                MessageStats::add(&self.stats.publish, 1);
-                return r.publish(&message, None);
-            }
+            QueueKind::Remote(r) => return r.publish(&message, None),
         }
         let store_ref = stored.map(|a| StoreRef {
             id: a.id,

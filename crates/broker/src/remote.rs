@@ -42,11 +42,13 @@
 //! become no-ops — the serving node requeues those (redelivered) as a closing channel's are.
 //! A serving queue deleted cancels its remote consumers the same way.
 
+pub mod ask;
 mod frame;
 mod link;
 pub mod peers;
 mod serve;
 
+pub use ask::{ask_peer, ask_peers, AnswerFuture, PeerAnswer, PeerAnswers};
 pub use frame::{Frame, FrameError, SettleKind, MAX_FRAME_BYTES};
 pub use link::{open, ForwardLink};
 pub use peers::{ForwardPeers, PeerLink};
@@ -125,6 +127,15 @@ impl RemoteQueue {
     /// Whether the serving node is reachable now (a live link to it).
     pub fn is_reachable(&self) -> bool {
         self.peer.is_up()
+    }
+
+    /// A classic queue whose home node the failure detector holds down: routing leaves it
+    /// out (`VHost::route_keys`), so a mandatory publish to it alone is returned and every
+    /// publish to it is confirmed as unroutable, as RabbitMQ does (its lookup finds no live
+    /// queue record for a durable queue whose node is down). A link being re-dialled to a
+    /// node that is up does not count: publishes then are nacked, never dropped.
+    pub fn home_is_down(&self) -> bool {
+        self.served_type == "classic" && self.peer.node_down()
     }
 
     /// The live link, this record's id on it and the binding's number.

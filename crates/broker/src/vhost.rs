@@ -942,7 +942,21 @@ impl VHost {
     /// exchange-to-exchange bindings and alternate exchanges. Each queue appears once.
     /// A publishing channel passes its `last_queue`: on the default exchange the queue
     /// lookup is answered from it while no queue of the vhost changed since it was filled.
+    /// A classic queue whose home node is down is left out (`Queue::home_is_down`): the
+    /// message is unroutable there, as in RabbitMQ.
     pub fn route_keys(
+        &self,
+        exchange: &Arc<Exchange>,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Arc<Queue>>,
+        last_queue: Option<&mut LastLookup<Queue>>,
+    ) {
+        self.collect_routes(exchange, routing_keys, headers, out, last_queue);
+        out.retain(|q| !q.home_is_down());
+    }
+
+    fn collect_routes(
         &self,
         exchange: &Arc<Exchange>,
         routing_keys: &[&str],

@@ -4,11 +4,14 @@
 //!
 //! One axum router over the broker core; nothing here is on the message path. Object
 //! listings read the broker's maps and the connection registry when asked; message rates
-//! come from a sampler task (`rates.rs`) that reads the counters every 5 s.
+//! come from a sampler task (`rates.rs`) that reads the counters every 5 s. In a cluster,
+//! connections, channels, consumers, node figures and message counters are gathered from
+//! every node (`cluster_view.rs`).
 
 mod accounts;
 mod acting;
 mod auth;
+mod cluster_view;
 mod error;
 mod json;
 mod list;
@@ -123,6 +126,9 @@ pub async fn run(
         rates: rates::Rates::default(),
     });
     let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));
+    api.broker
+        .forward_peers()
+        .set_answers(Arc::new(cluster_view::Answers(Arc::downgrade(&api))));
     let result = http_listener::serve(listeners, router(api), shutdown).await;
     sampler.abort();
     result

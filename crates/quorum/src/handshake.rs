@@ -4,9 +4,9 @@
 //!
 //! Fixed-size messages, in this order (integers big-endian, nonces fresh from the OS RNG):
 //!
-//! 1. dialer → acceptor: `"WRNC"`, version 4, dialer node id (u64), dialer incarnation (u64),
+//! 1. dialer → acceptor: `"WRNC"`, version 5, dialer node id (u64), dialer incarnation (u64),
 //!    dialer nonce (32 bytes).
-//! 2. acceptor → dialer: `"WRNC"`, version 4, acceptor node id, acceptor incarnation, acceptor
+//! 2. acceptor → dialer: `"WRNC"`, version 5, acceptor node id, acceptor incarnation, acceptor
 //!    nonce, and `HMAC-SHA256(secret, "warren-cluster-v1" | 'A' | dialer id | acceptor id |
 //!    dialer incarnation | acceptor incarnation | dialer nonce | acceptor nonce)`.
 //! 3. dialer → acceptor: one status byte and 32 bytes: status 1 and the same MAC with role byte
@@ -43,7 +43,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
-const VERSION: u8 = 4;
+/// The cluster protocol: the Raft wire (`wire.rs`) and the forwarding link's frames. 5: the
+/// forwarding link carries peers' questions (Ask / Answer) for the cluster-wide API views.
+const VERSION: u8 = 5;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";

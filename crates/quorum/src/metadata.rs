@@ -294,6 +294,21 @@ impl<T: Transport> MetadataGroup<T> {
             .collect()
     }
 
+    /// Resolves with the membership's log id once it differs from `seen` (what the caller
+    /// got last time; None at first): a member added, promoted or removed.
+    pub async fn membership_changed(&self, seen: Option<LogId>) -> Option<LogId> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let now = *metrics.borrow().membership_config.log_id();
+            if now != seen {
+                return now;
+            }
+            if metrics.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     pub fn status(&self) -> MetadataStatus {
         let metrics = self.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();

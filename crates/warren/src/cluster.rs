@@ -359,7 +359,9 @@ fn accept_forwarding(broker: &Arc<Broker>, transport: &Arc<TcpTransport>) {
 /// connections stay open and silent), so this node's consumers of the queues it serves get
 /// basic.cancel, unconfirmed publishes are nacked and declare/consume/get answer 404 within
 /// the detector's `peer_down_after` rather than when TCP gives up. The dialer links again
-/// once the peer is heard from (it dials only peers the detector holds up).
+/// once the peer is heard from (it dials only peers the detector holds up). It also tells
+/// each peer's record what the detector says (`PeerLink::set_node_down`): routing leaves out
+/// the classic queues of a node that is down.
 async fn close_links_to_down_peers(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNode>) {
     let liveness = cluster.transport().liveness().clone();
     let mut changes = liveness.subscribe();
@@ -368,7 +370,12 @@ async fn close_links_to_down_peers(broker: std::sync::Weak<Broker>, cluster: Arc
             return;
         };
         for (id, info) in cluster.metadata().members() {
-            if id == cluster.id() || liveness.is_up(id) {
+            if id == cluster.id() {
+                continue;
+            }
+            let up = liveness.is_up(id);
+            live.forward_peers().peer(&info.name).set_node_down(!up);
+            if up {
                 continue;
             }
             let link = live
@@ -397,11 +404,14 @@ async fn close_links_to_down_peers(broker: std::sync::Weak<Broker>, cluster: Arc
 }
 
 /// Keeps a forwarding link to every member whose id is above this node's (the lower id of
-/// a pair dials, as for the Raft link), dialling again with backoff while one is away.
+/// a pair dials, as for the Raft link), dialling again with backoff while one is away. It
+/// dials as soon as the failure detector hears a peer or the peer becomes a member (not only
+/// on its 1 s round): a cluster that just formed has its links before its first clients use
+/// a queue on another node, which would find it unreachable until then.
 async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNode>) {
-    let mut ticker = tokio::time::interval(FORWARD_DIAL_INTERVAL);
+    let mut changes = cluster.transport().liveness().subscribe();
+    let mut membership = None;
     loop {
-        ticker.tick().await;
         let Some(live) = broker.upgrade() else {
             return;
         };
@@ -436,6 +446,18 @@ async fn dial_forwarding(broker: std::sync::Weak<Broker>, cluster: Arc<ClusterNo
                     }
                 }
             });
+        }
+        drop(live);
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            changed = cluster.metadata().membership_changed(membership) => {
+                membership = changed;
+            }
+            _ = tokio::time::sleep(FORWARD_DIAL_INTERVAL) => {}
         }
     }
 }

@@ -4,7 +4,7 @@ processes: a durable queue declared on node 1 takes publishes with confirms on n
 consumed in order on node 3 (manual ack, prefetch, nack-requeue), answers basic.get on node
 2, is purged on node 3 and shows its counts and home node on every node; a queue deleted on
 node 3 is gone everywhere. kill -9 of the home node: a consumer on node 2 gets basic.cancel,
-a confirmed publish on node 2 is nacked, a declare on node 2 answers 404 as RabbitMQ's does
+a confirmed mandatory publish on node 2 is returned and confirmed, a declare on node 2 answers 404 as RabbitMQ's does
 for a durable classic queue whose home node is down; restarted, its messages are there and
 consumable from node 2."""
 import time
@@ -145,9 +145,14 @@ def test_home_node_down_and_back(cluster):
         conn_b.process_data_events(time_limit=0.5)
     assert cancelled == [tag], "the consumer on node 2 was not cancelled"
 
-    # A confirmed publish to the queue whose home is down is nacked.
-    with pytest.raises(pika.exceptions.NackError):
-        pub.basic_publish("", "q.keep", b"lost", pika.BasicProperties(delivery_mode=2))
+    # A publish to the queue whose home is down is unroutable, as in RabbitMQ: a mandatory
+    # one is returned and confirmed, another confirmed (never lost silently, never nacked).
+    eventually("node 2 holding node 1 down", lambda: b.queue("q.keep")["state"] == "down" and not
+               {n["name"]: n for n in b.get("/api/nodes")}[a.name]["running"])
+    with pytest.raises(pika.exceptions.UnroutableError):
+        pub.basic_publish("", "q.keep", b"returned", pika.BasicProperties(delivery_mode=2),
+                          mandatory=True)
+    pub.basic_publish("", "q.keep", b"dropped", pika.BasicProperties(delivery_mode=2))
 
     # queue.declare answers 404, as RabbitMQ does for a durable queue whose node is down.
     ch = conn_b.channel()

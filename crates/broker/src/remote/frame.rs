@@ -66,6 +66,13 @@ pub enum Frame {
     Unbind {
         qid: u64,
     },
+    /// A question for the peer's higher layers (`peer_query.rs`): `topic` says which, `body`
+    /// is its argument; answered by [`Frame::Answer`] with the same `req`.
+    Ask {
+        req: u64,
+        topic: String,
+        body: Bytes,
+    },
     // ---- serving node → forwarder ----
     /// The serving queue's answer to publish `seq` (its own confirm rule).
     Confirm {
@@ -93,6 +100,11 @@ pub enum Frame {
         messages: u32,
         consumers: u32,
     },
+    /// The answer to [`Frame::Ask`] `req` (empty when the peer has nothing to say to it).
+    Answer {
+        req: u64,
+        body: Bytes,
+    },
 }
 
 const BIND: u8 = 1;
@@ -103,11 +115,13 @@ const SETTLE: u8 = 5;
 const GET: u8 = 6;
 const PURGE: u8 = 7;
 const UNBIND: u8 = 8;
+const ASK: u8 = 9;
 const CONFIRM: u8 = 64;
 const DELIVER: u8 = 65;
 const CANCELLED: u8 = 66;
 const GOT: u8 = 67;
 const COUNTS: u8 = 68;
+const ANSWER: u8 = 69;
 
 /// Starts a frame of `kind` in `buf`; [`end`] fills in its length.
 fn begin(buf: &mut BytesMut, kind: u8) -> usize {
@@ -226,6 +240,19 @@ pub fn put(buf: &mut BytesMut, frame: &Frame) {
         }
         Frame::Purge { qid } => put_id(buf, PURGE, *qid),
         Frame::Unbind { qid } => put_id(buf, UNBIND, *qid),
+        Frame::Ask { req, topic, body } => {
+            let at = begin(buf, ASK);
+            buf.put_u64(*req);
+            put_str(buf, topic);
+            buf.put_slice(body);
+            end(buf, at);
+        }
+        Frame::Answer { req, body } => {
+            let at = begin(buf, ANSWER);
+            buf.put_u64(*req);
+            buf.put_slice(body);
+            end(buf, at);
+        }
         Frame::Confirm { seq, ok } => {
             let at = begin(buf, CONFIRM);
             buf.put_u64(*seq);
@@ -370,6 +397,15 @@ fn parse(kind: u8, p: &mut Bytes) -> Option<Frame> {
         },
         PURGE => Frame::Purge { qid: u64_of(p)? },
         UNBIND => Frame::Unbind { qid: u64_of(p)? },
+        ASK => Frame::Ask {
+            req: u64_of(p)?,
+            topic: str_of(p)?,
+            body: std::mem::take(p),
+        },
+        ANSWER => Frame::Answer {
+            req: u64_of(p)?,
+            body: std::mem::take(p),
+        },
         CONFIRM => Frame::Confirm {
             seq: u64_of(p)?,
             ok: u8_of(p)? != 0,
@@ -484,6 +520,15 @@ mod tests {
                 qid: 1,
                 messages: 3,
                 consumers: 1,
+            },
+            Frame::Ask {
+                req: 8,
+                topic: "mgmt.connections".into(),
+                body: Bytes::from_static(b"{}"),
+            },
+            Frame::Answer {
+                req: 8,
+                body: Bytes::from_static(b"[]"),
             },
         ]
     }

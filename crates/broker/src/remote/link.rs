@@ -127,6 +127,8 @@ struct Forwarding {
     confirms: HashMap<u64, Arc<QuorumConfirm>>,
     /// Gets waiting for their answer, with the number the message is stamped with.
     gets: HashMap<u64, (u16, GetAnswer)>,
+    /// Questions waiting for the peer's answer (`ask.rs`).
+    asks: HashMap<u64, oneshot::Sender<bytes::Bytes>>,
 }
 
 /// Where a forwarded basic.get's answer goes: the message and the ready count, or none.
@@ -409,6 +411,35 @@ impl ForwardLink {
         rx.await.ok().flatten()
     }
 
+    /// Asks the peer `topic` (`ask.rs`); None when no answer came within `timeout` or the
+    /// link went.
+    pub(super) async fn ask(
+        &self,
+        topic: &str,
+        body: bytes::Bytes,
+        timeout: Duration,
+    ) -> Option<bytes::Bytes> {
+        let req = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.state.lock().asks.insert(req, tx);
+        let asked = Frame::Ask {
+            req,
+            topic: topic.to_owned(),
+            body,
+        };
+        if !self.is_alive() || !self.outbox.frame(&asked) {
+            self.state.lock().asks.remove(&req);
+            return None;
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(answer) => answer.ok(),
+            Err(_) => {
+                self.state.lock().asks.remove(&req);
+                None
+            }
+        }
+    }
+
     pub(super) fn purge(&self, qid: u64) {
         self.outbox.frame(&Frame::Purge { qid });
     }
@@ -452,6 +483,11 @@ impl ForwardLink {
                     ))
                 });
                 let _ = waiting.send(got);
+            }
+            Frame::Answer { req, body } => {
+                if let Some(waiting) = self.state.lock().asks.remove(&req) {
+                    let _ = waiting.send(body);
+                }
             }
             Frame::Counts {
                 qid,
@@ -513,6 +549,7 @@ impl ForwardLink {
             let mut st = self.state.lock();
             self.lost.store(true, Ordering::Release);
             st.gets.clear();
+            st.asks.clear();
             (
                 std::mem::take(&mut st.consumers),
                 std::mem::take(&mut st.confirms),

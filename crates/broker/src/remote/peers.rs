@@ -93,6 +93,9 @@ pub struct PeerLink {
     /// The records forwarding here, bound again on every new link (so their counts flow).
     records: Mutex<Vec<Weak<Record>>>,
     dialing: Mutex<Dialing>,
+    /// The cluster's failure detector holds the node down (not merely its link being
+    /// re-dialled): set by the cluster layer (`set_node_down`).
+    node_down: AtomicBool,
 }
 
 impl PeerLink {
@@ -103,6 +106,7 @@ impl PeerLink {
             current: Mutex::default(),
             records: Mutex::default(),
             dialing: Mutex::default(),
+            node_down: AtomicBool::new(false),
         })
     }
 
@@ -129,6 +133,18 @@ impl PeerLink {
 
     pub fn is_up(&self) -> bool {
         self.current().is_some()
+    }
+
+    /// Whether the cluster's failure detector holds the node down.
+    pub fn node_down(&self) -> bool {
+        self.node_down.load(Ordering::Relaxed)
+    }
+
+    /// What the cluster's failure detector says of the node.
+    pub fn set_node_down(&self, down: bool) {
+        if self.node_down.swap(down, Ordering::Relaxed) != down {
+            tracing::info!(peer = %self.name, down, "the failure detector changed its view of the node");
+        }
     }
 
     /// Makes `link` the peer's link (a previous live one is closed) and binds every record
@@ -187,10 +203,20 @@ impl PeerLink {
     }
 }
 
-/// Every peer this node forwards to, by node name.
-#[derive(Debug, Default)]
+/// Every peer this node forwards to, by node name, and what answers their questions
+/// (`ask.rs`).
+#[derive(Default)]
 pub struct ForwardPeers {
     peers: Mutex<HashMap<String, Arc<PeerLink>>>,
+    answers: parking_lot::RwLock<Option<super::ask::Answers>>,
+}
+
+impl std::fmt::Debug for ForwardPeers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardPeers")
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ForwardPeers {
@@ -206,5 +232,19 @@ impl ForwardPeers {
     /// The peer `name` if this node knows it.
     pub fn get(&self, name: &str) -> Option<Arc<PeerLink>> {
         self.peers.lock().get(name).cloned()
+    }
+
+    /// Every peer this node knows, with a link or not.
+    pub fn all(&self) -> Vec<Arc<PeerLink>> {
+        self.peers.lock().values().cloned().collect()
+    }
+
+    /// Makes `answers` answer the peers' questions from now on.
+    pub fn set_answers(&self, answers: Arc<dyn super::ask::PeerAnswers>) {
+        *self.answers.write() = Some(answers);
+    }
+
+    pub(super) fn answers(&self) -> Option<super::ask::Answers> {
+        self.answers.read().clone()
     }
 }

@@ -225,6 +225,14 @@ impl Serving {
                     queue.purge();
                 }
             }
+            Frame::Ask { req, topic, body } => {
+                let answer = super::ask::answer(self.broker.forward_peers(), &topic, body);
+                let outbox = self.outbox.clone();
+                tokio::spawn(async move {
+                    let body = answer.await;
+                    outbox.frame(&Frame::Answer { req, body });
+                });
+            }
             // Answers are the forwarding half's (`ForwardLink::on_answer`).
             _ => {}
         }

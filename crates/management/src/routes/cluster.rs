@@ -176,6 +176,15 @@ pub fn other_members(api: &Api) -> Vec<Value> {
         .collect()
 }
 
+/// The fields `add_raft_fields` sets.
+pub const RAFT_FIELDS: [&str; 5] = [
+    "cluster_address",
+    "raft_voter",
+    "raft_leader",
+    "raft_matched_index",
+    "raft_lag",
+];
+
 /// Warren's Raft fields on a node's /api/nodes entry.
 pub fn add_raft_fields(node: &mut Value, member: &ClusterMember) {
     node["cluster_address"] = json!(member.address);

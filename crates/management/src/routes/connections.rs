@@ -1,4 +1,5 @@
-//! Connections, channels and consumers, from the broker's registry: /api/connections
+//! Connections, channels and consumers of every node (this node's from the broker's
+//! registry, the others' through `cluster_view`): /api/connections
 //! (list, one, DELETE closes it with a reason), /api/channels, /api/consumers and their
 //! per-vhost and per-connection lists. Users who are not monitoring see only their own, and
 //! only administrators close others' connections; another user's connection is refused with
@@ -6,6 +7,7 @@
 
 use super::rate_key;
 use crate::auth::{Identity, NOT_OBJECT_USER};
+use crate::cluster_view::{close_elsewhere, cluster_connections};
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, message_stats, table_to_json, CHANNEL_STATS};
 use crate::list::{respond, respond_one, Query};
@@ -21,15 +23,6 @@ use warren_broker::registry::{ChannelInfo, ConnectionInfo, ConsumerInfo};
 
 /// RabbitMQ's reason when DELETE carries no X-Reason header.
 const DEFAULT_CLOSE_REASON: &str = "Closed via management plugin";
-
-fn visible(api: &Api, who: &Identity) -> Vec<Arc<ConnectionInfo>> {
-    api.broker
-        .registry
-        .connections()
-        .into_iter()
-        .filter(|c| who.is_monitor() || c.user == who.name)
-        .collect()
-}
 
 fn connection_json(api: &Api, c: &ConnectionInfo) -> Value {
     let rates = api.rates.get(&rate_key("connection", "", &c.name));
@@ -126,27 +119,69 @@ pub fn consumer_json(api: &Api, c: &ConnectionInfo, ch: &ChannelInfo, k: &Consum
     })
 }
 
-/// Every consumer the user sees, of one vhost or all, optionally of one queue.
-pub fn consumers_of(
+/// This node's connections, each with its channels and their consumers, as the API shows
+/// them: `[{"connection", "channels": [{"channel", "consumers": [...]}]}]` (what
+/// `cluster_view` gathers from every node).
+pub fn connection_views(api: &Api) -> Vec<Value> {
+    api.broker
+        .registry
+        .connections()
+        .iter()
+        .map(|c| {
+            let channels: Vec<Value> = c
+                .channels()
+                .iter()
+                .map(|ch| {
+                    let consumers: Vec<Value> = ch
+                        .consumers()
+                        .iter()
+                        .map(|k| consumer_json(api, c, ch, k))
+                        .collect();
+                    json!({"channel": channel_json(api, c, ch), "consumers": consumers})
+                })
+                .collect();
+            json!({"connection": connection_json(api, c), "channels": channels})
+        })
+        .collect()
+}
+
+/// Whether `who` may see the connection of `view`: its own, or any for monitoring users.
+fn sees(who: &Identity, view: &Value) -> bool {
+    who.is_monitor() || view["connection"]["user"].as_str() == Some(who.name.as_str())
+}
+
+/// The connection views of every node that `who` sees, of one vhost or all.
+pub(crate) async fn visible(api: &Api, who: &Identity, vhost: Option<&str>) -> Vec<Value> {
+    cluster_connections(api)
+        .await
+        .into_iter()
+        .filter(|view| sees(who, view))
+        .filter(|view| vhost.is_none_or(|v| view["connection"]["vhost"].as_str() == Some(v)))
+        .collect()
+}
+
+pub(crate) fn channels_in(view: &Value) -> &[Value] {
+    view["channels"].as_array().map_or(&[], Vec::as_slice)
+}
+
+pub(crate) fn consumers_in(channel: &Value) -> &[Value] {
+    channel["consumers"].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// Every consumer the user sees on any node, of one vhost or all, optionally of one queue.
+pub async fn consumers_of(
     api: &Api,
     who: &Identity,
     vhost: Option<&str>,
     queue: Option<&str>,
 ) -> Vec<Value> {
-    let mut out = Vec::new();
-    for c in visible(api, who) {
-        if vhost.is_some_and(|v| v != c.vhost) {
-            continue;
-        }
-        for ch in c.channels() {
-            for k in ch.consumers() {
-                if queue.is_none_or(|q| q == k.queue) {
-                    out.push(consumer_json(api, &c, &ch, &k));
-                }
-            }
-        }
-    }
-    out
+    visible(api, who, vhost)
+        .await
+        .iter()
+        .flat_map(|view| channels_in(view).iter().flat_map(consumers_in))
+        .filter(|k| queue.is_none_or(|q| k["queue"]["name"].as_str() == Some(q)))
+        .cloned()
+        .collect()
 }
 
 pub async fn list(
@@ -154,9 +189,10 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let items = visible(&api, &who)
-        .iter()
-        .map(|c| connection_json(&api, c))
+    let items = visible(&api, &who, None)
+        .await
+        .into_iter()
+        .map(|mut view| view["connection"].take())
         .collect();
     respond(items, &query)
 }
@@ -168,23 +204,24 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     api.vhost_for(&who, &vhost)?;
-    let items = visible(&api, &who)
-        .iter()
-        .filter(|c| c.vhost == vhost)
-        .map(|c| connection_json(&api, c))
+    let items = visible(&api, &who, Some(&vhost))
+        .await
+        .into_iter()
+        .map(|mut view| view["connection"].take())
         .collect();
     respond(items, &query)
 }
 
-/// A connection `who` may see: its own, or any for monitoring users.
-fn find(api: &Api, who: &Identity, name: &str) -> ApiResult<Arc<ConnectionInfo>> {
-    let c = api
-        .broker
-        .registry
-        .connection(name)
+/// The view of connection `name` on any node, if `who` may see it (another user's is
+/// refused with 401, as RabbitMQ).
+async fn find(api: &Api, who: &Identity, name: &str) -> ApiResult<Value> {
+    let view = cluster_connections(api)
+        .await
+        .into_iter()
+        .find(|view| view["connection"]["name"].as_str() == Some(name))
         .ok_or_else(ApiError::not_found)?;
-    match who.is_monitor() || c.user == who.name {
-        true => Ok(c),
+    match sees(who, &view) {
+        true => Ok(view),
         false => Err(ApiError::not_authorised(NOT_OBJECT_USER)),
     }
 }
@@ -195,32 +232,41 @@ pub async fn one(
     Path(name): Path<String>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let c = find(&api, &who, &name)?;
-    Ok(respond_one(connection_json(&api, &c), &query))
+    let mut view = find(&api, &who, &name).await?;
+    Ok(respond_one(view["connection"].take(), &query))
 }
 
 /// DELETE /api/connections/NAME: connection.close 320 CONNECTION_FORCED with the
-/// X-Reason header's text. Administrators close any connection, others their own.
+/// X-Reason header's text, on whichever node the connection is. Administrators close any
+/// connection, others their own.
 pub async fn close(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult {
-    let c = api
-        .broker
-        .registry
-        .connection(&name)
-        .ok_or_else(ApiError::not_found)?;
-    if !who.is_admin() && c.user != who.name {
-        return Err(ApiError::not_authorised(NOT_OBJECT_USER));
-    }
     let reason = headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())
         .unwrap_or(DEFAULT_CLOSE_REASON);
-    c.request_close(reason.to_owned());
-    Ok(StatusCode::NO_CONTENT.into_response())
+    let refused = || ApiError::not_authorised(NOT_OBJECT_USER);
+    if let Some(c) = api.broker.registry.connection(&name) {
+        if !who.is_admin() && c.user != who.name {
+            return Err(refused());
+        }
+        c.request_close(reason.to_owned());
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let view = find(&api, &who, &name).await?;
+    let connection = &view["connection"];
+    if !who.is_admin() && connection["user"].as_str() != Some(who.name.as_str()) {
+        return Err(refused());
+    }
+    let node = connection["node"].as_str().unwrap_or_default();
+    match close_elsewhere(&api, node, &name, reason).await {
+        true => Ok(StatusCode::NO_CONTENT.into_response()),
+        false => Err(ApiError::not_found()),
+    }
 }
 
 pub async fn channels_of(
@@ -229,25 +275,19 @@ pub async fn channels_of(
     Path(name): Path<String>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let c = find(&api, &who, &name)?;
-    let items = c
-        .channels()
+    let view = find(&api, &who, &name).await?;
+    let items = channels_in(&view)
         .iter()
-        .map(|ch| channel_json(&api, &c, ch))
+        .map(|ch| ch["channel"].clone())
         .collect();
     respond(items, &query)
 }
 
-fn channels_where(api: &Api, who: &Identity, vhost: Option<&str>) -> Vec<Value> {
-    visible(api, who)
+async fn channels_where(api: &Api, who: &Identity, vhost: Option<&str>) -> Vec<Value> {
+    visible(api, who, vhost)
+        .await
         .iter()
-        .filter(|c| vhost.is_none_or(|v| v == c.vhost))
-        .flat_map(|c| {
-            c.channels()
-                .iter()
-                .map(|ch| channel_json(api, c, ch))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|view| channels_in(view).iter().map(|ch| ch["channel"].clone()))
         .collect()
 }
 
@@ -256,7 +296,7 @@ pub async fn channels(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    respond(channels_where(&api, &who, None), &query)
+    respond(channels_where(&api, &who, None).await, &query)
 }
 
 pub async fn channels_in_vhost(
@@ -266,7 +306,7 @@ pub async fn channels_in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     api.vhost_for(&who, &vhost)?;
-    respond(channels_where(&api, &who, Some(&vhost)), &query)
+    respond(channels_where(&api, &who, Some(&vhost)).await, &query)
 }
 
 /// GET /api/channels/NAME, NAME being "CONNECTION (NUMBER)".
@@ -281,15 +321,13 @@ pub async fn one_channel(
         .and_then(|n| n.rsplit_once(" ("))
         .ok_or_else(ApiError::not_found)?;
     let number: u16 = number.parse().map_err(|_| ApiError::not_found())?;
-    let c = find(&api, &who, connection)?;
-    let ch = c.channel(number).ok_or_else(ApiError::not_found)?;
-    let mut body = channel_json(&api, &c, &ch);
-    body["consumer_details"] = Value::Array(
-        ch.consumers()
-            .iter()
-            .map(|k| consumer_json(&api, &c, &ch, k))
-            .collect(),
-    );
+    let view = find(&api, &who, connection).await?;
+    let channel = channels_in(&view)
+        .iter()
+        .find(|ch| ch["channel"]["number"] == number)
+        .ok_or_else(ApiError::not_found)?;
+    let mut body = channel["channel"].clone();
+    body["consumer_details"] = Value::Array(consumers_in(channel).to_vec());
     Ok(respond_one(body, &query))
 }
 
@@ -298,7 +336,7 @@ pub async fn consumers(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    respond(consumers_of(&api, &who, None, None), &query)
+    respond(consumers_of(&api, &who, None, None).await, &query)
 }
 
 pub async fn consumers_in_vhost(
@@ -309,5 +347,5 @@ pub async fn consumers_in_vhost(
 ) -> ApiResult {
     // RabbitMQ checks no permission here: the list holds only what the user sees anyway.
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    respond(consumers_of(&api, &who, Some(&vhost), None), &query)
+    respond(consumers_of(&api, &who, Some(&vhost), None).await, &query)
 }

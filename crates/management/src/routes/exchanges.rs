@@ -5,6 +5,7 @@
 use super::{across_vhosts, body_bool, body_json, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
+use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{json_to_table, message_stats, table_to_json, EXCHANGE_STATS};
 use crate::list::{respond, respond_one, Query};
@@ -67,7 +68,11 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    respond(across_vhosts(&api, &who, all_in), &query)
+    let mut items = across_vhosts(&api, &who, all_in);
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("exchanges", &mut items);
+    respond(items, &query)
 }
 
 pub async fn in_vhost(
@@ -77,7 +82,11 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    respond(all_in(&api, &vhost), &query)
+    let mut items = all_in(&api, &vhost);
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("exchanges", &mut items);
+    respond(items, &query)
 }
 
 pub async fn one(
@@ -90,7 +99,12 @@ pub async fn one(
     let x = vhost
         .exchange(path_name(&name))
         .ok_or_else(ApiError::not_found)?;
-    Ok(respond_one(exchange_json(&api, &vhost, &x), &query))
+    let mut items = [exchange_json(&api, &vhost, &x)];
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("exchanges", &mut items);
+    let [body] = items;
+    Ok(respond_one(body, &query))
 }
 
 /// PUT: declares the exchange (201 when new, 204 when it existed and is equivalent; 400

@@ -12,6 +12,9 @@ mod queues;
 mod users;
 mod vhosts;
 
+pub(crate) use connections::connection_views;
+pub(crate) use node::node_json;
+
 use crate::acting::{Acting, Report};
 use crate::auth::{Identity, NOT_OBJECT_USER, NOT_VHOST_USER};
 use crate::error::{ApiError, ApiResult};
@@ -407,6 +410,53 @@ pub async fn sample_forever(api: Weak<Api>) {
         samples.push((rate_key("overview", "", ""), values));
         api.rates.sample(samples);
     }
+}
+
+/// This node's message counters and rates for `cluster_view` (the other nodes add them to
+/// theirs): `{"overview", "vhosts": {vhost: …}, "queues": {vhost: {queue: …}},
+/// "exchanges": {vhost: {exchange: …}}}`, each a `message_stats` object; objects whose
+/// counters are all 0 here are left out.
+pub(crate) fn stats_of_this_node(api: &Api) -> Value {
+    use crate::json::{message_stats, CHANNEL_STATS, EXCHANGE_STATS, QUEUE_STATS};
+    use serde_json::{json, Map};
+    let moved = |counts: &warren_broker::MessageCounts| counts.fields().iter().any(|(_, v)| *v > 0);
+    let stats = |counts: &warren_broker::MessageCounts, key: String, which: &[&str]| {
+        message_stats(counts, api.rates.get(&key).as_deref(), which)
+    };
+    let registry = &api.broker.registry;
+    let (mut vhosts, mut queues, mut exchanges) = (Map::new(), Map::new(), Map::new());
+    for vhost in api.broker.vhosts() {
+        let counts = registry.message_totals(Some(&vhost.name));
+        if moved(&counts) {
+            let key = rate_key("vhost", &vhost.name, "");
+            vhosts.insert(vhost.name.clone(), stats(&counts, key, CHANNEL_STATS));
+        }
+        let mut in_vhost = Map::new();
+        for q in vhost.queues() {
+            let counts = q.stats.snapshot();
+            if moved(&counts) {
+                let key = rate_key("queue", &vhost.name, &q.name);
+                in_vhost.insert(q.name.to_string(), stats(&counts, key, QUEUE_STATS));
+            }
+        }
+        queues.insert(vhost.name.clone(), Value::Object(in_vhost));
+        let mut in_vhost = Map::new();
+        for x in vhost.exchanges() {
+            let counts = x.stats.snapshot();
+            if moved(&counts) {
+                let key = rate_key("exchange", &vhost.name, &x.name);
+                in_vhost.insert(x.name.to_string(), stats(&counts, key, EXCHANGE_STATS));
+            }
+        }
+        exchanges.insert(vhost.name.clone(), Value::Object(in_vhost));
+    }
+    let overview = registry.message_totals(None);
+    json!({
+        "overview": stats(&overview, rate_key("overview", "", ""), CHANNEL_STATS),
+        "vhosts": vhosts,
+        "queues": queues,
+        "exchanges": exchanges,
+    })
 }
 
 /// A snapshot's counters in `MessageCounts::fields` order.

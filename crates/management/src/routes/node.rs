@@ -1,9 +1,10 @@
 //! The node and the whole broker: /api/overview, /api/nodes, /api/cluster-name,
 //! /api/whoami, /api/extensions and the health checks.
 
-use super::{body_json, queues, rate_key};
+use super::{body_json, connections, queues, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
+use crate::cluster_view::{other_nodes, OtherStats};
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, message_stats, CHANNEL_STATS};
 use crate::list::{respond_one, Query};
@@ -60,24 +61,25 @@ pub async fn overview(
         queue_count += n;
         exchange_count += vhost.exchanges().len();
     }
-    let connections: Vec<_> = api
-        .broker
-        .registry
-        .connections()
-        .into_iter()
-        .filter(|c| who.is_monitor() || c.user == who.name)
-        .collect();
-    let channels: usize = connections.iter().map(|c| c.channels().len()).sum();
-    let consumers: usize = connections
+    let views = connections::visible(&api, &who, None).await;
+    let channels: usize = views
         .iter()
-        .flat_map(|c| c.channels())
-        .map(|ch| ch.consumer_count())
+        .map(|v| connections::channels_in(v).len())
+        .sum();
+    let consumers: usize = views
+        .iter()
+        .flat_map(connections::channels_in)
+        .map(|ch| connections::consumers_in(ch).len())
         .sum();
     let rates = api.rates.get(&rate_key("overview", "", ""));
     let counts = api.broker.registry.message_totals(None);
+    let mut message_stats = message_stats(&counts, rates.as_deref(), CHANNEL_STATS);
+    OtherStats::gather(&api)
+        .await
+        .add_to_overview(&mut message_stats);
     let mut object_totals = json!({
         "channels": channels,
-        "connections": connections.len(),
+        "connections": views.len(),
         "exchanges": exchange_count,
         "queues": queue_count,
     });
@@ -96,7 +98,7 @@ pub async fn overview(
         "node": api.node,
         "disable_stats": false,
         "enable_queue_totals": false,
-        "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
+        "message_stats": message_stats,
         "queue_totals": queue_totals(totals, rates.as_deref()),
         "object_totals": object_totals,
         "statistics_db_event_queue": 0,
@@ -166,7 +168,8 @@ pub async fn set_cluster_name(
     Ok(super::no_content())
 }
 
-fn node_json(api: &Api) -> Value {
+/// This node's /api/nodes entry.
+pub(crate) fn node_json(api: &Api) -> Value {
     let memory = &api.broker.memory;
     let alarms = api.broker.alarms.active();
     let disk_free = api
@@ -239,9 +242,28 @@ pub async fn nodes(
     Q(query): Q<Query>,
 ) -> ApiResult {
     who.require_monitor()?;
-    let mut nodes = vec![node_json(&api)];
-    nodes.extend(super::cluster::other_members(&api));
-    crate::list::respond(nodes, &query)
+    crate::list::respond(every_node(&api).await, &query)
+}
+
+/// Every node's /api/nodes entry: this node's, the full entry of each other node that
+/// answers (`cluster_view`), and what the cluster status knows of the others (a node that
+/// is down shows `running: false`). Warren's Raft fields are as this node sees the cluster.
+async fn every_node(api: &Api) -> Vec<Value> {
+    let mut answered = other_nodes(api).await;
+    let mut nodes = vec![node_json(api)];
+    for member in super::cluster::other_members(api) {
+        let name = member["name"].as_str().unwrap_or_default().to_owned();
+        nodes.push(match answered.remove(&name) {
+            Some(mut full) => {
+                for field in super::cluster::RAFT_FIELDS {
+                    full[field] = member[field].clone();
+                }
+                full
+            }
+            None => member,
+        });
+    }
+    nodes
 }
 
 pub async fn one_node(
@@ -251,14 +273,12 @@ pub async fn one_node(
     Q(query): Q<Query>,
 ) -> ApiResult {
     who.require_monitor()?;
-    if node != api.node {
-        let other = super::cluster::other_members(&api)
-            .into_iter()
-            .find(|member| member["name"] == node.as_str())
-            .ok_or_else(ApiError::not_found)?;
-        return Ok(respond_one(other, &query));
-    }
-    Ok(respond_one(node_json(&api), &query))
+    let one = every_node(&api)
+        .await
+        .into_iter()
+        .find(|entry| entry["name"] == node.as_str())
+        .ok_or_else(ApiError::not_found)?;
+    Ok(respond_one(one, &query))
 }
 
 pub async fn extensions() -> Json<Value> {

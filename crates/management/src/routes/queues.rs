@@ -7,6 +7,7 @@
 use super::{across_vhosts, body_bool, body_json, connections, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
+use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, json_to_table, message_stats, table_to_json, QUEUE_STATS};
 use crate::list::{respond, respond_one, Query};
@@ -146,7 +147,11 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    respond(across_vhosts(&api, &who, all_in), &query)
+    let mut items = across_vhosts(&api, &who, all_in);
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("queues", &mut items);
+    respond(items, &query)
 }
 
 pub async fn in_vhost(
@@ -156,7 +161,11 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    respond(all_in(&api, &vhost), &query)
+    let mut items = all_in(&api, &vhost);
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("queues", &mut items);
+    respond(items, &query)
 }
 
 fn find(api: &Api, who: &Identity, vhost: &str, name: &str) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
@@ -173,18 +182,18 @@ pub async fn one(
 ) -> ApiResult {
     let (vhost, q) = find(&api, &who, &vhost, &name)?;
     let names = NodeNames::of(&api.broker);
-    let mut body = queue_json(&api, &names, &vhost, &q);
+    let mut items = [queue_json(&api, &names, &vhost, &q)];
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("queues", &mut items);
+    let [mut body] = items;
     if let Some(qq) = q.quorum() {
         body["raft"] = qq
             .group_status()
             .map_or(Value::Null, |status| raft_json(&names, &status));
     }
-    body["consumer_details"] = Value::Array(connections::consumers_of(
-        &api,
-        &who,
-        Some(&vhost.name),
-        Some(&name),
-    ));
+    body["consumer_details"] =
+        Value::Array(connections::consumers_of(&api, &who, Some(&vhost.name), Some(&name)).await);
     Ok(respond_one(body, &query))
 }
 

@@ -4,6 +4,7 @@
 use super::node::queue_totals;
 use super::{queues, rate_key};
 use crate::auth::Identity;
+use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{message_stats, CHANNEL_STATS};
 use crate::list::{respond, respond_one, Query};
@@ -30,7 +31,7 @@ fn vhost_json(api: &Api, vhost: &VHost) -> Value {
         "metadata": {"description": description, "tags": []},
         "default_queue_type": "classic",
         "tracing": false,
-        "cluster_state": {api.node.clone(): "running"},
+        "cluster_state": cluster_state(api),
         "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
     });
     if let (Value::Object(b), Value::Object(t)) =
@@ -41,16 +42,36 @@ fn vhost_json(api: &Api, vhost: &VHost) -> Value {
     body
 }
 
+/// Every node and whether it runs (RabbitMQ's vhost `cluster_state`: "running" or
+/// "nodedown").
+fn cluster_state(api: &Api) -> Value {
+    let mut state = serde_json::Map::new();
+    state.insert(api.node.clone(), json!("running"));
+    if let Some(cluster) = api.broker.cluster() {
+        for member in cluster.status().members {
+            let running = member.running || member.name == api.node;
+            state.insert(
+                member.name,
+                json!(if running { "running" } else { "nodedown" }),
+            );
+        }
+    }
+    Value::Object(state)
+}
+
 pub async fn list(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let items = api
+    let mut items: Vec<Value> = api
         .seen_vhosts(&who)
         .iter()
         .map(|v| vhost_json(&api, v))
         .collect();
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("vhosts", &mut items);
     respond(items, &query)
 }
 
@@ -63,5 +84,10 @@ pub async fn one(
 ) -> ApiResult {
     who.require_admin()?;
     let vhost = api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
-    Ok(respond_one(vhost_json(&api, &vhost), &query))
+    let mut items = [vhost_json(&api, &vhost)];
+    OtherStats::gather(&api)
+        .await
+        .add_to_objects("vhosts", &mut items);
+    let [body] = items;
+    Ok(respond_one(body, &query))
 }
