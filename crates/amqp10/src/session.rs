@@ -437,6 +437,9 @@ impl Session {
             return;
         };
         self.by_tag.remove(&link.consumer.tag);
+        // The session no longer holds it: a queue that moves its consumers (a quorum queue's
+        // leader change) must not attach it again.
+        link.consumer.detach();
         if let Some((_, true)) =
             link.queue
                 .remove_consumer(env.connection, self.channel, &link.consumer.tag)

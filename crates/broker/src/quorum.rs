@@ -440,10 +440,10 @@ impl QuorumQueue {
         })
     }
 
-    /// This node stopped leading the group: its consumers are cancelled (basic.cancel, for
-    /// clients that asked for consumer_cancel_notify) and forget what they held; the new
-    /// leader returns those messages to the queue, redelivered (`take_over`), and answers
-    /// any later ack of them as of an unknown message.
+    /// This node stopped leading the group: its consumers forget what they held and are
+    /// attached again through the new leader (`reattach_or_cancel`); the new leader returns
+    /// those messages to the queue, redelivered (`take_over`), and answers any later ack of
+    /// them as of an unknown message.
     fn lose_leadership(&self, queue: &Queue) {
         let cancelled: Vec<Arc<Consumer>> = {
             let mut consumers = self.consumers.lock();
@@ -456,10 +456,10 @@ impl QuorumQueue {
             tracing::info!(
                 queue = %queue.name,
                 consumers = cancelled.len(),
-                "quorum queue leadership moved away: cancelling this node's consumers"
+                "quorum queue leadership moved away: attaching this node's consumers to the new leader"
             );
         }
-        cancel_all(cancelled);
+        reattach_or_cancel(cancelled);
     }
 
     /// The leader this node forwards its clients to: None while this node leads, or no
@@ -492,7 +492,7 @@ impl QuorumQueue {
         let retired = delegate.replace((leader, remote.clone()));
         drop(delegate);
         if let Some((_, old)) = retired {
-            cancel_all(self.retire_delegate(old));
+            reattach_or_cancel(self.retire_delegate(old));
         }
         Some(remote)
     }
@@ -565,10 +565,10 @@ impl QuorumQueue {
     }
 
     /// The leader moved (`watch_leader`): the one way the node serving this queue's clients
-    /// changes. A delegate bound to a node that no longer leads is retired: its consumers get
-    /// basic.cancel (consumer_cancel_notify, as RabbitMQ does when a quorum queue's leader
-    /// moves) and what they held goes back to the queue on the new leader, redelivered (its
-    /// `take_over` cancels the old leader's consumers). Consumers attached here while no
+    /// changes. A delegate bound to a node that no longer leads is retired: its consumers are
+    /// attached again through the new leader (`reattach_or_cancel`, no basic.cancel, as in
+    /// RabbitMQ) and what they held goes back to the queue on the new leader, redelivered
+    /// (its `take_over` cancels the old leader's consumers in the group). Consumers attached here while no
     /// leader was known (they hold nothing yet) move to the new leader's node.
     fn follow_leader(&self, queue: &Queue, leader: Option<NodeId>) {
         let Some(leader) = leader else {
@@ -593,10 +593,10 @@ impl QuorumQueue {
                     old_leader = node,
                     new_leader = leader,
                     consumers = cancelled.len(),
-                    "quorum queue leader moved: cancelling the consumers forwarded to the old one"
+                    "quorum queue leader moved: attaching the consumers forwarded to the old one to the new one"
                 );
             }
-            cancel_all(cancelled);
+            reattach_or_cancel(cancelled);
         }
         if leader == self.host.node_id() {
             return;
@@ -1109,12 +1109,31 @@ impl Queue {
 
 /// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
 /// consumer_cancel_notify).
-fn cancel_all(consumers: Vec<Arc<Consumer>>) {
+/// Consumers whose serving member went (this node stopped leading, the leader moved, the
+/// link to the leader's node was lost) stay attached, as a RabbitMQ quorum queue's consumers
+/// do (no basic.cancel): each is attached again, through the new leader's node or here until
+/// a leader is known, and what it held comes back from the new leader, redelivered (its
+/// take-over returns what the old leader's consumers held; the client's late acks of those
+/// are no-ops). Cancelled instead (basic.cancel, consumer_cancel_notify): a consumer of a
+/// queue that is gone or is not a quorum queue here (a classic queue whose home node went),
+/// and one no client channel holds any more (a forwarding link's consumer on the serving
+/// side: its peer attaches its own again, told by `Frame::Moved`).
+pub(crate) fn reattach_or_cancel(consumers: Vec<Arc<Consumer>>) {
     for c in consumers {
-        let _ = c.send(ConnectionEvent::ConsumerCancelled {
-            channel: c.channel,
-            consumer_tag: c.tag.clone(),
-        });
+        let queue = c.queue.upgrade().filter(|_| c.is_attached());
+        let reattached = match &queue {
+            Some(queue) => match queue.quorum() {
+                Some(qq) if !qq.is_deleted() => qq.add_consumer(queue, c.clone()).is_ok(),
+                _ => false,
+            },
+            None => false,
+        };
+        if !reattached {
+            let _ = c.send(ConnectionEvent::ConsumerCancelled {
+                channel: c.channel,
+                consumer_tag: c.tag.clone(),
+            });
+        }
     }
 }
 

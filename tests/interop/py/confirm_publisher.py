@@ -1,6 +1,6 @@
 """A confirming publisher for availability tests and measurements: one message in flight, so
 the time of each confirm (or nack) is exact; `longest_gap_since(t)` is how long confirms
-stopped after a fault at `t`."""
+stopped after a fault at `t`. And a consumer acking what it gets, noting any basic.cancel."""
 import threading
 import time
 
@@ -16,6 +16,8 @@ class ConfirmPublisher(threading.Thread):
         self.node = node
         self.queue = queue
         self.confirmed_at = []
+        # The bodies confirmed (acked), each unique: "<node>-<n>".
+        self.confirmed = []
         self.nacks = 0
         self.failures = []
         self.stopping = threading.Event()
@@ -25,10 +27,14 @@ class ConfirmPublisher(threading.Thread):
             conn = self.node.connect()
             channel = conn.channel()
             channel.confirm_delivery()
+            sequence = 0
             while not self.stopping.is_set():
+                sequence += 1
+                body = ("%s-%d" % (self.node.name, sequence)).encode()
                 try:
-                    channel.basic_publish("", self.queue, b"m",
+                    channel.basic_publish("", self.queue, body,
                                           pika.BasicProperties(delivery_mode=2))
+                    self.confirmed.append(body)
                 except pika.exceptions.NackError:
                     self.nacks += 1
                 self.confirmed_at.append(time.monotonic())
@@ -47,3 +53,41 @@ class ConfirmPublisher(threading.Thread):
         during = [t for t in self.confirmed_at if t >= fault_at]
         assert during, "no confirm since the fault"
         return max(b - a for a, b in zip([fault_at] + during, during))
+
+
+class AckingConsumer(threading.Thread):
+    """Consumes `queue` through `node` with manual acks (prefetch 20) until stopped, keeping
+    every body it got and every basic.cancel the broker sent."""
+
+    def __init__(self, node, queue):
+        super().__init__()
+        self.node = node
+        self.queue = queue
+        self.bodies = []
+        self.cancelled = []
+        self.failures = []
+        self.stopping = threading.Event()
+
+    def run(self):
+        try:
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                host=self.node.host, port=self.node.amqp_port, heartbeat=0,
+                connection_attempts=3, retry_delay=1))
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=20)
+            channel.add_on_cancel_callback(lambda frame: self.cancelled.append(frame))
+
+            def on_message(ch, method, _props, body):
+                self.bodies.append(body)
+                ch.basic_ack(method.delivery_tag)
+            channel.basic_consume(self.queue, on_message)
+            while not self.stopping.is_set():
+                conn.process_data_events(time_limit=0.2)
+            conn.close()
+        except Exception as e:  # noqa: BLE001 (reported by `stop`)
+            self.failures.append(e)
+
+    def stop(self):
+        self.stopping.set()
+        self.join(30)
+        assert not self.failures, (self.node.name, self.failures)

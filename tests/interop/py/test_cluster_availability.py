@@ -7,12 +7,16 @@
   took the leadership away from a healthy leader, term after term: a 19.6 s gap.)
 - kill -9 of the leader: publishers confirming through the surviving nodes go on within 3 s,
   with no nack. (Before: a 4 s lease to outwait, and the node elected kept forwarding to the
-  dead leader for 10 s, then nacked.)"""
+  dead leader for 10 s, then nacked.)
+- Consumers stay attached when the leader changes, as RabbitMQ's quorum queue consumers do:
+  no basic.cancel on the surviving nodes when the leader is killed, nor on any node when a
+  stalled leader is replaced and wakes up, and every confirmed message reaches them.
+  (Before: every consumer of the queue got basic.cancel at each leader change.)"""
 import time
 
 import pytest
 
-from confirm_publisher import ConfirmPublisher
+from confirm_publisher import AckingConsumer, ConfirmPublisher
 from cluster_nodes import agreed_queue_leader, eventually, started_cluster
 from own_broker import needs_warren_bin
 
@@ -43,9 +47,11 @@ def declare_and_find_leader(cluster):
 def test_kill_9_of_the_leader_stalls_confirms_through_the_others_briefly():
     with started_cluster("killld") as cluster:
         leader = declare_and_find_leader(cluster)
-        publishers = [ConfirmPublisher(n, QUEUE) for n in cluster.nodes if n is not leader]
-        for publisher in publishers:
-            publisher.start()
+        survivors = [n for n in cluster.nodes if n is not leader]
+        publishers = [ConfirmPublisher(n, QUEUE) for n in survivors]
+        consumers = [AckingConsumer(n, QUEUE) for n in survivors]
+        for worker in publishers + consumers:
+            worker.start()
         time.sleep(2)
         fault_at = time.monotonic()
         leader.kill()
@@ -56,6 +62,42 @@ def test_kill_9_of_the_leader_stalls_confirms_through_the_others_briefly():
             gap = publisher.longest_gap_since(fault_at)
             assert gap < 3.0, "through %s: %.2f s without a confirm" % (publisher.node.name, gap)
             assert publisher.nacks == 0, publisher.node.name
+        every_confirmed_consumed(publishers, consumers)
+
+
+def every_confirmed_consumed(publishers, consumers):
+    """Waits until the consumers got every confirmed message, then checks none was cancelled."""
+    confirmed = {body for p in publishers for body in p.confirmed}
+    try:
+        eventually("every confirmed message consumed", lambda: not confirmed - {
+            body for c in consumers for body in c.bodies}, timeout=60)
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+    for consumer in consumers:
+        assert not consumer.cancelled, "basic.cancel on %s: %r" % (consumer.node.name,
+                                                                   consumer.cancelled)
+
+
+def test_consumers_stay_attached_when_a_stalled_leader_is_replaced():
+    with started_cluster("moved") as cluster:
+        leader = declare_and_find_leader(cluster)
+        publisher = ConfirmPublisher(next(n for n in cluster.nodes if n is not leader), QUEUE)
+        consumers = [AckingConsumer(n, QUEUE) for n in cluster.nodes]
+        for worker in [publisher] + consumers:
+            worker.start()
+        time.sleep(2)
+        leader.pause()
+        try:
+            eventually("another leader", lambda: (lambda info: info.get("leader") not in (
+                None, leader.name))(publisher.node.queue(QUEUE) or {}), timeout=30)
+        finally:
+            leader.resume()
+        # The old leader wakes, sees it no longer leads, and hands its consumers on.
+        time.sleep(8)
+        publisher.stop()
+        assert publisher.nacks == 0
+        every_confirmed_consumed([publisher], consumers)
 
 
 def test_a_stalled_follower_deposes_no_leader_and_stalls_no_confirm():

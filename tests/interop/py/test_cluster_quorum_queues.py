@@ -2,8 +2,8 @@
 x-quorum-initial-group-size 3, every node's API shows the same three members and one leader;
 1,000 messages published with confirms on the leader's node survive kill -9 of that node (a
 new leader within seconds holds every confirmed message, and its node serves them); a
-consumer on the old leader's node is cancelled with basic.cancel and its unacked messages
-come back redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
+consumer on the old leader's node goes with its node and its unacked messages come back
+redelivered; the killed node rejoins as a follower and catches up. Group sizes 1
 and 2 place the group on that many nodes, the declaring node first. Dead letters of an
 at-least-once queue that had no route when they died outlive their leader: the next leader
 sends them once a route exists."""

@@ -90,6 +90,11 @@ pub enum Frame {
     Cancelled {
         cid: u64,
     },
+    /// The serving node stopped leading the quorum queue consumer `cid` consumed: the
+    /// consumer is attached again through the new leader, not cancelled.
+    Moved {
+        cid: u64,
+    },
     /// basic.get's answer: the message with the ready count after it, or nothing.
     Got {
         req: u64,
@@ -122,6 +127,7 @@ const CANCELLED: u8 = 66;
 const GOT: u8 = 67;
 const COUNTS: u8 = 68;
 const ANSWER: u8 = 69;
+const MOVED: u8 = 70;
 
 /// Starts a frame of `kind` in `buf`; [`end`] fills in its length.
 fn begin(buf: &mut BytesMut, kind: u8) -> usize {
@@ -275,6 +281,7 @@ pub fn put(buf: &mut BytesMut, frame: &Frame) {
             end(buf, at);
         }
         Frame::Cancelled { cid } => put_id(buf, CANCELLED, *cid),
+        Frame::Moved { cid } => put_id(buf, MOVED, *cid),
         Frame::Got { req, got } => {
             let at = begin(buf, GOT);
             buf.put_u64(*req);
@@ -418,6 +425,7 @@ fn parse(kind: u8, p: &mut Bytes) -> Option<Frame> {
             message: std::mem::take(p),
         },
         CANCELLED => Frame::Cancelled { cid: u64_of(p)? },
+        MOVED => Frame::Moved { cid: u64_of(p)? },
         GOT => {
             let req = u64_of(p)?;
             let got = match u8_of(p)? {
@@ -511,6 +519,7 @@ mod tests {
                 message: m.clone(),
             },
             Frame::Cancelled { cid: 2 },
+            Frame::Moved { cid: 2 },
             Frame::Got { req: 5, got: None },
             Frame::Got {
                 req: 6,

@@ -465,6 +465,12 @@ impl ForwardLink {
                     cancel_locally(&c);
                 }
             }
+            Frame::Moved { cid } => {
+                let consumer = self.state.lock().consumers.remove(&cid);
+                if let Some((_, _, c)) = consumer {
+                    crate::quorum::reattach_or_cancel(vec![c]);
+                }
+            }
             Frame::Got { req, got } => {
                 let (via, waiting) = self.state.lock().gets.remove(&req)?;
                 let got = got.and_then(|(id, redelivered, count, message)| {
@@ -555,9 +561,9 @@ impl ForwardLink {
                 std::mem::take(&mut st.confirms),
             )
         };
-        for (_, (_, _, c)) in consumers {
-            cancel_locally(&c);
-        }
+        // A classic queue's consumers are cancelled (its home node went); a quorum queue's
+        // wait for its next leader.
+        crate::quorum::reattach_or_cancel(consumers.into_values().map(|(_, _, c)| c).collect());
         for (_, c) in confirms {
             c.answered(false);
         }

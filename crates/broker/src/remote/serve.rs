@@ -353,6 +353,9 @@ impl Serving {
             Arc::downgrade(&queue),
             self.events.clone(),
         ));
+        // No client channel holds it: when its queue stops being served here it is cancelled
+        // (and the peer told), never attached again from this node (`reattach_or_cancel`).
+        consumer.detach();
         // Registered first: deliveries may start inside add_consumer.
         self.consumers
             .insert(cid, (qid, queue.clone(), consumer.clone()));
@@ -453,8 +456,16 @@ impl Serving {
             }
             ConnectionEvent::ConsumerCancelled { consumer_tag, .. } => {
                 if let Some(cid) = Self::cid_of(&consumer_tag) {
-                    if self.consumers.remove(&cid).is_some() {
-                        self.outbox.frame(&Frame::Cancelled { cid });
+                    if let Some((_, queue, _)) = self.consumers.remove(&cid) {
+                        // A quorum queue whose leadership moved away keeps its consumers:
+                        // the peer attaches them again through the new leader.
+                        let moved = queue
+                            .quorum()
+                            .is_some_and(|qq| !qq.is_deleted() && !qq.serves_here());
+                        self.outbox.frame(&match moved {
+                            true => Frame::Moved { cid },
+                            false => Frame::Cancelled { cid },
+                        });
                     }
                 }
             }
