@@ -5,7 +5,12 @@ each confirm's time is exact) on every node that stays up, then one fault per ro
 
 - `kill-leader`: kill -9 of the queue's leader; the publishers run on the two survivors;
 - `sigstop-follower`: SIGSTOP of a follower for STALL seconds, then SIGCONT; the publisher runs
-  on the leader's node.
+  on the leader's node;
+- `restart-follower`: a clean stop (SIGTERM) of a follower, started again at once; the
+  publisher runs on the leader's node;
+- `rolling-restart`: every node in turn stopped cleanly, started again, and waited for until
+  the cluster agrees and has caught up; a publisher starts on each node and moves to the next
+  node when its node goes (reconnects counted).
 
 Prints, per round and publisher, the longest time without a confirm after the fault and the
 nacks, and for kill-leader how soon every survivor's API named a new leader.
@@ -15,6 +20,8 @@ Usage (from the repository root, after tests/interop/venv.sh):
       tools/bench/quorum_failover_gap.py kill-leader [ROUNDS]
   WARREN_BIN=... tests/interop/.venv/bin/python tools/bench/quorum_failover_gap.py \
       sigstop-follower [ROUNDS] [STALL]
+  WARREN_BIN=... tests/interop/.venv/bin/python tools/bench/quorum_failover_gap.py \
+      restart-follower|rolling-restart [ROUNDS]
 """
 import os
 import sys
@@ -42,7 +49,13 @@ def main():
             leader = cluster.node(eventually("the queue's leader", lambda: agreed_queue_leader(
                 nodes, QUEUE, members=names), timeout=90))
             others = [n for n in nodes if n is not leader]
-            publishers = [ConfirmPublisher(n, QUEUE) for n in (others if mode == "kill-leader" else [leader])]
+            if mode == "kill-leader":
+                publishers = [ConfirmPublisher(n, QUEUE) for n in others]
+            elif mode == "rolling-restart":
+                publishers = [ConfirmPublisher(n, QUEUE, fallback=[p for p in nodes if p is not n])
+                              for n in nodes]
+            else:
+                publishers = [ConfirmPublisher(leader, QUEUE)]
             for publisher in publishers:
                 publisher.start()
             time.sleep(3)
@@ -54,16 +67,24 @@ def main():
                                                     else None)(
                     agreed_queue_leader(others, QUEUE, members=names)), timeout=60)
                 elected = time.monotonic() - fault_at
-            else:
+            elif mode == "sigstop-follower":
                 others[0].pause()
                 time.sleep(stall_s)
                 others[0].resume()
+            elif mode == "restart-follower":
+                cluster.restart(others[0])
+                cluster.wait_agreed(timeout=90, caught_up=True)
+            else:
+                for node in nodes:
+                    cluster.restart(node)
+                    cluster.wait_agreed(timeout=90, caught_up=True)
             time.sleep(10)
             for publisher in publishers:
                 publisher.stop()
-                print("round %d, %s, via %s: longest gap %.3f s, nacks %d" % (
+                print("round %d, %s, via %s: longest gap %.3f s, nacks %d, reconnects %d" % (
                     round_number, mode, publisher.node.name,
-                    publisher.longest_gap_since(fault_at), publisher.nacks))
+                    publisher.longest_gap_since(fault_at), publisher.nacks,
+                    publisher.reconnects))
             if elected is not None:
                 print("round %d: every survivor named the new leader after %.2f s" % (
                     round_number, elected))

@@ -1154,7 +1154,7 @@ const RETIRED_DELEGATE_KEEP: Duration = Duration::from_secs(60);
 const LINK_WAIT: Duration = Duration::from_secs(60);
 
 /// Between attempts to forward publishes while no member answers as the leader.
-const FORWARD_RETRY: Duration = Duration::from_millis(200);
+const FORWARD_RETRY: Duration = Duration::from_millis(50);
 
 async fn run_group(
     weak: Weak<Queue>,

@@ -34,10 +34,10 @@ use crate::types::{GroupId, NodeId, Raft};
 
 /// Detector-driven groups' `heartbeat_interval` (no heartbeats are sent: openraft's bound for
 /// the election timeouts, and the replication RPCs' time hint, which the network ignores).
-const DETECTOR_HEARTBEAT_MS: u64 = 250;
+const DETECTOR_HEARTBEAT_MS: u64 = 100;
 
 /// Detector-driven groups' leader lease (their largest election timeout).
-const DETECTOR_LEASE_MS: u64 = 500;
+const DETECTOR_LEASE_MS: u64 = 300;
 
 /// openraft settings for groups whose failures the node-level detector handles.
 pub fn detector_driven_config(base: Config) -> Config {
@@ -88,7 +88,7 @@ impl Default for FailoverOptions {
         Self {
             // A candidate whose Pre-Vote the dead leader's lease refused (at most
             // `DETECTOR_LEASE_MS` after its last entry) tries again this soon.
-            check_interval: Duration::from_millis(250),
+            check_interval: Duration::from_millis(100),
             sweep_interval: Duration::from_secs(5),
             stagger: Duration::from_millis(300),
             leaderless_after: Duration::from_secs(5),

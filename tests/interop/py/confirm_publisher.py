@@ -11,10 +11,14 @@ import pika.exceptions
 class ConfirmPublisher(threading.Thread):
     """Publishes persistent messages to `queue` through `node` with confirms until stopped."""
 
-    def __init__(self, node, queue):
+    def __init__(self, node, queue, fallback=()):
+        """`fallback`: nodes to reconnect to, in turn, when the connection to the current one
+        is lost (a node restarted under it); without them a lost connection fails `stop`."""
         super().__init__()
         self.node = node
         self.queue = queue
+        self.nodes = [node, *fallback]
+        self.reconnects = 0
         self.confirmed_at = []
         # The bodies confirmed (acked), each unique: "<node>-<n>".
         self.confirmed = []
@@ -23,25 +27,35 @@ class ConfirmPublisher(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self):
-        try:
-            conn = self.node.connect()
-            channel = conn.channel()
-            channel.confirm_delivery()
-            sequence = 0
-            while not self.stopping.is_set():
-                sequence += 1
-                body = ("%s-%d" % (self.node.name, sequence)).encode()
-                try:
-                    channel.basic_publish("", self.queue, body,
-                                          pika.BasicProperties(delivery_mode=2))
-                    self.confirmed.append(body)
-                except pika.exceptions.NackError:
-                    self.nacks += 1
-                self.confirmed_at.append(time.monotonic())
-                time.sleep(0.005)
-            conn.close()
-        except Exception as e:  # noqa: BLE001 (reported by `stop`)
-            self.failures.append(e)
+        sequence = 0
+        current = 0
+        while not self.stopping.is_set():
+            try:
+                conn = self.nodes[current].connect()
+                channel = conn.channel()
+                channel.confirm_delivery()
+                while not self.stopping.is_set():
+                    sequence += 1
+                    body = ("%s-%d" % (self.node.name, sequence)).encode()
+                    try:
+                        channel.basic_publish("", self.queue, body,
+                                              pika.BasicProperties(delivery_mode=2))
+                        self.confirmed.append(body)
+                    except pika.exceptions.NackError:
+                        self.nacks += 1
+                    self.confirmed_at.append(time.monotonic())
+                    time.sleep(0.005)
+                conn.close()
+            except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelClosed,
+                    pika.exceptions.StreamLostError) as e:
+                if len(self.nodes) == 1:
+                    self.failures.append(e)
+                    return
+                self.reconnects += 1
+                current = (current + 1) % len(self.nodes)
+            except Exception as e:  # noqa: BLE001 (reported by `stop`)
+                self.failures.append(e)
+                return
 
     def stop(self):
         """Stops publishing; fails if the publisher's connection failed."""
@@ -59,10 +73,14 @@ class AckingConsumer(threading.Thread):
     """Consumes `queue` through `node` with manual acks (prefetch 20) until stopped, keeping
     every body it got and every basic.cancel the broker sent."""
 
-    def __init__(self, node, queue):
+    def __init__(self, node, queue, fallback=()):
+        """`fallback`: nodes to reconnect to, in turn, when the connection to the current one
+        is lost (a node restarted under it); without them a lost connection fails `stop`."""
         super().__init__()
         self.node = node
         self.queue = queue
+        self.nodes = [node, *fallback]
+        self.reconnects = 0
         self.bodies = []
         self.cancelled = []
         self.failures = []
