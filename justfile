@@ -32,6 +32,14 @@ fuzz seconds="3600":
 chaos rounds="20":
     WARREN_CHAOS_ROUNDS={{rounds}} tools/chaos.sh
 
+# Jepsen-style run: seeded faults (kill -9, SIGSTOP, restarts, rolling restarts, netns
+# partitions) against a 3-node cluster under confirmed publishers and consumers; checks that
+# nothing confirmed is lost (tools/jepsen.py; prints the seed, `--seed` replays it).
+jepsen minutes="60":
+    cargo build --release -p warren --bin warren
+    tests/interop/venv.sh
+    WARREN_BIN=target/release/warren tests/interop/.venv/bin/python tools/jepsen.py --minutes {{minutes}}
+
 # Run the broker with debug logs.
 run:
     RUST_LOG=debug cargo run --release -- server

@@ -78,6 +78,11 @@ def main():
                 for node in nodes:
                     cluster.restart(node)
                     cluster.wait_agreed(timeout=90, caught_up=True)
+                    # As an operator waits before the next node (RabbitMQ's
+                    # check_if_node_is_quorum_critical): the queue's members all online and
+                    # caught up on its leader.
+                    eventually("every member of the queue caught up", lambda: queue_caught_up(
+                        nodes, names), timeout=90)
             time.sleep(10)
             for publisher in publishers:
                 publisher.stop()
@@ -90,6 +95,18 @@ def main():
                     round_number, elected))
                 leader.start(cluster.peers_of(leader))
                 cluster.wait_agreed(timeout=90)
+
+
+def queue_caught_up(nodes, names):
+    """Whether the queue's leader sees every member online and at lag 0."""
+    leader_name = agreed_queue_leader(nodes, QUEUE, members=names)
+    if not leader_name:
+        return False
+    leader = next(n for n in nodes if n.name == leader_name)
+    raft = (leader.queue(QUEUE) or {}).get("raft") or {}
+    members = raft.get("members") or []
+    return len(members) == len(names) and all(
+        m.get("online") and m.get("lag") == 0 for m in members)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 //!   and so on, each only if the group still has no live leader by then (no split votes in the
 //!   common case, and progress when a candidate's log turns out to be behind);
 //! - a group that has known no leader for `leaderless_after` (a split vote, a failed election)
-//!   gets the same treatment;
+//!   gets the same treatment, at once from a member that led it when its node stopped (a
+//!   quick restart: the others still follow that node, back up, and wait for it);
 //! - when a peer comes up, this node's leaders send that peer's groups one heartbeat, so a
 //!   restarted node learns its leaders at once instead of electing itself.
 //!
@@ -104,6 +105,8 @@ pub struct FailoverDriver {
     options: FailoverOptions,
     /// Since when each group has lacked a live leader, while it does.
     leaderless_since: HashMap<GroupId, Instant>,
+    /// Groups whose election this leaderless spell was logged.
+    reported: std::collections::HashSet<GroupId>,
     up: BTreeSet<NodeId>,
 }
 
@@ -120,6 +123,7 @@ impl FailoverDriver {
             liveness,
             options,
             leaderless_since: HashMap::new(),
+            reported: std::collections::HashSet::new(),
             up: BTreeSet::new(),
         }
     }
@@ -145,13 +149,19 @@ impl FailoverDriver {
             let now = Instant::now();
             sweep |= last_sweep
                 .is_none_or(|at| now.saturating_duration_since(at) >= self.options.sweep_interval);
+            let added = self.registry.take_added();
             if sweep {
                 last_sweep = Some(now);
                 self.check_groups(now, self.registry.all()).await;
-            } else if !self.leaderless_since.is_empty() {
+            } else if !self.leaderless_since.is_empty() || !added.is_empty() {
                 let watched = self
                     .leaderless_since
                     .keys()
+                    .chain(
+                        added
+                            .iter()
+                            .filter(|g| !self.leaderless_since.contains_key(g)),
+                    )
                     .filter_map(|group| Some((*group, self.registry.get(*group)?)))
                     .collect();
                 self.check_groups(now, watched).await;
@@ -195,6 +205,8 @@ impl FailoverDriver {
         // A watched group that stopped running is forgotten.
         self.leaderless_since
             .retain(|group, _| self.registry.get(*group).is_some());
+        self.reported
+            .retain(|group| self.leaderless_since.contains_key(group));
         // The peers' liveness once per check, not a lock per group (None: not known to it).
         let peers: HashMap<NodeId, bool> = self
             .liveness
@@ -220,17 +232,29 @@ impl FailoverDriver {
                 {
                     None
                 } else {
-                    Some((leader, membership.voter_ids().collect::<Vec<NodeId>>()))
+                    // This member led the group when its node stopped (its committed vote is
+                    // its own) and knows no leader since: the others still take its node,
+                    // back up, for the leader, and would wait for it forever. It stands again
+                    // at once (the others grant it: it is the leader they follow).
+                    let led_before_restart = leader.is_none()
+                        && metrics.vote.is_committed()
+                        && metrics.vote.leader_id().node_id == self.node;
+                    Some((
+                        leader,
+                        membership.voter_ids().collect::<Vec<NodeId>>(),
+                        led_before_restart,
+                    ))
                 }
             };
-            let Some((leader, voters)) = voters else {
+            let Some((leader, voters, led_before_restart)) = voters else {
                 self.leaderless_since.remove(&group);
+                self.reported.remove(&group);
                 continue;
             };
             let since = *self.leaderless_since.entry(group).or_insert(now);
             // A known leader on a down node is acted on at once; an unknown one only after a
             // grace period, in which a live leader's heartbeat or first entry would arrive.
-            let grace = if leader.is_some() {
+            let grace = if leader.is_some() || led_before_restart {
                 Duration::ZERO
             } else {
                 self.options.leaderless_after
@@ -243,14 +267,24 @@ impl FailoverDriver {
                         && (*voter == self.node || is_up(*voter).unwrap_or(false))
                 })
                 .collect();
-            let rank = candidates
-                .iter()
-                .position(|voter| *voter == self.node)
-                .unwrap_or(candidates.len()) as u32;
+            let rank = match led_before_restart {
+                true => 0,
+                false => candidates
+                    .iter()
+                    .position(|voter| *voter == self.node)
+                    .unwrap_or(candidates.len()) as u32,
+            };
             if now.saturating_duration_since(since) < grace + self.options.stagger * rank {
                 continue;
             }
-            tracing::info!(group, ?leader, rank, "no live leader: starting an election");
+            // Said once per leaderless spell; the retries (every `check_interval` while the
+            // dead leader's lease refuses) only at debug level.
+            match self.reported.insert(group) {
+                true => {
+                    tracing::info!(group, ?leader, rank, "no live leader: starting an election")
+                }
+                false => tracing::debug!(group, ?leader, rank, "no live leader: election again"),
+            }
             // Pre-Vote first: the election goes ahead only if a majority would grant it,
             // and a member that sees the leader alive does not (`GroupRegistry::handle`), so a
             // node that lost touch alone (cut off, stalled, just woken) bumps no term and

@@ -98,6 +98,10 @@ pub struct GroupRegistry {
     /// The node's failure detector, once a transport that has one serves the registry: a
     /// member whose leader it sees up grants no Pre-Vote.
     liveness: Arc<OnceLock<Arc<Liveness>>>,
+    /// Groups inserted since the failover driver last looked (`take_added`): a group started
+    /// after a liveness change (a node restarting) is checked at the driver's next round, not
+    /// only at its next sweep of every group.
+    added: Arc<Mutex<Vec<GroupId>>>,
 }
 
 impl GroupRegistry {
@@ -106,7 +110,13 @@ impl GroupRegistry {
             node,
             groups: Arc::default(),
             liveness: Arc::default(),
+            added: Arc::default(),
         }
+    }
+
+    /// The groups inserted since the last call.
+    pub fn take_added(&self) -> Vec<GroupId> {
+        std::mem::take(&mut *self.added.lock())
     }
 
     /// Judges Pre-Votes by `liveness` from now on (see [`GroupRegistry::handle`]).
@@ -134,6 +144,10 @@ impl GroupRegistry {
 
     pub fn insert(&self, group: GroupId, raft: Raft) {
         self.groups.write().insert(group, raft);
+        // Only a cluster node (one with a failure detector) runs a driver that drains it.
+        if self.liveness.get().is_some() {
+            self.added.lock().push(group);
+        }
     }
 
     pub fn remove(&self, group: GroupId) -> Option<Raft> {

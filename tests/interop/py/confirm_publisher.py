@@ -8,23 +8,35 @@ import pika
 import pika.exceptions
 
 
-class ConfirmPublisher(threading.Thread):
+class _Worker(threading.Thread):
+    """A client thread on `queue` through `node`, run until `stop`, which fails if it failed."""
+
+    def __init__(self, node, queue):
+        super().__init__()
+        self.node = node
+        self.queue = queue
+        self.failures = []
+        self.stopping = threading.Event()
+
+    def stop(self):
+        self.stopping.set()
+        self.join(30)
+        assert not self.failures, (self.node.name, self.failures)
+
+
+class ConfirmPublisher(_Worker):
     """Publishes persistent messages to `queue` through `node` with confirms until stopped."""
 
     def __init__(self, node, queue, fallback=()):
         """`fallback`: nodes to reconnect to, in turn, when the connection to the current one
         is lost (a node restarted under it); without them a lost connection fails `stop`."""
-        super().__init__()
-        self.node = node
-        self.queue = queue
+        super().__init__(node, queue)
         self.nodes = [node, *fallback]
         self.reconnects = 0
         self.confirmed_at = []
         # The bodies confirmed (acked), each unique: "<node>-<n>".
         self.confirmed = []
         self.nacks = 0
-        self.failures = []
-        self.stopping = threading.Event()
 
     def run(self):
         sequence = 0
@@ -57,34 +69,20 @@ class ConfirmPublisher(threading.Thread):
                 self.failures.append(e)
                 return
 
-    def stop(self):
-        """Stops publishing; fails if the publisher's connection failed."""
-        self.stopping.set()
-        self.join(30)
-        assert not self.failures, self.failures
-
     def longest_gap_since(self, fault_at):
         during = [t for t in self.confirmed_at if t >= fault_at]
         assert during, "no confirm since the fault"
         return max(b - a for a, b in zip([fault_at] + during, during))
 
 
-class AckingConsumer(threading.Thread):
+class AckingConsumer(_Worker):
     """Consumes `queue` through `node` with manual acks (prefetch 20) until stopped, keeping
     every body it got and every basic.cancel the broker sent."""
 
-    def __init__(self, node, queue, fallback=()):
-        """`fallback`: nodes to reconnect to, in turn, when the connection to the current one
-        is lost (a node restarted under it); without them a lost connection fails `stop`."""
-        super().__init__()
-        self.node = node
-        self.queue = queue
-        self.nodes = [node, *fallback]
-        self.reconnects = 0
+    def __init__(self, node, queue):
+        super().__init__(node, queue)
         self.bodies = []
         self.cancelled = []
-        self.failures = []
-        self.stopping = threading.Event()
 
     def run(self):
         try:
@@ -104,8 +102,3 @@ class AckingConsumer(threading.Thread):
             conn.close()
         except Exception as e:  # noqa: BLE001 (reported by `stop`)
             self.failures.append(e)
-
-    def stop(self):
-        self.stopping.set()
-        self.join(30)
-        assert not self.failures, (self.node.name, self.failures)

@@ -13,7 +13,7 @@ After the rounds, publishing stops and the consumers drain: lost (confirmed, nev
 must be 0 and unexpected (a body never published) 0; duplicates (at-least-once redeliveries
 after a failure), nacks, consumer cancels and reconnects are counted and reported.
 
-Rounds: WARREN_CHAOS_ROUNDS (default 20; test.sh runs 3, tools/chaos.sh the default). Every
+Rounds: WARREN_CHAOS_ROUNDS (default 20; test.sh runs 2, tools/chaos.sh the default). Every
 test appends its report as a JSON line to WARREN_CHAOS_REPORT (see test_cluster_chaos.py)."""
 import json
 import os

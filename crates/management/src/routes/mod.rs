@@ -419,8 +419,9 @@ pub async fn sample_forever(api: Weak<Api>) {
 pub(crate) fn stats_of_this_node(api: &Api) -> Value {
     use crate::json::{message_stats, CHANNEL_STATS, EXCHANGE_STATS, QUEUE_STATS};
     use serde_json::{json, Map};
-    let moved = |counts: &warren_broker::MessageCounts| counts.fields().iter().any(|(_, v)| *v > 0);
-    let stats = |counts: &warren_broker::MessageCounts, key: String, which: &[&str]| {
+    use warren_broker::MessageCounts;
+    let moved = |counts: &MessageCounts| counts.fields().iter().any(|(_, v)| *v > 0);
+    let stats = |counts: &MessageCounts, key: String, which: &[&str]| {
         message_stats(counts, api.rates.get(&key).as_deref(), which)
     };
     let registry = &api.broker.registry;
@@ -431,24 +432,30 @@ pub(crate) fn stats_of_this_node(api: &Api) -> Value {
             let key = rate_key("vhost", &vhost.name, "");
             vhosts.insert(vhost.name.clone(), stats(&counts, key, CHANNEL_STATS));
         }
-        let mut in_vhost = Map::new();
-        for q in vhost.queues() {
-            let counts = q.stats.snapshot();
-            if moved(&counts) {
-                let key = rate_key("queue", &vhost.name, &q.name);
-                in_vhost.insert(q.name.to_string(), stats(&counts, key, QUEUE_STATS));
+        // Each object of one kind in the vhost whose counters moved, by name.
+        let by_name = |kind: &str, which: &[&str], counted: Vec<(String, MessageCounts)>| {
+            let mut in_vhost = Map::new();
+            for (name, counts) in counted.into_iter().filter(|(_, c)| moved(c)) {
+                let key = rate_key(kind, &vhost.name, &name);
+                in_vhost.insert(name, stats(&counts, key, which));
             }
-        }
-        queues.insert(vhost.name.clone(), Value::Object(in_vhost));
-        let mut in_vhost = Map::new();
-        for x in vhost.exchanges() {
-            let counts = x.stats.snapshot();
-            if moved(&counts) {
-                let key = rate_key("exchange", &vhost.name, &x.name);
-                in_vhost.insert(x.name.to_string(), stats(&counts, key, EXCHANGE_STATS));
-            }
-        }
-        exchanges.insert(vhost.name.clone(), Value::Object(in_vhost));
+            Value::Object(in_vhost)
+        };
+        let counted = vhost
+            .queues()
+            .iter()
+            .map(|q| (q.name.to_string(), q.stats.snapshot()))
+            .collect();
+        queues.insert(vhost.name.clone(), by_name("queue", QUEUE_STATS, counted));
+        let counted = vhost
+            .exchanges()
+            .iter()
+            .map(|x| (x.name.to_string(), x.stats.snapshot()))
+            .collect();
+        exchanges.insert(
+            vhost.name.clone(),
+            by_name("exchange", EXCHANGE_STATS, counted),
+        );
     }
     let overview = registry.message_totals(None);
     json!({
