@@ -551,6 +551,20 @@ impl Broker {
         let _ = self.cluster.set(cluster);
     }
 
+    /// Waits (at most `patience`) until every quorum queue's member on this node runs and
+    /// has applied the log it found (`QuorumQueue::recovered`): a single node's boot, before
+    /// it accepts clients.
+    pub async fn quorum_queues_recovered(&self, patience: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        for vhost in self.vhosts() {
+            for queue in vhost.queues() {
+                if let Some(qq) = queue.quorum() {
+                    qq.recovered(deadline).await;
+                }
+            }
+        }
+    }
+
     /// This node's forwarding links, by peer node name (`remote/peers.rs`).
     pub fn forward_peers(&self) -> &Arc<crate::remote::ForwardPeers> {
         &self.forward_peers

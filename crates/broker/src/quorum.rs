@@ -930,6 +930,23 @@ impl QuorumQueue {
         }
     }
 
+    /// Waits until `deadline` at most for this node's member of the group to run and to have
+    /// applied every entry its log held when it started: before that its counts are not the
+    /// queue's (a declare-ok would say 0 messages). A single node waits for this at boot,
+    /// before it takes clients, as RabbitMQ recovers its queues first.
+    pub async fn recovered(&self, deadline: tokio::time::Instant) {
+        let Ok(Some(group)) = tokio::time::timeout_at(deadline, self.started_group()).await else {
+            return;
+        };
+        let last = group.raft().metrics().borrow().last_log_index;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let _ = group
+            .raft()
+            .wait(Some(left))
+            .applied_index_at_least(last, "the queue's log applied")
+            .await;
+    }
+
     /// A policy change: the group's machine takes the new config through its log (every
     /// replica applies it at the same point). Proposed in order with everything else, also
     /// while the group is still starting: a publish that follows the change must see it.

@@ -398,6 +398,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
         None => {
             boot.apply(&broker).await?;
+            // A client's first declare-ok must count what a quorum queue held.
+            broker
+                .quorum_queues_recovered(std::time::Duration::from_secs(30))
+                .await;
             None
         }
     };
