@@ -134,8 +134,10 @@ impl RemoteQueue {
     /// publish to it is confirmed as unroutable, as RabbitMQ does (its lookup finds no live
     /// queue record for a durable queue whose node is down). A link being re-dialled to a
     /// node that is up does not count: publishes then are nacked, never dropped.
+    /// A live link wins over the detector's view (the two change at different moments: a
+    /// node heard again may be linked before the view is told).
     pub fn home_is_down(&self) -> bool {
-        self.served_type == "classic" && self.peer.node_down()
+        self.served_type == "classic" && self.peer.node_down() && !self.peer.is_up()
     }
 
     /// The live link, this record's id on it and the binding's number.

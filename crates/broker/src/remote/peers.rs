@@ -151,6 +151,8 @@ impl PeerLink {
     /// on it.
     pub fn set(&self, link: Arc<ForwardLink>) {
         let previous = self.current.lock().replace(link.clone());
+        // Linked: the node is up, whatever the detector's view said last.
+        self.node_down.store(false, Ordering::Relaxed);
         if let Some(previous) = previous.filter(|p| !Arc::ptr_eq(p, &link)) {
             previous.close();
         }
