@@ -953,7 +953,10 @@ impl VHost {
         last_queue: Option<&mut LastLookup<Queue>>,
     ) {
         self.collect_routes(exchange, routing_keys, headers, out, last_queue);
-        out.retain(|q| !q.home_is_down());
+        // A read-only pass first: the common publish (no queue on a down node) moves nothing.
+        if out.iter().any(|q| q.home_is_down()) {
+            out.retain(|q| !q.home_is_down());
+        }
     }
 
     fn collect_routes(
