@@ -35,8 +35,10 @@
 //!
 //! Failures: while the serving node is unreachable (no live link), queue.declare,
 //! basic.consume, basic.get and queue.purge of the queue answer 404 as RabbitMQ does for a
-//! durable classic queue whose home node is down (`VHost::queue_for`), and a publish routed
-//! to it is nacked when confirmed (dropped otherwise). When the link is lost, local consumers of remote classic queues get basic.cancel
+//! durable classic queue whose home node is down (`VHost::check_reachable`) — at once when
+//! the failure detector holds the node down, after waiting for the link (at most
+//! `vhost::LINK_WAIT`) while it is only being made (`VHost::link_to_await`) — and a publish
+//! routed to it is nacked when confirmed (dropped otherwise). When the link is lost, local consumers of remote classic queues get basic.cancel
 //! (`ConnectionEvent::ConsumerCancelled`, RabbitMQ's consumer_cancel_notify when a queue's
 //! node goes down), unconfirmed publishes are nacked, acks of messages the client held
 //! become no-ops — the serving node requeues those (redelivered) as a closing channel's are.

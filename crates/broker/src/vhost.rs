@@ -41,6 +41,11 @@ use warren_store::Store;
 /// are caught earlier by the visited list).
 const MAX_EXCHANGE_HOPS: usize = 64;
 
+/// How long a protocol session waits for the link to a queue's serving node that is not held
+/// down (`VHost::link_to_await`): a link is made within a few dial attempts of the node
+/// being up (the dialler wakes on liveness changes), well inside this.
+pub const LINK_WAIT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct ExchangeDeclaration {
     pub name: ShortStr,
@@ -349,6 +354,18 @@ impl VHost {
         let queue = self.queue_for(name, connection)?;
         self.check_reachable(&queue)?;
         Ok(queue)
+    }
+
+    /// The node to wait for before using queue `name` (basic.consume, basic.get,
+    /// queue.purge, queue.declare): the queue is served by a node that is not held down but
+    /// is not linked yet — nodes still forming, or a link being made again. The protocol
+    /// session waits at most [`LINK_WAIT`] for the link, then goes on (and answers 404 if it
+    /// is still not up, `check_reachable`): a client declaring and consuming while the
+    /// cluster forms is not refused for a link that comes a moment later.
+    pub fn link_to_await(&self, name: &str) -> Option<Arc<crate::remote::PeerLink>> {
+        let queue = self.queue(name)?;
+        let peer = queue.remote()?.peer();
+        peer.link_pending().then(|| peer.clone())
     }
 
     /// A queue whose serving node is unreachable answers 404, as RabbitMQ answers for a

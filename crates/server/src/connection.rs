@@ -28,7 +28,7 @@ use crate::channel_ids::ChannelMap;
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
-use crate::pending::PendingReply;
+use crate::pending::{self, HeldForLink, PendingReply};
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
 use bytes::{Buf, Bytes, BytesMut};
@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warren_broker::registry::{ConnectionFacts, ConnectionState};
+use warren_broker::remote::PeerLink;
 use warren_broker::{
     churn, event_channel, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo,
     EventReceiver, EventSender, VHost,
@@ -152,6 +153,9 @@ pub struct Connection<R, W> {
     /// A channel method waiting for its definitions change (`pending.rs`): no frame is
     /// handled until it is answered.
     pending: Option<PendingReply>,
+    /// A channel method waiting for the link to its queue's node (`pending.rs`): no frame is
+    /// handled until it is.
+    held: Option<Box<HeldForLink>>,
     /// Our own address, for the connection's name.
     local: SocketAddr,
     /// From connection.start-ok, for the registry.
@@ -209,6 +213,7 @@ where
             tls: None,
             forced_close: None,
             pending: None,
+            held: None,
             local: SocketAddr::from(([0, 0, 0, 0], 0)),
             mechanism: String::new(),
             client_properties: FieldTable::default(),
@@ -630,7 +635,7 @@ where
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf),
-                    if room && !held_back && self.pending.is_none() => {
+                    if room && !held_back && !self.waiting() => {
                     let n = read?;
                     if n == 0 {
                         return Ok(());
@@ -706,6 +711,18 @@ where
                         return Ok(());
                     }
                 }
+                _ = link_waited(&mut self.held), if self.held.is_some() => {
+                    if let Some(held) = self.held.take() {
+                        if let Err(failure) = self.on_channel_method(held.channel, held.method) {
+                            if let Some(Next::Done) = self.fail(failure).await? {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    if let Next::Done = self.on_input().await? {
+                        return Ok(());
+                    }
+                }
                 _ = self.throttle.alarms_changed() => {
                     let unblocked = self.throttle.on_alarms_changed(&mut self.wbuf);
                     self.note_state();
@@ -733,7 +750,7 @@ where
     /// Handles every whole frame in the read buffer, up to the publish that blocks the
     /// connection under an alarm (the rest waits in the buffer until it is unblocked).
     async fn on_input(&mut self) -> io::Result<Next> {
-        while !self.throttle.is_blocked() && self.pending.is_none() {
+        while !self.throttle.is_blocked() && !self.waiting() {
             let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -771,6 +788,19 @@ where
         }
         self.flush_confirms();
         Ok(Next::Continue)
+    }
+
+    /// Whether a channel method waits (for its definitions change, or for a link): no frame
+    /// is handled meanwhile, so the client's methods keep their order.
+    fn waiting(&self) -> bool {
+        self.pending.is_some() || self.held.is_some()
+    }
+
+    /// The link `method` on channel `ch` should wait for (`VHost::link_to_await`).
+    fn link_to_await(&self, ch: u16, method: &Method) -> Option<Arc<PeerLink>> {
+        let named = pending::queue_used(method)?;
+        let name = self.channels.get(&ch)?.queue_name(named.clone()).ok()?;
+        self.vhost.as_ref()?.link_to_await(&name)
     }
 
     /// Answers the channel method that waited for its definitions change: its ok method, or
@@ -901,10 +931,13 @@ where
                     method_id,
                 })?;
                 if ch == 0 {
-                    self.on_connection_method(method)
-                } else {
-                    self.on_channel_method(ch, method).map(|_| Next::Continue)
+                    return self.on_connection_method(method);
                 }
+                if let Some(peer) = self.link_to_await(ch, &method) {
+                    self.held = Some(HeldForLink::new(ch, method, peer));
+                    return Ok(Next::Continue);
+                }
+                self.on_channel_method(ch, method).map(|_| Next::Continue)
             }
             FrameKind::Header | FrameKind::Body => {
                 if ch == 0 {
@@ -1230,6 +1263,17 @@ async fn write_or_flush<W: AsyncWrite + Unpin>(
         writer.flush().await.map(|()| None)
     } else {
         writer.write(wbuf).await.map(Some)
+    }
+}
+
+/// Resolves when the held channel method's link is up or its wait is over (never when none
+/// is held: the select branch is off then).
+async fn link_waited(held: &mut Option<Box<HeldForLink>>) {
+    match held {
+        Some(h) => {
+            h.linked.as_mut().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -5,9 +5,21 @@
 //! `PendingReply` in its context and the connection awaits it before it handles this
 //! connection's next frame (deliveries and writes go on meanwhile), then answers — the ok
 //! method, or the channel or connection error the change was refused with.
+//!
+//! A method that uses a queue's messages now (basic.consume, basic.get, queue.purge,
+//! queue.declare) while the link to the queue's serving node is still being made (nodes
+//! forming, a reconnect; the node is not held down) waits the same way, before it is
+//! handled: the connection holds it (`HeldForLink`) until the link is up or
+//! [`LINK_WAIT`] passed, then handles it as if it had just arrived (a queue still
+//! unreachable answers 404 then, as for a node that is down).
 
 use crate::channel::Channel;
 use crate::context::Ctx;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use warren_broker::remote::PeerLink;
+use warren_broker::vhost::LINK_WAIT;
 use warren_broker::{AmqpResult, Change, DefinitionOp, Outcome, PendingChange};
 use warren_codec::*;
 
@@ -62,6 +74,37 @@ pub struct PendingReply {
     pub channel: u16,
     pub reply: Reply,
     pub change: PendingChange,
+}
+
+/// A channel method held until the link to its queue's serving node is up.
+pub struct HeldForLink {
+    pub channel: u16,
+    pub method: Method,
+    /// Resolves when the link is up, the node is held down, or [`LINK_WAIT`] passed.
+    pub linked: Pin<Box<dyn Future<Output = bool> + Send>>,
+}
+
+impl HeldForLink {
+    pub fn new(channel: u16, method: Method, peer: Arc<PeerLink>) -> Box<HeldForLink> {
+        tracing::debug!(peer = %peer.name(), method = method.name(), "waiting for the link to the queue's node");
+        Box::new(HeldForLink {
+            channel,
+            method,
+            linked: Box::pin(async move { peer.linked(LINK_WAIT).await }),
+        })
+    }
+}
+
+/// The queue whose messages `method` uses now (what waits for its node's link); an empty
+/// name is the channel's last declared queue.
+pub fn queue_used(method: &Method) -> Option<&ShortStr> {
+    match method {
+        Method::BasicConsume(m) => Some(&m.queue),
+        Method::BasicGet(m) => Some(&m.queue),
+        Method::QueuePurge(m) => Some(&m.queue),
+        Method::QueueDeclare(m) => Some(&m.queue),
+        _ => None,
+    }
 }
 
 impl Channel {

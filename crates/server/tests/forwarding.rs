@@ -664,3 +664,73 @@ async fn a_late_settle_over_a_lost_link_leaves_the_redelivered_copy_alone() {
     second.expect_silence(500).await;
     assert_eq!(a_count(&pair), 0);
 }
+
+/// A consume, a basic.get and a passive declare on B while its link to A is being made again
+/// (A is not held down: a reconnect, or nodes still forming) wait for the link instead of
+/// answering 404, and go on once it is up; with A held down by the failure detector they
+/// answer 404 at once, as RabbitMQ does for a queue whose home node is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_on_b_wait_for_a_link_being_made_and_fail_at_once_when_a_is_down() {
+    let pair = pair().await;
+    publish_on_a(&pair, 2).await;
+    pair.link_b.close();
+    let mut c = channel(pair.port_b).await;
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "q".into(),
+            passive: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.send(
+        1,
+        BasicConsume {
+            queue: "q".into(),
+            no_ack: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // Held, not refused: the channel answers nothing until the link is up.
+    c.expect_silence(300).await;
+    relink(&pair).await;
+    let Method::QueueDeclareOk(ok) = c.method().await.1 else {
+        panic!("expected declare-ok once the link is up")
+    };
+    assert_eq!(ok.queue.as_str(), "q");
+    assert!(matches!(c.method().await.1, Method::BasicConsumeOk(_)));
+    for i in 0..2 {
+        let (_, _, body, _) = delivery(&mut c).await;
+        assert_eq!(&body[..], format!("m{i}").as_bytes());
+    }
+
+    // Held down: no wait.
+    let peer = pair.b.forward_peers().peer("a");
+    peer.set_node_down(true);
+    peer.current().unwrap().close();
+    let mut d = channel(pair.port_b).await;
+    let started = Instant::now();
+    d.send(
+        1,
+        BasicGet {
+            queue: "q".into(),
+            no_ack: true,
+        },
+    )
+    .await;
+    let Method::ChannelClose(close) = d.method().await.1 else {
+        panic!("expected channel.close")
+    };
+    assert_eq!(close.reply_code, 404, "{close:?}");
+    assert!(
+        close.reply_text.contains("is down or inaccessible"),
+        "{close:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -96,6 +96,8 @@ pub struct PeerLink {
     /// The cluster's failure detector holds the node down (not merely its link being
     /// re-dialled): set by the cluster layer (`set_node_down`).
     node_down: AtomicBool,
+    /// Told when a link comes up or the node is held down (what `linked` waits for).
+    changed: tokio::sync::Notify,
 }
 
 impl PeerLink {
@@ -107,6 +109,7 @@ impl PeerLink {
             records: Mutex::default(),
             dialing: Mutex::default(),
             node_down: AtomicBool::new(false),
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -144,6 +147,31 @@ impl PeerLink {
     pub fn set_node_down(&self, down: bool) {
         if self.node_down.swap(down, Ordering::Relaxed) != down {
             tracing::info!(peer = %self.name, down, "the failure detector changed its view of the node");
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Whether an operation on a queue served there should wait for the link rather than
+    /// fail: no live link, but the node is not held down — the link is still being made
+    /// (nodes forming, a reconnect under way).
+    pub fn link_pending(&self) -> bool {
+        !self.is_up() && !self.node_down()
+    }
+
+    /// Waits until the peer is linked (true), held down, or `timeout` passed (false).
+    pub async fn linked(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read, so a change in between is not missed.
+            changed.as_mut().enable();
+            if !self.link_pending() {
+                return self.is_up();
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.is_up();
+            }
         }
     }
 
@@ -171,6 +199,7 @@ impl PeerLink {
             let _ = record.bind_on(&link);
         }
         tracing::info!(peer = %self.name, "forwarding link up");
+        self.changed.notify_waiters();
     }
 
     pub(super) fn register(&self, record: &Arc<Record>) {
