@@ -33,8 +33,10 @@ chaos rounds="20":
     WARREN_CHAOS_ROUNDS={{rounds}} tools/chaos.sh
 
 # Jepsen-style run: seeded faults (kill -9, SIGSTOP, restarts, rolling restarts, netns
-# partitions) against a 3-node cluster under confirmed publishers and consumers; checks that
-# nothing confirmed is lost (tools/jepsen.py; prints the seed, `--seed` replays it).
+# partitions, and through a fault proxy bridges, one-way cuts, flapping, slow and reset links)
+# against a 3-node cluster under confirmed publishers, consumers and definitions changes;
+# checks that nothing confirmed is lost and every node agrees (tools/jepsen.py; prints the
+# seed, `--seed` replays it).
 jepsen minutes="60":
     cargo build --release -p warren --bin warren
     tests/interop/venv.sh

@@ -9,7 +9,10 @@ their status. Two network modes:
   reset), `heal(node)` brings it up. The test reaches every node on a second veth pair of its
   own (the client link), which a partition leaves alone: the test can talk to both sides.
   `netns_unavailable()` says why a machine cannot (not root, no `ip netns`, no bridge, bridged
-  traffic filtered), for the netns tests to skip with that reason.
+  traffic filtered), for the netns tests to skip with that reason. With `proxy=True` every
+  cluster connection also crosses a fault-injecting proxy (`fault_proxy.py`) in the root
+  namespace, for faults between two nodes: `cut(a, b)` (both ways or one way; the third node
+  then bridges the halves), `delay(a, b, ms)`, `reset(node)`.
 
 Needs WARREN_BIN (see own_broker.py)."""
 import contextlib
@@ -27,6 +30,7 @@ from urllib.parse import quote
 import pika
 import requests
 
+from fault_proxy import FaultProxy
 from own_broker import WARREN_BIN, free_port
 
 SETTLE_S = 30
@@ -64,7 +68,7 @@ class Node:
     otherwise on free loopback ports."""
 
     def __init__(self, root, name, secret_file, extra=(), netns=None, host="127.0.0.1",
-                 cluster_host=None, env=None):
+                 cluster_host=None, env=None, advertise=None):
         """`secret_file` None: the node uses its default secret (`~/.warren-cluster-secret`,
         HOME from `env`); `env`: the process's environment (default: the test's)."""
         self.name = name
@@ -87,7 +91,8 @@ class Node:
             self.http_port = free_port()
             self.cluster_port = free_port()
             self.prometheus_port = free_port()
-        self.address = "%s:%d" % (cluster_host or host, self.cluster_port)
+        # What the other nodes dial: the node's cluster port, or the fault proxy's port for it.
+        self.address = advertise or "%s:%d" % (cluster_host or host, self.cluster_port)
         self.proc = None
         self.paused = False
         self.log_path = os.path.join(root, name.replace("@", "-") + ".log")
@@ -392,6 +397,19 @@ class NetnsNetwork:
             self._ip("addr", "add", self.client_ip(i) + "/24", "dev", "cl0", netns=ns)
             self._ip("link", "set", "cl0", "up", netns=ns)
 
+    def proxy_ip(self):
+        """The root namespace's address on the bridge, where the fault proxy listens."""
+        return "10.%d.0.1" % self.octet
+
+    def node_of_cluster_ip(self, ip):
+        for i in range(self.size):
+            if self.cluster_ip(i) == ip:
+                return i
+        return None
+
+    def add_proxy_address(self):
+        self._ip("addr", "add", self.proxy_ip() + "/24", "dev", self.bridge)
+
     def partition(self, i):
         self._ip("link", "set", self.cluster_veth(i), "down")
 
@@ -412,18 +430,31 @@ class Cluster:
     """`size` nodes sharing a secret, under one temporary directory, each seeded with the
     others' addresses; loopback or (`netns=True`) one network namespace per node."""
 
-    def __init__(self, prefix, size=3, netns=False, extra=()):
+    def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False):
+        """`proxy` (with `netns`): every cluster connection crosses a `FaultProxy`
+        (`self.proxy`), for faults between two nodes (`cut`, `delay`, `reset`)."""
         self.root = tempfile.mkdtemp(prefix="warren-%s-" % prefix)
         self.secret_file = os.path.join(self.root, "secret")
         with open(self.secret_file, "w") as f:
             f.write("%s-cluster-secret\n" % prefix)
         self.net = None
+        self.proxy = None
         if netns:
             self.net = NetnsNetwork(size)
             self.net.setup()
+            advertise = [None] * size
+            if proxy:
+                self.net.add_proxy_address()
+                self.proxy = FaultProxy(
+                    self.net.proxy_ip(),
+                    {i: (self.net.cluster_ip(i), 25672) for i in range(size)},
+                    self.net.node_of_cluster_ip).start()
+                advertise = ["%s:%d" % (self.net.proxy_ip(), self.proxy.port(i))
+                             for i in range(size)]
             self.nodes = [Node(self.root, "%s%d@%s" % (prefix, i + 1, self.net.cluster_ip(i)),
                                self.secret_file, extra, netns=self.net.namespaces[i],
-                               host=self.net.client_ip(i), cluster_host=self.net.cluster_ip(i))
+                               host=self.net.client_ip(i), cluster_host=self.net.cluster_ip(i),
+                               advertise=advertise[i])
                           for i in range(size)]
         else:
             self.nodes = [Node(self.root, "%s%d@127.0.0.1" % (prefix, i + 1), self.secret_file,
@@ -467,12 +498,31 @@ class Cluster:
         assert self.net, "partitions need netns=True"
         self.net.heal(self.nodes.index(node))
 
+    def cut(self, a, b, one_way=False):
+        """Nothing crosses between nodes a and b (with `one_way`, from a to b only); the
+        other pairs are left alone (`FaultProxy.cut`)."""
+        assert self.proxy, "faults between two nodes need proxy=True"
+        self.proxy.cut(self.nodes.index(a), self.nodes.index(b), one_way=one_way)
+
+    def heal_pair(self, a, b):
+        self.proxy.heal(self.nodes.index(a), self.nodes.index(b))
+
+    def delay(self, a, b, ms):
+        """What crosses between a and b waits `ms` (0: no more delay)."""
+        self.proxy.delay(self.nodes.index(a), self.nodes.index(b), ms)
+
+    def reset(self, node):
+        """Every cluster connection of `node` gets a TCP reset."""
+        self.proxy.reset(self.nodes.index(node))
+
     def close(self):
         for node in self.nodes:
             try:
                 node.stop()
             except (OSError, subprocess.SubprocessError):
                 pass
+        if self.proxy is not None:
+            self.proxy.close()
         if self.net is not None:
             self.net.teardown()
         if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
