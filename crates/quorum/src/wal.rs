@@ -14,6 +14,16 @@
 //! writes the live state into a fresh segment (via a temporary file and an atomic rename) that
 //! begins with a `Reset` record, and deletes the older segments. Recovery replays the segments
 //! in order; a torn tail of the newest segment (a crash mid-write) is cut off.
+//!
+//! A write or fsync that fails (`ENOSPC` on a full disk, `EIO`) is an outage, not the end: the
+//! batch is kept (its completions wait, so nothing of it is reported durable), the current
+//! segment is cut back to its durable length and opened again, and the writer tries again
+//! with a growing pause (up to [`OUTAGE_RETRY_MAX`]) until a write and its fsync succeed —
+//! as RabbitMQ's WAL is restarted by its supervisor. The groups see a slow disk, never an
+//! error (openraft stops a group for good on a storage error), and carry on once space is
+//! back. Rewriting the bytes after the durable length and syncing them again is safe after a
+//! failed fsync too: the cut drops the pages whose write-back failed, and the rewrite makes
+//! them dirty again.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -56,9 +66,11 @@ pub enum WalError {
     Io(String),
     #[error("write-ahead log is closed")]
     Closed,
-    #[error("write-ahead log failed earlier and refuses writes: {0}")]
-    Failed(String),
 }
+
+/// The longest pause between attempts to write while the disk refuses writes.
+const OUTAGE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+const OUTAGE_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Counters for tests and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -197,7 +209,6 @@ struct State {
     groups: HashMap<GroupId, GroupLog>,
     pending: Vec<(Vec<u8>, Option<Completion>)>,
     closing: bool,
-    failed: Option<String>,
     /// Holds the writer back so a test can see many submissions share one fsync.
     paused: bool,
 }
@@ -229,6 +240,8 @@ pub(crate) fn frame(record: &Record<'_>) -> Vec<u8> {
 }
 
 struct Shared {
+    /// Test hook: this many next writes fail with `ENOSPC` after writing half their bytes.
+    fail_writes: std::sync::atomic::AtomicU32,
     dir: PathBuf,
     options: WalOptions,
     state: Mutex<State>,
@@ -303,6 +316,7 @@ impl Wal {
         };
 
         let shared = Arc::new(Shared {
+            fail_writes: Default::default(),
             dir: dir.to_path_buf(),
             options,
             state: Mutex::new(State {
@@ -320,6 +334,7 @@ impl Wal {
             shared: shared.clone(),
             segments,
             current,
+            outage: None,
         };
         let handle = std::thread::Builder::new()
             .name("quorum-wal".into())
@@ -339,13 +354,6 @@ impl Wal {
                 completion.complete(&Err(WalError::Closed.to_string()));
             }
             return Err(WalError::Closed);
-        }
-        if let Some(failure) = state.failed.clone() {
-            drop(state);
-            if let Some(completion) = completion {
-                completion.complete(&Err(failure.clone()));
-            }
-            return Err(WalError::Failed(failure));
         }
         apply(&mut state.groups, &record);
         state.pending.push((framed, completion));
@@ -461,6 +469,13 @@ impl Wal {
         }
     }
 
+    /// Makes the next `count` writes fail as on a full disk (half their bytes written, then
+    /// `ENOSPC`): for tests of the outage path.
+    #[doc(hidden)]
+    pub fn fail_next_writes(&self, count: u32) {
+        self.shared.fail_writes.store(count, Ordering::Relaxed);
+    }
+
     #[cfg(test)]
     fn set_paused(&self, paused: bool) {
         self.shared.state.lock().paused = paused;
@@ -571,9 +586,12 @@ pub(crate) fn replay(bytes: &[u8], groups: &mut HashMap<GroupId, GroupLog>) -> u
 
 struct Writer {
     shared: Arc<Shared>,
-    /// (seq, length) of every segment on disk, oldest first; the last is `current`.
+    /// (seq, length) of every segment on disk, oldest first; the last is `current`. A length
+    /// is what was written and fsync'd: it grows only when a batch is durable.
     segments: Vec<(u64, u64)>,
     current: File,
+    /// Set while writes fail: since when, and the pause before the next attempt.
+    outage: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 impl Writer {
@@ -594,12 +612,11 @@ impl Writer {
                 (batch, checkpoint)
             };
             let count = batch.len() as u64;
-            let result = match checkpoint {
-                Some(groups) => self.checkpoint(groups),
-                None => self.write_batch(&batch),
-            }
-            .map_err(|e| e.to_string());
-            self.shared.records.fetch_add(count, Ordering::Relaxed);
+            let result = match (self.outage.is_some(), checkpoint) {
+                (true, _) => self.repair().and_then(|()| self.write_batch(&batch)),
+                (false, Some(groups)) => self.checkpoint(groups),
+                (false, None) => self.write_batch(&batch),
+            };
             self.shared.disk_bytes.store(
                 self.segments.iter().map(|(_, len)| len).sum(),
                 Ordering::Relaxed,
@@ -607,16 +624,83 @@ impl Writer {
             self.shared
                 .segments
                 .store(self.segments.len() as u64, Ordering::Relaxed);
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "write-ahead log write failed; refusing further writes");
-                self.shared.state.lock().failed = Some(e.clone());
+            if let Err(e) = result {
+                if !self.wait_out_failure(e, batch) {
+                    return;
+                }
+                continue;
             }
+            if let Some((since, _)) = self.outage.take() {
+                tracing::warn!(
+                    after_ms = since.elapsed().as_millis() as u64,
+                    "write-ahead log writes again"
+                );
+            }
+            self.shared.records.fetch_add(count, Ordering::Relaxed);
             for (_, completion) in batch {
                 if let Some(completion) = completion {
-                    completion.complete(&result);
+                    completion.complete(&Ok(()));
                 }
             }
         }
+    }
+
+    /// A write failed: the batch goes back ahead of what was submitted since (nothing of it
+    /// is reported durable), and the writer pauses before trying again. False when the log is
+    /// closing meanwhile: every waiting completion then fails, and the writer ends.
+    fn wait_out_failure(
+        &mut self,
+        error: io::Error,
+        mut batch: Vec<(Vec<u8>, Option<Completion>)>,
+    ) -> bool {
+        let pause = match self.outage {
+            None => {
+                tracing::error!(error = %error, "write-ahead log write failed; keeping the batch and trying again until the disk takes it");
+                OUTAGE_RETRY_MIN
+            }
+            Some((_, pause)) => {
+                tracing::debug!(error = %error, "write-ahead log write failed again");
+                (pause * 2).min(OUTAGE_RETRY_MAX)
+            }
+        };
+        let since = self.outage.map_or_else(std::time::Instant::now, |(s, _)| s);
+        self.outage = Some((since, pause));
+        let mut state = self.shared.state.lock();
+        batch.append(&mut state.pending);
+        state.pending = batch;
+        // The pause is kept even as submissions wake the condvar: a busy node must not retry
+        // a full disk on every append.
+        let deadline = std::time::Instant::now() + pause;
+        while !state.closing && !self.shared.wake.wait_until(&mut state, deadline).timed_out() {}
+        if !state.closing {
+            return true;
+        }
+        let waiting = std::mem::take(&mut state.pending);
+        drop(state);
+        let result = Err(format!("write-ahead log closed while writes failed: {error}"));
+        for (_, completion) in waiting {
+            if let Some(completion) = completion {
+                completion.complete(&result);
+            }
+        }
+        false
+    }
+
+    /// Cuts the current segment back to its durable length (what a failed write left after it
+    /// goes) and opens it again, so the next write continues from there.
+    fn repair(&mut self) -> io::Result<()> {
+        let Some(&(seq, durable)) = self.segments.last() else {
+            return Ok(());
+        };
+        let path = segment_path(&self.shared.dir, seq);
+        let file = OpenOptions::new().write(true).open(&path)?;
+        file.set_len(durable)?;
+        file.sync_all()?;
+        drop(file);
+        // A checkpoint's rename may be what failed to sync.
+        sync_dir(&self.shared.dir)?;
+        self.current = OpenOptions::new().append(true).open(&path)?;
+        Ok(())
     }
 
     fn current_len(&self) -> u64 {
@@ -646,6 +730,14 @@ impl Writer {
         let mut buffer = Vec::with_capacity(batch.iter().map(|(f, _)| f.len()).sum());
         for (framed, _) in batch {
             buffer.extend_from_slice(framed);
+        }
+        let injected = self
+            .shared
+            .fail_writes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if injected.is_ok() {
+            self.current.write_all(&buffer[..buffer.len() / 2])?;
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
         }
         self.current.write_all(&buffer)?;
         self.current.sync_data()?;
@@ -691,19 +783,40 @@ impl Writer {
                 }));
             }
         }
-        file.write_all(&buffer)?;
-        file.sync_all()?;
+        let written = file.write_all(&buffer).and_then(|()| file.sync_all());
         drop(file);
+        if let Err(e) = written {
+            // Nothing replaced yet: the older segments still hold everything.
+            let _ = fs::remove_file(&tmp_path);
+            return Err(e);
+        }
+        // Opened before the rename (the handle follows the file), so that once the rename is
+        // done nothing can fail before the checkpoint is the current segment.
+        let current = match OpenOptions::new().append(true).open(&tmp_path) {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp_path);
+                return Err(e);
+            }
+        };
         fs::rename(&tmp_path, &final_path)?;
+        // From here the checkpoint is the log (it begins with `Reset`, so older segments left
+        // behind are superseded on replay): later writes must go to it, whatever fails next.
+        let older = std::mem::replace(&mut self.segments, vec![(seq, buffer.len() as u64)]);
+        self.current = current;
+        // Should this fail, the batch is written again after `repair`, which syncs the
+        // directory first: nothing is reported durable before the rename is.
         sync_dir(&dir)?;
         self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.shared.checkpoints.fetch_add(1, Ordering::Relaxed);
-        for (old, _) in &self.segments {
-            fs::remove_file(segment_path(&dir, *old))?;
+        for (old, _) in older {
+            if let Err(e) = fs::remove_file(segment_path(&dir, old)) {
+                tracing::warn!(error = %e, segment = old, "could not remove a segment a checkpoint replaced");
+            }
         }
-        sync_dir(&dir)?;
-        self.current = OpenOptions::new().append(true).open(&final_path)?;
-        self.segments = vec![(seq, buffer.len() as u64)];
+        if let Err(e) = sync_dir(&dir) {
+            tracing::warn!(error = %e, "could not sync the log directory after removing segments");
+        }
         Ok(())
     }
 }
@@ -790,6 +903,48 @@ mod tests {
         let stats = wal.stats();
         assert_eq!(stats.records, 50);
         assert_eq!(stats.fsyncs, 1);
+    }
+
+    /// A full disk is an outage: appends made meanwhile are not reported durable until a
+    /// write succeeds again, nothing is refused, and the log reads back whole and uncorrupted
+    /// (the half-written batches were cut off before the retry).
+    #[tokio::test]
+    async fn failed_writes_are_retried_until_the_disk_takes_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let wal = Wal::open(dir.path(), WalOptions::default()).expect("open");
+            append(&wal, 5, vec![entry(1, 1, "a")]).await;
+            wal.fail_next_writes(3);
+            let (sender, mut receiver) = tokio::sync::oneshot::channel();
+            wal.append(5, vec![entry(1, 2, "b")], Completion::Notify(sender))
+                .expect("accepted during the outage");
+            // Three failures: 50 + 100 + 200 ms of pauses before the write that succeeds.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert!(receiver.try_recv().is_err(), "reported durable during the outage");
+            append(&wal, 5, vec![entry(1, 3, "c")]).await;
+            receiver.await.expect("completed").expect("durable once written");
+            assert_eq!(wal.shared.fail_writes.load(Ordering::Relaxed), 0);
+            wal.close();
+        }
+        let wal = Wal::open(dir.path(), WalOptions::default()).expect("reopen");
+        assert_eq!(indexes(&wal, 5), vec![1, 2, 3]);
+    }
+
+    /// Closing during an outage fails what waits (never hangs, never reports it durable).
+    #[tokio::test]
+    async fn closing_during_an_outage_fails_what_waits() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path(), WalOptions::default()).expect("open");
+        wal.fail_next_writes(u32::MAX);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        wal.append(5, vec![entry(1, 1, "a")], Completion::Notify(sender))
+            .expect("accepted");
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        wal.close();
+        assert!(receiver.await.expect("completed").is_err());
+        drop(wal);
+        let wal = Wal::open(dir.path(), WalOptions::default()).expect("reopen");
+        assert!(indexes(&wal, 5).is_empty());
     }
 
     #[tokio::test]
