@@ -17,6 +17,8 @@ fault after another —
   hundred milliseconds), slow-links (20-300 ms on a node's links), reset-links (a node's
   connections reset), overlap (a pair cut while the third node is stalled: no majority
   anywhere for a while);
+- disk-full (root): every node's data directory is a small tmpfs of its own; the node's is
+  filled to the last byte (writes fail with ENOSPC), then freed;
 
 while a definitions workload declares and deletes exchanges, queues, bindings, users and
 vhosts through every node (`definitions_workload.py`), and
@@ -57,6 +59,9 @@ FAULTS = ["kill-leader", "kill-node", "stall-leader", "stall-node", "restart-nod
           "rolling-restart"]
 NETNS_FAULTS = ["partition-leader", "partition-node", "bridge", "one-way", "flap",
                 "slow-links", "reset-links", "overlap"]
+# Root only (a tmpfs per node), which network namespaces need too.
+DISK_FAULTS = ["disk-full"]
+DISK_MB = 256
 
 
 def short(node):
@@ -80,20 +85,24 @@ def healed(cluster):
     """Every node agrees on the membership and the queue's leader, and the leader sees every
     member online and caught up."""
     cluster.wait_agreed(timeout=120)
-    leader = cluster.node(eventually("one leader of %s on every node" % QUEUE,
-                                     lambda: agreed_leader(cluster.nodes, cluster.names),
-                                     timeout=120))
 
     def caught_up():
-        raft = queue_view(leader).get("raft") or {}
+        # The leader is asked again each time: the one every node named a moment ago may
+        # have been a stale view (the nodes still naming a leader cut off during a partition)
+        # and lost its place since.
+        name = agreed_leader(cluster.nodes, cluster.names)
+        if name is None:
+            return None
+        raft = queue_view(cluster.node(name)).get("raft") or {}
         members = raft.get("members") or []
         # Within the entries in flight: under the publishers' steady load (and the proxy's
         # hop) a follower is rarely at lag 0 at the moment it is asked.
-        return (raft.get("state") == "leader" and len(members) == len(cluster.names)
-                and all(m.get("online") and (m.get("lag") or 0) <= CAUGHT_UP_LAG
-                        for m in members))
-    eventually("every member of %s caught up" % QUEUE, caught_up, timeout=120)
-    return leader
+        ok = (raft.get("state") == "leader" and len(members) == len(cluster.names)
+              and all(m.get("online") and (m.get("lag") or 0) <= CAUGHT_UP_LAG
+                      for m in members))
+        return cluster.node(name) if ok else None
+    return eventually("one leader of %s on every node, every member caught up" % QUEUE,
+                      caught_up, timeout=120)
 
 
 def inject(cluster, fault, rng, log):
@@ -136,6 +145,12 @@ def inject(cluster, fault, rng, log):
                 cluster.delay(victim, other, 0)
     elif fault == "reset-links":
         cluster.reset(victim)
+    elif fault == "disk-full":
+        victim.fill_disk()
+        try:
+            time.sleep(hold_s)
+        finally:
+            victim.free_disk()
     elif fault.startswith("kill-"):
         victim.kill()
         time.sleep(hold_s)
@@ -161,11 +176,16 @@ def inject(cluster, fault, rng, log):
     healed(cluster)
 
 
-def run(seconds, seed, netns, tag="jepsen"):
-    """One run; returns the result (seed, schedule, the checker's counts, `ok`)."""
+def run(seconds, seed, netns, tag="jepsen", only=None):
+    """One run; returns the result (seed, schedule, the checker's counts, `ok`). `only`: the
+    faults to draw from (default: every one this machine can inject)."""
     rng = random.Random(seed)
-    faults = FAULTS + (NETNS_FAULTS if netns else [])
-    cluster = Cluster("jepsen", netns=netns, proxy=netns)
+    faults = FAULTS + (NETNS_FAULTS + DISK_FAULTS if netns else [])
+    if only:
+        unknown = set(only) - set(faults)
+        assert not unknown, "faults not known or not possible here: %s" % sorted(unknown)
+        faults = list(only)
+    cluster = Cluster("jepsen", netns=netns, proxy=netns, disk_mb=DISK_MB if netns else None)
     started = time.monotonic()
     schedule = []
 
@@ -219,13 +239,17 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-netns", action="store_true",
                         help="no partitions even where network namespaces work")
+    parser.add_argument("--faults", default=None,
+                        help="comma-separated faults to draw from (default: all), e.g. "
+                        "disk-full,kill-leader")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     netns = not args.no_netns and netns_unavailable() is None
     print("jepsen: seed %d, %.1f minutes, partitions %s" % (
         seed, args.minutes, "on" if netns else "off (%s)" % (netns_unavailable() or "--no-netns")),
         flush=True)
-    result = run(args.minutes * 60, seed, netns)
+    result = run(args.minutes * 60, seed, netns,
+                 only=args.faults.split(",") if args.faults else None)
     print(json.dumps({k: v for k, v in result.items() if k != "schedule"}))
     print("jepsen: %s (replay: --seed %d)" % ("ok" if result["ok"] else "VIOLATION", seed))
     sys.exit(0 if result["ok"] else 1)

@@ -58,7 +58,7 @@ impl DiskMonitor {
         };
         self.free_bytes.store(free, Relaxed);
         let alarm = free < self.limit_bytes;
-        if alarm && !self.alarms.active().contains(Alarm::Disk) {
+        if alarm && !self.alarms.local().contains(Alarm::Disk) {
             tracing::warn!(
                 free_bytes = free,
                 limit_bytes = self.limit_bytes,

@@ -80,7 +80,7 @@ impl MemoryMonitor {
     }
 
     fn alarm_on(&self) -> bool {
-        self.alarms.active().contains(Alarm::Memory)
+        self.alarms.local().contains(Alarm::Memory)
     }
 
     /// Sets or clears the alarm from both measures, with hysteresis.

@@ -175,7 +175,7 @@ pub fn resources(out: &mut Exposition, broker: &Broker) {
 /// alarm (it is never blocked on descriptors), so that one stays 0, as on a RabbitMQ node
 /// far from its limit.
 pub fn alarms(out: &mut Exposition, broker: &Broker) {
-    let active = broker.alarms.active();
+    let active = broker.alarms.local();
     out.single(
         "rabbitmq_alarms_file_descriptor_limit",
         Kind::Untyped,

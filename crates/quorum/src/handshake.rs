@@ -43,9 +43,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
-/// The cluster protocol: the Raft wire (`wire.rs`) and the forwarding link's frames. 5: the
-/// forwarding link carries peers' questions (Ask / Answer) for the cluster-wide API views.
-const VERSION: u8 = 5;
+/// The cluster protocol: the Raft wire (`wire.rs`) and the forwarding link's frames. 6: the
+/// forwarding link carries each node's resource alarms (cluster-wide alarms).
+const VERSION: u8 = 6;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";

@@ -671,13 +671,21 @@ impl Writer {
         // The pause is kept even as submissions wake the condvar: a busy node must not retry
         // a full disk on every append.
         let deadline = std::time::Instant::now() + pause;
-        while !state.closing && !self.shared.wake.wait_until(&mut state, deadline).timed_out() {}
+        while !state.closing
+            && !self
+                .shared
+                .wake
+                .wait_until(&mut state, deadline)
+                .timed_out()
+        {}
         if !state.closing {
             return true;
         }
         let waiting = std::mem::take(&mut state.pending);
         drop(state);
-        let result = Err(format!("write-ahead log closed while writes failed: {error}"));
+        let result = Err(format!(
+            "write-ahead log closed while writes failed: {error}"
+        ));
         for (_, completion) in waiting {
             if let Some(completion) = completion {
                 completion.complete(&result);
@@ -731,10 +739,10 @@ impl Writer {
         for (framed, _) in batch {
             buffer.extend_from_slice(framed);
         }
-        let injected = self
-            .shared
-            .fail_writes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let injected =
+            self.shared
+                .fail_writes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if injected.is_ok() {
             self.current.write_all(&buffer[..buffer.len() / 2])?;
             return Err(io::Error::from_raw_os_error(28)); // ENOSPC
@@ -920,9 +928,15 @@ mod tests {
                 .expect("accepted during the outage");
             // Three failures: 50 + 100 + 200 ms of pauses before the write that succeeds.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            assert!(receiver.try_recv().is_err(), "reported durable during the outage");
+            assert!(
+                receiver.try_recv().is_err(),
+                "reported durable during the outage"
+            );
             append(&wal, 5, vec![entry(1, 3, "c")]).await;
-            receiver.await.expect("completed").expect("durable once written");
+            receiver
+                .await
+                .expect("completed")
+                .expect("durable once written");
             assert_eq!(wal.shared.fail_writes.load(Ordering::Relaxed), 0);
             wal.close();
         }

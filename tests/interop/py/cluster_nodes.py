@@ -191,6 +191,39 @@ class Node:
         assert not self.running(), "wipe a stopped node"
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    # A disk of its own (root only): a tmpfs of `size_mb` mounted on the data directory, that a
+    # test fills up (a full disk) and frees again.
+
+    def mount_disk(self, size_mb):
+        os.makedirs(self.data_dir, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs",
+                        self.data_dir], check=True, capture_output=True)
+        self.disk_mounted = True
+
+    def fill_disk(self, leave_mb=0):
+        """Takes every free byte of the node's disk but `leave_mb` (with 0, writes then fail
+        with ENOSPC)."""
+        stat = os.statvfs(self.data_dir)
+        room = stat.f_bavail * stat.f_frsize - leave_mb * (1 << 20)
+        with open(os.path.join(self.data_dir, "filler"), "wb") as f:
+            chunk = b"\0" * (1 << 20)
+            try:
+                while leave_mb == 0 or room > 0:
+                    f.write(chunk[:room] if leave_mb else chunk)
+                    f.flush()
+                    room -= len(chunk)
+            except OSError:
+                pass
+
+    def free_disk(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.data_dir, "filler"))
+
+    def unmount_disk(self):
+        if getattr(self, "disk_mounted", False):
+            subprocess.run(["umount", "-l", self.data_dir], capture_output=True)
+            self.disk_mounted = False
+
     def request(self, method, path, timeout=10, **kwargs):
         return requests.request(method, self.api_url + path, auth=(self.user, self.password),
                                 timeout=timeout, **kwargs)
@@ -430,9 +463,10 @@ class Cluster:
     """`size` nodes sharing a secret, under one temporary directory, each seeded with the
     others' addresses; loopback or (`netns=True`) one network namespace per node."""
 
-    def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False):
+    def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False, disk_mb=None):
         """`proxy` (with `netns`): every cluster connection crosses a `FaultProxy`
-        (`self.proxy`), for faults between two nodes (`cut`, `delay`, `reset`)."""
+        (`self.proxy`), for faults between two nodes (`cut`, `delay`, `reset`). `disk_mb`
+        (root): each node's data directory is a tmpfs of that size (`Node.fill_disk`)."""
         self.root = tempfile.mkdtemp(prefix="warren-%s-" % prefix)
         self.secret_file = os.path.join(self.root, "secret")
         with open(self.secret_file, "w") as f:
@@ -460,6 +494,9 @@ class Cluster:
             self.nodes = [Node(self.root, "%s%d@127.0.0.1" % (prefix, i + 1), self.secret_file,
                                extra) for i in range(size)]
         self.names = [n.name for n in self.nodes]
+        if disk_mb:
+            for node in self.nodes:
+                node.mount_disk(disk_mb)
 
     def peers_of(self, node):
         return [p for p in self.nodes if p is not node]
@@ -521,6 +558,8 @@ class Cluster:
                 node.stop()
             except (OSError, subprocess.SubprocessError):
                 pass
+        for node in self.nodes:
+            node.unmount_disk()
         if self.proxy is not None:
             self.proxy.close()
         if self.net is not None:

@@ -110,6 +110,13 @@ pub enum Frame {
         req: u64,
         body: Bytes,
     },
+    // ---- both ways ----
+    /// The sender's own resource alarms (`AlarmSet::bits`), sent when the link opens and on
+    /// every change: a node's alarm blocks publishers on every node, as in RabbitMQ.
+    Alarms {
+        node: String,
+        bits: u8,
+    },
 }
 
 const BIND: u8 = 1;
@@ -128,6 +135,7 @@ const GOT: u8 = 67;
 const COUNTS: u8 = 68;
 const ANSWER: u8 = 69;
 const MOVED: u8 = 70;
+const ALARMS: u8 = 128;
 
 /// Starts a frame of `kind` in `buf`; [`end`] fills in its length.
 fn begin(buf: &mut BytesMut, kind: u8) -> usize {
@@ -282,6 +290,12 @@ pub fn put(buf: &mut BytesMut, frame: &Frame) {
         }
         Frame::Cancelled { cid } => put_id(buf, CANCELLED, *cid),
         Frame::Moved { cid } => put_id(buf, MOVED, *cid),
+        Frame::Alarms { node, bits } => {
+            let at = begin(buf, ALARMS);
+            put_str(buf, node);
+            buf.put_u8(*bits);
+            end(buf, at);
+        }
         Frame::Got { req, got } => {
             let at = begin(buf, GOT);
             buf.put_u64(*req);
@@ -426,6 +440,10 @@ fn parse(kind: u8, p: &mut Bytes) -> Option<Frame> {
         },
         CANCELLED => Frame::Cancelled { cid: u64_of(p)? },
         MOVED => Frame::Moved { cid: u64_of(p)? },
+        ALARMS => Frame::Alarms {
+            node: str_of(p)?,
+            bits: u8_of(p)?,
+        },
         GOT => {
             let req = u64_of(p)?;
             let got = match u8_of(p)? {
@@ -538,6 +556,10 @@ mod tests {
             Frame::Answer {
                 req: 8,
                 body: Bytes::from_static(b"[]"),
+            },
+            Frame::Alarms {
+                node: "n1@host".into(),
+                bits: 2,
             },
         ]
     }

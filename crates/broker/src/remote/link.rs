@@ -13,6 +13,7 @@
 use super::frame::{self, Frame, SettleKind};
 use super::serve::Serving;
 use super::RemoteCounts;
+use crate::alarm::AlarmSet;
 use crate::broker::Broker;
 use crate::consumer::{pipeline_cost, ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::message::Message;
@@ -179,6 +180,15 @@ where
 
 async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc<ForwardLink>) {
     let connection: ConnectionId = broker.next_connection_id();
+    // This node's alarms, told to the peer now and on every change (`alarm.rs`).
+    let alarms = broker.clone();
+    let mut local_alarms = alarms.alarms.subscribe_local();
+    let tell_alarms = |bits: u8| Frame::Alarms {
+        node: alarms.node_name().to_owned(),
+        bits,
+    };
+    link.outbox
+        .frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
     let (mut serving, mut events, mut gets) = Serving::new(broker, connection, link.outbox.clone());
     let mut incoming = BytesMut::with_capacity(64 * 1024);
     let mut counts = tokio::time::interval(COUNTS_INTERVAL);
@@ -193,6 +203,9 @@ async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc
                 }
                 loop {
                     match frame::take(&mut incoming) {
+                        Ok(Some(Frame::Alarms { node, bits })) => {
+                            alarms.alarms.set_remote(connection, &node, AlarmSet::from_bits(bits));
+                        }
                         Ok(Some(f)) => {
                             if let Some(f) = link.on_answer(f) {
                                 serving.on_request(f).await;
@@ -212,6 +225,9 @@ async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc
             }
             Some(got) = gets.recv() => serving.on_got(got),
             _ = counts.tick() => serving.report_counts(),
+            Ok(()) = local_alarms.changed() => {
+                link.outbox.frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
+            }
             changed = async {
                 match durable.as_mut() {
                     Some(d) => d.changed().await,
@@ -228,6 +244,7 @@ async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc
         }
     }
     link.outbox.close();
+    alarms.alarms.forget_remote(connection);
     serving.link_lost(&mut events);
     link.link_lost();
 }

@@ -48,7 +48,7 @@ pub fn api_routes() -> Router<Arc<Api>> {
         .route("/api/extensions", get(node::extensions))
         .route("/api/whoami", get(node::whoami))
         .route("/api/health/checks/alarms", get(node::alarms))
-        .route("/api/health/checks/local-alarms", get(node::alarms))
+        .route("/api/health/checks/local-alarms", get(node::local_alarms))
         .route("/api/aliveness-test/{vhost}", get(node::aliveness))
         .route("/api/connections", get(connections::list))
         .route(

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
+use warren_broker::AlarmSet;
 use warren_broker::DefinitionOp;
 
 /// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
@@ -171,7 +172,7 @@ pub async fn set_cluster_name(
 /// This node's /api/nodes entry.
 pub(crate) fn node_json(api: &Api) -> Value {
     let memory = &api.broker.memory;
-    let alarms = api.broker.alarms.active();
+    let alarms = api.broker.alarms.local();
     let disk_free = api
         .data_dir
         .as_deref()
@@ -289,22 +290,36 @@ pub async fn whoami(Extension(who): Extension<Identity>) -> Json<Value> {
     Json(json!({"name": who.name, "tags": who.tags}))
 }
 
-/// /api/health/checks/alarms and local-alarms (one node: the same): 200 without alarms,
-/// 503 with the list otherwise, as RabbitMQ.
+/// /api/health/checks/alarms: 200 without alarms anywhere in the cluster (this node's and its
+/// linked peers'), 503 with the list otherwise, as RabbitMQ.
 pub async fn alarms(State(api): State<Arc<Api>>) -> Response {
-    let active = api.broker.alarms.active();
-    if active.is_empty() {
+    let mut alarms = vec![(api.node.clone(), api.broker.alarms.local())];
+    alarms.extend(api.broker.alarms.remote());
+    alarms_answer(alarms, "resource alarm(s) in effect in the cluster")
+}
+
+/// /api/health/checks/local-alarms: this node's own alarms only.
+pub async fn local_alarms(State(api): State<Arc<Api>>) -> Response {
+    let alarms = vec![(api.node.clone(), api.broker.alarms.local())];
+    alarms_answer(alarms, "resource alarm(s) in effect on the node")
+}
+
+fn alarms_answer(by_node: Vec<(String, AlarmSet)>, reason: &str) -> Response {
+    let alarms: Vec<Value> = by_node
+        .iter()
+        .flat_map(|(node, set)| {
+            set.iter()
+                .map(move |a| json!({"node": node, "resource": a.resource()}))
+        })
+        .collect();
+    if alarms.is_empty() {
         return Json(json!({"status": "ok"})).into_response();
     }
-    let alarms: Vec<Value> = active
-        .iter()
-        .map(|a| json!({"node": api.node, "resource": a.resource()}))
-        .collect();
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Json(json!({
             "status": "failed",
-            "reason": "resource alarm(s) in effect in the cluster",
+            "reason": reason,
             "alarms": alarms,
         })),
     )
