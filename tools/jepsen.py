@@ -229,6 +229,7 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
     return {"seed": seed, "seconds": seconds, "netns": netns, "faults": len(schedule),
             "schedule": schedule, **counts, "agreed_leader": final_leader, "ok": ok,
             "definitions": definitions.summary(), "definitions_problems": problems,
+            "cancels_at": [(round(at - started, 1), node) for at, node in workload.cancel_log],
             "lost_bodies": sorted(workload.confirmed - workload.received)[:20],
             "unexpected_bodies": workload.unexpected[:20]}
 

@@ -884,8 +884,15 @@ impl Queue {
             QueueKind::Classic => {}
             QueueKind::Quorum(qq) => return qq.add_consumer(self, consumer),
             QueueKind::Remote(r) => {
-                // The serving queue checks exclusivity; a refusal comes back as basic.cancel.
-                r.add_consumer(consumer);
+                // The serving queue checks exclusivity; a refusal comes back as basic.cancel,
+                // and so does a link lost meanwhile (the client consumes again).
+                if let Err(consumer) = r.add_consumer(consumer) {
+                    tracing::debug!(consumer = %consumer.tag, node = %r.node(), "consumer cancelled: no live link to the queue's node");
+                    let _ = consumer.send(ConnectionEvent::ConsumerCancelled {
+                        channel: consumer.channel,
+                        consumer_tag: consumer.tag.clone(),
+                    });
+                }
                 return Ok(());
             }
         }

@@ -625,8 +625,16 @@ impl QuorumQueue {
                 .filter_map(|key| consumers.by_key.remove(key))
                 .collect()
         };
+        let mut given_back = Vec::new();
         for c in waiting {
-            remote.add_consumer(c);
+            if let Err(c) = remote.add_consumer(c) {
+                given_back.push(c);
+            }
+        }
+        if !given_back.is_empty() {
+            // The link went as they were being moved: they wait here again.
+            reattach_or_cancel(given_back);
+            return false;
         }
         true
     }
@@ -699,13 +707,15 @@ impl QuorumQueue {
     }
 
     pub fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        let mut consumer = consumer;
         if let Some(remote) = self.delegate(queue) {
-            if remote.is_reachable() {
-                remote.add_consumer(consumer);
-                return Ok(());
+            match remote.add_consumer(consumer) {
+                Ok(()) => return Ok(()),
+                Err(given_back) => consumer = given_back,
             }
-            // The link to the leader's node is not up yet (a node just started, a reconnect):
-            // the consumer waits here until it is (the link's own dialling brings it).
+            // The link to the leader's node is not up (a node just started, a reconnect, the
+            // link lost as the consumer was being moved there): the consumer waits here until
+            // it is (the link's own dialling brings it), never cancelled for it.
             self.await_link(queue);
         }
         let key = {
@@ -1146,6 +1156,7 @@ pub(crate) fn reattach_or_cancel(consumers: Vec<Arc<Consumer>>) {
             None => false,
         };
         if !reattached {
+            tracing::debug!(consumer = %c.tag, queue = ?queue.as_ref().map(|q| q.name.clone()), attached = c.is_attached(), "consumer cancelled: its queue is gone, is no quorum queue here, or refused it");
             let _ = c.send(ConnectionEvent::ConsumerCancelled {
                 channel: c.channel,
                 consumer_tag: c.tag.clone(),

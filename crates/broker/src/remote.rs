@@ -55,7 +55,7 @@ pub use frame::{Frame, FrameError, SettleKind, MAX_FRAME_BYTES};
 pub use link::{open, ForwardLink};
 pub use peers::{ForwardPeers, PeerLink};
 
-use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
+use crate::consumer::{ConnectionId, Consumer};
 use crate::message::Message;
 use crate::queue::{Enqueued, QueuedMessage};
 use crate::quorum::QuorumConfirm;
@@ -175,18 +175,14 @@ impl RemoteQueue {
         Enqueued::Accepted
     }
 
-    /// Registers the consumer at the serving node; a record that is unreachable or retired
-    /// meanwhile (the leader moved while the consumer was being moved there) cancels it, and
-    /// its client consumes again.
-    pub fn add_consumer(&self, consumer: Arc<Consumer>) {
+    /// Registers the consumer at the serving node. A record that is unreachable or retired
+    /// meanwhile (the link lost, the leader moved while the consumer was being moved there)
+    /// gives it back: a classic queue's caller cancels it (its client consumes again), a
+    /// quorum queue keeps it waiting for the leader's node (`QuorumQueue::add_consumer`).
+    pub fn add_consumer(&self, consumer: Arc<Consumer>) -> Result<(), Arc<Consumer>> {
         match self.bound() {
             Some((link, qid, via)) => link.consume(qid, via, consumer),
-            None => {
-                let _ = consumer.send(ConnectionEvent::ConsumerCancelled {
-                    channel: consumer.channel,
-                    consumer_tag: consumer.tag.clone(),
-                });
-            }
+            None => Err(consumer),
         }
     }
 

@@ -51,6 +51,8 @@ class MessageWorkload:
         self.unexpected = []
         self.reconnects = 0
         self.cancels = 0
+        # (time.monotonic(), node) of each basic.cancel, to line up with a fault schedule.
+        self.cancel_log = []
         self.errors = []
         self.publishing = threading.Event()
         self.consuming = threading.Event()
@@ -137,6 +139,7 @@ class MessageWorkload:
                     if cancelled:
                         with self.lock:
                             self.cancels += 1
+                            self.cancel_log.append((time.monotonic(), node.name))
                         attempt += 1
                         # Give a leader election a moment before consuming again.
                         time.sleep(0.5)

@@ -249,6 +249,10 @@ async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc
     link.link_lost();
 }
 
+/// How long a consumer the serving node moved (`Frame::Moved`) waits before it is attached
+/// again: about a heartbeat, time for this node to learn the new leader.
+const MOVED_RETRY: Duration = Duration::from_millis(50);
+
 impl Outbox {
     /// Resolves once the writer gave up (the peer stopped reading or the socket failed).
     async fn ready_closed(&self) {
@@ -355,16 +359,22 @@ impl ForwardLink {
         }
     }
 
-    /// Registers `consumer` at the peer; its deliveries are stamped `via`.
-    pub(super) fn consume(&self, qid: u64, via: u16, consumer: Arc<Consumer>) {
+    /// Registers `consumer` at the peer; its deliveries are stamped `via`. Gives the consumer
+    /// back when the link is lost meanwhile (its caller decides: cancel it, or wait for the
+    /// next link).
+    pub(super) fn consume(
+        &self,
+        qid: u64,
+        via: u16,
+        consumer: Arc<Consumer>,
+    ) -> Result<(), Arc<Consumer>> {
         let cid = self.next_id();
         let (prefetch, no_ack, exclusive) =
             (consumer.prefetch_count, consumer.no_ack, consumer.exclusive);
-        let cancelled = consumer.clone();
         if !self.is_alive() {
-            cancel_locally(&cancelled);
-            return;
+            return Err(consumer);
         }
+        let kept = consumer.clone();
         self.state
             .lock()
             .consumers
@@ -377,8 +387,9 @@ impl ForwardLink {
             exclusive,
         });
         if !sent && self.state.lock().consumers.remove(&cid).is_some() {
-            cancel_locally(&cancelled);
+            return Err(kept);
         }
+        Ok(())
     }
 
     pub(super) fn cancel(
@@ -479,13 +490,19 @@ impl ForwardLink {
             Frame::Cancelled { cid } => {
                 let consumer = self.state.lock().consumers.remove(&cid);
                 if let Some((_, _, c)) = consumer {
+                    tracing::debug!(consumer = %c.tag, "the serving node cancelled a forwarded consumer");
                     cancel_locally(&c);
                 }
             }
             Frame::Moved { cid } => {
                 let consumer = self.state.lock().consumers.remove(&cid);
                 if let Some((_, _, c)) = consumer {
-                    crate::quorum::reattach_or_cancel(vec![c]);
+                    // After a short pause: the peer may have answered before this node learnt
+                    // the new leader, and attaching at once would go back to the same peer.
+                    tokio::spawn(async move {
+                        tokio::time::sleep(MOVED_RETRY).await;
+                        crate::quorum::reattach_or_cancel(vec![c]);
+                    });
                 }
             }
             Frame::Got { req, got } => {

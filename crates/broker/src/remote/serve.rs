@@ -339,7 +339,16 @@ impl Serving {
 
     fn consume(&mut self, cid: u64, qid: u64, prefetch: u32, no_ack: bool, exclusive: bool) {
         let Some(queue) = self.queue(qid) else {
-            self.outbox.frame(&Frame::Cancelled { cid });
+            // A quorum queue whose member here does not lead now (its group still starting
+            // after a restart, an election on, another member leading): the peer attaches the
+            // consumer again a moment later, through the leader it knows by then — never
+            // cancelled for it, as RabbitMQ's quorum queue consumers are not.
+            let moved = self.member_quorum_queue(qid).is_some();
+            tracing::debug!(qid, moved, "forwarded consume of a queue not served here");
+            self.outbox.frame(&match moved {
+                true => Frame::Moved { cid },
+                false => Frame::Cancelled { cid },
+            });
             return;
         };
         let consumer = Arc::new(Consumer::new(
@@ -462,6 +471,7 @@ impl Serving {
                         let moved = queue
                             .quorum()
                             .is_some_and(|qq| !qq.is_deleted() && !qq.serves_here());
+                        tracing::debug!(queue = %queue.name, moved, "a forwarded consumer ended here");
                         self.outbox.frame(&match moved {
                             true => Frame::Moved { cid },
                             false => Frame::Cancelled { cid },
