@@ -466,11 +466,12 @@ impl Serving {
             ConnectionEvent::ConsumerCancelled { consumer_tag, .. } => {
                 if let Some(cid) = Self::cid_of(&consumer_tag) {
                     if let Some((_, queue, _)) = self.consumers.remove(&cid) {
-                        // A quorum queue whose leadership moved away keeps its consumers:
-                        // the peer attaches them again through the new leader.
-                        let moved = queue
-                            .quorum()
-                            .is_some_and(|qq| !qq.is_deleted() && !qq.serves_here());
+                        // A quorum queue keeps its consumers whatever ended this one here
+                        // (the leadership moved away — and may be back already, a restarted
+                        // leader electing itself again — or a refusal while it did not lead):
+                        // the peer attaches them again through the leader. Only a deleted
+                        // queue cancels them, as in RabbitMQ.
+                        let moved = queue.quorum().is_some_and(|qq| !qq.is_deleted());
                         tracing::debug!(queue = %queue.name, moved, "a forwarded consumer ended here");
                         self.outbox.frame(&match moved {
                             true => Frame::Moved { cid },
