@@ -17,8 +17,10 @@ fault after another —
   hundred milliseconds), slow-links (20-300 ms on a node's links), reset-links (a node's
   connections reset), overlap (a pair cut while the third node is stalled: no majority
   anywhere for a while);
-- disk-full (root): every node's data directory is a small tmpfs of its own; the node's is
-  filled to the last byte (writes fail with ENOSPC), then freed;
+- disk-full (root): every node's data directory is a small disk of its own (ext4 on a loop
+  device, or a tmpfs); the node's is filled to the last byte (writes fail with ENOSPC), then
+  freed; slow-disk (a loop device and cgroup v1's blkio throttle): the node's disk takes 10,
+  30 or 100 writes a second (an fsync takes tenths of a second), then its full speed again;
 
 while a definitions workload declares and deletes exchanges, queues, bindings, users and
 vhosts through every node (`definitions_workload.py`), and
@@ -26,8 +28,8 @@ vhosts through every node (`definitions_workload.py`), and
 waits after each fault for the cluster to heal (every node agreeing on the members and the
 queue's leader, every member caught up). Then publishing stops, the consumers drain, and the
 checkers read the history: lost (confirmed, never consumed) must be 0, unexpected (consumed,
-never published) 0; duplicates (at-least-once redeliveries), nacks and reconnects are
-reported; every node has every acknowledged definitions change and none it refused, and all
+never published) 0, consumers cancelled 0 (a quorum queue's consumers stay attached through
+every fault); duplicates (at-least-once redeliveries), nacks and reconnects are reported; every node has every acknowledged definitions change and none it refused, and all
 agree. Prints the seed and every fault with its time, so that a failing schedule replays
 (`--seed`). Exit status 1 on a violation.
 
@@ -60,7 +62,7 @@ FAULTS = ["kill-leader", "kill-node", "stall-leader", "stall-node", "restart-nod
 NETNS_FAULTS = ["partition-leader", "partition-node", "bridge", "one-way", "flap",
                 "slow-links", "reset-links", "overlap"]
 # Root only (a tmpfs per node), which network namespaces need too.
-DISK_FAULTS = ["disk-full"]
+DISK_FAULTS = ["disk-full"]  # and slow-disk, where `Node.can_slow_disk`
 DISK_MB = 256
 
 
@@ -145,6 +147,12 @@ def inject(cluster, fault, rng, log):
                 cluster.delay(victim, other, 0)
     elif fault == "reset-links":
         cluster.reset(victim)
+    elif fault == "slow-disk":
+        victim.slow_disk(rng.choice([10, 30, 100]))
+        try:
+            time.sleep(hold_s)
+        finally:
+            victim.slow_disk(0)
     elif fault == "disk-full":
         victim.fill_disk()
         try:
@@ -181,11 +189,15 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
     faults to draw from (default: every one this machine can inject)."""
     rng = random.Random(seed)
     faults = FAULTS + (NETNS_FAULTS + DISK_FAULTS if netns else [])
+    cluster = Cluster("jepsen", netns=netns, proxy=netns, disk_mb=DISK_MB if netns else None)
+    if netns and cluster.nodes[0].can_slow_disk():
+        faults.append("slow-disk")
     if only:
         unknown = set(only) - set(faults)
-        assert not unknown, "faults not known or not possible here: %s" % sorted(unknown)
+        if unknown:
+            cluster.close()
+            raise ValueError("faults not known or not possible here: %s" % sorted(unknown))
         faults = list(only)
-    cluster = Cluster("jepsen", netns=netns, proxy=netns, disk_mb=DISK_MB if netns else None)
     started = time.monotonic()
     schedule = []
 
@@ -224,8 +236,11 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
             problems = definitions.check(cluster.nodes)
     finally:
         cluster.close()
+    # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's are
+    # not): a basic.cancel is a violation too.
     ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
-          and counts["received"] > 0 and final_leader is not None and problems is None)
+          and counts["received"] > 0 and final_leader is not None and problems is None
+          and counts["consumer_cancels"] == 0)
     return {"seed": seed, "seconds": seconds, "netns": netns, "faults": len(schedule),
             "schedule": schedule, **counts, "agreed_leader": final_leader, "ok": ok,
             "definitions": definitions.summary(), "definitions_problems": problems,

@@ -34,6 +34,8 @@ from fault_proxy import FaultProxy
 from own_broker import WARREN_BIN, free_port
 
 SETTLE_S = 30
+# cgroup v1's write throttle for a block device (what `Node.slow_disk` sets).
+BLKIO_WRITE_IOPS = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device"
 
 
 def eventually(what, check, timeout=SETTLE_S, interval_s=0.3):
@@ -191,14 +193,45 @@ class Node:
         assert not self.running(), "wipe a stopped node"
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    # A disk of its own (root only): a tmpfs of `size_mb` mounted on the data directory, that a
-    # test fills up (a full disk) and frees again.
+    # A disk of its own (root only), mounted on the data directory, that a test fills up (a
+    # full disk) and frees again, or slows down: an ext4 file system on a loop device when the
+    # machine has them (its writes can then be throttled through the root blkio cgroup, v1:
+    # `slow_disk`), else a tmpfs.
 
     def mount_disk(self, size_mb):
         os.makedirs(self.data_dir, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs",
-                        self.data_dir], check=True, capture_output=True)
+        self.loop_device = None
+        image = self.data_dir.rstrip("/") + ".img"
+        try:
+            with open(image, "wb") as f:
+                f.truncate(size_mb << 20)
+            device = subprocess.run(["losetup", "-f", "--show", image], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+            self.loop_device = device
+            subprocess.run(["mkfs.ext4", "-q", device], check=True, capture_output=True)
+            subprocess.run(["mount", device, self.data_dir], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            if self.loop_device:
+                subprocess.run(["losetup", "-d", self.loop_device], capture_output=True)
+            self.loop_device = None
+            with contextlib.suppress(OSError):
+                os.remove(image)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs",
+                            self.data_dir], check=True, capture_output=True)
+        self.disk_image = image
         self.disk_mounted = True
+
+    def can_slow_disk(self):
+        return (getattr(self, "loop_device", None) is not None
+                and os.path.exists(BLKIO_WRITE_IOPS))
+
+    def slow_disk(self, write_iops):
+        """At most `write_iops` writes a second reach the node's disk (0: no limit): an fsync
+        then takes a good fraction of a second."""
+        majmin = subprocess.run(["lsblk", "-no", "MAJ:MIN", self.loop_device], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        with open(BLKIO_WRITE_IOPS, "w") as f:
+            f.write("%s %d\n" % (majmin, write_iops))
 
     def fill_disk(self, leave_mb=0):
         """Takes every free byte of the node's disk but `leave_mb` (with 0, writes then fail
@@ -221,7 +254,14 @@ class Node:
 
     def unmount_disk(self):
         if getattr(self, "disk_mounted", False):
+            if self.loop_device:
+                with contextlib.suppress(OSError, subprocess.CalledProcessError):
+                    self.slow_disk(0)
             subprocess.run(["umount", "-l", self.data_dir], capture_output=True)
+            if self.loop_device:
+                subprocess.run(["losetup", "-d", self.loop_device], capture_output=True)
+            with contextlib.suppress(OSError):
+                os.remove(self.disk_image)
             self.disk_mounted = False
 
     def request(self, method, path, timeout=10, **kwargs):

@@ -2,9 +2,9 @@
 seed, faults drawn from it for WARREN_JEPSEN_SECONDS (default 40) against a 3-node cluster of
 real processes (partitions and faults between two nodes through the fault proxy too where
 network namespaces work), a quorum queue under confirmed publishers and manual-ack consumers on
-every node, definitions changes through every node; the checkers must find nothing lost and
-nothing unexpected, every acknowledged definitions change on every node, and every node must
-agree on the queue's leader afterwards. The long run is `just jepsen MINUTES`."""
+every node, definitions changes through every node; the checkers must find nothing lost,
+nothing unexpected and no consumer cancelled, every acknowledged definitions change on every
+node, and every node must agree on the queue's leader afterwards. The long run is `just jepsen MINUTES`."""
 import json
 import os
 import sys
