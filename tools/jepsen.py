@@ -9,6 +9,10 @@ fault after another —
 - stall-leader / stall-node: SIGSTOP for a few seconds, then SIGCONT;
 - restart-node: a clean stop (SIGTERM) and a start;
 - rolling-restart: every node in turn;
+- wipe-rejoin: a node killed, its data wiped and started again (refused: a new incarnation),
+  forgotten through another node (`forget_cluster_node`), after which it joins as a new node
+  and the queue grows back onto it (continuous membership reconciliation);
+- add-forget-node: a fourth node joins the running cluster, then is stopped and forgotten;
 - partition-leader / partition-node (network namespaces, when this machine has them: root,
   `ip netns`): the node's cluster link down, healed after a while;
 - between two nodes, through the fault-injecting proxy every cluster connection crosses in
@@ -33,13 +37,20 @@ every fault); duplicates (at-least-once redeliveries), nacks and reconnects are 
 agree. Prints the seed and every fault with its time, so that a failing schedule replays
 (`--seed`). Exit status 1 on a violation.
 
+The same schedule runs against a RabbitMQ cluster (`--broker rabbitmq`, Debian's package, one
+node per network namespace, `rabbitmq_nodes.py`) for the side-by-side record in
+docs/CLUSTERING.md: a seed and a `--faults` list draw the same faults, victims (by position)
+and hold times for both. Every fault also reports the longest time without a confirm while it
+was injected and healed (the availability gap).
+
 Usage (from the repository root, after tests/interop/venv.sh):
   WARREN_BIN=target/release/warren tests/interop/.venv/bin/python tools/jepsen.py \\
-      [--minutes M] [--seed S] [--no-netns]
+      [--minutes M] [--seed S] [--no-netns] [--faults a,b,...] [--broker warren|rabbitmq]
 `just jepsen MINUTES` runs it; ./test.sh runs a short one with fixed seeds
 (tests/interop/py/test_cluster_jepsen.py).
 """
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -53,12 +64,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cluster_nodes import Cluster, eventually, netns_unavailable  # noqa: E402
 from definitions_workload import ContinuousChanges, DefinitionsWorkload  # noqa: E402
 from message_workload import MessageWorkload  # noqa: E402
+from rabbitmq_nodes import RabbitCluster  # noqa: E402
 
 QUEUE = "jepsen-qq"
 # A member this close to the leader's log counts as caught up (entries in flight).
 CAUGHT_UP_LAG = 64
 FAULTS = ["kill-leader", "kill-node", "stall-leader", "stall-node", "restart-node",
-          "rolling-restart"]
+          "rolling-restart", "wipe-rejoin", "add-forget-node"]
 NETNS_FAULTS = ["partition-leader", "partition-node", "bridge", "one-way", "flap",
                 "slow-links", "reset-links", "overlap"]
 # Root only (a tmpfs per node), which network namespaces need too.
@@ -85,26 +97,14 @@ def agreed_leader(nodes, names):
 
 def healed(cluster):
     """Every node agrees on the membership and the queue's leader, and the leader sees every
-    member online and caught up."""
+    member online and caught up (within the entries in flight: under the publishers' steady
+    load, and the proxy's hop, a follower is rarely at lag 0 at the moment it is asked). The
+    leader is asked again each time: the one every node named a moment ago may have been a
+    stale view (nodes still naming a leader cut off during a partition)."""
     cluster.wait_agreed(timeout=120)
-
-    def caught_up():
-        # The leader is asked again each time: the one every node named a moment ago may
-        # have been a stale view (the nodes still naming a leader cut off during a partition)
-        # and lost its place since.
-        name = agreed_leader(cluster.nodes, cluster.names)
-        if name is None:
-            return None
-        raft = queue_view(cluster.node(name)).get("raft") or {}
-        members = raft.get("members") or []
-        # Within the entries in flight: under the publishers' steady load (and the proxy's
-        # hop) a follower is rarely at lag 0 at the moment it is asked.
-        ok = (raft.get("state") == "leader" and len(members) == len(cluster.names)
-              and all(m.get("online") and (m.get("lag") or 0) <= CAUGHT_UP_LAG
-                      for m in members))
-        return cluster.node(name) if ok else None
     return eventually("one leader of %s on every node, every member caught up" % QUEUE,
-                      caught_up, timeout=120)
+                      lambda: cluster.queue_leader_caught_up(QUEUE, CAUGHT_UP_LAG),
+                      timeout=120)
 
 
 def inject(cluster, fault, rng, log):
@@ -114,9 +114,11 @@ def inject(cluster, fault, rng, log):
     a, b = rng.sample(cluster.nodes, 2)
     hold_s = round(rng.uniform(1.0, 6.0), 1)
     pair = "%s-%s" % (short(a), short(b))
+    via = rng.choice(cluster.peers_of(victim))
     target = {"rolling-restart": "all", "bridge": pair, "one-way": pair + " (to)",
-              "flap": pair, "overlap": pair}.get(fault, victim.name)
-    log(fault, target, hold_s)
+              "flap": pair, "overlap": pair,
+              "add-forget-node": cluster.spares[0].name}.get(fault, victim.name)
+    entry = log(fault, target, hold_s)
     if fault in ("bridge", "one-way", "overlap"):
         third = next(n for n in cluster.nodes if n not in (a, b))
         cluster.cut(a, b, one_way=fault == "one-way")
@@ -181,17 +183,40 @@ def inject(cluster, fault, rng, log):
             time.sleep(hold_s)
         finally:
             cluster.heal(victim)
+    elif fault == "wipe-rejoin":
+        cluster.wipe_and_rejoin(victim, via, hold_s)
+    elif fault == "add-forget-node":
+        spare = cluster.add_spare()
+        time.sleep(hold_s)
+        cluster.forget_spare(spare, via)
     healed(cluster)
+    entry["healed_at"] = time.monotonic()
 
 
-def run(seconds, seed, netns, tag="jepsen", only=None):
-    """One run; returns the result (seed, schedule, the checker's counts, `ok`). `only`: the
-    faults to draw from (default: every one this machine can inject)."""
-    rng = random.Random(seed)
-    faults = FAULTS + (NETNS_FAULTS + DISK_FAULTS if netns else [])
-    cluster = Cluster("jepsen", netns=netns, proxy=netns, disk_mb=DISK_MB if netns else None)
+def make_cluster(broker, netns):
+    """The cluster under test and the faults it can take: Warren's (`Cluster`), or RabbitMQ's
+    (`RabbitCluster`, network namespaces only; no faults through the proxy, which RabbitMQ's
+    distribution does not cross)."""
+    if broker == "rabbitmq":
+        if not netns:
+            raise ValueError("RabbitMQ runs need network namespaces (root)")
+        cluster = RabbitCluster(spares=1, disk_mb=DISK_MB)
+        faults = FAULTS + ["partition-leader", "partition-node"] + DISK_FAULTS
+    else:
+        cluster = Cluster("jepsen", netns=netns, proxy=netns,
+                          disk_mb=DISK_MB if netns else None, spares=1)
+        faults = FAULTS + (NETNS_FAULTS + DISK_FAULTS if netns else [])
     if netns and cluster.nodes[0].can_slow_disk():
         faults.append("slow-disk")
+    return cluster, faults
+
+
+def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
+    """One run; returns the result (seed, schedule, the checker's counts, `ok`). `only`: the
+    faults to draw from, in that order (default: every one this machine can inject): one seed
+    and one list draw the same schedule against either `broker` ("warren", "rabbitmq")."""
+    rng = random.Random(seed)
+    cluster, faults = make_cluster(broker, netns)
     if only:
         unknown = set(only) - set(faults)
         if unknown:
@@ -202,9 +227,12 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
     schedule = []
 
     def log(fault, victim, hold_s):
-        at = round(time.monotonic() - started, 1)
-        schedule.append({"at_s": at, "fault": fault, "node": victim, "hold_s": hold_s})
+        now = time.monotonic()
+        at = round(now - started, 1)
+        entry = {"at_s": at, "fault": fault, "node": victim, "hold_s": hold_s, "at": now}
+        schedule.append(entry)
         print("  %6.1f s  %-16s %s (%.1f s)" % (at, fault, victim, hold_s), flush=True)
+        return entry
 
     try:
         cluster.start(timeout=120)
@@ -217,9 +245,14 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
         workload = MessageWorkload("%s%d" % (tag, seed), QUEUE, cluster.nodes, cluster.nodes,
                                    prefetch=20, publish_interval_s=0.01)
         workload.start()
-        definitions = DefinitionsWorkload("jd%d" % seed)
-        definitions.setup(cluster.nodes[0])
-        with ContinuousChanges(definitions, cluster.nodes, pause_s=0.5):
+        # The definitions checker reads each node's definitions through Warren's HTTP API
+        # (RabbitMQ's nodes run without the management plugin here).
+        definitions = DefinitionsWorkload("jd%d" % seed) if broker == "warren" else None
+        if definitions:
+            definitions.setup(cluster.nodes[0])
+        changes = (ContinuousChanges(definitions, cluster.nodes, pause_s=0.5) if definitions
+                   else contextlib.nullcontext())
+        with changes:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 time.sleep(rng.uniform(0.5, 3.0))
@@ -230,23 +263,45 @@ def run(seconds, seed, netns, tag="jepsen", only=None):
         # Applied everywhere once healed: a node may still be catching up its metadata log.
         problems = None
         try:
-            eventually("every node agreeing with the definitions record",
-                       lambda: definitions.check(cluster.nodes) is None, timeout=60)
+            if definitions:
+                eventually("every node agreeing with the definitions record",
+                           lambda: definitions.check(cluster.nodes) is None, timeout=60)
         except AssertionError:
             problems = definitions.check(cluster.nodes)
     finally:
         cluster.close()
     # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's are
     # not): a basic.cancel is a violation too.
+    for entry in schedule:
+        healed_at = entry.pop("healed_at", None)
+        at = entry.pop("at")
+        entry["heal_s"] = round(healed_at - at, 1) if healed_at else None
+        gap = workload.longest_gap_s(at, healed_at or at)
+        entry["gap_s"] = round(gap, 2) if gap is not None else None
     ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
           and counts["received"] > 0 and final_leader is not None and problems is None
           and counts["consumer_cancels"] == 0)
-    return {"seed": seed, "seconds": seconds, "netns": netns, "faults": len(schedule),
-            "schedule": schedule, **counts, "agreed_leader": final_leader, "ok": ok,
-            "definitions": definitions.summary(), "definitions_problems": problems,
+    return {"broker": broker, "seed": seed, "seconds": seconds, "netns": netns,
+            "faults": len(schedule),
+            "schedule": schedule, "gaps": gaps_by_fault(schedule), **counts,
+            "agreed_leader": final_leader, "ok": ok,
+            "definitions": definitions.summary() if definitions else None,
+            "definitions_problems": problems,
             "cancels_at": [(round(at - started, 1), node) for at, node in workload.cancel_log],
             "lost_bodies": sorted(workload.confirmed - workload.received)[:20],
             "unexpected_bodies": workload.unexpected[:20]}
+
+
+def gaps_by_fault(schedule):
+    """Per fault: how often it ran and the longest time without a confirm while it was
+    injected and healed, mean and max over its runs (seconds)."""
+    by_fault = {}
+    for entry in schedule:
+        if entry.get("gap_s") is not None:
+            by_fault.setdefault(entry["fault"], []).append(entry["gap_s"])
+    return {fault: {"runs": len(gaps), "gap_mean_s": round(sum(gaps) / len(gaps), 2),
+                    "gap_max_s": max(gaps)}
+            for fault, gaps in sorted(by_fault.items())}
 
 
 def main():
@@ -255,18 +310,24 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-netns", action="store_true",
                         help="no partitions even where network namespaces work")
+    parser.add_argument("--broker", choices=["warren", "rabbitmq"], default="warren",
+                        help="the cluster under test: Warren (WARREN_BIN) or RabbitMQ "
+                        "(Debian's rabbitmq-server package), for side-by-side runs")
     parser.add_argument("--faults", default=None,
                         help="comma-separated faults to draw from (default: all), e.g. "
                         "disk-full,kill-leader")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     netns = not args.no_netns and netns_unavailable() is None
-    print("jepsen: seed %d, %.1f minutes, partitions %s" % (
-        seed, args.minutes, "on" if netns else "off (%s)" % (netns_unavailable() or "--no-netns")),
+    print("jepsen: %s, seed %d, %.1f minutes, partitions %s" % (
+        args.broker, seed, args.minutes, "on" if netns else "off (%s)" % (netns_unavailable() or "--no-netns")),
         flush=True)
     result = run(args.minutes * 60, seed, netns,
-                 only=args.faults.split(",") if args.faults else None)
-    print(json.dumps({k: v for k, v in result.items() if k != "schedule"}))
+                 only=args.faults.split(",") if args.faults else None, broker=args.broker)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("schedule", "gaps")}))
+    for fault, gaps in result["gaps"].items():
+        print("  %-16s runs %3d  confirm gap mean %6.2f s  max %6.2f s" % (
+            fault, gaps["runs"], gaps["gap_mean_s"], gaps["gap_max_s"]))
     print("jepsen: %s (replay: --seed %d)" % ("ok" if result["ok"] else "VIOLATION", seed))
     sys.exit(0 if result["ok"] else 1)
 

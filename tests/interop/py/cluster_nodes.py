@@ -503,39 +503,46 @@ class Cluster:
     """`size` nodes sharing a secret, under one temporary directory, each seeded with the
     others' addresses; loopback or (`netns=True`) one network namespace per node."""
 
-    def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False, disk_mb=None):
+    def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False, disk_mb=None,
+                 spares=0):
         """`proxy` (with `netns`): every cluster connection crosses a `FaultProxy`
         (`self.proxy`), for faults between two nodes (`cut`, `delay`, `reset`). `disk_mb`
-        (root): each node's data directory is a tmpfs of that size (`Node.fill_disk`)."""
+        (root): each node's data directory is a tmpfs of that size (`Node.fill_disk`).
+        `spares`: that many more nodes, made ready (names, ports, namespace, disk) but not
+        started nor in `nodes`/`names`: `add_spare` joins one, `forget_spare` takes it out."""
         self.root = tempfile.mkdtemp(prefix="warren-%s-" % prefix)
         self.secret_file = os.path.join(self.root, "secret")
         with open(self.secret_file, "w") as f:
             f.write("%s-cluster-secret\n" % prefix)
         self.net = None
         self.proxy = None
+        total = size + spares
         if netns:
-            self.net = NetnsNetwork(size)
+            self.net = NetnsNetwork(total)
             self.net.setup()
-            advertise = [None] * size
+            advertise = [None] * total
             if proxy:
                 self.net.add_proxy_address()
                 self.proxy = FaultProxy(
                     self.net.proxy_ip(),
-                    {i: (self.net.cluster_ip(i), 25672) for i in range(size)},
+                    {i: (self.net.cluster_ip(i), 25672) for i in range(total)},
                     self.net.node_of_cluster_ip).start()
                 advertise = ["%s:%d" % (self.net.proxy_ip(), self.proxy.port(i))
-                             for i in range(size)]
+                             for i in range(total)]
             self.nodes = [Node(self.root, "%s%d@%s" % (prefix, i + 1, self.net.cluster_ip(i)),
                                self.secret_file, extra, netns=self.net.namespaces[i],
                                host=self.net.client_ip(i), cluster_host=self.net.cluster_ip(i),
                                advertise=advertise[i])
-                          for i in range(size)]
+                          for i in range(total)]
         else:
             self.nodes = [Node(self.root, "%s%d@127.0.0.1" % (prefix, i + 1), self.secret_file,
-                               extra) for i in range(size)]
+                               extra) for i in range(total)]
+        # Every node ever made, in network order (the proxy's and the namespaces' index).
+        self.all_nodes = list(self.nodes)
+        self.nodes, self.spares = self.nodes[:size], self.nodes[size:]
         self.names = [n.name for n in self.nodes]
         if disk_mb:
-            for node in self.nodes:
+            for node in self.all_nodes:
                 node.mount_disk(disk_mb)
 
     def peers_of(self, node):
@@ -551,13 +558,60 @@ class Cluster:
             node.start(self.peers_of(node))
         return self.wait_agreed(timeout=timeout)
 
-    def wait_agreed(self, nodes=None, timeout=60, caught_up=False):
-        """Waits until `nodes` (default: all) list every member and name one leader (and, with
-        `caught_up`, the leader sees every member running and at lag 0); the leader's name."""
+    def wait_agreed(self, nodes=None, timeout=60, caught_up=False, names=None):
+        """Waits until `nodes` (default: all) list every member (`names`, default: every
+        node's) and name one leader (and, with `caught_up`, the leader sees every member
+        running and at lag 0); the leader's name."""
         nodes = nodes or self.nodes
+        names = names or self.names
         check = all_up_and_caught_up if caught_up else agreed
-        return eventually("%s agreeing on %s" % ([n.name for n in nodes], self.names),
-                          lambda: check(nodes, self.names), timeout=timeout)
+        return eventually("%s agreeing on %s" % ([n.name for n in nodes], names),
+                          lambda: check(nodes, names), timeout=timeout)
+
+    def queue_leader_caught_up(self, queue, lag):
+        """The node leading quorum queue `queue` once every node names it with every node as a
+        member, and it sees every member online and at most `lag` entries behind; else None."""
+        name = agreed_queue_leader(self.nodes, queue, members=self.names)
+        if name is None:
+            return None
+        raft = (self.node(name).queue(queue) or {}).get("raft") or {}
+        members = raft.get("members") or []
+        ok = (raft.get("state") == "leader" and len(members) == len(self.names)
+              and all(m.get("online") and (m.get("lag") or 0) <= lag for m in members))
+        return self.node(name) if ok else None
+
+    def add_spare(self, timeout=120):
+        """Starts a spare node seeded with the members, and waits until it and every member
+        list it as one more member: a node added to a running cluster. Returns it."""
+        spare = self.spares[0]
+        spare.start(self.nodes)
+        self.wait_agreed(self.nodes + [spare], names=self.names + [spare.name],
+                         timeout=timeout)
+        return spare
+
+    def forget_spare(self, spare, via, timeout=120):
+        """Stops the added `spare`, forgets it through member `via` (`forget_cluster_node`,
+        retried while the members still see it connected) and waits until the members list
+        only themselves; its data is wiped, so that it can be added again as a new node."""
+        spare.stop()
+        eventually("%s forgetting %s" % (via.name, spare.name),
+                   lambda: via.ctl("forget_cluster_node", spare.name).returncode == 0,
+                   timeout=timeout, interval_s=1)
+        spare.wipe()
+        self.wait_agreed(timeout=timeout)
+
+    def wipe_and_rejoin(self, node, via, hold_s, timeout=120):
+        """`node` replaced by a fresh machine under its old name: killed, its data wiped,
+        started again (the members refuse it: a new incarnation), forgotten through `via` after
+        `hold_s`, after which it joins as a new node."""
+        node.kill()
+        node.wipe()
+        node.start(self.peers_of(node))
+        time.sleep(hold_s)
+        eventually("%s forgetting %s" % (via.name, node.name),
+                   lambda: via.ctl("forget_cluster_node", node.name).returncode == 0,
+                   timeout=timeout, interval_s=1)
+        self.wait_agreed(timeout=timeout)
 
     def restart(self, node, wipe=False):
         """Stops (cleanly, unless already down) and starts `node` again; with `wipe`, its data
@@ -569,36 +623,36 @@ class Cluster:
 
     def partition(self, node):
         assert self.net, "partitions need netns=True"
-        self.net.partition(self.nodes.index(node))
+        self.net.partition(self.all_nodes.index(node))
 
     def heal(self, node):
         assert self.net, "partitions need netns=True"
-        self.net.heal(self.nodes.index(node))
+        self.net.heal(self.all_nodes.index(node))
 
     def cut(self, a, b, one_way=False):
         """Nothing crosses between nodes a and b (with `one_way`, from a to b only); the
         other pairs are left alone (`FaultProxy.cut`)."""
         assert self.proxy, "faults between two nodes need proxy=True"
-        self.proxy.cut(self.nodes.index(a), self.nodes.index(b), one_way=one_way)
+        self.proxy.cut(self.all_nodes.index(a), self.all_nodes.index(b), one_way=one_way)
 
     def heal_pair(self, a, b):
-        self.proxy.heal(self.nodes.index(a), self.nodes.index(b))
+        self.proxy.heal(self.all_nodes.index(a), self.all_nodes.index(b))
 
     def delay(self, a, b, ms):
         """What crosses between a and b waits `ms` (0: no more delay)."""
-        self.proxy.delay(self.nodes.index(a), self.nodes.index(b), ms)
+        self.proxy.delay(self.all_nodes.index(a), self.all_nodes.index(b), ms)
 
     def reset(self, node):
         """Every cluster connection of `node` gets a TCP reset."""
-        self.proxy.reset(self.nodes.index(node))
+        self.proxy.reset(self.all_nodes.index(node))
 
     def close(self):
-        for node in self.nodes:
+        for node in self.all_nodes:
             try:
                 node.stop()
             except (OSError, subprocess.SubprocessError):
                 pass
-        for node in self.nodes:
+        for node in self.all_nodes:
             node.unmount_disk()
         if self.proxy is not None:
             self.proxy.close()

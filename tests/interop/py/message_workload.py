@@ -12,6 +12,7 @@ Every message body is `<tag>:<publisher>:<sequence>`, so consumers recognise the
 is the caller's (a classic queue, or a quorum queue). A consumer the broker cancels (basic.cancel:
 its queue's serving node or leader moved) consumes again on its next node; those cancels are
 counted."""
+import bisect
 import threading
 import time
 
@@ -51,6 +52,8 @@ class MessageWorkload:
         self.unexpected = []
         self.reconnects = 0
         self.cancels = 0
+        # time.monotonic() of each confirm (basic.ack), for the gaps in confirms a fault makes.
+        self.confirm_times = []
         # (time.monotonic(), node) of each basic.cancel, to line up with a fault schedule.
         self.cancel_log = []
         self.errors = []
@@ -107,6 +110,8 @@ class MessageWorkload:
                             outcome = self.nacked
                         with self.lock:
                             outcome.add(body)
+                            if outcome is self.confirmed:
+                                self.confirm_times.append(time.monotonic())
                         in_flight = None
                         if self.publish_interval_s:
                             time.sleep(self.publish_interval_s)
@@ -190,6 +195,18 @@ class MessageWorkload:
         for thread in self.threads:
             thread.join(30)
         return self.report()
+
+    def longest_gap_s(self, start, end):
+        """The longest time without a confirm that overlaps [start, end] (time.monotonic()):
+        from the last confirm before `start` to the first after `end`, every step between."""
+        with self.lock:
+            times = sorted(self.confirm_times)
+        first = bisect.bisect_right(times, start)
+        last = bisect.bisect_right(times, end)
+        points = times[max(0, first - 1):min(len(times), last + 1)]
+        if len(points) < 2:
+            return None
+        return max(b - a for a, b in zip(points, points[1:]))
 
     def report(self):
         with self.lock:
