@@ -23,6 +23,7 @@
 pub mod cluster;
 pub(crate) mod codec;
 mod host;
+pub mod join;
 pub mod membership;
 pub mod placement;
 pub mod reconcile;
@@ -303,7 +304,7 @@ pub struct QuorumQueue {
     /// delivered it, found by the number the delivery carries (`QueuedMessage::via`) — never
     /// through another delegate, whose serving side may hold the same message id for another
     /// consumer of this node (it was returned and delivered again since).
-    retired_delegates: Mutex<Vec<(std::time::Instant, Arc<RemoteQueue>)>>,
+    retired_delegates: Mutex<Vec<(tokio::time::Instant, Arc<RemoteQueue>)>>,
     /// Where the delegates' binding numbers come from (`QueuedMessage::via`: each binding of
     /// each delegate on a link takes the next; never 0, "delivered here"). Shared by all of
     /// them so a number names one binding of one delegate; it wraps after 65,535 bindings,
@@ -503,7 +504,7 @@ impl QuorumQueue {
         let (cancelled, _) = old.mark_deleted();
         let mut retired = self.retired_delegates.lock();
         if old.can_settle() {
-            retired.push((std::time::Instant::now(), old));
+            retired.push((tokio::time::Instant::now(), old));
         }
         let excess = retired.len().saturating_sub(RETIRED_DELEGATES);
         retired.drain(..excess);

@@ -190,7 +190,9 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     eventually("the group's snapshot and log dropped", || {
         !host
             .node()
+            .log()
             .wal()
+            .expect("a log on disk")
             .groups()
             .contains(&QuorumHost::group_id("/", "q"))
     })

@@ -42,6 +42,9 @@ pub trait LogBackend: Send + Sync + 'static {
         vote: Vote,
     ) -> impl Future<Output = Result<(), WalError>> + Send;
 
+    /// Forgets a group entirely (its queue was deleted); resolves once that is durable.
+    fn drop_group(&self, group: GroupId) -> impl Future<Output = Result<(), WalError>> + Send;
+
     /// Records how far a group's log is known committed (durable with the next flush).
     fn save_committed(&self, group: GroupId, committed: Option<LogId>) -> Result<(), WalError>;
 

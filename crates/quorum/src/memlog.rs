@@ -127,6 +127,17 @@ impl MemLog {
         log
     }
 
+    /// Submits `record` and resolves once a flush made it durable.
+    async fn submit_and_wait(&self, record: Record<'_>) -> Result<(), WalError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.submit(record, Some(Completion::Notify(sender)))?;
+        match receiver.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(WalError::Io(e)),
+            Err(_) => Err(WalError::Closed),
+        }
+    }
+
     /// Resolves once something submitted waits for a flush.
     pub async fn wait_for_writes(&self) {
         loop {
@@ -206,16 +217,11 @@ impl LogBackend for MemLog {
     }
 
     async fn save_vote(&self, group: GroupId, vote: Vote) -> Result<(), WalError> {
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        self.submit(
-            Record::Vote { group, vote },
-            Some(Completion::Notify(sender)),
-        )?;
-        match receiver.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(WalError::Io(e)),
-            Err(_) => Err(WalError::Closed),
-        }
+        self.submit_and_wait(Record::Vote { group, vote }).await
+    }
+
+    async fn drop_group(&self, group: GroupId) -> Result<(), WalError> {
+        self.submit_and_wait(Record::DropGroup { group }).await
     }
 
     fn save_committed(&self, group: GroupId, committed: Option<LogId>) -> Result<(), WalError> {

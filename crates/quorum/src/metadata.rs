@@ -22,7 +22,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use std::any::Any;
 
@@ -433,12 +435,11 @@ impl<T: Transport> MetadataGroup<T> {
                     continue;
                 }
                 Some(leader) if leader == self.node => {
-                    tokio::time::timeout_at(deadline.into(), serve_here(&self.raft, request()))
-                        .await
+                    tokio::time::timeout_at(deadline, serve_here(&self.raft, request())).await
                 }
                 Some(leader) => {
                     tokio::time::timeout_at(
-                        deadline.into(),
+                        deadline,
                         self.transport
                             .send(self.node, leader, METADATA_GROUP, request()),
                     )

@@ -30,6 +30,7 @@ use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::metadata::{MetadataGroup, MetadataMachine, MetadataState, METADATA_GROUP};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
+use crate::node_log::NodeLog;
 use crate::storage::{Applied, GroupLogStore, GroupStateMachine};
 use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft};
 use crate::wal::{Wal, WalOptions};
@@ -139,6 +140,31 @@ impl<T: Transport> QuorumNode<T> {
     }
 
     pub fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+}
+
+impl<T: Transport> QuorumNode<T, NodeLog> {
+    /// As [`QuorumNode::open`], the WAL held as a [`NodeLog`]: the broker's host type, which
+    /// its cluster simulation also runs in memory ([`QuorumNode::with_storage`]).
+    pub fn open_disk(
+        id: NodeId,
+        dir: &Path,
+        wal_options: WalOptions,
+        raft_config: Config,
+        transport: Arc<T>,
+    ) -> Result<Self, QuorumError> {
+        Self::with_storage(
+            id,
+            Arc::new(NodeLog::Disk(Wal::open(&dir.join("wal"), wal_options)?)),
+            Arc::new(SnapshotDir::open(&dir.join("snapshots"))?),
+            raft_config,
+            transport,
+        )
+    }
+
+    /// The node's log (on disk, or in memory in a simulation).
+    pub fn log(&self) -> &Arc<NodeLog> {
         &self.wal
     }
 }
@@ -401,7 +427,7 @@ impl QueueGroup {
     }
 }
 
-impl<T: Transport> QuorumNode<T> {
+impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
     /// Stops the node's member of a group and removes its data: the group's records in the
     /// shared log and its snapshot file (the queue was deleted). Durable once this returns.
     pub async fn remove_group(&self, group: &QueueGroup) -> Result<(), QuorumError> {

@@ -29,19 +29,19 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use parking_lot::Mutex;
 use rand::RngExt;
-use tokio::io::{
-    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf,
-};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::handshake;
 use crate::liveness::{Liveness, PeerStatus};
 use crate::network::{GroupRegistry, RaftRequest, RaftResponse, Transport, TransportError};
+pub use crate::sockets::{BoxedStream, PeerListener, PeerStream, Sockets, TokioSockets};
 use crate::types::{GroupId, NodeId};
 use crate::wire::{self, Frame, WireResponse};
 
@@ -91,6 +91,8 @@ pub struct TcpTransportConfig {
     pub max_pending_handshakes: usize,
     /// Bytes of queued frames gathered into one write.
     pub write_batch_bytes: usize,
+    /// Where connections come from: the machine's sockets, or a simulated network.
+    pub sockets: Arc<dyn Sockets>,
 }
 
 impl TcpTransportConfig {
@@ -113,6 +115,7 @@ impl TcpTransportConfig {
             max_in_flight: 4096,
             max_pending_handshakes: 64,
             write_batch_bytes: 1024 * 1024,
+            sockets: Arc::new(TokioSockets),
         }
     }
 }
@@ -133,11 +136,6 @@ impl std::fmt::Debug for TcpTransportConfig {
             .finish_non_exhaustive()
     }
 }
-
-/// A peer connection's byte stream: plain TCP or TLS over it.
-pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for S {}
-pub type BoxedStream = Box<dyn PeerStream>;
 
 /// The connection kind byte after the handshake: the Raft RPC link.
 pub const KIND_RAFT: u8 = 0;
@@ -185,7 +183,7 @@ pub struct TcpTransport {
     admission: OnceLock<AdmissionCheck>,
     /// Each peer's incarnation as its last accepted handshake gave it.
     incarnations: Mutex<HashMap<NodeId, u64>>,
-    listener: Mutex<Option<TcpListener>>,
+    listener: Mutex<Option<Box<dyn PeerListener>>>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     links: Mutex<HashMap<NodeId, Arc<Link>>>,
     dialing: Mutex<HashSet<NodeId>>,
@@ -204,7 +202,7 @@ impl TcpTransport {
                 "the cluster secret is empty",
             ));
         }
-        let listener = TcpListener::bind(config.listen).await?;
+        let listener = config.sockets.bind(config.listen).await?;
         Ok(Arc::new(Self {
             local_addr: listener.local_addr()?,
             runtime: tokio::runtime::Handle::current(),
@@ -236,6 +234,18 @@ impl TcpTransport {
     /// The address the cluster port is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The first address `addr` (`host:port`) names, on this transport's network.
+    pub async fn resolve(&self, addr: &str) -> Result<SocketAddr, String> {
+        self.config
+            .sockets
+            .resolve(addr.to_owned())
+            .await
+            .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{addr} resolves to no address"))
     }
 
     /// The failure detector's table of peers.
@@ -429,13 +439,13 @@ impl TcpTransport {
         addr: SocketAddr,
         kind: u8,
     ) -> Result<(NodeId, BoxedStream), DialError> {
-        let stream = tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| DialError::Connect("connect timed out".into()))?
-            .map_err(|e| DialError::Connect(e.to_string()))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| DialError::Connect(e.to_string()))?;
+        let stream = tokio::time::timeout(
+            self.config.connect_timeout,
+            self.config.sockets.connect(addr),
+        )
+        .await
+        .map_err(|_| DialError::Connect("connect timed out".into()))?
+        .map_err(|e| DialError::Connect(e.to_string()))?;
         let handshake = async {
             let mut stream: BoxedStream = match &self.config.tls {
                 Some(tls) => Box::new(
@@ -481,7 +491,7 @@ impl TcpTransport {
             })?
     }
 
-    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+    async fn accept_loop(self: Arc<Self>, listener: Box<dyn PeerListener>) {
         let mut shutdown = self.shutdown.subscribe();
         let handshakes = Arc::new(Semaphore::new(self.config.max_pending_handshakes));
         loop {
@@ -511,11 +521,10 @@ impl TcpTransport {
 
     async fn handle_inbound(
         self: Arc<Self>,
-        stream: TcpStream,
+        stream: BoxedStream,
         remote: SocketAddr,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
-        let _ = stream.set_nodelay(true);
         let handshake = async {
             let mut stream: BoxedStream = match &self.config.tls {
                 Some(tls) => match tls.acceptor.accept(stream).await {

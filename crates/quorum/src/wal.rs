@@ -505,6 +505,10 @@ impl LogBackend for Wal {
         Wal::save_vote(self, group, vote).await
     }
 
+    async fn drop_group(&self, group: GroupId) -> Result<(), WalError> {
+        Wal::drop_group(self, group).await
+    }
+
     fn save_committed(&self, group: GroupId, committed: Option<LogId>) -> Result<(), WalError> {
         Wal::save_committed(self, group, committed)
     }

@@ -29,7 +29,6 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -400,7 +399,7 @@ impl ClusterNode {
     }
 
     async fn discover(&self, addr: &str) -> Result<NodeId, String> {
-        let resolved = resolve(addr).await?;
+        let resolved = self.transport.resolve(addr).await?;
         self.transport.discover(resolved).await
     }
 
@@ -413,7 +412,7 @@ impl ClusterNode {
                 if id == self.id || self.transport.liveness().is_up(id) {
                     continue;
                 }
-                let Ok(addr) = resolve(&info.addr).await else {
+                let Ok(addr) = self.transport.resolve(&info.addr).await else {
                     continue;
                 };
                 if id > self.id {
@@ -597,14 +596,6 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-async fn resolve(addr: &str) -> Result<SocketAddr, String> {
-    tokio::net::lookup_host(addr)
-        .await
-        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
 #[cfg(test)]

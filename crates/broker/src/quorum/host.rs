@@ -16,10 +16,13 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_quorum::backend::SnapshotStore;
 use warren_quorum::failover::detector_driven_config;
+use warren_quorum::memlog::MemLog;
 use warren_quorum::network::{InProcessNetwork, NodeTransport};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::node::{raft_config, QuorumNode, DEFAULT_SNAPSHOT_EVERY_LOGS};
+use warren_quorum::node_log::NodeLog;
 use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::{GroupId, NodeId};
 use warren_quorum::wal::WalOptions;
@@ -42,7 +45,7 @@ pub struct LeaderChange {
 
 /// The quorum-queue side of a broker with a data directory.
 pub struct QuorumHost {
-    node: QuorumNode<NodeTransport>,
+    node: QuorumNode<NodeTransport, NodeLog>,
     /// Groups whose data is being removed (their queue was deleted); a queue declared again
     /// under the same name waits for that before it starts the group afresh.
     removing: Mutex<HashSet<GroupId>>,
@@ -55,7 +58,7 @@ pub struct QuorumHost {
 impl std::fmt::Debug for QuorumHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuorumHost")
-            .field("wal", &self.node.wal().dir())
+            .field("wal", &self.node.log().wal().map(|wal| wal.dir()))
             .finish()
     }
 }
@@ -67,7 +70,7 @@ impl QuorumHost {
         let network = InProcessNetwork::new();
         // One member per group: no heartbeats to send and no one to elect, so openraft's own
         // timers stay (a restarted sole voter leads again at once).
-        let node = QuorumNode::open(
+        let node = QuorumNode::open_disk(
             LOCAL_NODE_ID,
             dir,
             WalOptions::default(),
@@ -89,27 +92,57 @@ impl QuorumHost {
         transport: Arc<TcpTransport>,
         snapshot_every_logs: u64,
     ) -> std::io::Result<Arc<QuorumHost>> {
+        let node = QuorumNode::open_disk(
+            id,
+            dir,
+            WalOptions::default(),
+            raft_config(snapshot_every_logs),
+            Arc::new(NodeTransport::Tcp(transport.clone())),
+        )
+        .map_err(std::io::Error::other)?;
+        Self::cluster_host(node, snapshot_every_logs, transport)
+    }
+
+    /// As [`QuorumHost::open_cluster`], over a log and snapshot store held in memory: a node
+    /// of the deterministic cluster simulation (whose test flushes the log as its simulated
+    /// disk says).
+    pub fn open_cluster_in_memory(
+        log: Arc<MemLog>,
+        snapshots: Arc<dyn SnapshotStore>,
+        id: NodeId,
+        transport: Arc<TcpTransport>,
+        snapshot_every_logs: u64,
+    ) -> std::io::Result<Arc<QuorumHost>> {
+        let node = QuorumNode::with_storage(
+            id,
+            Arc::new(NodeLog::Memory(log)),
+            snapshots,
+            raft_config(snapshot_every_logs),
+            Arc::new(NodeTransport::Tcp(transport.clone())),
+        )
+        .map_err(std::io::Error::other)?;
+        Self::cluster_host(node, snapshot_every_logs, transport)
+    }
+
+    fn cluster_host(
+        node: QuorumNode<NodeTransport, NodeLog>,
+        snapshot_every_logs: u64,
+        transport: Arc<TcpTransport>,
+    ) -> std::io::Result<Arc<QuorumHost>> {
         // Queue groups leave failure detection to the node-level detector (the cluster
         // transport's heartbeats) and elections to the `FailoverDriver` the node runs: with
         // openraft's own timers, every group's leader would heartbeat every follower twice a
         // second, and 10,000 idle queues on 3 nodes would keep the cores busy doing nothing.
         // The metadata group (one group) keeps openraft's timers.
-        let config = raft_config(snapshot_every_logs);
-        let node = QuorumNode::open(
-            id,
-            dir,
-            WalOptions::default(),
-            config.clone(),
-            Arc::new(NodeTransport::Tcp(transport.clone())),
-        )
-        .and_then(|node| node.with_queue_raft_config(detector_driven_config(config)))
-        .map_err(std::io::Error::other)?;
+        let node = node
+            .with_queue_raft_config(detector_driven_config(raft_config(snapshot_every_logs)))
+            .map_err(std::io::Error::other)?;
         let host = Self::with_node(node);
         transport.serve(host.node.registry());
         Ok(host)
     }
 
-    fn with_node(node: QuorumNode<NodeTransport>) -> Arc<QuorumHost> {
+    fn with_node(node: QuorumNode<NodeTransport, NodeLog>) -> Arc<QuorumHost> {
         Arc::new(QuorumHost {
             node,
             removing: Mutex::default(),
@@ -123,7 +156,7 @@ impl QuorumHost {
         matches!(**self.node.transport(), NodeTransport::Tcp(_))
     }
 
-    pub fn node(&self) -> &QuorumNode<NodeTransport> {
+    pub fn node(&self) -> &QuorumNode<NodeTransport, NodeLog> {
         &self.node
     }
 

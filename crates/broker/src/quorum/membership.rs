@@ -21,7 +21,9 @@
 //! default), as placement uses; RabbitMQ's `grow ... all` adds the node to every queue it is
 //! not on, whatever the count.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use warren_quorum::metadata::MemberChange;
 use warren_quorum::network::{NodeTransport, RaftRequest, RaftResponse, Transport, TransportError};

@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use warren_quorum::types::{GroupId, NodeId};
 

@@ -13,7 +13,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// The first wait between failed dials to a peer; it doubles up to [`DIAL_BACKOFF_MAX`].
 const DIAL_BACKOFF_MIN: Duration = Duration::from_millis(500);
