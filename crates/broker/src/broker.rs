@@ -79,7 +79,7 @@ pub struct Broker {
 }
 
 /// When placement counted, and the groups each node is a member of.
-pub(crate) type GroupsPerNode = (std::time::Instant, HashMap<u64, usize>);
+pub(crate) type GroupsPerNode = (tokio::time::Instant, HashMap<u64, usize>);
 
 impl Broker {
     /// A broker with the default vhost "/".

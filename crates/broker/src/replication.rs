@@ -278,7 +278,7 @@ impl Broker {
                     }
                 }
             }
-            *counted = Some((std::time::Instant::now(), groups));
+            *counted = Some((tokio::time::Instant::now(), groups));
         }
         let Some((_, groups)) = counted.as_mut() else {
             return op;

@@ -489,7 +489,15 @@ impl VHost {
             return Ok((name, m, c));
         }
         let mut arguments = d.arguments;
-        self.mirror_as_quorum(&name, d.durable, d.exclusive, d.auto_delete, &mut arguments);
+        if self.quorum.get().is_some_and(|host| host.is_cluster_node()) {
+            // In a cluster the declaring node decided (`Broker::change`): a replicated queue
+            // reaches here as a quorum queue with its members. Made one here, every node would
+            // start a group of its own; so a declaration its node made before that node
+            // applied the policy stays what it was declared as, on every node alike.
+            self.warn_mirroring_not_applied(&name, &arguments);
+        } else {
+            self.mirror_as_quorum(&name, d.durable, d.exclusive, d.auto_delete, &mut arguments);
+        }
         check_declare_arguments(&name, &self.name, &arguments)?;
         if is_quorum(&arguments) {
             // rabbit_quorum_queue:declare's checks, in its order.

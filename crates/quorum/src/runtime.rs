@@ -17,7 +17,7 @@ use openraft::AsyncRuntime;
 use openraft::OptionalSend;
 use openraft_rt_tokio::TokioRuntime;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 
 use crate::watch::OrderedWatch;
 
@@ -35,6 +35,14 @@ pub fn seed_thread_rng(seed: u64) {
 /// Back to entropy-seeded random numbers on this thread.
 pub fn unseed_thread_rng() {
     SEEDED.with(|seeded| *seeded.borrow_mut() = None);
+}
+
+/// A number drawn from `range`: from this thread's seeded source when a simulation set one
+/// (the cluster transport's reconnect jitter, so that a simulated run replays), else from
+/// entropy.
+pub fn random_in(range: std::ops::Range<f64>) -> f64 {
+    let mut rng = <QuorumRuntime as AsyncRuntime>::thread_rng();
+    rng.random_range(range)
 }
 
 /// openraft's tokio runtime, with seedable randomness and a watch channel that wakes its

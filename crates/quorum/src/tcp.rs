@@ -34,7 +34,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use parking_lot::Mutex;
-use rand::RngExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
@@ -379,7 +378,7 @@ impl TcpTransport {
                     }
                 }
             }
-            let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+            let jittered = backoff.mul_f64(crate::runtime::random_in(0.5..1.0));
             tokio::select! {
                 _ = tokio::time::sleep(jittered) => {}
                 _ = shutdown.wait_for(|stopped| *stopped) => return,

@@ -33,6 +33,19 @@ impl VHost {
         self.mirroring_applies(name)
     }
 
+    /// A queue a mirroring policy matches, declared by a cluster node that had not applied
+    /// the policy yet (the declaration and the policy raced through the metadata log): it
+    /// stays a classic queue, and the log says so.
+    pub(super) fn warn_mirroring_not_applied(&self, name: &str, arguments: &FieldTable) {
+        if arguments.get("x-queue-type").is_none() && self.mirroring_applies(name) {
+            tracing::warn!(
+                vhost = %self.name,
+                queue = %name,
+                "a classic mirroring policy (ha-mode) matches this new queue, but the node that declared it had not applied the policy yet: it stays a classic queue"
+            );
+        }
+    }
+
     /// For a new queue without `x-queue-type` matched by a mirroring policy: adds
     /// `x-queue-type: quorum` to `arguments` when the queue can be a quorum queue (and says
     /// so in the log), or leaves it classic with a warning saying why not.
