@@ -292,7 +292,10 @@ impl ClusterNode {
         loop {
             ticker.tick().await;
             match self.metadata.is_initialized().await {
-                Ok(true) if self.is_member() => {
+                // A voter, not only a member: a join whose promotion did not happen (the
+                // leader lost its place or the answer its way after adding this node as a
+                // learner) is asked for again, else the node stays a learner for good.
+                Ok(true) if self.is_voter() => {
                     self.membership.send_if_modified(|m| {
                         let first = m.is_none();
                         m.get_or_insert(false);
@@ -301,7 +304,8 @@ impl ClusterNode {
                     return;
                 }
                 Ok(true) => {
-                    // Initialized and not (yet) a member: a join in flight, or forgotten.
+                    // Initialized and not (yet) a voter: a join in flight or half done, or
+                    // forgotten.
                     if !announced_waiting {
                         tracing::info!(node = %self.name, "waiting to be added to the cluster");
                         announced_waiting = true;
@@ -370,10 +374,6 @@ impl ClusterNode {
         }
     }
 
-    fn is_member(&self) -> bool {
-        self.metadata.members().iter().any(|(id, _)| *id == self.id)
-    }
-
     /// Asks `peer` (or the leader it names) to add this node; true once added.
     async fn ask_to_join(&self, mut peer: NodeId) -> bool {
         for _ in 0..3 {
@@ -390,7 +390,7 @@ impl ClusterNode {
                 }) if leader != peer => peer = leader,
                 Err(e) => {
                     tracing::debug!(peer, error = %e, "join request not carried out");
-                    return self.is_member();
+                    return self.is_voter();
                 }
                 Ok(_) => return false,
             }

@@ -127,12 +127,32 @@ fn next_change(
     if let Some(gone) = listed.clone().find(|node| !members.contains(node)) {
         return Some(Change::Shrink(*gone));
     }
-    if group.members.len() >= group.target_size {
+    // The voters this node's member lists that the definitions record too. A node left
+    // holding a membership change that never committed (added as a learner, then the change
+    // rolled back, the leader gone) lists itself in its own member forever, since the real
+    // members no longer talk to it; counted as a member, its group would never grow onto it
+    // again when the metadata group's leader is that node.
+    let counted: Vec<NodeId> = group
+        .members
+        .iter()
+        .copied()
+        .filter(|m| group.declared.is_empty() || group.declared.contains(m))
+        .collect();
+    if counted.len() >= group.target_size {
         return None;
+    }
+    // A node the definitions record that the group lacks first: a growth interrupted between
+    // its record and its Raft change (the node that made it crashed or lost its place).
+    if let Some(recorded) = group
+        .declared
+        .iter()
+        .find(|node| !counted.contains(node) && ready.contains(node))
+    {
+        return Some(Change::Grow(*recorded));
     }
     ready
         .iter()
-        .filter(|node| !group.members.contains(node) && !group.declared.contains(node))
+        .filter(|node| !counted.contains(node) && !group.declared.contains(node))
         .min_by_key(|node| (load.get(node).copied().unwrap_or(0), **node))
         .map(|node| Change::Grow(*node))
 }
@@ -192,6 +212,29 @@ mod tests {
         assert_eq!(
             next_change(&g, &[1, 2, 3], &[1, 2, 3], &HashMap::new()),
             Some(Change::Shrink(5))
+        );
+    }
+
+    #[test]
+    fn a_growth_interrupted_after_its_record_is_finished() {
+        // Node 3 recorded, the Raft change never made (found by the cluster simulation,
+        // seed 117: the group stayed at two members for good).
+        let g = group(&[1, 2], &[2, 1, 3], 3);
+        let load = HashMap::from([(3, 9), (4, 0)]);
+        assert_eq!(
+            next_change(&g, &[1, 2, 3, 4], &[1, 2, 3, 4], &load),
+            Some(Change::Grow(3))
+        );
+    }
+
+    #[test]
+    fn a_member_left_listing_itself_by_a_change_that_never_committed_is_not_counted() {
+        // Node 3's own member lists it (a learner added, the change rolled back), the
+        // definitions do not: the group has two members and grows onto 3 again.
+        let g = group(&[1, 2, 3], &[1, 2], 3);
+        assert_eq!(
+            next_change(&g, &[1, 2, 3], &[1, 2, 3], &HashMap::new()),
+            Some(Change::Grow(3))
         );
     }
 
