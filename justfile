@@ -32,15 +32,23 @@ fuzz seconds="3600":
 chaos rounds="20":
     WARREN_CHAOS_ROUNDS={{rounds}} tools/chaos.sh
 
-# Jepsen-style run: seeded faults (kill -9, SIGSTOP, restarts, rolling restarts, netns
-# partitions, and through a fault proxy bridges, one-way cuts, flapping, slow and reset links)
-# against a 3-node cluster under confirmed publishers, consumers and definitions changes;
-# checks that nothing confirmed is lost and every node agrees (tools/jepsen.py; prints the
-# seed, `--seed` replays it).
+# Jepsen-style run: seeded faults (kill -9, SIGSTOP, restarts, rolling restarts, wipe and
+# rejoin, add and forget a node, netns partitions, full and slow disks, and through a fault
+# proxy bridges, one-way cuts, flapping, slow and reset links) against a 3-node cluster under
+# confirmed publishers, consumers and definitions changes; checks that nothing confirmed is
+# lost and every node agrees (tools/jepsen.py; prints the seed, `--seed` replays it).
 jepsen minutes="60":
     cargo build --release -p warren --bin warren
     tests/interop/venv.sh
     WARREN_BIN=target/release/warren tests/interop/.venv/bin/python tools/jepsen.py --minutes {{minutes}}
+
+# The same schedule (one seed, the faults both can take) against a RabbitMQ cluster of
+# Debian's package, then Warren: the side-by-side record in docs/CLUSTERING.md.
+jepsen-side-by-side minutes="15" seed="29112026":
+    cargo build --release -p warren --bin warren
+    tests/interop/venv.sh
+    command -v rabbitmq-server >/dev/null || apt-get install -y -qq rabbitmq-server
+    for broker in rabbitmq warren; do WARREN_BIN=target/release/warren tests/interop/.venv/bin/python tools/jepsen.py --broker $broker --minutes {{minutes}} --seed {{seed}} --faults kill-leader,kill-node,stall-leader,stall-node,restart-node,rolling-restart,wipe-rejoin,add-forget-node,partition-leader,partition-node,disk-full,slow-disk; done
 
 # Run the broker with debug logs.
 run:

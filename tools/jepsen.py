@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cluster_nodes import Cluster, eventually, netns_unavailable  # noqa: E402
 from definitions_workload import ContinuousChanges, DefinitionsWorkload  # noqa: E402
 from message_workload import MessageWorkload  # noqa: E402
-from rabbitmq_nodes import RabbitCluster  # noqa: E402
+from rabbitmq_nodes import RabbitCluster, rabbitmq_unavailable  # noqa: E402
 
 QUEUE = "jepsen-qq"
 # A member this close to the leader's log counts as caught up (entries in flight).
@@ -200,6 +200,8 @@ def make_cluster(broker, netns):
     if broker == "rabbitmq":
         if not netns:
             raise ValueError("RabbitMQ runs need network namespaces (root)")
+        if rabbitmq_unavailable():
+            raise ValueError(rabbitmq_unavailable())
         cluster = RabbitCluster(spares=1, disk_mb=DISK_MB)
         faults = FAULTS + ["partition-leader", "partition-node"] + DISK_FAULTS
     else:

@@ -200,6 +200,7 @@ impl Broker {
                 self.parameters.set_global(&name, value_json);
                 Ok(Outcome::Put { created })
             }
+            Barrier => Ok(Outcome::Done),
             GlobalParameterClear { name } => Ok(Outcome::Removed {
                 existed: self.parameters.clear_global(&name),
             }),

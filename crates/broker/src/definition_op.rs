@@ -136,6 +136,11 @@ pub enum DefinitionOp {
     GlobalParameterClear {
         name: String,
     },
+    /// Changes nothing. Committed through the metadata log, it tells its node that every
+    /// change committed before it is applied here: a read barrier, before an answer that
+    /// rests on something being absent (an HTTP DELETE's 404, which clients take as "already
+    /// gone") — else a node behind the log would deny what another node acknowledged.
+    Barrier,
     ExchangeDeclare {
         vhost: String,
         name: String,
@@ -342,7 +347,7 @@ impl DefinitionOp {
             | ExchangeBind { vhost, .. }
             | ExchangeUnbind { vhost, .. } => Some(vhost),
             UserPut { .. } | UserDelete { .. } | GlobalParameterSet { .. } => None,
-            GlobalParameterClear { .. } => None,
+            GlobalParameterClear { .. } | Barrier => None,
         }
     }
 

@@ -97,6 +97,17 @@ impl Api {
     ) -> ApiResult<warren_broker::Outcome> {
         Ok(self.broker.change(op).result().await?)
     }
+
+    /// On a cluster node, waits until every definitions change committed so far is applied
+    /// here (`DefinitionOp::Barrier`): called before a DELETE answers 404 from this node's
+    /// view, which may be behind the log (a node back from a partition), while clients take
+    /// a 404 as "already gone".
+    pub async fn caught_up(&self) -> ApiResult<()> {
+        if self.broker.cluster().is_some() {
+            self.change(warren_broker::DefinitionOp::Barrier).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Serves the API on `listeners` (plain HTTP, HTTPS or both, one state behind them) until

@@ -2,12 +2,14 @@
 metadata Raft group and is applied on every node; a refused change's error reaches the client
 that made it; a node that was down catches up when it comes back."""
 
+import concurrent.futures
+
 import pika
 import pytest
 import requests
 
 from own_broker import needs_warren_bin
-from cluster_nodes import agreed, eventually, started_cluster
+from cluster_nodes import agreed, eventually, netns_unavailable, started_cluster
 
 pytestmark = [pytest.mark.own_brokers, needs_warren_bin, pytest.mark.timeout(300)]
 
@@ -112,3 +114,40 @@ def test_a_node_that_was_down_catches_up(cluster):
     for node in cluster:
         assert has(node, "/api/users/bob")
         assert has(node, "/api/exchanges/%2F/x.while-down")
+
+
+@pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
+def test_a_delete_through_a_node_behind_the_log_is_never_a_false_404():
+    """An exchange, a queue and a binding made through the majority while a third node is cut
+    off: a DELETE through that node must not answer 404 from its stale view (clients take a
+    404 as "already gone", and the objects would stay for good: the Jepsen-style run found
+    three such); it fails while the node cannot catch up, and deletes once it can."""
+    with started_cluster("defsbehind", netns=True) as cluster:
+        a, _, behind = cluster.nodes
+        binding = "/api/bindings/%2F/e/amq.topic/q/behind-q"
+        cluster.partition(behind)
+        try:
+            assert a.request("PUT", "/api/exchanges/%2F/behind-x",
+                             json={"type": "direct", "durable": True}).status_code in (201, 204)
+            assert a.request("PUT", "/api/queues/%2F/behind-q",
+                             json={"durable": True}).status_code in (201, 204)
+            assert a.request("POST", binding, json={"routing_key": "k"}).status_code == 201
+            paths = ("/api/exchanges/%2F/behind-x", binding + "/k", "/api/queues/%2F/behind-q")
+            # At once: each waits out the node's time for a change (30 s).
+            with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
+                answers = list(pool.map(
+                    lambda path: behind.request("DELETE", path, timeout=90), paths))
+            for path, answer in zip(paths, answers):
+                assert answer.status_code != 404, (path, answer.status_code, answer.text)
+                # Refused: the change could not be committed (the error names the unreachable
+                # majority).
+                assert answer.status_code >= 400, (path, answer.status_code, answer.text)
+                assert "not committed" in answer.text, (path, answer.text)
+        finally:
+            cluster.heal(behind)
+        for path in ("/api/exchanges/%2F/behind-x", binding + "/k", "/api/queues/%2F/behind-q"):
+            eventually("%s deleted through the node that was behind" % path,
+                       lambda: behind.request("DELETE", path, timeout=60).status_code == 204,
+                       timeout=90, interval_s=1)
+            eventually("%s gone on every node" % path, lambda: all(
+                n.request("GET", path).status_code == 404 for n in cluster.nodes), timeout=30)

@@ -329,8 +329,19 @@ pub async fn delete(
 ) -> ApiResult {
     let queue = destination_is_queue(&kind)?;
     let source = path_name(&source);
-    let vhost = ends(&api, &who, &vhost, source, queue, &destination)?;
-    let row = find_one(&vhost, source, queue, &destination, &props)?;
+    let lookup = || -> ApiResult<_> {
+        let found = ends(&api, &who, &vhost, source, queue, &destination)?;
+        let row = find_one(&found, source, queue, &destination, &props)?;
+        Ok((found, row))
+    };
+    // Not found here: maybe not applied here yet (`Api::caught_up`).
+    let (vhost, row) = match lookup() {
+        Ok(found) => found,
+        Err(_) => {
+            api.caught_up().await?;
+            lookup()?
+        }
+    };
     api.acting(&who, &vhost.name, Report::Plain)?.binding(
         vhost.exchange(source).as_deref(),
         source,

@@ -168,7 +168,10 @@ pub async fn delete(
     let vhost = api.vhost_for(&who, &vhost)?;
     let name = path_name(&name);
     if vhost.exchange(name).is_none() {
-        return Err(ApiError::not_found());
+        api.caught_up().await?;
+        if vhost.exchange(name).is_none() {
+            return Err(ApiError::not_found());
+        }
     }
     api.acting(&who, &vhost.name, Report::Plain)?
         .exchange(AccessKind::Configure, name)?;

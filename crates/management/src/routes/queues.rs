@@ -272,7 +272,14 @@ pub async fn delete(
     Path((vhost, name)): Path<(String, String)>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let (vhost, q) = find(&api, &who, &vhost, &name)?;
+    // Not found here: maybe not applied here yet (`Api::caught_up`).
+    let (vhost, q) = match find(&api, &who, &vhost, &name) {
+        Ok(found) => found,
+        Err(_) => {
+            api.caught_up().await?;
+            find(&api, &who, &vhost, &name)?
+        }
+    };
     api.acting(&who, &vhost.name, Report::Plain)?
         .queue(AccessKind::Configure, &name)?;
     if query.get("if-unused").is_some_and(|v| v == "true") && q.consumer_count() > 0 {
