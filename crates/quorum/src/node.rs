@@ -121,6 +121,15 @@ pub struct QuorumNode<T: Transport, L: LogBackend = Wal> {
     queue_raft_config: Arc<Config>,
 }
 
+/// A node's data directory: its WAL in `wal/`, its groups' snapshots in `snapshots/`.
+fn open_dir(
+    dir: &Path,
+    wal_options: WalOptions,
+) -> Result<(Arc<Wal>, Arc<dyn SnapshotStore>), QuorumError> {
+    let wal = Wal::open(&dir.join("wal"), wal_options)?;
+    Ok((wal, Arc::new(SnapshotDir::open(&dir.join("snapshots"))?)))
+}
+
 impl<T: Transport> QuorumNode<T> {
     /// Opens the node's data directory (`wal/` and `snapshots/` inside `dir`).
     pub fn open(
@@ -130,13 +139,8 @@ impl<T: Transport> QuorumNode<T> {
         raft_config: Config,
         transport: Arc<T>,
     ) -> Result<Self, QuorumError> {
-        Self::with_storage(
-            id,
-            Wal::open(&dir.join("wal"), wal_options)?,
-            Arc::new(SnapshotDir::open(&dir.join("snapshots"))?),
-            raft_config,
-            transport,
-        )
+        let (wal, snapshots) = open_dir(dir, wal_options)?;
+        Self::with_storage(id, wal, snapshots, raft_config, transport)
     }
 
     pub fn wal(&self) -> &Arc<Wal> {
@@ -154,13 +158,9 @@ impl<T: Transport> QuorumNode<T, NodeLog> {
         raft_config: Config,
         transport: Arc<T>,
     ) -> Result<Self, QuorumError> {
-        Self::with_storage(
-            id,
-            Arc::new(NodeLog::Disk(Wal::open(&dir.join("wal"), wal_options)?)),
-            Arc::new(SnapshotDir::open(&dir.join("snapshots"))?),
-            raft_config,
-            transport,
-        )
+        let (wal, snapshots) = open_dir(dir, wal_options)?;
+        let log = Arc::new(NodeLog::Disk(wal));
+        Self::with_storage(id, log, snapshots, raft_config, transport)
     }
 
     /// The node's log (on disk, or in memory in a simulation).

@@ -289,6 +289,10 @@ class Node:
                                "--password", self.password, *args],
                               capture_output=True, text=True, timeout=timeout)
 
+    def forget(self, name):
+        """`forget_cluster_node NAME` through this node; whether it was done."""
+        return self.ctl("forget_cluster_node", name).returncode == 0
+
     def status(self):
         """`warren ctl cluster_status` as JSON."""
         result = self.ctl("cluster_status", "--formatter", "json", timeout=20)
@@ -549,7 +553,7 @@ class Cluster:
         return [p for p in self.nodes if p is not node]
 
     def node(self, name):
-        return next(n for n in self.nodes if n.name == name)
+        return next(n for n in self.all_nodes if n.name == name)
 
     def start(self, timeout=90):
         """Starts every node and waits (generously: debug builds on a loaded machine) until
@@ -594,8 +598,7 @@ class Cluster:
         retried while the members still see it connected) and waits until the members list
         only themselves; its data is wiped, so that it can be added again as a new node."""
         spare.stop()
-        eventually("%s forgetting %s" % (via.name, spare.name),
-                   lambda: via.ctl("forget_cluster_node", spare.name).returncode == 0,
+        eventually("%s forgetting %s" % (via.name, spare.name), lambda: via.forget(spare.name),
                    timeout=timeout, interval_s=1)
         spare.wipe()
         self.wait_agreed(timeout=timeout)
@@ -608,8 +611,7 @@ class Cluster:
         node.wipe()
         node.start(self.peers_of(node))
         time.sleep(hold_s)
-        eventually("%s forgetting %s" % (via.name, node.name),
-                   lambda: via.ctl("forget_cluster_node", node.name).returncode == 0,
+        eventually("%s forgetting %s" % (via.name, node.name), lambda: via.forget(node.name),
                    timeout=timeout, interval_s=1)
         self.wait_agreed(timeout=timeout)
 

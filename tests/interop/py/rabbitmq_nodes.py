@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 
-from cluster_nodes import NetnsNetwork, Node, eventually
+from cluster_nodes import Cluster, NetnsNetwork, Node, eventually
 
 RABBITMQ_BIN = "/usr/lib/rabbitmq/bin"
 USER, PASSWORD = "chaos", "chaos-pw"
@@ -148,6 +148,10 @@ class RabbitNode(Node):
                               capture_output=True, text=True, timeout=timeout,
                               env=dict(os.environ, HOME="/root"))
 
+    def forget(self, name):
+        """`rabbitmqctl forget_cluster_node NAME` through this node; whether it was done."""
+        return self.rabbitmqctl("forget_cluster_node", name).returncode == 0
+
     def running_nodes(self):
         answer = self.rabbitmqctl("cluster_status", "--formatter", "json", timeout=30)
         if answer.returncode != 0:
@@ -176,9 +180,10 @@ class RabbitNode(Node):
                         if isinstance(r.get("Log Index"), int)}}
 
 
-class RabbitCluster:
+class RabbitCluster(Cluster):
     """`size` RabbitMQ nodes in network namespaces (and `spares` more, made ready but not
-    started), with the operations tools/jepsen.py uses on a Warren `Cluster`."""
+    started): a `Cluster` whose start, agreement, joining and queue views are RabbitMQ's
+    (partitions, spares forgotten, node lookup are the `Cluster`'s own)."""
 
     def __init__(self, size=3, spares=0, disk_mb=None):
         self.root = tempfile.mkdtemp(prefix="rabbitmq-jepsen-")
@@ -194,12 +199,6 @@ class RabbitCluster:
         if disk_mb:
             for node in self.all_nodes:
                 node.mount_disk(disk_mb)
-
-    def peers_of(self, node):
-        return [p for p in self.nodes if p is not node]
-
-    def node(self, name):
-        return next(n for n in self.all_nodes if n.name == name)
 
     def start(self, timeout=120):
         for node in self.nodes:
@@ -218,18 +217,6 @@ class RabbitCluster:
                    timeout=timeout, interval_s=1)
         return names[0]
 
-    def restart(self, node, wipe=False):
-        node.stop()
-        if wipe:
-            node.wipe()
-        node.start(None)
-
-    def partition(self, node):
-        self.net.partition(self.all_nodes.index(node))
-
-    def heal(self, node):
-        self.net.heal(self.all_nodes.index(node))
-
     def add_spare(self, timeout=120):
         """A spare node started and joined to the running cluster (`join_cluster`)."""
         spare = self.spares[0]
@@ -241,23 +228,14 @@ class RabbitCluster:
                          timeout=timeout)
         return spare
 
-    def forget_spare(self, spare, via, timeout=120):
-        spare.stop()
-        eventually("%s forgetting %s" % (via.name, spare.name),
-                   lambda: via.rabbitmqctl("forget_cluster_node", spare.name).returncode == 0,
-                   timeout=timeout, interval_s=1)
-        spare.wipe()
-        self.wait_agreed(timeout=timeout)
-
-    def wipe_and_rejoin(self, node, via, hold_s, timeout=120, queues=()):
+    def wipe_and_rejoin(self, node, via, hold_s, timeout=120):
         """Killed, wiped, forgotten through `via`, started again (it joins through its
-        configuration as a new node), then `rabbitmq-queues grow` onto it for `queues`' sake
-        (RabbitMQ 3.10 does not grow quorum queues by itself)."""
+        configuration as a new node), then `rabbitmq-queues grow` onto it (RabbitMQ 3.10 does
+        not grow quorum queues by itself)."""
         node.kill()
         node.wipe()
         time.sleep(hold_s)
-        eventually("%s forgetting %s" % (via.name, node.name),
-                   lambda: via.rabbitmqctl("forget_cluster_node", node.name).returncode == 0,
+        eventually("%s forgetting %s" % (via.name, node.name), lambda: via.forget(node.name),
                    timeout=timeout, interval_s=1)
         node.start(None)
         self.wait_agreed(timeout=timeout)
