@@ -295,6 +295,30 @@ enum ResultEnvelope {
 }
 
 impl DefinitionOp {
+    /// A named, non-exclusive queue declared outside any connection (the HTTP API, a
+    /// definitions import, the cluster simulation): its placement (members, home) is left to
+    /// `Broker::change`.
+    pub fn declare_named_queue(
+        vhost: &str,
+        name: &str,
+        durable: bool,
+        auto_delete: bool,
+        arguments: FieldTable,
+    ) -> DefinitionOp {
+        DefinitionOp::QueueDeclare {
+            vhost: vhost.to_owned(),
+            name: name.to_owned(),
+            server_named: false,
+            durable,
+            exclusive: false,
+            auto_delete,
+            arguments,
+            connection: 0,
+            members: Vec::new(),
+            home: None,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let envelope = OpEnvelope {
             v: OP_VERSION,

@@ -284,18 +284,7 @@ fn quorum_declare(name: &str) -> DefinitionOp {
 }
 
 fn declare(name: &str, arguments: FieldTable) -> DefinitionOp {
-    DefinitionOp::QueueDeclare {
-        vhost: "/".into(),
-        name: name.into(),
-        server_named: false,
-        durable: true,
-        exclusive: false,
-        auto_delete: false,
-        arguments,
-        connection: 0,
-        members: Vec::new(),
-        home: None,
-    }
+    DefinitionOp::declare_named_queue("/", name, true, false, arguments)
 }
 
 /// Sends `op` to a node (the seed picks which), trying the others while it is not running or

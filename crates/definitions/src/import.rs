@@ -134,18 +134,13 @@ pub async fn apply(broker: &Broker, plan: Plan) -> Result<ImportSummary, String>
             .and_then(|v| v.queue(&q.name))
             .is_none()
         {
-            let op = DefinitionOp::QueueDeclare {
-                vhost: q.vhost.clone(),
-                name: q.name.to_string(),
-                server_named: false,
-                durable: q.durable,
-                exclusive: false,
-                auto_delete: q.auto_delete,
-                arguments: q.arguments,
-                connection: NO_CONNECTION,
-                members: Vec::new(),
-                home: None,
-            };
+            let op = DefinitionOp::declare_named_queue(
+                &q.vhost,
+                &q.name,
+                q.durable,
+                q.auto_delete,
+                q.arguments,
+            );
             change(broker, op)
                 .await
                 .map_err(|e| format!("queue '{}' in vhost '{}': {}", q.name, q.vhost, e.text))?;

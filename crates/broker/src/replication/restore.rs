@@ -542,18 +542,7 @@ mod tests {
         if let Some(n) = max_length {
             arguments.insert("x-max-length", FieldValue::I32(n));
         }
-        DefinitionOp::QueueDeclare {
-            vhost: "/".into(),
-            name: name.into(),
-            server_named: false,
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments,
-            connection: 0,
-            members: Vec::new(),
-            home: None,
-        }
+        DefinitionOp::declare_named_queue("/", name, true, false, arguments)
     }
 
     fn bind(exchange: &str, queue: &str, key: &str) -> DefinitionOp {

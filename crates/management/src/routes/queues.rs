@@ -199,18 +199,13 @@ pub async fn one(
 
 /// Declares a plain queue (no arguments, not durable) if it does not exist.
 pub async fn declare_simple(api: &Api, vhost: &VHost, name: &str) -> ApiResult<()> {
-    api.change(DefinitionOp::QueueDeclare {
-        vhost: vhost.name.clone(),
-        name: name.to_owned(),
-        server_named: false,
-        durable: false,
-        exclusive: false,
-        auto_delete: false,
-        arguments: FieldTable::new(),
-        connection: 0,
-        members: Vec::new(),
-        home: None,
-    })
+    api.change(DefinitionOp::declare_named_queue(
+        &vhost.name,
+        name,
+        false,
+        false,
+        FieldTable::new(),
+    ))
     .await?;
     Ok(())
 }
@@ -250,18 +245,13 @@ pub async fn declare(
         acting.exchange(AccessKind::Write, dlx)?;
     }
     let outcome = api
-        .change(DefinitionOp::QueueDeclare {
-            vhost: vhost.name.clone(),
-            name,
-            server_named: false,
-            durable: body_bool(&body, "durable", false)?,
-            exclusive: false,
-            auto_delete: body_bool(&body, "auto_delete", false)?,
+        .change(DefinitionOp::declare_named_queue(
+            &vhost.name,
+            &name,
+            body_bool(&body, "durable", false)?,
+            body_bool(&body, "auto_delete", false)?,
             arguments,
-            connection: 0,
-            members: Vec::new(),
-            home: None,
-        })
+        ))
         .await?;
     Ok(super::created_or_updated(!outcome.created()))
 }
