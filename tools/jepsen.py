@@ -227,6 +227,8 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
         faults = list(only)
     started = time.monotonic()
     schedule = []
+    # A run that fails (an exception, or a checker's finding) keeps its nodes' logs and data.
+    failed = True
 
     def log(fault, victim, hold_s):
         now = time.monotonic()
@@ -270,8 +272,10 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
                            lambda: definitions.check(cluster.nodes) is None, timeout=60)
         except AssertionError:
             problems = definitions.check(cluster.nodes)
+        failed = (counts["lost"] or counts["unexpected"] or counts["consumer_cancels"]
+                  or final_leader is None or problems is not None)
     finally:
-        cluster.close()
+        cluster.close(keep_logs=failed)
     # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's are
     # not): a basic.cancel is a violation too.
     for entry in schedule:

@@ -21,9 +21,10 @@
 //! Each run prints nothing unless it fails; a failure names its seed and the state each node
 //! shows, and `WARREN_CLUSTER_SIM_SEED=<n> cargo test -p warren-broker --test cluster_sim`
 //! replays that schedule: the same start times, faults and declarations, drawn from the seed,
-//! with openraft's and the transport's random draws seeded too. Most seeds replay exactly
-//! (`WARREN_CLUSTER_SIM_VERBOSE=1` prints each run's trace hash); where the broker iterates a
-//! hash map (std's, keyed per process) an interleaving may differ from one run to the next.
+//! with openraft's, the transport's and tokio's random draws seeded too (tokio's through
+//! turmoil, under the `tokio_unstable` cfg that .cargo/config.toml sets), and every loop over
+//! the node's groups in group order: a seed replays exactly, `a_seed_replays_exactly` runs one
+//! twice and compares the hash of its trace (`WARREN_CLUSTER_SIM_VERBOSE=1` prints each run's).
 //!
 //! On the code before their fixes it finds the day-one splits: a quorum queue declared while
 //! the cluster forms placed on a node alone (the declaring node not yet a voter), a queue made
@@ -524,7 +525,14 @@ impl Faults {
     }
 }
 
-fn run(seed: u64) -> Result<(), String> {
+/// One seed's run: its verdict and the hash of every event it traced.
+struct Outcome {
+    verdict: Result<(), String>,
+    trace_hash: u64,
+    recent: Vec<String>,
+}
+
+fn run(seed: u64) -> Outcome {
     let _log = std::env::var("WARREN_CLUSTER_SIM_LOG").ok().map(|filter| {
         tracing::subscriber::set_default(
             tracing_subscriber::fmt()
@@ -586,21 +594,26 @@ fn run(seed: u64) -> Result<(), String> {
             problems(&world).join("\n  ")
         ))
     });
+    let trace_hash = world.trace_hash.lock().finish();
     if std::env::var_os("WARREN_CLUSTER_SIM_VERBOSE").is_some() {
         eprintln!(
-            "seed {seed}: trace {:016x}, {} queues acknowledged",
-            world.trace_hash.lock().finish(),
+            "seed {seed}: trace {trace_hash:016x}, {} queues acknowledged",
             world.acknowledged.lock().len()
         );
     }
-    let result = outcome.and(verdict);
-    result.map_err(|problems| {
+    let recent = world.trace.lock().clone();
+    let verdict = outcome.and(verdict).map_err(|problems| {
         format!(
             "seed {seed}: {problems}\nlast events:\n  {}\nreplay: WARREN_CLUSTER_SIM_SEED={seed} \
              cargo test -p warren-broker --test cluster_sim",
-            world.trace.lock().join("\n  ")
+            recent.join("\n  ")
         )
-    })
+    });
+    Outcome {
+        verdict,
+        trace_hash,
+        recent,
+    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -619,12 +632,28 @@ fn one_cluster_and_one_truth_per_queue_under_seeded_faults() {
     };
     let failures: Vec<String> = seeds
         .into_iter()
-        .filter_map(|seed| run(seed).err())
+        .filter_map(|seed| run(seed).verdict.err())
         .collect();
     assert!(
         failures.is_empty(),
         "{} seed(s) failed:\n{}",
         failures.len(),
         failures.join("\n\n")
+    );
+}
+
+/// The replay promise: one seed, run twice, traces the same events in the same order at the
+/// same simulated moments (the nodes' own random draws, openraft's and tokio's are all seeded).
+#[test]
+fn a_seed_replays_exactly() {
+    let seed = env_u64("WARREN_CLUSTER_SIM_SEED").unwrap_or(9);
+    let first = run(seed);
+    let second = run(seed);
+    assert_eq!(
+        first.trace_hash,
+        second.trace_hash,
+        "seed {seed} ran differently twice; last events:\n  {}\n---\n  {}",
+        first.recent.join("\n  "),
+        second.recent.join("\n  ")
     );
 }

@@ -158,12 +158,17 @@ impl GroupRegistry {
         self.groups.read().get(&group).cloned()
     }
 
+    /// Every group, in group-id order: callers act on them in turn, and a fixed order keeps
+    /// a seeded simulation's schedule the same from one run to the next.
     pub fn all(&self) -> Vec<(GroupId, Raft)> {
-        self.groups
+        let mut groups: Vec<(GroupId, Raft)> = self
+            .groups
             .read()
             .iter()
             .map(|(group, raft)| (*group, raft.clone()))
-            .collect()
+            .collect();
+        groups.sort_unstable_by_key(|(group, _)| *group);
+        groups
     }
 
     /// Hands an incoming RPC to the group's Raft.

@@ -135,7 +135,12 @@ class Node:
                                          stderr=subprocess.STDOUT, env=self.env)
         self.paused = False
         if wait:
-            eventually("%s's HTTP API" % self.name, self._answers, timeout=60)
+            try:
+                eventually("%s's HTTP API" % self.name, self._answers, timeout=60)
+            except AssertionError as e:
+                tail = "\n".join(self.last_start_log().splitlines()[-15:])
+                raise AssertionError("%s; %s's log ends:\n%s%s" % (
+                    e, self.name, tail, self.dump_threads())) from None
 
     def _answers(self):
         if self.proc.poll() is not None:
@@ -148,6 +153,18 @@ class Node:
                 self.name, self.proc.returncode, self.log_path, tail),
                 port_taken="Address already in use" in last_start)
         return self.get("/api/overview")
+
+    def dump_threads(self):
+        """Where every thread of a running node is (gdb's backtraces, into a file beside
+        its log), for a node that hangs; a line saying where, or nothing without gdb."""
+        if not self.running() or shutil.which("gdb") is None:
+            return ""
+        path = self.log_path + ".threads-%d" % self.proc.pid
+        with open(path, "w") as out:
+            subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex",
+                            "thread apply all bt"], stdout=out, stderr=subprocess.STDOUT,
+                           timeout=120, check=False)
+        return "\n(its threads' backtraces: %s)" % path
 
     def last_start_log(self):
         """What the node logged since it was last started."""
@@ -648,7 +665,10 @@ class Cluster:
         """Every cluster connection of `node` gets a TCP reset."""
         self.proxy.reset(self.all_nodes.index(node))
 
-    def close(self):
+    def close(self, keep_logs=False):
+        """Stops every node and removes the network and the data, except the nodes' logs
+        and data when `keep_logs` (or WARREN_KEEP_CLUSTER_LOGS) is set: a failed run's
+        evidence."""
         for node in self.all_nodes:
             try:
                 node.stop()
@@ -660,10 +680,13 @@ class Cluster:
             self.proxy.close()
         if self.net is not None:
             self.net.teardown()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
+        self.discard_root(keep_logs)
+
+    def discard_root(self, keep_logs):
+        if not keep_logs and os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
-            print("cluster logs kept in %s" % self.root)
+            print("cluster logs kept in %s" % self.root, flush=True)
 
 
 @contextlib.contextmanager

@@ -259,7 +259,7 @@ class RabbitCluster(Cluster):
             return None
         return self.node(leader) if leader in self.names else None
 
-    def close(self):
+    def close(self, keep_logs=False):
         for node in self.all_nodes:
             if node.running():
                 try:
@@ -278,7 +278,4 @@ class RabbitCluster(Cluster):
         for node in self.all_nodes:
             node.unmount_disk()
         self.net.teardown()
-        if os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is None:
-            shutil.rmtree(self.root, ignore_errors=True)
-        else:
-            print("cluster logs kept in %s" % self.root)
+        self.discard_root(keep_logs)
