@@ -101,10 +101,10 @@ def healed(cluster):
     load, and the proxy's hop, a follower is rarely at lag 0 at the moment it is asked). The
     leader is asked again each time: the one every node named a moment ago may have been a
     stale view (nodes still naming a leader cut off during a partition)."""
-    cluster.wait_agreed(timeout=120)
+    cluster.wait_agreed(timeout=cluster.heal_timeout_s)
     return eventually("one leader of %s on every node, every member caught up" % QUEUE,
                       lambda: cluster.queue_leader_caught_up(QUEUE, CAUGHT_UP_LAG),
-                      timeout=120)
+                      timeout=cluster.heal_timeout_s)
 
 
 def inject(cluster, fault, rng, log):
@@ -229,6 +229,7 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
     schedule = []
     # A run that fails (an exception, or a checker's finding) keeps its nodes' logs and data.
     failed = True
+    stuck = None
 
     def log(fault, victim, hold_s):
         now = time.monotonic()
@@ -260,8 +261,17 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 time.sleep(rng.uniform(0.5, 3.0))
-                inject(cluster, rng.choice(faults), rng, log)
-        healed(cluster)
+                try:
+                    inject(cluster, rng.choice(faults), rng, log)
+                except AssertionError as e:
+                    # The cluster did not heal, or a node did not come back, in time: a
+                    # finding of its own. No more faults; the checkers still read what the
+                    # clients saw.
+                    stuck = str(e)
+                    print("  stuck: %s" % stuck, flush=True)
+                    break
+        if stuck is None:
+            healed(cluster)
         counts = workload.drain(timeout=120)
         final_leader = agreed_leader(cluster.nodes, cluster.names)
         # Applied everywhere once healed: a node may still be catching up its metadata log.
@@ -273,7 +283,7 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
         except AssertionError:
             problems = definitions.check(cluster.nodes)
         failed = (counts["lost"] or counts["unexpected"] or counts["consumer_cancels"]
-                  or final_leader is None or problems is not None)
+                  or final_leader is None or problems is not None or stuck is not None)
     finally:
         cluster.close(keep_logs=failed)
     # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's are
@@ -286,11 +296,11 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
         entry["gap_s"] = round(gap, 2) if gap is not None else None
     ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
           and counts["received"] > 0 and final_leader is not None and problems is None
-          and counts["consumer_cancels"] == 0)
+          and counts["consumer_cancels"] == 0 and stuck is None)
     return {"broker": broker, "seed": seed, "seconds": seconds, "netns": netns,
             "faults": len(schedule),
             "schedule": schedule, "gaps": gaps_by_fault(schedule), **counts,
-            "agreed_leader": final_leader, "ok": ok,
+            "agreed_leader": final_leader, "ok": ok, "stuck": stuck,
             "definitions": definitions.summary() if definitions else None,
             "definitions_problems": problems,
             "cancels_at": [(round(at - started, 1), node) for at, node in workload.cancel_log],

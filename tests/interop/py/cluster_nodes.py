@@ -524,6 +524,10 @@ class Cluster:
     """`size` nodes sharing a secret, under one temporary directory, each seeded with the
     others' addresses; loopback or (`netns=True`) one network namespace per node."""
 
+    # How long a harness waits for the cluster to heal after a fault: each look at a Warren
+    # node is one HTTP request.
+    heal_timeout_s = 120
+
     def __init__(self, prefix, size=3, netns=False, extra=(), proxy=False, disk_mb=None,
                  spares=0):
         """`proxy` (with `netns`): every cluster connection crosses a `FaultProxy`

@@ -185,6 +185,10 @@ class RabbitCluster(Cluster):
     started): a `Cluster` whose start, agreement, joining and queue views are RabbitMQ's
     (partitions, spares forgotten, node lookup are the `Cluster`'s own)."""
 
+    # Each look at a RabbitMQ node is a CLI call that starts an Erlang VM (a second or two
+    # on a quiet machine, tens of seconds on a loaded one): more patience for the same views.
+    heal_timeout_s = 300
+
     def __init__(self, size=3, spares=0, disk_mb=None):
         self.root = tempfile.mkdtemp(prefix="rabbitmq-jepsen-")
         self.net = NetnsNetwork(size + spares)
