@@ -14,7 +14,8 @@
 //!   it (ops are idempotent), so a blob that lags the log loses nothing. A cluster node's
 //!   changes are written by one thread, every change that came in the meantime at once
 //!   ([`BACKGROUND_PAUSE`] after the first, or nine times the last write's duration when that
-//!   is longer), off the metadata group's apply step. The one
+//!   is longer), off the metadata group's apply step, from before the node's member of that
+//!   group starts (its start re-applies every change since the group's last snapshot). The one
 //!   exception stays synchronous: creating a queue whose messages go to the message store, as
 //!   recovery drops a stored queue the blob does not name, with its messages.
 

@@ -42,6 +42,9 @@ pub async fn join(
     seeds: Vec<String>,
 ) -> Result<Arc<ClusterNode>, String> {
     accept_forwarding(broker, &transport);
+    // The metadata log is this node's record of its definitions from here on, the changes
+    // its member re-applies as it starts included: the blob is written behind them.
+    broker.write_definitions_in_background();
     let cluster = ClusterNode::start(
         quorum,
         name,
