@@ -228,7 +228,7 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
     started = time.monotonic()
     schedule = []
     # A run that fails (an exception, or a checker's finding) keeps its nodes' logs and data.
-    failed = True
+    ok = False
     stuck = None
 
     def log(fault, victim, hold_s):
@@ -282,21 +282,19 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
                            lambda: definitions.check(cluster.nodes) is None, timeout=60)
         except AssertionError:
             problems = definitions.check(cluster.nodes)
-        failed = (counts["lost"] or counts["unexpected"] or counts["consumer_cancels"]
-                  or final_leader is None or problems is not None or stuck is not None)
+        # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's
+        # are not): a basic.cancel is a violation too.
+        ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
+              and counts["received"] > 0 and final_leader is not None and problems is None
+              and counts["consumer_cancels"] == 0 and stuck is None)
     finally:
-        cluster.close(keep_logs=failed)
-    # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's are
-    # not): a basic.cancel is a violation too.
+        cluster.close(keep_logs=not ok)
     for entry in schedule:
         healed_at = entry.pop("healed_at", None)
         at = entry.pop("at")
         entry["heal_s"] = round(healed_at - at, 1) if healed_at else None
         gap = workload.longest_gap_s(at, healed_at or at)
         entry["gap_s"] = round(gap, 2) if gap is not None else None
-    ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
-          and counts["received"] > 0 and final_leader is not None and problems is None
-          and counts["consumer_cancels"] == 0 and stuck is None)
     return {"broker": broker, "seed": seed, "seconds": seconds, "netns": netns,
             "faults": len(schedule),
             "schedule": schedule, "gaps": gaps_by_fault(schedule), **counts,
