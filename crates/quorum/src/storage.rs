@@ -203,6 +203,12 @@ struct MachineInner {
 /// - A snapshot is written (file, fsync, rename) before `build_snapshot` returns, so it is
 ///   durable before openraft purges the log entries it covers; a write never replaces a newer
 ///   snapshot with an older one (a build and an install can overlap).
+/// - A snapshot write that fails (a full disk, a failing one) is tried again until it succeeds
+///   (`persist_until_written`), as the write-ahead log's writes are: openraft stops a group for
+///   good on a storage error, which would leave the node's member dead until the node
+///   restarts (a metadata group with one member short for the rest of its life). The member's
+///   state machine waits meanwhile, as a node whose disk is full stalls, and goes on once
+///   space is back.
 #[derive(Clone)]
 pub struct GroupStateMachine {
     inner: Arc<Mutex<MachineInner>>,
@@ -306,18 +312,55 @@ impl GroupStateMachine {
         self.snapshots.remove(self.group)
     }
 
-    /// Writes the snapshot file unless a newer one is already written; says whether it wrote.
-    fn persist(&self, file: &SnapshotFile) -> io::Result<bool> {
+    /// Writes the snapshot file unless a newer one is already written, trying again after
+    /// [`SNAPSHOT_RETRY_PAUSE`] for as long as the write fails; says whether it wrote. Err only
+    /// for a snapshot that does not encode, which no retry mends.
+    async fn persist_until_written(&self, file: &SnapshotFile) -> io::Result<bool> {
+        let bytes =
+            bincode::serialize(file).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut failing_since: Option<std::time::Instant> = None;
+        loop {
+            match self.persist(file.meta.last_log_id, &bytes) {
+                Ok(written) => {
+                    if let Some(since) = failing_since {
+                        tracing::warn!(
+                            group = self.group,
+                            failing_ms = since.elapsed().as_millis() as u64,
+                            "group snapshot written again"
+                        );
+                    }
+                    return Ok(written);
+                }
+                Err(error) => {
+                    if failing_since.is_none() {
+                        tracing::error!(
+                            group = self.group,
+                            error = %error,
+                            "writing the group's snapshot failed; trying again until the disk takes it"
+                        );
+                        failing_since = Some(std::time::Instant::now());
+                    }
+                    tokio::time::sleep(SNAPSHOT_RETRY_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    /// One attempt at writing the encoded snapshot of `last_log_id`, unless a newer one is
+    /// already written; whether it wrote.
+    fn persist(&self, last_log_id: Option<LogId>, bytes: &[u8]) -> io::Result<bool> {
         let mut persisted = self.persisted.lock();
-        if persisted.is_some() && *persisted >= file.meta.last_log_id {
+        if persisted.is_some() && *persisted >= last_log_id {
             return Ok(false);
         }
-        let bytes = bincode::serialize(file).map_err(io::Error::other)?;
-        self.snapshots.store(self.group, &bytes)?;
-        *persisted = file.meta.last_log_id;
+        self.snapshots.store(self.group, bytes)?;
+        *persisted = last_log_id;
         Ok(true)
     }
 }
+
+/// The pause between attempts at a snapshot write that failed.
+const SNAPSHOT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Whether the state at `applied` already covers the log up to `upto` (positions compared: the
 /// committed log is the same on every member).
@@ -351,7 +394,7 @@ impl RaftSnapshotBuilder<QueueRaft> for GroupStateMachine {
             }
         };
         // Durable before openraft purges the log entries it covers.
-        let written = self.persist(&file)?;
+        let written = self.persist_until_written(&file).await?;
         tracing::debug!(group = self.group, meta = %file.meta, written, "snapshot built");
         let snapshot = to_snapshot(&file);
         if written {
@@ -461,7 +504,7 @@ impl RaftStateMachine<QueueRaft> for GroupStateMachine {
             meta: meta.clone(),
             data: snapshot,
         };
-        self.persist(&file)?;
+        self.persist_until_written(&file).await?;
         self.inner.lock().current = Some(file);
         Ok(())
     }
@@ -507,6 +550,59 @@ mod tests {
 
     fn ready(machine: &GroupStateMachine) -> usize {
         machine.with_queue(|q| q.ready_count())
+    }
+
+    /// Snapshots kept in memory, the first `failures` writes failing as on a full disk.
+    struct FullForAWhile {
+        failures: Mutex<u32>,
+        stored: Mutex<Option<Vec<u8>>>,
+    }
+
+    impl SnapshotStore for FullForAWhile {
+        fn load(&self, _group: GroupId) -> io::Result<Option<Vec<u8>>> {
+            Ok(self.stored.lock().clone())
+        }
+
+        fn store(&self, _group: GroupId, bytes: &[u8]) -> io::Result<()> {
+            let mut failures = self.failures.lock();
+            if *failures > 0 {
+                *failures -= 1;
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            *self.stored.lock() = Some(bytes.to_vec());
+            Ok(())
+        }
+
+        fn remove(&self, _group: GroupId) -> io::Result<()> {
+            *self.stored.lock() = None;
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_write_on_a_full_disk_waits_for_space_instead_of_failing() {
+        let disk = Arc::new(FullForAWhile {
+            failures: Mutex::new(2),
+            stored: Mutex::new(None),
+        });
+        let mut machine =
+            GroupStateMachine::open_queue(disk.clone(), 9, QueueConfig::default(), None)
+                .expect("opened");
+        apply(&mut machine, 1..=3).await;
+        // An error would stop the group for good (openraft); the build waits instead.
+        let built = machine
+            .build_snapshot()
+            .await
+            .expect("built once the disk took it");
+        assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(3));
+        assert_eq!(
+            *disk.failures.lock(),
+            0,
+            "every failed write was tried again"
+        );
+        let reopened = GroupStateMachine::open_queue(disk, 9, QueueConfig::default(), None)
+            .expect("reopened from the snapshot written");
+        assert_eq!(ready(&reopened), 3);
     }
 
     #[tokio::test]
@@ -568,7 +664,7 @@ mod tests {
             meta: first.meta.clone(),
             data: first.snapshot.clone(),
         };
-        assert!(!machine.persist(&file).expect("checked"));
+        assert!(!machine.persist_until_written(&file).await.expect("checked"));
         let current = machine.get_current_snapshot().await.expect("read");
         assert_eq!(current.map(|s| s.meta), Some(second.meta));
         assert_eq!(queue(&disk).last_applied().map(|id| id.index), Some(3));

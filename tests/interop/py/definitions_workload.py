@@ -218,13 +218,19 @@ class DefinitionsWorkload:
     def check(self, nodes):
         """One check of every node: None when all agree and none misses or has more than the
         record says, else what is wrong."""
-        snapshots = {node.name: self.snapshot(node) for node in nodes}
-        problems = {}
+        snapshots, problems = {}, {}
+        for node in nodes:
+            # A node that cannot answer (down, or missing the anchor queue the bindings are
+            # read from) is a problem to report, not the end of the check.
+            try:
+                snapshots[node.name] = self.snapshot(node)
+            except (requests.RequestException, ValueError) as e:
+                problems[node.name] = {"unreadable": repr(e)}
         for name, snapshot in snapshots.items():
             missing, unexpected = self.differences(snapshot)
             if missing or unexpected:
                 problems[name] = {"missing": missing, "unexpected": unexpected}
-        first = next(iter(snapshots.values()))
+        first = next(iter(snapshots.values()), None)
         if any(s != first for s in snapshots.values()):
             problems["disagree"] = {
                 name: {kind: sorted(names ^ first[kind]) for kind, names in s.items()
