@@ -187,7 +187,9 @@ export WARREN_BIN="$warren"
 # (-m own_brokers, split in two jobs by -k cluster, here; -m "not own_brokers" in
 # tests/interop/run.sh). The cluster tests mostly wait (elections, faults held for seconds)
 # and were the phase's tail when the own-broker tests ran in one process (606 s of a 618 s
-# phase, CI run of 2026-11-29), so the rest of them runs in a second process beside.
+# phase, CI run of 2026-11-29), so the rest of them runs in a second process beside; the
+# publish-safety matrix (test_publish_safety.py, a cluster of its own) runs in that second
+# one, which is the shorter.
 tests/interop/venv.sh
 start_job pika-own "pika: cluster tests (-m own_brokers -k cluster)" \
   env -C tests/interop .venv/bin/python -m pytest -m own_brokers -k cluster

@@ -4,9 +4,9 @@
 //! body. None may panic; what converts must come back out as a message that converts again.
 
 use bytes::{Bytes, BytesMut};
-use warren_amqp10::codec::{decode_performative, decode_sasl_init, parse_frame, Performative};
 use warren_amqp10::convert::{from_amqp10, to_amqp10};
-use warren_amqp10::value;
+use warren_amqp10_codec::value;
+use warren_amqp10_codec::{decode_performative, decode_sasl_init, parse_frame, Performative};
 use warren_broker::Message;
 use warren_codec::{ContentHeader, ShortStr, BASIC_CLASS_ID};
 

@@ -6,13 +6,13 @@
 //! split in its two parts: the structural check (`value::check`, which refuses what
 //! serde_amqp would misread) and serde_amqp's decode of the checked performative, to price
 //! the check per transfer (issue 12). Run with
-//! `cargo bench -p warren-amqp10 --bench frames`; the conclusion is in `src/codec.rs` and
+//! `cargo bench -p warren-amqp10-codec --bench frames`; the conclusion is in `src/lib.rs` and
 //! docs/benchmarks.md.
 
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::hint::black_box;
-use warren_amqp10::codec::{
+use warren_amqp10_codec::{
     decode_performative, parse_frame, write_performative, Accepted, DeliveryState, Disposition,
     Flow, Performative, Role, Transfer,
 };
@@ -74,7 +74,7 @@ fn frames(c: &mut Criterion) {
         let mut buf = incoming.clone();
         let mut out = Vec::new();
         while let Some(frame) = parse_frame(&mut buf, 1 << 20).expect("valid frame") {
-            let len = warren_amqp10::value::check(&frame.body).expect("a valid performative");
+            let len = warren_amqp10_codec::value::check(&frame.body).expect("a valid performative");
             out.push(frame.body.slice(..len));
         }
         out
@@ -82,7 +82,7 @@ fn frames(c: &mut Criterion) {
     group.bench_function("check_transfer", |b| {
         b.iter(|| {
             for performative in &performatives {
-                black_box(warren_amqp10::value::check(performative).expect("valid"));
+                black_box(warren_amqp10_codec::value::check(performative).expect("valid"));
             }
         })
     });

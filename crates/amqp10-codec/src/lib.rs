@@ -1,8 +1,10 @@
 //! The AMQP 1.0 wire format behind one interface: protocol headers, frames (8-byte header,
 //! then the performative, then a transfer's payload), and the encoding of performatives and
-//! SASL frames. The type system is the fe2o3-amqp-types crate (with serde_amqp); the rest of
-//! the crate uses the types re-exported here and never calls the encoder itself, so the
-//! codec can be replaced without touching the protocol logic.
+//! SASL frames; `value` reads the values our own code reads. The type system is the
+//! fe2o3-amqp-types crate (with serde_amqp); the server (`warren-amqp10`) and `warren perf`'s
+//! AMQP 1.0 client use the types re-exported here and never call the encoder themselves, so
+//! the codec can be replaced without touching the protocol logic. No I/O and no broker here:
+//! a client depends on this crate alone.
 //!
 //! Why the crate and not our own codec: its types follow the specification field by field,
 //! it is maintained, and issue 12's benchmark says it is not the bottleneck. At 10,000 links
@@ -15,6 +17,7 @@
 //! serialised straight into the connection's write buffer. A transfer's payload (the
 //! message) is never decoded here: it is a zero-copy slice of the read buffer.
 
+pub mod value;
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use fe2o3_amqp_types::definitions::{

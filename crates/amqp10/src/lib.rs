@@ -9,9 +9,9 @@
 //! are the protocol state machine, one task per connection as for 0-9-1.
 
 mod address;
-/// Public for the frame benchmark (benches/frames.rs); not an API of the broker.
-#[doc(hidden)]
-pub mod codec;
+/// The wire format, a crate of its own (`warren-amqp10-codec`) so that clients need no broker.
+use warren_amqp10_codec as codec;
+use warren_amqp10_codec::value;
 mod connection;
 /// Public for the fuzz target (fuzz/src/amqp10.rs); not an API of the broker.
 #[doc(hidden)]
@@ -20,9 +20,6 @@ mod sasl;
 mod session;
 #[cfg(test)]
 mod tests;
-/// Public for the fuzz target (fuzz/src/amqp10.rs); not an API of the broker.
-#[doc(hidden)]
-pub mod value;
 
 use bytes::BytesMut;
 use std::net::SocketAddr;

@@ -31,9 +31,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use warren_broker::access::{AccessControl, AccessKind};
+use warren_broker::confirm::Confirm;
 use warren_broker::consumer::ChannelFlow;
-use warren_broker::enqueue::Confirm;
 use warren_broker::queue::QueuedMessage;
+use warren_broker::vhost::PublishScratch;
 use warren_broker::EventSender;
 use warren_broker::{ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
 use warren_codec::ShortStr;
@@ -132,6 +133,8 @@ pub struct Session {
     awaiting_confirm: VecDeque<(u32, Confirm)>,
     /// Dispositions to send at the end of the read batch (runs of ids share one frame).
     dispositions: Vec<(u32, DeliveryState)>,
+    /// Reused by every transfer's publish.
+    publish_scratch: PublishScratch,
 }
 
 impl Session {
@@ -149,6 +152,7 @@ impl Session {
             unsettled: BTreeMap::new(),
             awaiting_confirm: VecDeque::new(),
             dispositions: Vec::new(),
+            publish_scratch: PublishScratch::default(),
         };
         let reply = Begin {
             remote_channel: Some(channel),

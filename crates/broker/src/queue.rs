@@ -24,15 +24,15 @@
 //! classic path is the same as before.
 
 use crate::churn::{DeadLetterSource, DeadLetterStrategy, DeadLettered};
+use crate::confirm::{QueueAnswers, RoutedConfirm};
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
-use crate::event_channel::EventSender;
 use crate::memory::MemoryMonitor;
 use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
-use crate::quorum::{QuorumConfirm, QuorumQueue};
+use crate::quorum::QuorumQueue;
 use crate::ready::ReadyList;
 use crate::remote::RemoteQueue;
 use crate::stats::MessageStats;
@@ -99,44 +99,12 @@ pub trait QueueHome: Send + Sync {
         dead: DeadLetters,
         dlx: Option<&ShortStr>,
         dlx_routing_key: Option<&ShortStr>,
-        confirm: Option<&Arc<QuorumConfirm>>,
+        confirm: Option<&Arc<QueueAnswers>>,
     ) -> DeadLettersRouted;
     /// The node's dead-letter counters (`messages_dead_lettered_*`).
     fn dead_lettered(&self) -> &DeadLettered;
     /// The peers this vhost forwards to (quorum queue delegates, remote queues).
     fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers>;
-}
-
-/// One confirming publish's confirm while it is routed: the queues that confirm on their own
-/// join it (`Queue::publish_routed`); once routing is done, `finish` hands over what the
-/// channel waits for besides the store, if any queue joined.
-pub struct RoutedConfirm {
-    wake: EventSender<ConnectionEvent>,
-    joined: Option<Arc<QuorumConfirm>>,
-}
-
-impl RoutedConfirm {
-    /// `wake` is the channel's connection, told when the joined queues have all answered.
-    pub fn new(wake: &EventSender<ConnectionEvent>) -> RoutedConfirm {
-        RoutedConfirm {
-            wake: wake.clone(),
-            joined: None,
-        }
-    }
-
-    fn join(&mut self) -> &Arc<QuorumConfirm> {
-        let wake = &self.wake;
-        self.joined
-            .get_or_insert_with(|| QuorumConfirm::new(wake.clone()))
-    }
-
-    /// Routing is done: the confirm the joined queues answer, if any joined.
-    pub fn finish(self) -> Option<Arc<QuorumConfirm>> {
-        if let Some(confirm) = &self.joined {
-            confirm.routed();
-        }
-        self.joined
-    }
 }
 
 /// The queue types: where a queue's messages live and who delivers them.
@@ -310,7 +278,7 @@ impl Queue {
     }
 
     /// Whether a publisher confirm waits for the queue's own answer (`publish_confirmed`
-    /// with a [`QuorumConfirm`]) rather than for the message store.
+    /// with a [`QueueAnswers`]) rather than for the message store.
     pub fn confirms_later(&self) -> bool {
         !matches!(self.kind, QueueKind::Classic)
     }
@@ -353,7 +321,7 @@ impl Queue {
         self: &Arc<Self>,
         message: Arc<Message>,
         stored: Option<Appended>,
-        confirm: Option<&Arc<QuorumConfirm>>,
+        confirm: Option<&Arc<QueueAnswers>>,
     ) -> Enqueued {
         match &self.kind {
             QueueKind::Quorum(qq) => {
@@ -377,7 +345,7 @@ impl Queue {
         self: &Arc<Self>,
         message: &Arc<Message>,
         stored: Option<Appended>,
-        confirm: Option<&mut RoutedConfirm>,
+        confirm: Option<&mut RoutedConfirm<'_>>,
     ) -> Enqueued {
         match &self.kind {
             QueueKind::Classic => {
@@ -612,7 +580,7 @@ impl Queue {
     pub(crate) fn dead_letter_confirmed(
         &self,
         dead: DeadLetters,
-        confirm: Option<&Arc<QuorumConfirm>>,
+        confirm: Option<&Arc<QueueAnswers>>,
     ) -> DeadLettersRouted {
         if dead.is_empty() {
             return DeadLettersRouted {

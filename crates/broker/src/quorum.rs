@@ -9,7 +9,7 @@
 //!   entry (`Command::Batch`: one append, one fsync and one apply for all of them), and hands
 //!   it to openraft without waiting for the answer (`QueueGroup::propose_ff`);
 //! - the completer awaits the answers in log order and settles publisher confirms
-//!   ([`QuorumConfirm`]): a confirm is an ack only once the group committed (fsync'd) the
+//!   ([`QueueAnswers`]): a confirm is an ack only once the group committed (fsync'd) the
 //!   enqueue, a nack when the queue refused it (`reject-publish`) or the group failed;
 //! - the effects task acts on what the applied commands produced: deliveries to consumers
 //!   (where the consumer is attached: the leader's node; on one node that is this node)
@@ -32,17 +32,18 @@ pub mod status;
 pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 
 use crate::churn::{DeadLetterSource, DeadLetterStrategy};
+use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
-use crate::event_channel::{event_channel, EventSender};
+use crate::event_channel::event_channel;
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{Queue, QueuedMessage};
 use crate::remote::RemoteQueue;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -148,57 +149,9 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One publish's confirm across the queues it reached that confirm on their own (quorum
-/// queues; remote queues, `crate::remote`): an ack once every one of them committed it, a
-/// nack if any refused it. The channel keeps it with the publish's sequence
-/// number; the last queue to answer wakes the channel's connection to send the confirm.
-#[derive(Debug)]
-pub struct QuorumConfirm {
-    outstanding: AtomicUsize,
-    refused: AtomicBool,
-    wake: EventSender<ConnectionEvent>,
-}
-
-impl QuorumConfirm {
-    /// A confirm for one publish being routed; call [`QuorumConfirm::routed`] once every
-    /// queue has it, so a queue answering early cannot settle it while others still wait.
-    pub fn new(wake: EventSender<ConnectionEvent>) -> Arc<QuorumConfirm> {
-        Arc::new(QuorumConfirm {
-            outstanding: AtomicUsize::new(1),
-            refused: AtomicBool::new(false),
-            wake,
-        })
-    }
-
-    /// None while some queue has not answered; then whether the publish is confirmed (ack).
-    pub fn outcome(&self) -> Option<bool> {
-        (self.outstanding.load(Ordering::Acquire) == 0)
-            .then(|| !self.refused.load(Ordering::Acquire))
-    }
-
-    /// Routing is done: the confirm now waits only for the queues' answers.
-    pub fn routed(&self) {
-        self.answered(true);
-    }
-
-    pub(crate) fn expect_one(&self) {
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn answered(&self, accepted: bool) {
-        if !accepted {
-            self.refused.store(true, Ordering::Release);
-        }
-        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The connection may be gone; its confirms are then moot.
-            let _ = self.wake.send(ConnectionEvent::ConfirmsSettled);
-        }
-    }
-}
-
 struct Proposed {
     command: Command,
-    confirm: Option<Arc<QuorumConfirm>>,
+    confirm: Option<Arc<QueueAnswers>>,
     /// Told once the group answered (committed and applied, or failed).
     answered: Option<oneshot::Sender<()>>,
 }
@@ -215,7 +168,7 @@ type InFlight = (
 /// flushed, new commands wait and then go together into the next entry.
 const MAX_ENTRIES_IN_FLIGHT: usize = 2;
 
-type Waiting = (Option<Arc<QuorumConfirm>>, Option<oneshot::Sender<()>>);
+type Waiting = (Option<Arc<QueueAnswers>>, Option<oneshot::Sender<()>>);
 
 /// Most commands one log entry carries.
 const MAX_BATCH: usize = 1024;
@@ -649,14 +602,14 @@ impl QuorumQueue {
         Some(status::GroupStatus::from_metrics(self.group_id, &metrics))
     }
 
-    fn propose(&self, command: Command, confirm: Option<Arc<QuorumConfirm>>) {
+    fn propose(&self, command: Command, confirm: Option<Arc<QueueAnswers>>) {
         self.propose_answered(command, confirm, None)
     }
 
     fn propose_answered(
         &self,
         command: Command,
-        confirm: Option<Arc<QuorumConfirm>>,
+        confirm: Option<Arc<QueueAnswers>>,
         answered: Option<oneshot::Sender<()>>,
     ) {
         tracing::trace!(group = self.group_id, ?command, "quorum proposal");
@@ -689,7 +642,7 @@ impl QuorumQueue {
     }
 
     /// Proposes an enqueue; `confirm` is answered once the group committed it.
-    pub fn enqueue(&self, message: &Message, confirm: Option<&Arc<QuorumConfirm>>) {
+    pub fn enqueue(&self, message: &Message, confirm: Option<&Arc<QueueAnswers>>) {
         if self.deleted.load(Ordering::Acquire) {
             if let Some(c) = confirm {
                 c.expect_one();
@@ -1961,7 +1914,7 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
         }
         ids = held;
         let (wake, mut woken) = event_channel();
-        let confirm = QuorumConfirm::new(wake);
+        let confirm = QueueAnswers::new(wake);
         let routed = queue.dead_letter_confirmed(dead, Some(&confirm));
         confirm.routed();
         drop(group);

@@ -55,10 +55,10 @@ pub use frame::{Frame, FrameError, SettleKind, MAX_FRAME_BYTES};
 pub use link::{open, ForwardLink};
 pub use peers::{ForwardPeers, PeerLink};
 
+use crate::confirm::QueueAnswers;
 use crate::consumer::{ConnectionId, Consumer};
 use crate::message::Message;
 use crate::queue::{Enqueued, QueuedMessage};
-use crate::quorum::QuorumConfirm;
 use parking_lot::Mutex;
 use peers::Record;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering::Relaxed};
@@ -161,7 +161,7 @@ impl RemoteQueue {
             .cloned()
     }
 
-    pub fn publish(&self, message: &Message, confirm: Option<&Arc<QuorumConfirm>>) -> Enqueued {
+    pub fn publish(&self, message: &Message, confirm: Option<&Arc<QueueAnswers>>) -> Enqueued {
         match self.bound() {
             Some((link, qid, _)) => link.publish(qid, message, confirm),
             None => {

@@ -46,6 +46,35 @@ pub fn strip_bcc(properties: &mut BasicProperties) -> bool {
         .is_some_and(|h| h.remove("BCC").is_some())
 }
 
+/// A publish's routing keys: its own, then those of its `CC` and `BCC` headers
+/// ([`header_routes`]); borrowed, and without an allocation when there are no others.
+pub enum PublishKeys<'a> {
+    One([&'a str; 1]),
+    Many(Vec<&'a str>),
+}
+
+impl<'a> PublishKeys<'a> {
+    /// `routes` that are not UTF-8 are skipped: no binding key could match them.
+    pub fn new(routing_key: &'a str, routes: &'a [Bytes]) -> PublishKeys<'a> {
+        if routes.is_empty() {
+            return PublishKeys::One([routing_key]);
+        }
+        PublishKeys::Many(
+            std::iter::once(routing_key)
+                .chain(routes.iter().filter_map(|r| std::str::from_utf8(r).ok()))
+                .collect(),
+        )
+    }
+
+    /// Every key, the publish's own first.
+    pub fn all(&self) -> &[&'a str] {
+        match self {
+            PublishKeys::One(key) => key,
+            PublishKeys::Many(keys) => keys,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,12 +7,15 @@ mod durability;
 mod lifecycle;
 mod mirroring;
 mod policies;
+mod publish;
 mod remote_queues;
 pub use remote_queues::Serving;
 #[cfg(test)]
 mod route_tests;
 
 pub use lifecycle::{VHostLimits, VHostMetadata};
+
+pub use publish::{Publish, PublishScratch, Routed};
 
 use crate::churn::{self, NodeCounters};
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};

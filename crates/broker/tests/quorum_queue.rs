@@ -7,10 +7,11 @@
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_broker::confirm::QueueAnswers;
 use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
 use warren_broker::event_channel::{event_channel, EventReceiver, EventSender};
 use warren_broker::memory::MemoryMonitor;
-use warren_broker::quorum::{QuorumConfirm, QuorumHost};
+use warren_broker::quorum::QuorumHost;
 use warren_broker::{ExchangeDeclaration, Message, Queue, QueueDeclaration, VHost};
 use warren_codec::{
     BasicProperties, ContentHeader, FieldTable, FieldValue, ShortStr, BASIC_CLASS_ID,
@@ -130,7 +131,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
 
     // Confirms: none is settled before the group answered; both are acks after.
     let (events_tx, mut events) = event_channel();
-    let confirm = QuorumConfirm::new(events_tx.clone());
+    let confirm = QueueAnswers::new(events_tx.clone());
     queue.publish_confirmed(message(b"one"), None, Some(&confirm));
     queue.publish_confirmed(message(b"two"), None, Some(&confirm));
     assert_eq!(
@@ -215,7 +216,7 @@ async fn a_policy_changes_the_groups_config_and_a_restart_catches_up() {
     declare(&vhost, "q");
     let queue = vhost.queue("q").unwrap();
     let (events_tx, mut events) = event_channel();
-    let confirm = QuorumConfirm::new(events_tx);
+    let confirm = QueueAnswers::new(events_tx);
     for body in [&b"a"[..], b"b", b"c"] {
         queue.publish_confirmed(message(body), None, Some(&confirm));
     }
@@ -321,7 +322,7 @@ async fn at_least_once_dead_letters_wait_for_a_route_then_go() {
     let (events_tx, mut events) = event_channel();
     for name in ["alo", "amo"] {
         let queue = vhost.queue(name).unwrap();
-        let confirm = QuorumConfirm::new(events_tx.clone());
+        let confirm = QueueAnswers::new(events_tx.clone());
         queue.publish_confirmed(message(b"poison"), None, Some(&confirm));
         confirm.routed();
         eventually("the publish confirmed", || confirm.outcome() == Some(true)).await;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use warren_server::http_listener::{self, ClientAddr, HttpListener};
-use warren_server::tls::{self, TlsOptions};
+use warren_listener::http_listener::{self, ClientAddr, HttpListener};
+use warren_listener::tls::{self, TlsOptions};
 
 /// A server certificate for localhost from a fresh CA: the server's TLS configuration (read
 /// from files, as the broker does) and a client configuration trusting the CA.

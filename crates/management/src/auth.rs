@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use std::sync::Arc;
-use warren_server::http_listener::ClientAddr;
+use warren_listener::http_listener::ClientAddr;
 
 /// Refused: the vhost in the path is one the user has no permissions in (and it is no
 /// administrator).

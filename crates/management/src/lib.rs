@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use warren_broker::Broker;
-use warren_server::http_listener::{self, HttpListener};
+use warren_listener::http_listener::{self, HttpListener};
 
 /// RabbitMQ's default `management.http_max_body_size` (bytes).
 pub const MAX_BODY_BYTES: usize = 20_000_000;

@@ -7,8 +7,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::access::Permission;
 use warren_broker::Broker;
+use warren_listener::http_listener::HttpListener;
 use warren_management::{run, ListenerInfo, ManagementConfig};
-use warren_server::http_listener::HttpListener;
 
 /// One HTTP/1.1 request, read to the end (the server closes after `Connection: close`).
 async fn request(port: u16, path: &str, auth: Option<&str>) -> (u16, String) {

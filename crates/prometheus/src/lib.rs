@@ -35,7 +35,7 @@ use axum::Router;
 use std::future::Future;
 use std::sync::Arc;
 use warren_broker::Broker;
-use warren_server::http_listener::{self, HttpListener};
+use warren_listener::http_listener::{self, HttpListener};
 
 struct Scraped {
     broker: Arc<Broker>,

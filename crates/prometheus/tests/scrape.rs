@@ -7,8 +7,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::{Broker, Message, QueueDeclaration};
 use warren_codec::{BasicProperties, FieldTable, ShortStr};
+use warren_listener::http_listener::HttpListener;
 use warren_prometheus::Endpoint;
-use warren_server::http_listener::HttpListener;
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();

@@ -17,6 +17,7 @@ use warren_broker::access::AccessKind;
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::versioned_map::LastLookup;
+use warren_broker::vhost::PublishScratch;
 use warren_broker::{
     AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, Exchange,
     ExchangeDeclaration, Queue, QueueDeclaration,
@@ -55,19 +56,15 @@ pub struct Channel {
     pub tx: Option<Vec<TxOp>>,
     /// A tx.commit-ok owed once this store sequence is durable.
     pub commit_waits_for: Option<u64>,
-    /// Reused for every publish's routing result.
-    pub route_buf: Vec<Arc<Queue>>,
-    /// Reused for the store ids of a persistent publish's durable queues.
-    pub store_ids_buf: Vec<warren_store::QueueId>,
+    /// Reused by every publish (routing result, store ids, the last queue looked up).
+    pub publish_scratch: PublishScratch,
     /// What the HTTP API shows of this channel: its counters and gauges, kept current here.
     pub info: Arc<ChannelInfo>,
     /// Exchanges and topic routing keys this channel may publish to (cached checks).
     pub publish_grants: PublishGrants,
-    /// The exchange this channel last published to, and the queue its last publish through
-    /// the default exchange reached: answered without a name lookup while the vhost's
-    /// exchanges (queues) are unchanged (`warren_broker::versioned_map`).
+    /// The exchange this channel last published to: answered without a name lookup while
+    /// the vhost's exchanges are unchanged (`warren_broker::versioned_map`).
     pub last_published_exchange: LastLookup<Exchange>,
-    pub last_published_queue: LastLookup<Queue>,
 }
 
 impl Channel {
@@ -88,11 +85,9 @@ impl Channel {
             confirm: None,
             tx: None,
             commit_waits_for: None,
-            route_buf: Vec::new(),
-            store_ids_buf: Vec::new(),
+            publish_scratch: PublishScratch::default(),
             publish_grants: PublishGrants::default(),
             last_published_exchange: LastLookup::default(),
-            last_published_queue: LastLookup::default(),
         }
     }
 

@@ -1,10 +1,9 @@
 //! Warren's AMQP 0-9-1 server: accepts TCP connections and runs each as one task that
 //! speaks the protocol (`connection`), with per-channel method handling (`channel`,
-//! `publish`, `deliver`) on top of the broker core. It also holds the TLS setup (`tls`) and
-//! the listener the HTTP endpoints share (`http_listener`), plain or TLS.
+//! `publish`, `deliver`) on top of the broker core. Its listeners and TLS are
+//! `warren-listener`'s, which the HTTP endpoints share.
 
 mod auth;
-pub mod cert_name;
 mod channel;
 mod channel_ids;
 pub mod config;
@@ -12,16 +11,14 @@ mod connection;
 mod context;
 mod deliver;
 mod handshake;
-pub mod http_listener;
-mod listener;
 mod pending;
 mod permissions;
 mod publish;
 mod throttle;
-pub mod tls;
 
 pub use config::ServerConfig;
-pub use listener::bind_listener;
+pub use warren_listener::bind_listener;
+use warren_listener::{cert_name, tls};
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -14,14 +14,13 @@ use crate::context::Ctx;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use warren_broker::consumer::pipeline_cost;
-use warren_broker::enqueue::{enqueue_routed, Confirm};
+use warren_broker::confirm::{Confirm, ConfirmTo};
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::queue::QueuedMessage;
-use warren_broker::routing_keys::{header_routes, strip_bcc};
-use warren_broker::{AmqpError, AmqpResult, ConnectionEvent, Delivery, Message, MessageStats};
+use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
+use warren_broker::vhost::Publish;
+use warren_broker::{AmqpError, AmqpResult, Message, MessageStats};
 use warren_codec::*;
 use warren_store::Outcome;
 
@@ -97,7 +96,7 @@ pub struct Routed {
 /// A persistent message routed to a durable queue is confirmed only once the store has
 /// fsync'd it (its store sequence is settled durable); others need nothing (store sequence
 /// 0). If its store batch failed, the confirm is a nack. A message that reached quorum
-/// queues is confirmed once each of their Raft groups committed it (its `QuorumConfirm`).
+/// queues is confirmed once each of their Raft groups committed it (its `QueueAnswers`).
 /// Confirms go out in publish order, so a run of ready acks is one basic.ack(multiple).
 #[derive(Debug, Default)]
 pub struct ConfirmState {
@@ -315,7 +314,6 @@ impl Channel {
         ));
         // The channel's own counters are written by this task only (`add_own`).
         MessageStats::add_own(&self.info.stats.publish, 1);
-        MessageStats::add(&exchange.stats.publish_in, 1);
         ctx.vhost.counters.published.observe(
             ctx.connection,
             message.body.len(),
@@ -326,73 +324,34 @@ impl Channel {
             c.next_seq
         });
 
-        let mut routed = false;
-        let mut confirm = Confirm::settled(false);
-        if exchange.name.is_empty() && message.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
-            if let Some(consumer) = ctx.vhost.reply_consumer(&message.routing_key) {
-                // Replies bypass queues and credit, as RabbitMQ's direct reply-to does.
-                consumer.take_credit(pipeline_cost(&message));
-                let delivery = Delivery {
-                    consumer: consumer.clone(),
-                    queue: None,
-                    message: QueuedMessage {
-                        id: 0,
-                        message: message.clone(),
-                        redelivered: false,
-                        delivery_count: 0,
-                        expires_at: None,
-                        via: 0,
-                        store_ref: None,
-                    },
-                };
-                routed = consumer.send(ConnectionEvent::Deliver(delivery)).is_ok();
-            }
-        } else {
-            let mut queues = std::mem::take(&mut self.route_buf);
-            let publish_key: &str = &message.routing_key;
-            let all_keys: Vec<&str>;
-            let routing_keys: &[&str] = if cc_routes.is_empty() {
-                std::slice::from_ref(&publish_key)
-            } else {
-                all_keys = std::iter::once(publish_key)
-                    .chain(cc_routes.iter().filter_map(|r| std::str::from_utf8(r).ok()))
-                    .collect();
-                &all_keys
-            };
-            if let Err(refused) =
-                self.publish_grants
-                    .check_topic_write(ctx, &exchange, routing_keys)
-            {
-                self.route_buf = queues;
-                return Err(refused);
-            }
-            ctx.vhost.route_keys(
-                &exchange,
-                routing_keys,
-                props.headers.as_ref(),
-                &mut queues,
-                Some(&mut self.last_published_queue),
-            );
-            routed = !queues.is_empty();
-            confirm = enqueue_routed(
-                ctx.vhost,
-                &message,
-                &mut queues,
-                &mut self.store_ids_buf,
-                seq.map(|_| ctx.events),
+        let keys = PublishKeys::new(&message.routing_key, &cc_routes);
+        let routing_keys = keys.all();
+        self.publish_grants
+            .check_topic_write(ctx, &exchange, routing_keys)?;
+        let confirm_to = match seq {
+            Some(_) => ConfirmTo::Connection(ctx.events),
+            None => ConfirmTo::Nobody,
+        };
+        let outcome = ctx
+            .vhost
+            .publish(
+                Publish {
+                    exchange: &exchange,
+                    message: &message,
+                    routing_keys,
+                    headers: props.headers.as_ref(),
+                    confirm_to,
+                },
+                &mut self.publish_scratch,
             )
             .map_err(|e| AmqpError::new(ReplyCode::InternalError, format!("message store: {e}")))?;
-            self.route_buf = queues;
-        }
-
-        if routed {
-            MessageStats::add(&exchange.stats.publish_out, 1);
-        } else if mandatory {
-            MessageStats::add(&self.info.stats.return_unroutable, 1);
-        } else {
+        let routed = outcome.queues > 0;
+        let confirm = outcome.confirm;
+        if !routed && !mandatory {
             MessageStats::add(&self.info.stats.drop_unroutable, 1);
         }
         if !routed && mandatory {
+            MessageStats::add(&self.info.stats.return_unroutable, 1);
             ctx.send_content(
                 self.id,
                 BasicReturn {

@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::Broker;
 use warren_codec::*;
-use warren_server::tls::{self, TlsOptions};
+use warren_listener::tls::{self, TlsOptions};
 use warren_server::ServerConfig;
 
 const CLIENT_DN: &str = "CN=app-1,O=Warren Tests,C=GB";

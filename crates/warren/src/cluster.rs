@@ -159,7 +159,7 @@ fn cluster_tls(args: &ServerArgs) -> anyhow::Result<Option<ClusterTls>> {
         .cluster_tls_server_name
         .clone()
         .with_context(|| need("--cluster-tls-server-name"))?;
-    let server = warren_server::tls::server_config(&warren_server::tls::TlsOptions {
+    let server = warren_listener::tls::server_config(&warren_listener::tls::TlsOptions {
         cert_file: cert_file.clone(),
         key_file: key_file.clone(),
         ca_file: Some(ca_file.clone()),

@@ -12,8 +12,8 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_listener::http_listener::HttpListener;
 use warren_management::ListenerInfo;
-use warren_server::http_listener::HttpListener;
 use warren_server::ServerConfig;
 
 #[derive(Parser)]
@@ -216,7 +216,7 @@ enum CertLoginFrom {
 
 impl ServerArgs {
     /// The TLS options, None when no certificate is configured; Err on a half-configured TLS.
-    fn tls_options(&self) -> anyhow::Result<Option<warren_server::tls::TlsOptions>> {
+    fn tls_options(&self) -> anyhow::Result<Option<warren_listener::tls::TlsOptions>> {
         let Some(cert_file) = self.tls_cert_file.clone() else {
             let stray = [
                 ("--tls-key-file", self.tls_key_file.is_some()),
@@ -233,7 +233,7 @@ impl ServerArgs {
             .tls_key_file
             .clone()
             .context("--tls-cert-file needs --tls-key-file")?;
-        Ok(Some(warren_server::tls::TlsOptions {
+        Ok(Some(warren_listener::tls::TlsOptions {
             cert_file,
             key_file,
             ca_file: self.tls_ca_file.clone(),
@@ -287,9 +287,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         handshake_timeout: Duration::from_secs(10),
         cert_login_from: match args.tls_cert_login_from {
             CertLoginFrom::DistinguishedName => {
-                warren_server::cert_name::CertLoginFrom::DistinguishedName
+                warren_listener::cert_name::CertLoginFrom::DistinguishedName
             }
-            CertLoginFrom::CommonName => warren_server::cert_name::CertLoginFrom::CommonName,
+            CertLoginFrom::CommonName => warren_listener::cert_name::CertLoginFrom::CommonName,
         },
         ..ServerConfig::default()
     };
@@ -312,7 +312,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let tls_config = args
         .tls_options()?
         .filter(|_| tls_ports.iter().any(|&port| port != 0))
-        .map(|options| warren_server::tls::server_config(&options))
+        .map(|options| warren_listener::tls::server_config(&options))
         .transpose()
         .map_err(|e| anyhow::anyhow!(e))?;
     let mut extra_users = Vec::new();
@@ -429,7 +429,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "store opened"
     );
-    let listener = warren_server::bind_listener(&args.bind, args.amqp_port)
+    let listener = warren_listener::bind_listener(&args.bind, args.amqp_port)
         .with_context(|| format!("binding AMQP listener on {}:{}", args.bind, args.amqp_port))?;
     let addr = listener.local_addr()?;
     tracing::info!(
@@ -453,7 +453,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Every listener is bound before any serves, so that the API lists them all.
     let amqps_listener = match tls_config.is_some() && args.amqps_port != 0 {
         true => Some(
-            warren_server::bind_listener(&args.bind, args.amqps_port).with_context(|| {
+            warren_listener::bind_listener(&args.bind, args.amqps_port).with_context(|| {
                 format!(
                     "binding AMQPS listener on {}:{}",
                     args.bind, args.amqps_port
@@ -572,7 +572,7 @@ fn bind_http(
     tls: Option<&rustls::ServerConfig>,
 ) -> anyhow::Result<Vec<HttpListener>> {
     let bind = |port: u16, scheme: &str| {
-        warren_server::bind_listener(&args.bind, port).with_context(|| {
+        warren_listener::bind_listener(&args.bind, port).with_context(|| {
             format!(
                 "binding the {what} {scheme} listener on {}:{port}",
                 args.bind

@@ -141,6 +141,45 @@ def test_publish_and_get_with_ack_modes(api, queue):
     assert bad.status_code in (400, 500)
 
 
+def test_api_publish_is_a_confirmed_mandatory_publish(api):
+    """POST …/publish is a publish in confirm mode, as RabbitMQ's management plugin makes it
+    through a channel: the CC and BCC headers route it too (BCC is not delivered), a queue
+    that refuses it (x-overflow=reject-publish, full) makes the answer 400 "rejected", and an
+    internal exchange is refused (not_authorised)."""
+    main, cc, bcc, full, internal = (uid(k) for k in ("main", "cc", "bcc", "full", "internal"))
+    try:
+        for name in (main, cc, bcc):
+            assert api.put("/api/queues/%2F/" + q(name), {"durable": False}).status_code == 201
+        assert api.put("/api/queues/%2F/" + q(full), {"durable": False, "arguments": {
+            "x-max-length": 1, "x-overflow": "reject-publish"}}).status_code == 201
+        r = api.post("/api/exchanges/%2F/amq.default/publish", {
+            "properties": {"headers": {"CC": [cc], "BCC": [bcc]}}, "routing_key": main,
+            "payload": "m", "payload_encoding": "string"})
+        assert r.status_code == 200 and r.json() == {"routed": True}, r.text
+        c = connect()
+        try:
+            ch = c.channel()
+            for name in (main, cc, bcc):
+                _, props, body = get_one(ch, name)
+                assert body == b"m", name
+                ccs = [v.decode() if isinstance(v, bytes) else v for v in props.headers["CC"]]
+                assert ccs == [cc] and "BCC" not in props.headers, (name, props.headers)
+        finally:
+            c.close()
+        one = {"properties": {}, "routing_key": full, "payload": "x", "payload_encoding": "string"}
+        assert api.post("/api/exchanges/%2F/amq.default/publish", one).json() == {"routed": True}
+        r = api.post("/api/exchanges/%2F/amq.default/publish", one)
+        assert r.status_code == 400 and "Unable to publish message" in r.json()["reason"], r.text
+        assert api.put("/api/exchanges/%2F/" + q(internal),
+                       {"type": "direct", "internal": True}).status_code == 201
+        r = api.post("/api/exchanges/%2F/" + q(internal) + "/publish", one)
+        assert r.status_code == 401 and "internal exchange" in r.json()["reason"], r.text
+    finally:
+        for name in (main, cc, bcc, full):
+            api.delete("/api/queues/%2F/" + q(name))
+        api.delete("/api/exchanges/%2F/" + q(internal))
+
+
 def test_binary_payload_round_trip(api, queue):
     r = api.post("/api/exchanges/%2F/amq.default/publish",
                  {"properties": {}, "routing_key": queue, "payload": "AP8A/w==", "payload_encoding": "base64"})

@@ -1,6 +1,6 @@
 """An AMQP 1.0 transfer to a quorum queue is accepted only once the queue's Raft group has
 committed it, exactly when a 0-9-1 publisher would get its confirm (the one rule in
-crates/broker/src/enqueue.rs): with both followers stopped (no majority) the sender gets no
+crates/broker/src/vhost/publish.rs): with both followers stopped (no majority) the sender gets no
 `accepted`; once the followers are back, transfers are accepted again and every accepted message
 is in the queue."""
 import pytest

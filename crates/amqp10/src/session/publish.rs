@@ -9,9 +9,10 @@ use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
-use warren_broker::enqueue::{enqueue_routed, Confirm};
-use warren_broker::routing_keys::header_routes;
-use warren_broker::{ExchangeKind, Message, MessageStats};
+use warren_broker::confirm::{Confirm, ConfirmTo};
+use warren_broker::routing_keys::{header_routes, PublishKeys};
+use warren_broker::vhost::{Publish, PublishScratch};
+use warren_broker::{ExchangeKind, Message};
 use warren_codec::{ContentHeader, ShortStr, BASIC_CLASS_ID};
 use warren_store::Outcome;
 
@@ -186,7 +187,13 @@ impl Session {
         let Some(Link::In(link)) = self.links.get(&handle) else {
             return Ok(());
         };
-        let outcome = route_and_enqueue(&link.target, &payload, settled, env);
+        let outcome = route_and_enqueue(
+            &link.target,
+            &payload,
+            settled,
+            &mut self.publish_scratch,
+            env,
+        );
         if settled {
             return Ok(());
         }
@@ -322,6 +329,7 @@ fn route_and_enqueue(
     target: &TargetAddress,
     payload: &Bytes,
     settled: bool,
+    scratch: &mut PublishScratch,
     env: &mut Env,
 ) -> PublishOutcome {
     let incoming = match convert::from_amqp10(payload) {
@@ -380,7 +388,6 @@ fn route_and_enqueue(
         )
         .with_amqp10(incoming.sections),
     );
-    MessageStats::add(&exchange.stats.publish_in, 1);
     env.vhost
         .counters
         .published
@@ -388,10 +395,9 @@ fn route_and_enqueue(
     // Sender-selected distribution: the x-cc annotation (the CC header after conversion)
     // adds routing keys; on a topic exchange each needs the topic permission too.
     let cc = header_routes(props.headers.as_ref()).unwrap_or_default();
-    let mut keys = vec![dest.routing_key.as_str()];
-    keys.extend(cc.iter().filter_map(|k| std::str::from_utf8(k).ok()));
+    let keys = PublishKeys::new(&dest.routing_key, &cc);
     let topic_refused = exchange.kind == ExchangeKind::Topic
-        && keys[1..].iter().any(|key| {
+        && keys.all()[1..].iter().any(|key| {
             !env.access.check_topic(
                 env.user,
                 &env.vhost.name,
@@ -409,17 +415,22 @@ fn route_and_enqueue(
             ),
         ));
     }
-    let mut queues = Vec::new();
-    env.vhost
-        .route_keys(&exchange, &keys, props.headers.as_ref(), &mut queues, None);
-    if queues.is_empty() {
-        return PublishOutcome::Settled(DeliveryState::Released(Released {}));
-    }
-    MessageStats::add(&exchange.stats.publish_out, 1);
-    let mut store_ids = Vec::new();
-    let wake = (!settled).then_some(env.events);
-    let confirm = match enqueue_routed(env.vhost, &message, &mut queues, &mut store_ids, wake) {
-        Ok(confirm) => confirm,
+    let confirm_to = match settled {
+        true => ConfirmTo::Nobody,
+        false => ConfirmTo::Connection(env.events),
+    };
+    let publish = Publish {
+        exchange: &exchange,
+        message: &message,
+        routing_keys: keys.all(),
+        headers: props.headers.as_ref(),
+        confirm_to,
+    };
+    let confirm = match env.vhost.publish(publish, scratch) {
+        Ok(routed) if routed.queues == 0 => {
+            return PublishOutcome::Settled(DeliveryState::Released(Released {}))
+        }
+        Ok(routed) => routed.confirm,
         Err(e) => {
             tracing::warn!(error = %e, "message store append failed");
             return PublishOutcome::Settled(rejected(

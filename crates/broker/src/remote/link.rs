@@ -15,10 +15,10 @@ use super::serve::Serving;
 use super::RemoteCounts;
 use crate::alarm::AlarmSet;
 use crate::broker::Broker;
+use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::message::Message;
 use crate::queue::QueuedMessage;
-use crate::quorum::QuorumConfirm;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -125,7 +125,7 @@ struct Forwarding {
     /// Consumers by link id, with their queue's link id and the number their deliveries are
     /// stamped with (`QueuedMessage::via`).
     consumers: HashMap<u64, (u64, u16, Arc<Consumer>)>,
-    confirms: HashMap<u64, Arc<QuorumConfirm>>,
+    confirms: HashMap<u64, Arc<QueueAnswers>>,
     /// Gets waiting for their answer, with the number the message is stamped with.
     gets: HashMap<u64, (u16, GetAnswer)>,
     /// Questions waiting for the peer's answer (`ask.rs`).
@@ -332,12 +332,7 @@ impl ForwardLink {
         consumers.into_iter().map(|(_, c)| c).collect()
     }
 
-    pub(super) fn publish(
-        &self,
-        qid: u64,
-        message: &Message,
-        confirm: Option<&Arc<QuorumConfirm>>,
-    ) {
+    pub(super) fn publish(&self, qid: u64, message: &Message, confirm: Option<&Arc<QueueAnswers>>) {
         let seq = match confirm {
             None => 0,
             Some(c) => {

@@ -8,10 +8,10 @@
 use super::frame::{self, Frame, SettleKind};
 use super::link::Outbox;
 use crate::broker::Broker;
+use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
 use crate::event_channel::{event_channel, EventReceiver, EventSender};
 use crate::queue::{Enqueued, Queue, QueuedMessage};
-use crate::quorum::QuorumConfirm;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -64,7 +64,7 @@ struct Held {
 
 /// A publish waiting for its confirm: the peer's sequence number, the store record it
 /// waits for (0: none), whether the queue took it, the queue's own confirm.
-type PendingConfirm = (u64, u64, bool, Option<Arc<QuorumConfirm>>);
+type PendingConfirm = (u64, u64, bool, Option<Arc<QueueAnswers>>);
 
 pub(super) struct Serving {
     broker: Arc<Broker>,
@@ -262,7 +262,7 @@ impl Serving {
         let mut accepted = true;
         let mut confirm = None;
         if queue.confirms_later() {
-            let c = (seq != 0).then(|| QuorumConfirm::new(self.events.clone()));
+            let c = (seq != 0).then(|| QueueAnswers::new(self.events.clone()));
             accepted = queue.publish_confirmed(message, None, c.as_ref()) == Enqueued::Accepted;
             if let Some(c) = &c {
                 c.routed();

@@ -1,15 +1,16 @@
 //! The vhost's side of dead-lettering: a queue hands over the messages that left it dead
-//! (`QueueHome::route_dead_letters`) and the vhost routes their dead-lettered copies through
-//! its exchanges to their next queues — the queue itself never reaches into the vhost.
+//! (`QueueHome::route_dead_letters`) and the vhost publishes their dead-lettered copies
+//! through its one publish (`VHost::route_and_enqueue`) — the queue itself never reaches
+//! into the vhost.
 
+use super::publish::{Publish, PublishScratch};
 use super::VHost;
 use crate::churn::DeadLettered;
+use crate::confirm::{ConfirmTo, QueueAnswers};
 use crate::dead_letter::{dead_lettered, is_death_cycle};
-use crate::queue::{DeadLetters, DeadLettersRouted, QueueHome};
-use crate::quorum::QuorumConfirm;
+use crate::queue::{DeadLetters, DeadLettersRouted, Queue, QueueHome};
 use std::sync::Arc;
 use warren_codec::ShortStr;
-use warren_store::QueueId;
 
 impl QueueHome for VHost {
     fn vhost_name(&self) -> &str {
@@ -22,69 +23,50 @@ impl QueueHome for VHost {
         dead: DeadLetters,
         dlx: Option<&ShortStr>,
         dlx_routing_key: Option<&ShortStr>,
-        confirm: Option<&Arc<QuorumConfirm>>,
+        answers: Option<&Arc<QueueAnswers>>,
     ) -> DeadLettersRouted {
         let mut routed = DeadLettersRouted {
             all_routed: !dead.is_empty(),
             stored: None,
         };
-        let Some(dlx) = dlx else {
+        let Some(exchange) = dlx.and_then(|dlx| self.exchange(dlx)) else {
             routed.all_routed = false;
             return routed;
         };
-        let Some(exchange) = self.exchange(dlx) else {
-            routed.all_routed = false;
-            return routed;
+        let confirm_to = match answers {
+            Some(answers) => ConfirmTo::Joining(answers),
+            None => ConfirmTo::Nobody,
         };
-        let mut queues = Vec::new();
+        let dlx = &exchange.name;
+        let mut scratch = PublishScratch::default();
         for (m, reason) in dead {
             let (mut copy, headers) =
                 dead_lettered(&m.message, queue, reason, dlx, dlx_routing_key);
             copy.inherited_delivery_count = m.delivery_count;
-            self.route(&exchange, &copy.routing_key, Some(&headers), &mut queues);
-            // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
-            queues.retain(|q| !is_death_cycle(&q.name, reason, &headers));
-            // A persistent copy reaching durable queues is stored like a fresh publish.
-            let stored = match &self.store {
-                Some(store) if copy.persistent => {
-                    let ids: Vec<QueueId> = queues
-                        .iter()
-                        .filter_map(|q| q.stored.as_ref().map(|s| s.id))
-                        .collect();
-                    (!ids.is_empty())
-                        .then(|| store.append(&ids, &copy.to_stored()).ok())
-                        .flatten()
-                }
-                _ => None,
-            };
-            if let (Some(appended), Some(store)) = (stored, &self.store) {
-                if copy.inherited_delivery_count > 0 {
-                    // The count the copy brings along, for each durable queue it joins.
-                    for q in queues.iter().filter_map(|q| q.stored.as_ref()) {
-                        let _ = store.set_delivery_count(
-                            q.id,
-                            appended.id,
-                            copy.inherited_delivery_count,
-                        );
-                    }
-                }
-            }
-            if queues.is_empty() {
-                routed.all_routed = false;
-            }
-            if let (Some(appended), Some(store)) = (stored, &self.store) {
-                routed.stored = Some((store.clone(), appended.seq));
-            }
             let copy = Arc::new(copy);
-            for q in queues.drain(..) {
-                let stored = stored.filter(|_| q.stored.is_some());
-                match confirm {
-                    Some(confirm) => {
-                        q.publish_confirmed(copy.clone(), stored, Some(confirm));
+            // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
+            let keep = |q: &Queue| !is_death_cycle(&q.name, reason, &headers);
+            let publish = Publish {
+                exchange: &exchange,
+                message: &copy,
+                routing_keys: &[copy.routing_key.as_str()],
+                headers: Some(&headers),
+                confirm_to,
+            };
+            match self.route_and_enqueue(&publish, &mut scratch, Some(&keep)) {
+                Ok(r) => {
+                    // A copy no queue took, or one a queue or the store refused, is not
+                    // safe: at-least-once dead-lettering sends it again.
+                    if r.queues == 0 || r.confirm.refused() {
+                        routed.all_routed = false;
                     }
-                    None => {
-                        q.publish(copy.clone(), stored);
+                    if let (Some(store), true) = (&self.store, r.confirm.waits_for_store()) {
+                        routed.stored = Some((store.clone(), r.confirm.store_seq()));
                     }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, queue = queue.as_str(), "dead-lettered copy not stored");
+                    routed.all_routed = false;
                 }
             }
         }

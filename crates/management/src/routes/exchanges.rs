@@ -18,8 +18,11 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
+use warren_broker::confirm::ConfirmTo;
 use warren_broker::policy::EntityKind;
-use warren_broker::{DefinitionOp, Exchange, Message, MessageStats, VHost};
+use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
+use warren_broker::vhost::{Publish, PublishScratch};
+use warren_broker::{event_channel, DefinitionOp, Exchange, Message, VHost};
 use warren_codec::{BasicProperties, ContentHeader, FieldValue, ShortStr, BASIC_CLASS_ID};
 
 /// The default exchange's name in paths ("" cannot be a path segment).
@@ -260,59 +263,50 @@ pub fn properties_to_json(p: &BasicProperties) -> Value {
     Value::Object(m)
 }
 
-/// Routes one message from the API into the vhost, as basic.publish without a channel:
-/// persistent messages reaching durable queues are written to the store first. True when
-/// some queue took it.
+/// Publishes one message from the API through the vhost's one publish, as RabbitMQ's
+/// management plugin does through a channel in confirm mode with `mandatory` set: answered
+/// once the message is safe in every queue it reached (stored, committed), with whether it
+/// reached any. A queue or store that refused it is RabbitMQ's 400 "rejected". The
+/// properties' `BCC` header routes but is not delivered.
 pub async fn publish_message(
     vhost: &Arc<VHost>,
-    exchange: &str,
-    routing_key: &str,
-    properties: &BasicProperties,
+    exchange: &Arc<Exchange>,
+    routing_keys: &[&str],
+    mut properties: BasicProperties,
     body: Bytes,
 ) -> ApiResult<bool> {
-    let x = vhost.exchange(exchange).ok_or_else(ApiError::not_found)?;
-    let raw = ContentHeader::new(BASIC_CLASS_ID, 0, properties).properties;
+    strip_bcc(&mut properties);
+    let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties;
     let message = Arc::new(Message::new(
-        x.name.clone(),
-        ShortStr::from(routing_key),
-        properties,
+        exchange.name.clone(),
+        ShortStr::from(routing_keys[0]),
+        &properties,
         raw,
         body,
     ));
-    let mut queues = Vec::new();
-    vhost.route_keys(
-        &x,
-        &[routing_key],
-        properties.headers.as_ref(),
-        &mut queues,
-        None,
-    );
-    MessageStats::add(&x.stats.publish_in, 1);
-    if queues.is_empty() {
-        return Ok(false);
-    }
-    MessageStats::add(&x.stats.publish_out, 1);
-    let ids: Vec<_> = queues
-        .iter()
-        .filter_map(|q| q.stored.as_ref().map(|s| s.id))
-        .collect();
-    let stored = match vhost
-        .store
-        .as_ref()
-        .filter(|_| message.persistent && !ids.is_empty())
+    let (wake, mut woken) = event_channel();
+    let routed = vhost
+        .publish(
+            Publish {
+                exchange,
+                message: &message,
+                routing_keys,
+                headers: properties.headers.as_ref(),
+                confirm_to: ConfirmTo::Connection(&wake),
+            },
+            &mut PublishScratch::default(),
+        )
+        .map_err(|e| ApiError::bad_request(format!("message store: {e}")))?;
+    if !routed
+        .confirm
+        .wait_outcome(vhost.store.as_ref(), &mut woken)
+        .await
     {
-        Some(store) => Some(
-            store
-                .append_async(&ids, &message.to_stored())
-                .await
-                .map_err(|e| ApiError::bad_request(format!("message store: {e}")))?,
-        ),
-        None => None,
-    };
-    for q in &queues {
-        q.publish(message.clone(), stored.filter(|_| q.stored.is_some()));
+        return Err(ApiError::bad_request(
+            "rejected Unable to publish message. Check queue limits.",
+        ));
     }
-    Ok(true)
+    Ok(routed.queues > 0)
 }
 
 /// POST …/publish: `{"properties", "routing_key", "payload", "payload_encoding"}` →
@@ -355,12 +349,23 @@ pub async fn publish(
             )));
         }
     }
+    let cc = header_routes(properties.headers.as_ref())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let keys = PublishKeys::new(routing_key, &cc);
     let exchange = path_name(&name);
     let acting = api.acting(&who, &vhost.name, Report::Publish)?;
     acting.exchange(AccessKind::Write, exchange)?;
-    if let Some(x) = vhost.exchange(exchange) {
-        acting.topic(&x, AccessKind::Write, routing_key)?;
+    let x = vhost.exchange(exchange).ok_or_else(ApiError::not_found)?;
+    if x.internal {
+        // RabbitMQ's channel refuses it with 403, which its API answers as not_authorised.
+        return Err(ApiError::not_authorised(format!(
+            "ACCESS_REFUSED - cannot publish to internal exchange '{}' in vhost '{}'",
+            x.name, vhost.name
+        )));
     }
-    let routed = publish_message(&vhost, exchange, routing_key, &properties, payload).await?;
+    for key in keys.all() {
+        acting.topic(&x, AccessKind::Write, key)?;
+    }
+    let routed = publish_message(&vhost, &x, keys.all(), properties, payload).await?;
     Ok(Json(json!({"routed": routed})).into_response())
 }

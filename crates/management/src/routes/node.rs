@@ -341,11 +341,12 @@ pub async fn aliveness(
     acting.exchange(AccessKind::Write, "")?;
     acting.queue(AccessKind::Read, name)?;
     queues::declare_simple(&api, &vhost, name).await?;
+    let default_exchange = vhost.exchange("").ok_or_else(ApiError::not_found)?;
     let routed = super::exchanges::publish_message(
         &vhost,
-        "",
-        name,
-        &Default::default(),
+        &default_exchange,
+        &[name],
+        Default::default(),
         Bytes::from_static(b"test_message"),
     )
     .await?;

@@ -20,7 +20,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
-use warren_amqp10::codec::{decode_performative, parse_frame, write_empty_frame, FRAME_AMQP};
+use warren_amqp10_codec::{decode_performative, parse_frame, write_empty_frame, FRAME_AMQP};
 use warren_codec::socket_buffer::{rewind, ReadSizing};
 
 /// How long a closing client waits for the broker's answers before it drops the socket.

@@ -20,9 +20,9 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use warren_amqp10::codec::{
-    self, AmqpError, Attach, Begin, Binary, Close, DeliveryState, Detach, Disposition, End, Flow,
-    Performative, Role, Transfer, TRANSFER_OVERHEAD_BYTES,
+use warren_amqp10_codec::{
+    self as codec, AmqpError, Attach, Begin, Binary, Close, DeliveryState, Detach, Disposition,
+    End, Flow, Performative, Role, Transfer, TRANSFER_OVERHEAD_BYTES,
 };
 
 /// Our one session's channel and our one link's handle.

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use warren_amqp10::codec::{
-    self, decode_performative, decode_sasl_server_frame, parse_frame, Attach, Begin, Binary,
-    ChannelMax, MaxFrameSize, Open, Performative, RawFrame, ReceiverSettleMode, Role, SaslCode,
-    SaslInit, SaslServerFrame, SenderSettleMode, Source, Symbol, Target, TargetArchetype,
+use warren_amqp10_codec::{
+    self as codec, decode_performative, decode_sasl_server_frame, parse_frame, Attach, Begin,
+    Binary, ChannelMax, MaxFrameSize, Open, Performative, RawFrame, ReceiverSettleMode, Role,
+    SaslCode, SaslInit, SaslServerFrame, SenderSettleMode, Source, Symbol, Target, TargetArchetype,
     FRAME_AMQP, FRAME_SASL, PROTOCOL_HEADER_AMQP, PROTOCOL_HEADER_SASL,
 };
 

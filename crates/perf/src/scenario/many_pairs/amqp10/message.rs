@@ -5,7 +5,7 @@
 //! among whatever sections the broker delivers (Warren and RabbitMQ 4 add message
 //! annotations; another broker may add a header or properties).
 
-use warren_amqp10::codec::value_len;
+use warren_amqp10_codec::value_len;
 
 /// The Data section's descriptor code (amqp:data:binary).
 const DATA: u64 = 0x75;

@@ -5,7 +5,7 @@
 //! `prefetch` credit (topped up as it goes) and accepts each message once it has taken the
 //! flight time.
 //!
-//! The client is our own, on the broker's AMQP 1.0 codec (`warren_amqp10::codec`: frames,
+//! The client is our own, on the broker's AMQP 1.0 codec (`warren_amqp10_codec`: frames,
 //! performatives, SASL), because the tool must cost less per message than the broker it
 //! measures: fe2o3-amqp's three tasks per client could not offer the load from a few
 //! thousand pairs (docs/benchmarks.md, issue 12). It speaks only what many-pairs needs, by

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::stats::new_histogram;
-use warren_amqp10::codec::{
+use warren_amqp10_codec::{
     decode_performative, parse_frame, Accepted, Attach, Begin, Detach, Disposition, Flow,
     Performative, ReceiverSettleMode, Rejected, Role, SenderSettleMode, Source, Transfer,
 };

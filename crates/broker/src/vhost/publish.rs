@@ -1,0 +1,216 @@
+//! The vhost's one publish. Every way a message enters the broker ends here: 0-9-1's
+//! basic.publish, AMQP 1.0's transfer, the HTTP API's publish and a dead-lettered copy. It
+//! routes the message with its routing keys (the caller's: the message's own, then those of
+//! its CC and BCC headers), writes a persistent message once to the store for every durable
+//! queue it reached, enqueues it in each queue whatever its type, and hands back the
+//! [`Confirm`] that completes when every queue has it safe (`crate::confirm`).
+//!
+//! Callers check what their protocol checks before (permissions, user-id, sizes) and
+//! translate the outcome after (basic.ack or basic.return, accepted or released, the API's
+//! `routed`); none of them routes or enqueues by itself.
+
+use std::sync::Arc;
+
+use warren_codec::FieldTable;
+use warren_store::{QueueId, StoreError};
+
+use super::VHost;
+use crate::confirm::{Confirm, ConfirmTo, RoutedConfirm};
+use crate::consumer::{pipeline_cost, ConnectionEvent, Delivery};
+use crate::exchange::Exchange;
+use crate::message::Message;
+use crate::names::DIRECT_REPLY_TO_PREFIX;
+use crate::queue::{Enqueued, Queue};
+use crate::queued_message::QueuedMessage;
+use crate::stats::MessageStats;
+use crate::versioned_map::LastLookup;
+
+/// One message to publish.
+pub struct Publish<'a> {
+    pub exchange: &'a Arc<Exchange>,
+    pub message: &'a Arc<Message>,
+    /// The message's routing key first, then those of its CC and BCC headers.
+    pub routing_keys: &'a [&'a str],
+    /// The headers a headers exchange matches: the message's, without BCC.
+    pub headers: Option<&'a FieldTable>,
+    pub confirm_to: ConfirmTo<'a>,
+}
+
+/// What became of a publish.
+#[derive(Debug)]
+pub struct Routed {
+    /// How many queues (or direct reply-to consumers) it reached: 0 is unroutable, which a
+    /// mandatory 0-9-1 publish returns and AMQP 1.0 releases.
+    pub queues: usize,
+    /// Its confirm: settled at once unless a store write or a queue's answer is awaited.
+    pub confirm: Confirm,
+}
+
+/// A publisher's reusable buffers, so that a publish allocates nothing of its own; a
+/// channel or session keeps one.
+#[derive(Default)]
+pub struct PublishScratch {
+    queues: Vec<Arc<Queue>>,
+    store_ids: Vec<QueueId>,
+    /// The default exchange's last queue lookup: a publisher that keeps publishing to one
+    /// queue finds it without a map lookup while the vhost's queues do not change.
+    last_queue: LastLookup<Queue>,
+}
+
+/// A filter on the routed queues ahead of the enqueue (dead-lettering's cycle rule).
+pub(crate) type KeepQueue<'a> = &'a dyn Fn(&Queue) -> bool;
+
+impl VHost {
+    /// Publishes one message: routes it, stores it once for the durable queues it reached,
+    /// enqueues it in each, and returns how many it reached with its confirm. Err only for a
+    /// store that failed for good (the caller closes with its protocol's internal error); a
+    /// store that cannot write for now (a full disk) leaves the durable queues out and the
+    /// confirm refused. Counts the exchange's publish_in and publish_out.
+    #[inline]
+    pub fn publish(
+        &self,
+        publish: Publish<'_>,
+        scratch: &mut PublishScratch,
+    ) -> Result<Routed, StoreError> {
+        MessageStats::add(&publish.exchange.stats.publish_in, 1);
+        let routed = self.route_and_enqueue(&publish, scratch, None)?;
+        if routed.queues > 0 {
+            MessageStats::add(&publish.exchange.stats.publish_out, 1);
+        }
+        Ok(routed)
+    }
+
+    /// The publish without the exchange's counters (RabbitMQ counts those per publishing
+    /// channel, which a dead-lettered copy has none of) and with a filter on the queues
+    /// routed to.
+    pub(crate) fn route_and_enqueue(
+        &self,
+        publish: &Publish<'_>,
+        scratch: &mut PublishScratch,
+        keep: Option<KeepQueue<'_>>,
+    ) -> Result<Routed, StoreError> {
+        let (exchange, message) = (publish.exchange, publish.message);
+        if exchange.name.is_empty() && message.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
+            return Ok(self.reply(message));
+        }
+        let PublishScratch {
+            queues,
+            store_ids,
+            last_queue,
+        } = scratch;
+        debug_assert!(queues.is_empty());
+        self.route_keys(
+            exchange,
+            publish.routing_keys,
+            publish.headers,
+            queues,
+            Some(last_queue),
+        );
+        if let Some(keep) = keep {
+            queues.retain(|q| keep(q));
+        }
+        let reached = queues.len();
+        if reached == 0 {
+            return Ok(Routed {
+                queues: 0,
+                confirm: Confirm::settled(false),
+            });
+        }
+        let confirm = self.enqueue(message, queues, store_ids, publish.confirm_to);
+        // Drained on success; a store failure leaves them to be dropped here.
+        queues.clear();
+        Ok(Routed {
+            queues: reached,
+            confirm: confirm?,
+        })
+    }
+
+    /// A reply to a direct reply-to requester: straight to its consumer, bypassing queues
+    /// and credit, as RabbitMQ's direct reply-to does. Unroutable when the requester is gone.
+    fn reply(&self, message: &Arc<Message>) -> Routed {
+        let mut reached = 0;
+        if let Some(consumer) = self.reply_consumer(&message.routing_key) {
+            consumer.take_credit(pipeline_cost(message));
+            let delivery = Delivery {
+                consumer: consumer.clone(),
+                queue: None,
+                message: QueuedMessage {
+                    id: 0,
+                    message: message.clone(),
+                    redelivered: false,
+                    delivery_count: 0,
+                    expires_at: None,
+                    via: 0,
+                    store_ref: None,
+                },
+            };
+            if consumer.send(ConnectionEvent::Deliver(delivery)).is_ok() {
+                reached = 1;
+            }
+        }
+        Routed {
+            queues: reached,
+            confirm: Confirm::settled(false),
+        }
+    }
+
+    /// Stores `message` once for the durable queues of `queues` (when it is persistent), then
+    /// enqueues it in every queue of `queues` (drained). A copy that brings a delivery count
+    /// along (a dead-lettered one) has it recorded for each durable queue.
+    fn enqueue(
+        &self,
+        message: &Arc<Message>,
+        queues: &mut Vec<Arc<Queue>>,
+        store_ids: &mut Vec<QueueId>,
+        confirm_to: ConfirmTo<'_>,
+    ) -> Result<Confirm, StoreError> {
+        let mut refused = false;
+        let mut store_seq = 0;
+        let mut stored = None;
+        if let Some(store) = self.store.as_ref().filter(|_| message.persistent) {
+            store_ids.clear();
+            store_ids.extend(
+                queues
+                    .iter()
+                    .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
+            );
+            if !store_ids.is_empty() {
+                match store.append(store_ids, &message.to_stored()) {
+                    Ok(appended) => {
+                        store_seq = appended.seq;
+                        stored = Some(appended);
+                        if message.inherited_delivery_count > 0 {
+                            for id in store_ids.iter() {
+                                // A queue deleted meanwhile has no count to keep.
+                                let _ = store.set_delivery_count(
+                                    *id,
+                                    appended.id,
+                                    message.inherited_delivery_count,
+                                );
+                            }
+                        }
+                    }
+                    // A write failed and the store retries (the store logs it, once): the
+                    // durable queues cannot take the message, the others do.
+                    Err(StoreError::Unavailable(_)) => {
+                        refused = true;
+                        queues.retain(|q| q.stored.is_none());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut routed_confirm = RoutedConfirm::new(confirm_to);
+        for queue in queues.drain(..) {
+            if queue.publish_routed(message, stored, routed_confirm.as_mut()) == Enqueued::Rejected
+            {
+                refused = true;
+            }
+        }
+        Ok(Confirm::new(
+            store_seq,
+            refused,
+            routed_confirm.and_then(RoutedConfirm::finish),
+        ))
+    }
+}
