@@ -14,6 +14,7 @@ use crate::context::Ctx;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
+use warren_broker::access::user_id_refusal;
 use warren_broker::confirm::{Confirm, ConfirmTo};
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
@@ -260,13 +261,8 @@ impl Channel {
             };
             reply_to_rewrite = Some(ShortStr::from(format!("{DIRECT_REPLY_TO_PREFIX}{key}")));
         }
-        if let Some(user_id) = &props.user_id {
-            if user_id.as_str() != ctx.user {
-                return Err(AmqpError::precondition(format!(
-                    "user_id property set to '{user_id}' but authenticated user was '{}'",
-                    ctx.user
-                )));
-            }
+        if let Some(refusal) = user_id_refusal(props.user_id.as_deref(), ctx.user) {
+            return Err(AmqpError::precondition(refusal));
         }
         if let Some(expiration) = &props.expiration {
             if let Err(why) = parse_expiration(expiration) {

@@ -60,6 +60,15 @@ pub fn refusal_text(resource: &str, name: &str, vhost: &str, user: &str) -> Stri
     format!("access to {resource} '{name}' in vhost '{vhost}' refused for user '{user}'")
 }
 
+/// RabbitMQ's refusal of a message whose `user_id` property names another user than the one
+/// who published it; None when it may go. Every protocol's publish asks it (0-9-1 closes the
+/// channel with 406, AMQP 1.0 rejects the transfer, the HTTP API answers 400).
+pub fn user_id_refusal(user_id: Option<&str>, user: &str) -> Option<String> {
+    let claimed = user_id?;
+    (claimed != user)
+        .then(|| format!("user_id property set to '{claimed}' but authenticated user was '{user}'"))
+}
+
 /// RabbitMQ's text for a routing key a topic permission refuses.
 pub fn topic_refusal_text(routing_key: &str, exchange: &str, vhost: &str, user: &str) -> String {
     format!(

@@ -17,7 +17,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::access::AccessKind;
+use warren_broker::access::{user_id_refusal, AccessKind};
 use warren_broker::confirm::ConfirmTo;
 use warren_broker::policy::EntityKind;
 use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
@@ -341,13 +341,8 @@ pub async fn publish(
         }
     };
     let properties = properties_from_json(body.get("properties").unwrap_or(&Value::Null))?;
-    if let Some(user_id) = &properties.user_id {
-        if user_id.as_str() != who.name {
-            return Err(ApiError::bad_request(format!(
-                "user_id property set to '{user_id}' but authenticated user was '{}'",
-                who.name
-            )));
-        }
+    if let Some(refusal) = user_id_refusal(properties.user_id.as_deref(), &who.name) {
+        return Err(ApiError::bad_request(refusal));
     }
     let cc = header_routes(properties.headers.as_ref())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
