@@ -110,6 +110,19 @@ struct PolicyState {
 }
 
 impl Exchange {
+    /// RabbitMQ's refusal of a publish to this exchange when it is internal (only bindings
+    /// from other exchanges may feed it); None when clients may publish to it. Every
+    /// protocol's publish asks it: 0-9-1 closes the channel with 403, AMQP 1.0 rejects the
+    /// transfer with unauthorized-access, the HTTP API answers 401.
+    pub fn publish_refusal(&self, vhost: &str) -> Option<String> {
+        self.internal.then(|| {
+            format!(
+                "cannot publish to internal exchange '{}' in vhost '{vhost}'",
+                self.name
+            )
+        })
+    }
+
     pub fn new(
         name: ShortStr,
         kind: ExchangeKind,

@@ -234,12 +234,8 @@ impl Channel {
                     ctx.vhost.name()
                 ))
             })?;
-        if exchange.internal {
-            return Err(AmqpError::access_refused(format!(
-                "cannot publish to internal exchange '{}' in vhost '{}'",
-                exchange.name,
-                ctx.vhost.name()
-            )));
+        if let Some(refusal) = exchange.publish_refusal(ctx.vhost.name()) {
+            return Err(AmqpError::access_refused(refusal));
         }
         // Only what routing and the checks below need is read; the properties go to
         // consumers as the publisher's bytes unless one of them has to change.

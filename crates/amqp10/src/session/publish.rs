@@ -285,14 +285,8 @@ pub(super) fn check_destination(dest: &Destination, env: &Env) -> Result<(), Err
             format!("no queue '{}' in vhost '{vhost}'", dest.routing_key),
         ));
     }
-    if exchange.internal {
-        return Err(codec::error(
-            AmqpError::UnauthorizedAccess,
-            format!(
-                "cannot publish to internal exchange '{}' in vhost '{vhost}'",
-                dest.exchange
-            ),
-        ));
+    if let Some(refusal) = exchange.publish_refusal(vhost) {
+        return Err(codec::error(AmqpError::UnauthorizedAccess, refusal));
     }
     let name = permission_name(&dest.exchange);
     if !env.access.check(env.user, vhost, AccessKind::Write, name) {

@@ -351,11 +351,10 @@ pub async fn publish(
     let acting = api.acting(&who, &vhost.name, Report::Publish)?;
     acting.exchange(AccessKind::Write, exchange)?;
     let x = vhost.exchange(exchange).ok_or_else(ApiError::not_found)?;
-    if x.internal {
+    if let Some(refusal) = x.publish_refusal(&vhost.name) {
         // RabbitMQ's channel refuses it with 403, which its API answers as not_authorised.
         return Err(ApiError::not_authorised(format!(
-            "ACCESS_REFUSED - cannot publish to internal exchange '{}' in vhost '{}'",
-            x.name, vhost.name
+            "ACCESS_REFUSED - {refusal}"
         )));
     }
     for key in keys.all() {
