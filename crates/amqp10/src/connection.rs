@@ -799,7 +799,7 @@ where
             // The queues that confirm on their own (quorum, remote) answered a transfer: its
             // disposition may be ready.
             ConnectionEvent::ConfirmsSettled => self.end_of_batch(),
-            ConnectionEvent::QuorumGot { .. } => {}
+            ConnectionEvent::GetAnswered { .. } => {}
         }
     }
 

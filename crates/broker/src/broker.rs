@@ -11,6 +11,7 @@ use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
 use crate::persist::{DefinitionsWriter, Urgency};
+use crate::quorum::QuorumQueue;
 use crate::registry::Registry;
 use crate::replication::Replicator;
 use crate::snapshot::{AccessSnapshot, Snapshot, VHostSnapshot};
@@ -561,7 +562,7 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + patience;
         for vhost in self.vhosts() {
             for queue in vhost.queues() {
-                if let Some(qq) = queue.quorum() {
+                if let Some(qq) = QuorumQueue::of(&queue) {
                     qq.recovered(deadline).await;
                 }
             }

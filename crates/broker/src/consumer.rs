@@ -124,12 +124,13 @@ pub enum ConnectionEvent {
         code: ReplyCode,
         text: String,
     },
-    /// A quorum queue answered the last of some publish's confirms: the channels send the
-    /// confirms that are now ready.
+    /// The queues that confirm on their own (quorum, remote) answered the last of some
+    /// publish's confirms: the channels send the confirms that are now ready.
     ConfirmsSettled,
-    /// A quorum queue's answer to basic.get on `channel`: the message (held by the channel
+    /// The answer of a queue that answers basic.get later (`Queue::answers_get_later`) to
+    /// basic.get on `channel`: the message (held by the channel
     /// unless `no_ack`) and how many remain, or none.
-    QuorumGot {
+    GetAnswered {
         channel: u16,
         queue: Arc<Queue>,
         no_ack: bool,
@@ -315,7 +316,7 @@ mod tests {
     use warren_codec::BasicProperties;
 
     fn queue(name: &str) -> Arc<Queue> {
-        Queue::standalone(name)
+        crate::classic::standalone(name)
     }
 
     fn message() -> Arc<Message> {

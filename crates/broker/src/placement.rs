@@ -87,7 +87,7 @@ impl Broker {
         }
         for vhost in self.vhosts() {
             for queue in vhost.queues() {
-                let node = queue.remote().map_or(me.as_str(), |r| r.node());
+                let node = queue.home_node().unwrap_or(me.as_str());
                 if let Some(n) = served.get_mut(node) {
                     *n += 1;
                 }

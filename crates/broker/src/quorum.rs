@@ -33,14 +33,18 @@ pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
 
 use crate::churn::{DeadLetterSource, DeadLetterStrategy};
 use crate::confirm::QueueAnswers;
+use crate::confirm::RoutedConfirm;
+use crate::consumer::ConnectionId;
 use crate::consumer::{pipeline_cost, ConnectionEvent, Consumer, Delivery};
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
 use crate::event_channel::event_channel;
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
-use crate::queue::{Queue, QueuedMessage};
-use crate::remote::RemoteQueue;
+use crate::queue::{Enqueued, Queue, QueueLimits, QueuedMessage};
+use crate::queue_type::{GetLater, QueueDepth, QueueType, Replicas};
+use crate::remote::{ForwardPeers, RemoteQueue};
+use crate::stats::MessageStats;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
@@ -58,6 +62,7 @@ use warren_quorum::network::{RaftRequest, RaftResponse, Transport, TransportErro
 use warren_quorum::node::QueueGroup;
 use warren_quorum::storage::Applied;
 use warren_quorum::types::{GroupId, NodeId, Proposal};
+use warren_store::Appended;
 
 /// How often the leader lets time pass (`Tick`) while the head of the queue can expire.
 const TICK_INTERVAL: Duration = Duration::from_millis(200);
@@ -211,6 +216,9 @@ pub struct MemberStatus {
 pub struct QuorumQueue {
     group_id: GroupId,
     host: Arc<QuorumHost>,
+    /// The links to the other nodes of the vhost's cluster, for the delegate through which
+    /// this node's clients reach the leader.
+    forward_peers: Arc<ForwardPeers>,
     /// What the group's machine should act on (arguments and policies); a change is proposed
     /// to the group (`Command::SetConfig`) under this lock, so proposals follow updates.
     config: Mutex<QueueConfig>,
@@ -278,8 +286,14 @@ impl std::fmt::Debug for QuorumQueue {
 }
 
 impl QuorumQueue {
+    /// The quorum side of a queue record; None for another type.
+    pub fn of(queue: &Queue) -> Option<&QuorumQueue> {
+        queue.type_state::<QuorumQueue>()
+    }
+
     pub fn new(
         host: Arc<QuorumHost>,
+        forward_peers: Arc<ForwardPeers>,
         group_id: GroupId,
         config: QueueConfig,
         dead_letter_at_least_once: bool,
@@ -294,6 +308,7 @@ impl QuorumQueue {
         QuorumQueue {
             group_id,
             host,
+            forward_peers,
             config: Mutex::new(config),
             dead_letter_at_least_once: AtomicBool::new(dead_letter_at_least_once),
             dead_letters_forwarding: Arc::default(),
@@ -435,7 +450,7 @@ impl QuorumQueue {
         }
         let name = self.host.member_name(leader)?;
         let home = queue.home()?;
-        let peer = home.forward_peers().peer(&name);
+        let peer = self.forward_peers.peer(&name);
         let remote = Arc::new(RemoteQueue::new(
             &peer,
             home.vhost_name(),
@@ -491,7 +506,9 @@ impl QuorumQueue {
             while tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(FORWARD_RETRY).await;
                 let Some(queue) = weak.upgrade() else { return };
-                let Some(qq) = queue.quorum() else { return };
+                let Some(qq) = QuorumQueue::of(&queue) else {
+                    return;
+                };
                 if qq.is_deleted() || qq.is_leading() || qq.attach_waiting(&queue) {
                     return;
                 }
@@ -1054,37 +1071,174 @@ impl QuorumQueue {
     }
 }
 
-impl Queue {
-    /// basic.get on a queue that answers it asynchronously (`answers_get_later`): a quorum
-    /// queue (see `QuorumQueue::get`) or a remote one; None for an empty queue or a classic
-    /// one.
-    pub async fn get_async(self: &Arc<Self>, no_ack: bool) -> Option<(QueuedMessage, u32)> {
-        self.touch();
-        if let Some(remote) = self.remote() {
-            return remote.get(no_ack).await;
+/// Starts a quorum queue's group (recovering it from the log when it exists) and its
+/// tasks. Commands proposed before the group leads wait in order.
+pub(crate) fn start(queue: &Arc<Queue>) {
+    let Some(qq) = QuorumQueue::of(queue) else {
+        return;
+    };
+    let Some(commands) = qq.commands_rx.lock().take() else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::error!(queue = %queue.name, "no runtime to start the quorum queue on");
+        return;
+    };
+    let weak = Arc::downgrade(queue);
+    runtime.spawn(async move {
+        if let Err(e) = run_group(weak.clone(), commands).await {
+            tracing::error!(error = %e, "quorum queue group failed to start");
         }
-        self.quorum()?.get(self, no_ack).await
+    });
+}
+
+impl QueueType for QuorumQueue {
+    fn type_name(&self) -> &'static str {
+        "quorum"
     }
 
-    /// Starts a quorum queue's group (recovering it from the log when it exists) and its
-    /// tasks. Commands proposed before the group leads wait in order.
-    pub(crate) fn start_quorum(self: &Arc<Self>) {
-        let Some(qq) = self.quorum() else {
-            return;
-        };
-        let Some(commands) = qq.commands_rx.lock().take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::error!(queue = %self.name, "no runtime to start the quorum queue on");
-            return;
-        };
-        let weak = Arc::downgrade(self);
-        runtime.spawn(async move {
-            if let Err(e) = run_group(weak.clone(), commands).await {
-                tracing::error!(error = %e, "quorum queue group failed to start");
-            }
-        });
+    fn served_here(&self) -> bool {
+        self.is_leading()
+    }
+
+    fn confirms_later(&self) -> bool {
+        true
+    }
+
+    fn answers_get_later(&self) -> bool {
+        true
+    }
+
+    /// RabbitMQ 3.10's quorum queues refuse a consumer on a channel with a global prefetch
+    /// limit.
+    fn supports_global_qos(&self) -> bool {
+        false
+    }
+
+    /// Confirmed once the group committed it.
+    fn enqueue(
+        &self,
+        queue: &Arc<Queue>,
+        message: &Arc<Message>,
+        _stored: Option<Appended>,
+        confirm: Option<&mut RoutedConfirm<'_>>,
+    ) -> Enqueued {
+        MessageStats::add(&queue.stats.publish, 1);
+        QuorumQueue::enqueue(self, message, confirm.map(RoutedConfirm::join));
+        Enqueued::Accepted
+    }
+
+    fn settle(
+        &self,
+        _queue: &Arc<Queue>,
+        acked: Vec<QueuedMessage>,
+        requeued: Vec<QueuedMessage>,
+        rejected: Vec<QueuedMessage>,
+    ) {
+        QuorumQueue::settle(self, &acked, &requeued, &rejected, false)
+    }
+
+    /// Back at the head, where RabbitMQ returns a downed consumer's messages.
+    fn release(&self, _queue: &Arc<Queue>, messages: Vec<QueuedMessage>) {
+        QuorumQueue::settle(self, &[], &messages, &[], true)
+    }
+
+    fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        QuorumQueue::add_consumer(self, queue, consumer)
+    }
+
+    /// A quorum queue is never auto-delete.
+    fn remove_consumer(
+        &self,
+        queue: &Queue,
+        connection: ConnectionId,
+        channel: u16,
+        tag: &str,
+    ) -> Option<(Arc<Consumer>, bool)> {
+        let consumer = QuorumQueue::remove_consumer(self, connection, channel, tag)?;
+        queue.touch();
+        Some((consumer, false))
+    }
+
+    fn get_later<'a>(&'a self, queue: &'a Arc<Queue>, no_ack: bool) -> GetLater<'a> {
+        Box::pin(self.get(queue, no_ack))
+    }
+
+    fn purge(&self, _queue: &Queue) -> u32 {
+        QuorumQueue::purge(self)
+    }
+
+    fn mark_deleted(&self, _queue: &Queue) -> (Vec<Arc<Consumer>>, u32) {
+        QuorumQueue::mark_deleted(self)
+    }
+
+    fn detach(&self, _queue: &Queue) -> Vec<Arc<Consumer>> {
+        self.detach_consumers()
+    }
+
+    fn message_count(&self, _queue: &Arc<Queue>) -> u32 {
+        QuorumQueue::message_count(self)
+    }
+
+    fn consumer_count(&self) -> u32 {
+        QuorumQueue::consumer_count(self)
+    }
+
+    fn unacked_count(&self) -> u32 {
+        QuorumQueue::unacked_count(self)
+    }
+
+    /// A quorum queue's messages are all in memory (and in its log).
+    fn depth(&self) -> QueueDepth {
+        let ready = u64::from(QuorumQueue::message_count(self));
+        let ready_bytes = self.ready_bytes();
+        QueueDepth {
+            ready,
+            ready_bytes,
+            ready_in_memory: ready,
+            ready_in_memory_bytes: ready_bytes,
+            paged_out: 0,
+            paged_out_bytes: 0,
+            unacked: u64::from(QuorumQueue::unacked_count(self)),
+            consumers: u64::from(QuorumQueue::consumer_count(self)),
+        }
+    }
+
+    fn unused(&self) -> Option<bool> {
+        Some(!self.has_consumers())
+    }
+
+    fn apply_policies(&self, queue: &Arc<Queue>, limits: &QueueLimits, policies: &AppliedPolicies) {
+        let config = queue_config(&queue.arguments, policies);
+        let at_least_once = dead_letter_at_least_once(
+            &queue.arguments,
+            policies,
+            &config,
+            limits.dead_letter_exchange.is_some(),
+        );
+        self.set_config(config, at_least_once);
+    }
+
+    fn dead_letter_source(&self) -> DeadLetterSource {
+        DeadLetterSource::Quorum
+    }
+
+    /// RabbitMQ's `members` and `leader`: from the group's own view when this node is a
+    /// member that runs, else as declared and last learned.
+    fn replicas(&self) -> Option<Replicas> {
+        let group = self.group_status();
+        Some(Replicas {
+            members: group.as_ref().map_or_else(
+                || self.member_ids(),
+                |g| g.members.iter().map(|m| m.node).collect(),
+            ),
+            leader: group.as_ref().and_then(|g| g.leader).or(self.leader()),
+            group,
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -1103,7 +1257,7 @@ pub(crate) fn reattach_or_cancel(consumers: Vec<Arc<Consumer>>) {
     for c in consumers {
         let queue = c.queue.upgrade().filter(|_| c.is_attached());
         let reattached = match &queue {
-            Some(queue) => match queue.quorum() {
+            Some(queue) => match QuorumQueue::of(queue) {
                 Some(qq) if !qq.is_deleted() => qq.add_consumer(queue, c.clone()).is_ok(),
                 _ => false,
             },
@@ -1144,7 +1298,7 @@ async fn run_group(
 ) -> Result<(), String> {
     let (host, group_id, config, name, members) = {
         let queue = weak.upgrade().ok_or("queue gone")?;
-        let qq = queue.quorum().ok_or("not a quorum queue")?;
+        let qq = QuorumQueue::of(&queue).ok_or("not a quorum queue")?;
         (
             qq.host.clone(),
             qq.group_id,
@@ -1171,7 +1325,7 @@ async fn run_group(
                 let Some(queue) = weak.upgrade() else {
                     return Ok(());
                 };
-                let Some(qq) = queue.quorum() else {
+                let Some(qq) = QuorumQueue::of(&queue) else {
                     return Ok(());
                 };
                 members = qq.members();
@@ -1234,7 +1388,7 @@ async fn run_group(
     let group = Arc::new(group);
     {
         let queue = weak.upgrade().ok_or("queue gone")?;
-        let qq = queue.quorum().ok_or("not a quorum queue")?;
+        let qq = QuorumQueue::of(&queue).ok_or("not a quorum queue")?;
         if qq.group.set(group.clone()).is_err() {
             return Ok(());
         }
@@ -1258,7 +1412,9 @@ async fn run_group(
     loop {
         let first = {
             let Some(queue) = weak.upgrade() else { break };
-            let Some(qq) = queue.quorum() else { break };
+            let Some(qq) = QuorumQueue::of(&queue) else {
+                break;
+            };
             // `notify_one` keeps a permit when nobody waits: a change is never missed.
             let leader_changed = qq.leader_changed.clone();
             drop(queue);
@@ -1340,7 +1496,9 @@ async fn probe_leader(weak: Weak<Queue>) {
         tokio::time::sleep(PROBE_INTERVAL).await;
         let (host, group, known, members) = {
             let Some(queue) = weak.upgrade() else { return };
-            let Some(qq) = queue.quorum() else { return };
+            let Some(qq) = QuorumQueue::of(&queue) else {
+                return;
+            };
             // Deleted, or a member now (its member's metrics name the leader).
             if qq.is_deleted() || qq.group.get().is_some() {
                 return;
@@ -1369,7 +1527,9 @@ async fn probe_leader(weak: Weak<Queue>) {
         }
         let Some(leader) = learned else { continue };
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         let changed = qq.leader.send_if_modified(|current| {
             let changed = *current != Some(leader);
             *current = Some(leader);
@@ -1553,7 +1713,9 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
         };
         {
             let Some(queue) = weak.upgrade() else { return };
-            let Some(qq) = queue.quorum() else { return };
+            let Some(qq) = QuorumQueue::of(&queue) else {
+                return;
+            };
             if qq.is_deleted() {
                 return;
             }
@@ -1597,7 +1759,7 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
     let Some(queue) = weak.upgrade() else {
         return true;
     };
-    let Some(qq) = queue.quorum() else {
+    let Some(qq) = QuorumQueue::of(&queue) else {
         return true;
     };
     let write = |command: Command| group.propose_at(now_ms(), command);
@@ -1710,7 +1872,9 @@ async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
     loop {
         let wake = {
             let Some(queue) = weak.upgrade() else { return };
-            let Some(qq) = queue.quorum() else { return };
+            let Some(qq) = QuorumQueue::of(&queue) else {
+                return;
+            };
             let quiet = quiet_rounds >= TICK_QUIET_ROUNDS;
             // Set before sleeping: a proposal after this wakes the sleep below (`notify_one`
             // keeps the permit if it comes first).
@@ -1730,7 +1894,9 @@ async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
             _ = tick_wake.notified() => quiet_rounds = 0,
         }
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         if qq.is_deleted() {
             return;
         }
@@ -1757,7 +1923,9 @@ async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
 async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied>) {
     while let Some(applied) = effects.recv().await {
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         // Every member computes the effects. A delivery is handed over wherever its consumer
         // is attached, which is only ever the node that led when the group checked the
         // message out to it: gating it on leading now would drop the deliveries of entries
@@ -1885,7 +2053,9 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
     }
     let _claim = {
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         let forwarding = qq.dead_letters_forwarding.clone();
         {
             let mut claimed = forwarding.lock();
@@ -1896,7 +2066,9 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
     ids.sort_unstable();
     loop {
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         let Some(group) = qq.group.get().cloned() else {
             return;
         };
@@ -1932,7 +2104,9 @@ async fn forward_dead_letters(weak: Weak<Queue>, mut ids: Vec<MsgId>) {
             None => true,
         };
         let Some(queue) = weak.upgrade() else { return };
-        let Some(qq) = queue.quorum() else { return };
+        let Some(qq) = QuorumQueue::of(&queue) else {
+            return;
+        };
         if accepted && durable && routed.all_routed {
             // The claim lasts until the group applied the settle: a take-over in between
             // must not see them still held and send them again.

@@ -8,7 +8,7 @@
 //! messages off the head never shrinks: a queue under load empties and refills many times a
 //! second, and regrowing its buffer each time (reallocations, page faults on fresh pages) cost
 //! ~10 % of the broker's CPU in a 16 B run; the queue shrinks its list a while after it
-//! emptied instead (`queue/shrink.rs`). The rarer ways out (expiry, drop-head, purge) still
+//! emptied instead (`classic/shrink.rs`). The rarer ways out (expiry, drop-head, purge) still
 //! shrink at once.
 
 use crate::queued_message::QueuedMessage;

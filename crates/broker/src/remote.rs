@@ -3,8 +3,7 @@
 //!
 //! A client may connect to any node and use any queue. Definitions are the same on every
 //! node, so every node has a [`Queue`] for every queue; on the serving node it is the real
-//! queue, on the others its kind is [`QueueKind::Remote`](crate::queue::QueueKind): a
-//! [`RemoteQueue`] that sends what the channel asks over the [`ForwardLink`] to the serving
+//! queue, on the others its type is a [`RemoteQueue`] that sends what the channel asks over the [`ForwardLink`] to the serving
 //! node. The channel and publish paths see the same `Queue` methods as for the other types
 //! (the queue-type interface); a remote queue answers them as a quorum queue does:
 //! - publish: forwarded; with a publisher confirm, the confirm (the publish's
@@ -20,7 +19,7 @@
 //!   came over (`QueuedMessage::via`: the record on one link), so they go back over that
 //!   binding or nowhere — after a reconnect, or through another delegate of a quorum queue,
 //!   the same id may name another consumer's hold;
-//! - basic.get: answered asynchronously (`ConnectionEvent::QuorumGot`), as for quorum;
+//! - basic.get: answered asynchronously (`ConnectionEvent::GetAnswered`), as for quorum;
 //! - purge, message and consumer counts: the serving node reports its counts over the link
 //!   whenever they change (a declare-ok on a forwarding node shows them as of the last
 //!   report); purge answers the last count and forwards.
@@ -56,13 +55,18 @@ pub use link::{open, ForwardLink};
 pub use peers::{ForwardPeers, PeerLink};
 
 use crate::confirm::QueueAnswers;
-use crate::consumer::{ConnectionId, Consumer};
+use crate::confirm::RoutedConfirm;
+use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
+use crate::error::AmqpResult;
 use crate::message::Message;
-use crate::queue::{Enqueued, QueuedMessage};
+use crate::policy::AppliedPolicies;
+use crate::queue::{Enqueued, Queue, QueueLimits, QueuedMessage};
+use crate::queue_type::{GetLater, QueueDepth, QueueType};
 use parking_lot::Mutex;
 use peers::Record;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
+use warren_store::Appended;
 
 /// The serving queue's counts as last reported over the link.
 #[derive(Debug, Default)]
@@ -275,5 +279,132 @@ impl RemoteQueue {
 
     pub fn has_consumers(&self) -> bool {
         self.consumer_count() > 0
+    }
+
+    /// The remote side of a queue record; None for another type.
+    pub fn of(queue: &Queue) -> Option<&RemoteQueue> {
+        queue.type_state::<RemoteQueue>()
+    }
+}
+
+impl QueueType for RemoteQueue {
+    fn type_name(&self) -> &'static str {
+        self.served_type
+    }
+
+    fn served_here(&self) -> bool {
+        false
+    }
+
+    fn confirms_later(&self) -> bool {
+        true
+    }
+
+    fn answers_get_later(&self) -> bool {
+        true
+    }
+
+    fn home_node(&self) -> Option<&str> {
+        Some(self.node())
+    }
+
+    fn is_reachable(&self) -> bool {
+        RemoteQueue::is_reachable(self)
+    }
+
+    fn home_is_down(&self) -> bool {
+        RemoteQueue::home_is_down(self)
+    }
+
+    /// Confirmed once the serving node's queue accepted it, and counted there.
+    fn enqueue(
+        &self,
+        _queue: &Arc<Queue>,
+        message: &Arc<Message>,
+        _stored: Option<Appended>,
+        confirm: Option<&mut RoutedConfirm<'_>>,
+    ) -> Enqueued {
+        self.publish(message, confirm.map(RoutedConfirm::join))
+    }
+
+    fn settle(
+        &self,
+        _queue: &Arc<Queue>,
+        acked: Vec<QueuedMessage>,
+        requeued: Vec<QueuedMessage>,
+        rejected: Vec<QueuedMessage>,
+    ) {
+        RemoteQueue::settle(self, &acked, &requeued, &rejected)
+    }
+
+    /// The serving queue checks exclusivity; a refusal comes back as basic.cancel, and so
+    /// does a link lost meanwhile (the client consumes again).
+    fn add_consumer(&self, _queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {
+        if let Err(consumer) = RemoteQueue::add_consumer(self, consumer) {
+            tracing::debug!(consumer = %consumer.tag, node = %self.node(), "consumer cancelled: no live link to the queue's node");
+            let _ = consumer.send(ConnectionEvent::ConsumerCancelled {
+                channel: consumer.channel,
+                consumer_tag: consumer.tag.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The serving node deletes an auto-delete queue that lost its last consumer.
+    fn remove_consumer(
+        &self,
+        _queue: &Queue,
+        connection: ConnectionId,
+        channel: u16,
+        tag: &str,
+    ) -> Option<(Arc<Consumer>, bool)> {
+        let consumer = RemoteQueue::remove_consumer(self, connection, channel, tag)?;
+        Some((consumer, false))
+    }
+
+    fn get_later<'a>(&'a self, _queue: &'a Arc<Queue>, no_ack: bool) -> GetLater<'a> {
+        Box::pin(self.get(no_ack))
+    }
+
+    fn purge(&self, _queue: &Queue) -> u32 {
+        RemoteQueue::purge(self)
+    }
+
+    fn mark_deleted(&self, _queue: &Queue) -> (Vec<Arc<Consumer>>, u32) {
+        RemoteQueue::mark_deleted(self)
+    }
+
+    fn detach(&self, _queue: &Queue) -> Vec<Arc<Consumer>> {
+        RemoteQueue::mark_deleted(self).0
+    }
+
+    fn message_count(&self, _queue: &Arc<Queue>) -> u32 {
+        RemoteQueue::message_count(self)
+    }
+
+    fn consumer_count(&self) -> u32 {
+        RemoteQueue::consumer_count(self)
+    }
+
+    /// Held on the serving node, which counts them.
+    fn unacked_count(&self) -> u32 {
+        0
+    }
+
+    /// Counted by the serving node.
+    fn depth(&self) -> QueueDepth {
+        QueueDepth::default()
+    }
+
+    /// The serving node expires the queue; its deletion reaches every node.
+    fn unused(&self) -> Option<bool> {
+        None
+    }
+
+    /// The serving node acts on the queue's policies.
+    fn apply_policies(&self, _: &Arc<Queue>, _: &QueueLimits, _: &AppliedPolicies) {}
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

@@ -29,6 +29,7 @@ use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
 use crate::error::AmqpError;
 use crate::queue::Queue;
 use crate::quorum::placement;
+use crate::quorum::QuorumQueue;
 use crate::vhost::VHost;
 use std::collections::HashMap;
 use std::future::Future;
@@ -272,7 +273,7 @@ impl Broker {
         if !fresh {
             let mut groups: HashMap<u64, usize> = HashMap::new();
             for queue in self.vhosts().iter().flat_map(|v| v.queues()) {
-                if let Some(qq) = queue.quorum() {
+                if let Some(qq) = QuorumQueue::of(&queue) {
                     for member in qq.members() {
                         *groups.entry(member).or_default() += 1;
                     }

@@ -18,6 +18,7 @@ pub use lifecycle::{VHostLimits, VHostMetadata};
 pub use publish::{Publish, PublishScratch, Routed};
 
 use crate::churn::{self, NodeCounters};
+use crate::classic::ClassicQueue;
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
 use crate::equivalence::{check_args, check_flags, inequivalent};
 use crate::error::{AmqpError, AmqpResult};
@@ -26,11 +27,12 @@ use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
 use crate::names;
 use crate::policy::{EntityKind, Policies};
-use crate::queue::{Queue, QueueHome, QueueKind, StoredQueue};
+use crate::queue::{Queue, QueueHome, StoredQueue};
 use crate::queue_args::{
     check_declare_arguments, is_quorum, queue_limits, CLASSIC_QUEUE_ARGS, QUORUM_QUEUE_ARGS,
 };
 use crate::quorum::{QuorumHost, QuorumQueue};
+use crate::remote::RemoteQueue;
 use crate::versioned_map::{LastLookup, VersionedMap};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -367,14 +369,14 @@ impl VHost {
     /// cluster forms is not refused for a link that comes a moment later.
     pub fn link_to_await(&self, name: &str) -> Option<Arc<crate::remote::PeerLink>> {
         let queue = self.queue(name)?;
-        let peer = queue.remote()?.peer();
+        let peer = RemoteQueue::of(&queue)?.peer();
         peer.link_pending().then(|| peer.clone())
     }
 
     /// A queue whose serving node is unreachable answers 404, as RabbitMQ answers for a
     /// durable classic queue whose home node is down.
     pub fn check_reachable(&self, queue: &Queue) -> AmqpResult<()> {
-        match queue.remote() {
+        match RemoteQueue::of(queue) {
             Some(r) if !r.is_reachable() => Err(AmqpError::not_found(format!(
                 "home node '{}' of durable queue '{}' in vhost '{}' is down or inaccessible",
                 r.node(),
@@ -574,7 +576,7 @@ impl VHost {
         };
         // A quorum queue's Raft group starts once the queue is registered (recovered from the
         // shared log when the queue existed before a restart); once only, nothing for others.
-        queue.start_quorum();
+        crate::quorum::start(&queue);
         if queue.expires_ms().is_some() {
             self.watch_expiry(&queue);
         }
@@ -582,7 +584,7 @@ impl VHost {
     }
 
     /// A queue as declared, not registered yet: a classic one (in the store when durable and
-    /// not exclusive), or a quorum queue whose group is not started yet (`start_quorum`).
+    /// not exclusive), or a quorum queue whose group is not started yet (`quorum::start`).
     pub(crate) fn build_queue(
         self: &Arc<Self>,
         name: ShortStr,
@@ -610,6 +612,12 @@ impl VHost {
             }
             _ => None,
         };
+        let classic = ClassicQueue::new(
+            limits.clone(),
+            self.memory.clone(),
+            stored.is_some(),
+            self.store.clone(),
+        );
         Ok(Arc::new(Queue::new(
             name,
             durable,
@@ -617,10 +625,9 @@ impl VHost {
             auto_delete,
             arguments,
             limits,
-            self.memory.clone(),
             Arc::downgrade(self) as Weak<dyn QueueHome>,
             stored,
-            self.store.clone(),
+            Box::new(classic),
         )))
     }
 
@@ -647,26 +654,23 @@ impl VHost {
         );
         let quorum = QuorumQueue::new(
             host.clone(),
+            self.forward_peers(),
             QuorumHost::group_id(&self.name, &name),
             config,
             at_least_once,
             members,
         );
-        let queue = Arc::new(
-            Queue::new(
-                name.clone(),
-                true,
-                None,
-                false,
-                arguments,
-                limits,
-                self.memory.clone(),
-                Arc::downgrade(self) as Weak<dyn QueueHome>,
-                None,
-                None,
-            )
-            .with_kind(QueueKind::Quorum(Box::new(quorum))),
-        );
+        let queue = Arc::new(Queue::new(
+            name.clone(),
+            true,
+            None,
+            false,
+            arguments,
+            limits,
+            Arc::downgrade(self) as Weak<dyn QueueHome>,
+            None,
+            Box::new(quorum),
+        ));
         Ok(queue)
     }
 

@@ -47,7 +47,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use warren_broker::definition_op::{DefinitionOp, PolicyList};
 use warren_broker::quorum::cluster::{node_id, ClusterNode};
-use warren_broker::quorum::{join, QuorumHost};
+use warren_broker::quorum::{join, QuorumHost, QuorumQueue};
+use warren_broker::remote::RemoteQueue;
 use warren_broker::Broker;
 use warren_codec::{FieldTable, FieldValue};
 use warren_quorum::memlog::{MemDisk, MemLog};
@@ -422,7 +423,7 @@ fn problems(world: &World) -> Vec<String> {
         for (index, node) in &running {
             let queue = node.broker.vhost("/").and_then(|vhost| vhost.queue(name));
             let shown = match &queue {
-                Some(queue) => match (queue.quorum(), queue.remote()) {
+                Some(queue) => match (QuorumQueue::of(queue), RemoteQueue::of(queue)) {
                     (Some(qq), _) => {
                         let mut members = qq.member_ids();
                         members.sort();

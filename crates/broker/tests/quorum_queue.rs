@@ -11,7 +11,7 @@ use warren_broker::confirm::QueueAnswers;
 use warren_broker::consumer::{ChannelFlow, ConnectionEvent, Consumer, Delivery};
 use warren_broker::event_channel::{event_channel, EventReceiver, EventSender};
 use warren_broker::memory::MemoryMonitor;
-use warren_broker::quorum::QuorumHost;
+use warren_broker::quorum::{QuorumHost, QuorumQueue};
 use warren_broker::{ExchangeDeclaration, Message, Queue, QueueDeclaration, VHost};
 use warren_codec::{
     BasicProperties, ContentHeader, FieldTable, FieldValue, ShortStr, BASIC_CLASS_ID,
@@ -339,7 +339,7 @@ async fn at_least_once_dead_letters_wait_for_a_route_then_go() {
     }
     let alo = vhost.queue("alo").unwrap();
     let amo = vhost.queue("amo").unwrap();
-    let held = |q: &Queue| q.quorum().unwrap().dead_letters_held();
+    let held = |q: &Queue| QuorumQueue::of(q).unwrap().dead_letters_held();
     eventually("at-least-once holds the message with no route", || {
         held(&alo) == 1
     })

@@ -32,7 +32,7 @@ impl RaftReadings {
         let mut groups = Vec::new();
         for vhost in broker.vhosts() {
             for queue in vhost.queues() {
-                if let Some(status) = queue.quorum().and_then(|qq| qq.group_status()) {
+                if let Some(status) = queue.replicas().and_then(|replicas| replicas.group) {
                     groups.push(RaftReading {
                         vhost: vhost.name.clone(),
                         queue: queue.name.to_string(),

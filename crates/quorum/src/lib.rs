@@ -47,6 +47,7 @@ pub mod node;
 pub mod node_log;
 pub mod runtime;
 pub mod sockets;
+pub mod status;
 pub mod storage;
 pub mod tcp;
 pub mod types;

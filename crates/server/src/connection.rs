@@ -1162,7 +1162,7 @@ where
                 self.forced_close.get_or_insert(AmqpError::new(code, text));
             }
             ConnectionEvent::ConfirmsSettled => self.flush_confirms(),
-            ConnectionEvent::QuorumGot {
+            ConnectionEvent::GetAnswered {
                 channel: ch,
                 queue,
                 no_ack,

@@ -85,7 +85,7 @@ impl Channel {
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
         check_consume_arguments(&name, ctx.vhost.name(), &m.arguments)?;
-        if queue.quorum().is_some()
+        if !queue.supports_global_qos()
             && self.flow.has_global_limit()
             && !ctx.vhost.mirrored_as_quorum(&name)
         {
@@ -207,12 +207,12 @@ impl Channel {
         crate::permissions::check_read_queue(ctx, &name)?;
         let queue = ctx.vhost.queue_to_use(&name, ctx.connection)?;
         if queue.answers_get_later() {
-            // The group answers asynchronously: the connection gets the result as an event
-            // (`ConnectionEvent::QuorumGot`) and `answer_get` replies then.
+            // Answered asynchronously: the connection gets the result as an event
+            // (`ConnectionEvent::GetAnswered`) and `answer_get` replies then.
             let (events, channel, no_ack) = (ctx.events.clone(), self.id, m.no_ack);
             tokio::spawn(async move {
-                let got = queue.get_async(no_ack).await;
-                let _ = events.send(ConnectionEvent::QuorumGot {
+                let got = queue.get_later(no_ack).await;
+                let _ = events.send(ConnectionEvent::GetAnswered {
                     channel,
                     queue,
                     no_ack,

@@ -10,7 +10,7 @@ use client::Client;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use warren_broker::remote;
+use warren_broker::remote::{self, RemoteQueue};
 use warren_broker::vhost::{QueueDeclaration, Serving, VHost};
 use warren_broker::Broker;
 use warren_codec::*;
@@ -147,7 +147,7 @@ async fn set_serving_moves_a_queue_both_ways_keeping_its_bindings() {
     // B serves it now: B's consumer (of the record) is cancelled; B's binding holds.
     vhost(&b).set_serving("q", Serving::Here).unwrap();
     expect_cancel(&mut on_b, &tag_b).await;
-    assert!(vhost(&b).queue("q").unwrap().remote().is_none());
+    assert!(RemoteQueue::of(&vhost(&b).queue("q").unwrap()).is_none());
     assert!(bound_to_q(&b), "B's binding moved to its real queue");
     publish(port_b, b"two").await;
     eventually("B's own queue holds the message", || count(&b) == 1).await;
@@ -178,7 +178,7 @@ async fn set_serving_moves_a_queue_both_ways_keeping_its_bindings() {
         }
     }
     let record = vhost(&a).queue("q").unwrap();
-    assert_eq!(record.remote().map(|r| r.node()), Some("b"));
+    assert_eq!(RemoteQueue::of(&record).map(|r| r.node()), Some("b"));
     assert!(bound_to_q(&a), "A's binding moved to the record");
     publish(port_a, b"three").await;
     eventually("B's queue holds what was published on A", || count(&b) == 2).await;

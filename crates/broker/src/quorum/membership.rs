@@ -21,6 +21,7 @@
 //! default), as placement uses; RabbitMQ's `grow ... all` adds the node to every queue it is
 //! not on, whatever the count.
 
+use crate::quorum::QuorumQueue;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,7 +61,7 @@ pub fn quorum_groups(broker: &Broker) -> Vec<QuorumGroup> {
     let mut groups = Vec::new();
     for vhost in broker.vhosts() {
         for queue in vhost.queues() {
-            let Some(quorum) = queue.quorum() else {
+            let Some(quorum) = QuorumQueue::of(&queue) else {
                 continue;
             };
             groups.push(QuorumGroup {

@@ -12,6 +12,8 @@ use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
 use crate::event_channel::{event_channel, EventReceiver, EventSender};
 use crate::queue::{Enqueued, Queue, QueuedMessage};
+use crate::quorum::QuorumQueue;
+use crate::remote::RemoteQueue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -136,7 +138,7 @@ impl Serving {
     fn live_queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
         let bound = self.queues.get_mut(&qid)?;
         if let Some(q) = &bound.queue {
-            if !q.is_deleted() && q.quorum().is_none_or(|qq| qq.serves_here()) {
+            if !q.is_deleted() && QuorumQueue::of(q).is_none_or(|qq| qq.serves_here()) {
                 return Some(q.clone());
             }
         }
@@ -145,9 +147,9 @@ impl Serving {
             .vhost(&bound.vhost)
             .and_then(|v| v.queue(&bound.name))
             // A remote record here is not a queue this node serves: no loops.
-            .filter(|q| q.remote().is_none())
+            .filter(|q| RemoteQueue::of(q).is_none())
             // Nor a quorum queue another node leads: its leader serves it.
-            .filter(|q| q.quorum().is_none_or(|qq| qq.serves_here()));
+            .filter(|q| QuorumQueue::of(q).is_none_or(|qq| qq.serves_here()));
         bound.queue.clone()
     }
 
@@ -161,8 +163,8 @@ impl Serving {
         self.broker
             .vhost(&bound.vhost)
             .and_then(|v| v.queue(&bound.name))
-            .filter(|q| q.remote().is_none())
-            .filter(|q| q.quorum().is_some_and(|qq| !qq.is_deleted()))
+            .filter(|q| RemoteQueue::of(q).is_none())
+            .filter(|q| QuorumQueue::of(q).is_some_and(|qq| !qq.is_deleted()))
     }
 
     pub(super) async fn on_request(&mut self, f: Frame) {
@@ -201,7 +203,7 @@ impl Serving {
                 let gets = self.gets.clone();
                 tokio::spawn(async move {
                     let got = match queue.answers_get_later() {
-                        true => queue.get_async(no_ack).await,
+                        true => queue.get_later(no_ack).await,
                         false => queue.get(no_ack),
                     };
                     let answer = Got {
@@ -471,7 +473,7 @@ impl Serving {
                         // leader electing itself again — or a refusal while it did not lead):
                         // the peer attaches them again through the leader. Only a deleted
                         // queue cancels them, as in RabbitMQ.
-                        let moved = queue.quorum().is_some_and(|qq| !qq.is_deleted());
+                        let moved = QuorumQueue::of(&queue).is_some_and(|qq| !qq.is_deleted());
                         tracing::debug!(queue = %queue.name, moved, "a forwarded consumer ended here");
                         self.outbox.frame(&match moved {
                             true => Frame::Moved { cid },
@@ -482,7 +484,7 @@ impl Serving {
             }
             ConnectionEvent::ConfirmsSettled => self.flush_confirms(),
             // basic.get is answered through `gets`; the link is no client connection to close.
-            ConnectionEvent::QuorumGot { .. } | ConnectionEvent::Close { .. } => {}
+            ConnectionEvent::GetAnswered { .. } | ConnectionEvent::Close { .. } => {}
         }
     }
 

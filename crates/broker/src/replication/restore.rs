@@ -427,7 +427,7 @@ mod tests {
             .unwrap()
             .queue(name)
             .expect("queue missing");
-        q.remote().map(|r| r.node().to_owned())
+        q.home_node().map(str::to_owned)
     }
 
     /// A classic queue's home survives a snapshot install and a restart from the stored

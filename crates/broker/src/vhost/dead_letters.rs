@@ -76,8 +76,4 @@ impl QueueHome for VHost {
     fn dead_lettered(&self) -> &DeadLettered {
         &self.counters.dead_lettered
     }
-
-    fn forward_peers(&self) -> Arc<crate::remote::ForwardPeers> {
-        VHost::forward_peers(self)
-    }
 }

@@ -8,20 +8,20 @@ use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::names;
 use crate::persist::Urgency;
 use crate::queue::Queue;
+use crate::quorum::QuorumQueue;
 use std::sync::Arc;
 
 /// Where a durable classic queue another node serves is served: its record's node (None
 /// for a queue served here, a quorum queue's record, and a transient queue's).
 fn classic_home(q: &Queue) -> Option<&str> {
-    q.remote()
-        .filter(|r| q.durable && r.served_type() == "classic")
-        .map(|r| r.node())
+    q.home_node()
+        .filter(|_| q.durable && q.type_name() == "classic")
 }
 
 /// Whether queue `q` is part of the durable definitions: a durable queue served here, or the
 /// record of a durable classic queue served elsewhere.
 pub(super) fn is_durable_queue(q: &Queue) -> bool {
-    q.stored.is_some() || q.quorum().is_some() || classic_home(q).is_some()
+    q.stored.is_some() || QuorumQueue::of(q).is_some() || classic_home(q).is_some()
 }
 
 impl VHost {
@@ -67,7 +67,9 @@ impl VHost {
                     name: q.name.clone(),
                     auto_delete: q.auto_delete,
                     arguments: q.arguments.clone(),
-                    members: q.quorum().map(|qq| qq.members()).unwrap_or_default(),
+                    members: QuorumQueue::of(&q)
+                        .map(|qq| qq.members())
+                        .unwrap_or_default(),
                     home,
                 });
             }

@@ -10,8 +10,9 @@ use crate::consumer::{ConnectionEvent, Consumer};
 use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination};
 use crate::policy::EntityKind;
-use crate::queue::{Queue, QueueHome, QueueKind};
+use crate::queue::{Queue, QueueHome};
 use crate::queue_args::queue_limits;
+use crate::quorum::QuorumQueue;
 use crate::remote::{PeerLink, RemoteQueue};
 use std::sync::{Arc, Weak};
 use warren_codec::{FieldTable, ShortStr};
@@ -72,21 +73,17 @@ impl VHost {
         served_type: &'static str,
     ) -> Arc<Queue> {
         let remote = RemoteQueue::new(peer, &self.name, &name, served_type, Arc::default());
-        Arc::new(
-            Queue::new(
-                name,
-                durable,
-                None,
-                auto_delete,
-                arguments.clone(),
-                queue_limits(&arguments),
-                self.memory.clone(),
-                Arc::downgrade(self) as Weak<dyn QueueHome>,
-                None,
-                None,
-            )
-            .with_kind(QueueKind::Remote(Box::new(remote))),
-        )
+        Arc::new(Queue::new(
+            name,
+            durable,
+            None,
+            auto_delete,
+            arguments.clone(),
+            queue_limits(&arguments),
+            Arc::downgrade(self) as Weak<dyn QueueHome>,
+            None,
+            Box::new(remote),
+        ))
     }
 
     /// Changes where queue `name` is served, in place: its bindings and policies stay.
@@ -111,7 +108,7 @@ impl VHost {
             .queue(name)
             .ok_or_else(|| super::not_found_queue(&self.name, name))?;
         let served_type = old.type_name();
-        let new = match (&serving, old.remote()) {
+        let new = match (&serving, RemoteQueue::of(&old)) {
             (Serving::Here, None) => return Ok(()),
             (Serving::Node(node), Some(r)) if r.node() == node => return Ok(()),
             (Serving::Here, Some(_)) => self.real_queue(&old)?,
@@ -156,8 +153,8 @@ impl VHost {
                 });
             }
         }
-        if new.quorum().is_some() {
-            new.start_quorum();
+        if QuorumQueue::of(&new).is_some() {
+            crate::quorum::start(&new);
         }
         for c in old.detach() {
             cancel(&c);
@@ -176,7 +173,7 @@ impl VHost {
         let queue = self
             .queue(name)
             .ok_or_else(|| super::not_found_queue(&self.name, name))?;
-        let quorum = queue.quorum().ok_or_else(|| {
+        let quorum = QuorumQueue::of(&queue).ok_or_else(|| {
             AmqpError::precondition(format!(
                 "queue '{name}' in vhost '{}' is not a quorum queue",
                 self.name

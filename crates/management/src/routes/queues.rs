@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::policy::EntityKind;
+use warren_broker::queue_type::Replicas;
 use warren_broker::quorum::status::{GroupStatus, NodeId, NodeNames};
 use warren_broker::{DefinitionOp, Queue, VHost};
 use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader};
@@ -64,9 +65,9 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
         "exclusive": q.exclusive_owner.is_some(),
         "arguments": table_to_json(&q.arguments),
         // The serving node: this one, or the home node a remote record forwards to.
-        "node": q.remote().map_or(api.node.as_str(), |r| r.node()),
+        "node": q.home_node().unwrap_or(api.node.as_str()),
         "type": q.type_name(),
-        "state": if q.remote().is_some_and(|r| !r.is_reachable()) { "down" } else { "running" },
+        "state": if q.is_reachable() { "running" } else { "down" },
         "consumers": q.consumer_count(),
         "messages": messages,
         "messages_details": details(rate(0)),
@@ -81,16 +82,13 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
         "single_active_consumer_tag": null,
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
     });
-    if let Some(qq) = q.quorum() {
+    if let Some(Replicas {
+        members, leader, ..
+    }) = q.replicas()
+    {
         // RabbitMQ's quorum queue fields: the leader (also the queue's `node`), every member
         // and the members that are running, by node name (leader null while the group elects,
         // and on a node that is no member until it learns the leader).
-        let status = qq.group_status();
-        let members: Vec<NodeId> = status.as_ref().map_or_else(
-            || qq.member_ids(),
-            |s| s.members.iter().map(|m| m.node).collect(),
-        );
-        let leader = status.as_ref().and_then(|s| s.leader).or(qq.leader());
         let running = |id: &&NodeId| names.is_running(**id);
         if let Some(leader) = leader {
             shown["node"] = json!(names.name(leader));
@@ -187,9 +185,9 @@ pub async fn one(
         .await
         .add_to_objects("queues", &mut items);
     let [mut body] = items;
-    if let Some(qq) = q.quorum() {
-        body["raft"] = qq
-            .group_status()
+    if let Some(replicas) = q.replicas() {
+        body["raft"] = replicas
+            .group
             .map_or(Value::Null, |status| raft_json(&names, &status));
     }
     body["consumer_details"] =

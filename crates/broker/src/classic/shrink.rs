@@ -7,36 +7,38 @@
 //! next time it empties). An idle queue thus holds a burst's buffer for `SHRINK_DELAY` at
 //! most, well inside the idle trimmer's first look (`allocator.rs` in the binary).
 
-use super::{Queue, QueueState};
+use super::queue::{ClassicQueue, ClassicState};
+use crate::queue::Queue;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How long an emptied queue keeps the buffer a burst grew.
 const SHRINK_DELAY: Duration = Duration::from_secs(1);
 
-impl Queue {
-    /// With the lock held, after taking messages off the ready list: arms the shrink timer
-    /// if the list is empty with a grown buffer and no timer is armed yet. Without a runtime
-    /// (some tests) it shrinks at once.
-    pub(super) fn shrink_later(self: &Arc<Self>, st: &mut QueueState) {
-        if st.shrink_timer || !st.ready.holds_emptied_room() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            st.ready.shrink_emptied();
+/// With the queue's lock held (`st`), after taking messages off the ready list: arms the
+/// shrink timer if the list is empty with a grown buffer and no timer is armed yet. Without
+/// a runtime (some tests) it shrinks at once.
+pub(super) fn shrink_later(queue: &Arc<Queue>, st: &mut ClassicState) {
+    if st.shrink_timer || !st.ready.holds_emptied_room() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        st.ready.shrink_emptied();
+        return;
+    };
+    st.shrink_timer = true;
+    let queue = Arc::downgrade(queue);
+    runtime.spawn(async move {
+        tokio::time::sleep(SHRINK_DELAY).await;
+        // A queue deleted meanwhile has nothing to give back here.
+        let Some(queue) = queue.upgrade() else { return };
+        let Some(classic) = ClassicQueue::of(&queue) else {
             return;
         };
-        st.shrink_timer = true;
-        let queue = Arc::downgrade(self);
-        runtime.spawn(async move {
-            tokio::time::sleep(SHRINK_DELAY).await;
-            // A queue deleted meanwhile has nothing to give back here.
-            let Some(queue) = queue.upgrade() else { return };
-            let mut st = queue.state.lock();
-            st.shrink_timer = false;
-            st.ready.shrink_emptied();
-        });
-    }
+        let mut st = classic.state.lock();
+        st.shrink_timer = false;
+        st.ready.shrink_emptied();
+    });
 }
 
 #[cfg(test)]
@@ -47,7 +49,7 @@ mod tests {
     use warren_codec::{BasicProperties, ShortStr};
 
     fn queue() -> Arc<Queue> {
-        Queue::standalone("q")
+        crate::classic::standalone("q")
     }
 
     fn publish(queue: &Arc<Queue>, n: usize) {
@@ -64,7 +66,14 @@ mod tests {
     }
 
     fn capacity(queue: &Queue) -> usize {
-        queue.state.lock().ready.capacity()
+        state(queue).ready.capacity()
+    }
+
+    fn state(queue: &Queue) -> parking_lot::MutexGuard<'_, ClassicState> {
+        ClassicQueue::of(queue)
+            .expect("a classic queue")
+            .state
+            .lock()
     }
 
     #[tokio::test]
@@ -79,7 +88,7 @@ mod tests {
         assert!(capacity(&q) >= 20_000);
         tokio::time::sleep(SHRINK_DELAY + Duration::from_millis(300)).await;
         assert!(capacity(&q) < 20_000, "{}", capacity(&q));
-        assert!(!q.state.lock().shrink_timer);
+        assert!(!state(&q).shrink_timer);
     }
 
     #[tokio::test]
@@ -91,7 +100,7 @@ mod tests {
         tokio::time::sleep(SHRINK_DELAY + Duration::from_millis(300)).await;
         // The timer found it full again: nothing given back, nothing armed.
         assert!(capacity(&q) >= 20_000);
-        assert!(!q.state.lock().shrink_timer);
+        assert!(!state(&q).shrink_timer);
         while q.get(true).is_some() {}
         tokio::time::sleep(SHRINK_DELAY + Duration::from_millis(300)).await;
         assert!(capacity(&q) < 20_000, "{}", capacity(&q));

@@ -3,8 +3,9 @@
 //! its messages — its durable place, or a spill place registered the first time a queue
 //! that is not durable pages out. The rules are in docs/ARCHITECTURE.md (disk-first paging).
 
-use super::{DeadLetters, Queue, QueueState, QueuedMessage, StoreRef, StoredQueue};
+use super::queue::{ClassicQueue, ClassicState};
 use crate::message::Message;
+use crate::queue::{DeadLetters, Queue, QueuedMessage, StoreRef, StoredQueue};
 use crate::tail::PagedTail;
 use std::sync::{Arc, OnceLock};
 use warren_store::{FailedPublishes, LogPosition, MessageId, RoaringTreemap, Store};
@@ -30,25 +31,25 @@ pub(super) enum Placed {
     Refused,
 }
 
-impl Queue {
+impl ClassicQueue {
     /// Where this queue's messages in the store are, if it has put any there.
-    pub(super) fn disk(&self) -> Option<&StoredQueue> {
-        self.stored
+    pub(super) fn disk<'a>(&'a self, q: &'a Queue) -> Option<&'a StoredQueue> {
+        q.stored
             .as_ref()
             .or_else(|| self.spill.as_ref().and_then(|s| s.registered.get()))
     }
 
     /// Like `disk`, registering a queue that is not durable in the store on its first
     /// page-out (blocking: one fsync of the store's queue table, once in a queue's life).
-    fn disk_for_paging(&self) -> Option<&StoredQueue> {
-        if let Some(place) = self.disk() {
+    fn disk_for_paging<'a>(&'a self, q: &'a Queue) -> Option<&'a StoredQueue> {
+        if let Some(place) = self.disk(q) {
             return Some(place);
         }
         let spill = self.spill.as_ref()?;
         // Padded past 255 bytes, the longest name (a shortstr) a client can declare, so it
         // can never be a durable queue's name in the store's table (see names.rs).
-        let home = self.home()?;
-        let spill_name = crate::names::spill_queue_name(home.vhost_name(), &self.name);
+        let home = q.home()?;
+        let spill_name = crate::names::spill_queue_name(home.vhost_name(), &q.name);
         match spill.store.register_queue(&spill_name) {
             Ok(id) => {
                 let _ = spill.registered.set(StoredQueue {
@@ -58,7 +59,7 @@ impl Queue {
                 spill.registered.get()
             }
             Err(e) => {
-                tracing::warn!(queue = %self.name, error = %e, "store: cannot page this queue out; keeping it in memory");
+                tracing::warn!(queue = %q.name, error = %e, "store: cannot page this queue out; keeping it in memory");
                 None
             }
         }
@@ -66,9 +67,9 @@ impl Queue {
 
     /// The record a message is paged out as. Only a durable queue's persistent messages
     /// survive a restart; everything else is flagged transient.
-    fn paged_record(&self, message: &Message) -> warren_store::StoredMessage {
+    fn paged_record(q: &Queue, message: &Message) -> warren_store::StoredMessage {
         let mut record = message.to_stored();
-        record.transient |= self.stored.is_none();
+        record.transient |= q.stored.is_none();
         record
     }
 
@@ -86,7 +87,8 @@ impl Queue {
     /// and the report is applied under this queue's lock, so one of the two sees it.
     pub(super) fn page_out(
         &self,
-        st: &mut QueueState,
+        q: &Queue,
+        st: &mut ClassicState,
         mut m: QueuedMessage,
         append_seq: u64,
     ) -> Placed {
@@ -96,14 +98,14 @@ impl Queue {
         if st.tail.is_empty() && st.ready.memory_bytes() + m.message.memory_bytes() <= budget {
             return Placed::InMemory(m);
         }
-        let Some(stored) = self.disk_for_paging() else {
+        let Some(stored) = self.disk_for_paging(q) else {
             return Placed::InMemory(m);
         };
         let store_ref = match m.store_ref {
             Some(r) => r,
             None => match stored
                 .store
-                .append(&[stored.id], &self.paged_record(&m.message))
+                .append(&[stored.id], &Self::paged_record(q, &m.message))
             {
                 Ok(a) => {
                     let r = StoreRef {
@@ -114,11 +116,11 @@ impl Queue {
                     r
                 }
                 Err(e) if st.tail.is_empty() => {
-                    tracing::debug!(queue = %self.name, error = %e, "store: paging a message out failed; keeping it in memory");
+                    tracing::debug!(queue = %q.name, error = %e, "store: paging a message out failed; keeping it in memory");
                     return Placed::InMemory(m);
                 }
                 Err(e) => {
-                    tracing::debug!(queue = %self.name, error = %e, "store: paging a message out failed; refusing it");
+                    tracing::debug!(queue = %q.name, error = %e, "store: paging a message out failed; refusing it");
                     return Placed::Refused;
                 }
             },
@@ -137,9 +139,14 @@ impl Queue {
 
     /// Reads the paged tail into memory until the ready list holds a message (a batch read
     /// back may have expired whole). False when both are empty.
-    pub(super) fn ensure_ready(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
+    pub(super) fn ensure_ready(
+        &self,
+        q: &Queue,
+        st: &mut ClassicState,
+        dead: &mut DeadLetters,
+    ) -> bool {
         while st.ready.is_empty() {
-            if !self.refill(st, dead) {
+            if !self.refill(q, st, dead) {
                 return false;
             }
         }
@@ -148,8 +155,8 @@ impl Queue {
 
     /// Reads the next batch of the paged tail into memory (expiring what has expired
     /// meanwhile). Returns false when there was nothing to read.
-    pub(super) fn refill(&self, st: &mut QueueState, dead: &mut DeadLetters) -> bool {
-        let Some(stored) = self.disk() else {
+    pub(super) fn refill(&self, q: &Queue, st: &mut ClassicState, dead: &mut DeadLetters) -> bool {
+        let Some(stored) = self.disk(q) else {
             return false;
         };
         if st.tail.is_empty() {
@@ -164,8 +171,8 @@ impl Queue {
             };
             let published_at_ms = scanned.message.published_at_ms;
             let Some(message) = Message::from_stored(scanned.message) else {
-                tracing::error!(queue = %self.name, "a stored message no longer parses; dropping it");
-                self.forget_id(store_ref.id);
+                tracing::error!(queue = %q.name, "a stored message no longer parses; dropping it");
+                self.forget_id(q, store_ref.id);
                 continue;
             };
             let id = st.next_message_id;
@@ -199,8 +206,8 @@ impl Queue {
     /// nothing. Messages of the report held in memory (ready or delivered) go on as they
     /// are: deliverable, just not durable (acking them leaves the store alone, which no
     /// longer knows them).
-    pub fn forget_failed(&self, failed: &FailedPublishes) {
-        let Some(stored) = self.disk() else {
+    pub(super) fn forget_failed_publishes(&self, q: &Queue, failed: &FailedPublishes) {
+        let Some(stored) = self.disk(q) else {
             return;
         };
         let Some(messages) = failed.queues.get(&stored.id) else {
@@ -208,21 +215,21 @@ impl Queue {
         };
         let dropped = self.state.lock().tail.forget(messages);
         if dropped > 0 {
-            tracing::warn!(queue = %self.name, dropped, "paged-out messages whose store write failed are gone (their publishers were nacked)");
+            tracing::warn!(queue = %q.name, dropped, "paged-out messages whose store write failed are gone (their publishers were nacked)");
         }
     }
 
     /// Removes a message that leaves the queue for good from the store.
-    pub(super) fn forget(&self, m: &QueuedMessage) {
+    pub(super) fn forget(&self, q: &Queue, m: &QueuedMessage) {
         if let Some(r) = m.store_ref {
-            self.forget_id(r.id);
+            self.forget_id(q, r.id);
         }
     }
 
-    pub(super) fn forget_id(&self, id: MessageId) {
-        if let Some(stored) = self.disk() {
+    pub(super) fn forget_id(&self, q: &Queue, id: MessageId) {
+        if let Some(stored) = self.disk(q) {
             if let Err(e) = stored.store.ack(stored.id, id) {
-                tracing::debug!(queue = %self.name, error = %e, "store ack failed");
+                tracing::debug!(queue = %q.name, error = %e, "store ack failed");
             }
         }
     }
@@ -231,15 +238,21 @@ impl Queue {
     /// tail (nothing is read now) and go out marked redelivered, since they may have
     /// reached a consumer before the restart. A queue that does not page (a priority queue)
     /// reads them all into memory now.
-    pub fn restore(&self, ids: RoaringTreemap, body_bytes: u64, first: Option<LogPosition>) {
+    pub(super) fn restore_tail(
+        &self,
+        q: &Queue,
+        ids: RoaringTreemap,
+        body_bytes: u64,
+        first: Option<LogPosition>,
+    ) {
         let mut dead = DeadLetters::new();
         {
             let mut st = self.state.lock();
             st.tail = PagedTail::recovered(ids, body_bytes, first);
             if !self.pageable {
-                while self.refill(&mut st, &mut dead) {}
+                while self.refill(q, &mut st, &mut dead) {}
             }
         }
-        self.dead_letter(dead);
+        self.dead_letter(q, dead);
     }
 }
