@@ -4,6 +4,7 @@
 //! conflicting declares resolve the same way on both; a refusal reaches the proposer.
 
 use super::*;
+use crate::broker::Broker;
 use crate::definition_op::{DefinitionOp, Outcome};
 use parking_lot::Mutex;
 use std::collections::HashMap;

@@ -106,7 +106,7 @@ impl VHost {
     pub fn set_serving(self: &Arc<Self>, name: &str, serving: Serving) -> AmqpResult<()> {
         let old = self
             .queue(name)
-            .ok_or_else(|| super::not_found_queue(&self.name, name))?;
+            .ok_or_else(|| super::namespace::not_found_queue(&self.name, name))?;
         let served_type = old.type_name();
         let new = match (&serving, RemoteQueue::of(&old)) {
             (Serving::Here, None) => return Ok(()),
@@ -172,7 +172,7 @@ impl VHost {
     pub fn set_quorum_members(&self, name: &str, members: Vec<u64>) -> AmqpResult<()> {
         let queue = self
             .queue(name)
-            .ok_or_else(|| super::not_found_queue(&self.name, name))?;
+            .ok_or_else(|| super::namespace::not_found_queue(&self.name, name))?;
         let quorum = QuorumQueue::of(&queue).ok_or_else(|| {
             AmqpError::precondition(format!(
                 "queue '{name}' in vhost '{}' is not a quorum queue",
