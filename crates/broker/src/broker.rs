@@ -4,7 +4,7 @@
 use crate::access::{AccessControl, Permission};
 use crate::alarm::Alarms;
 use crate::churn::NodeCounters;
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::definition_op::DefinitionOp;
 use crate::definitions::Definitions;
 use crate::disk::DiskMonitor;

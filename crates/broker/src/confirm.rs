@@ -8,15 +8,15 @@
 //! A [`Confirm`] is what the publisher's channel (or session) keeps per publish: the store
 //! write to wait for and, when queues that confirm on their own took the message, their
 //! shared [`QueueAnswers`]. The last of those queues to answer wakes the publisher's
-//! connection (`ConnectionEvent::ConfirmsSettled`), which then reads the outcomes in order.
+//! connection (`ConfirmWake`: for a client connection, `ConnectionEvent::ConfirmsSettled` on its
+//! event channel), which then reads the outcomes in order.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use warren_store::{DurableState, Outcome, Store};
 
-use crate::consumer::ConnectionEvent;
-use crate::event_channel::{EventReceiver, EventSender};
+use crate::event_channel::EventReceiver;
 
 /// A routed publish's confirm: whether it may be confirmed, once it may be told.
 #[derive(Debug)]
@@ -81,10 +81,10 @@ impl Confirm {
 
     /// Waits for the outcome, for a publisher that waits on one publish at a time (the HTTP
     /// API's): `woken` receives what the publish's `ConfirmTo::Connection` sender is told.
-    pub async fn wait_outcome(
+    pub async fn wait_outcome<E>(
         &self,
         store: Option<&Store>,
-        woken: &mut EventReceiver<ConnectionEvent>,
+        woken: &mut EventReceiver<E>,
     ) -> bool {
         if let Some(answers) = &self.queues {
             while answers.outcome().is_none() {
@@ -106,17 +106,32 @@ impl Confirm {
 /// One publish's answer from the queues it reached that confirm on their own (quorum queues,
 /// remote queues): accepted once every one of them has it safe, refused if any refused it.
 /// The last queue to answer wakes the publisher's connection.
+///
+/// Generic over who is woken only to be made: everyone holds `Arc<QueueAnswers>`, the waker
+/// behind a vtable in the same allocation (no allocation of its own per publish).
 #[derive(Debug)]
-pub struct QueueAnswers {
+pub struct QueueAnswers<W: ?Sized = dyn ConfirmWake> {
     outstanding: AtomicUsize,
     refused: AtomicBool,
-    wake: EventSender<ConnectionEvent>,
+    wake: W,
+}
+
+/// Who is woken when the last queue answered a publish: the publisher's connection (the
+/// consumer module implements it for a connection's event sender).
+pub trait ConfirmWake: Send + Sync + std::fmt::Debug + 'static {
+    fn confirms_settled(&self);
+}
+
+/// What makes one publish's [`QueueAnswers`] that wake its connection: the connection's
+/// event sender, as `ConfirmTo::Connection` holds it.
+pub trait AnswersFor: Send + Sync {
+    fn answers(&self) -> Arc<QueueAnswers>;
 }
 
 impl QueueAnswers {
     /// Answers for one publish being routed; call [`QueueAnswers::routed`] once every queue
     /// has it, so a queue answering early cannot settle it while others still wait.
-    pub fn new(wake: EventSender<ConnectionEvent>) -> Arc<QueueAnswers> {
+    pub fn new<W: ConfirmWake>(wake: W) -> Arc<QueueAnswers> {
         Arc::new(QueueAnswers {
             outstanding: AtomicUsize::new(1),
             refused: AtomicBool::new(false),
@@ -146,7 +161,7 @@ impl QueueAnswers {
         }
         if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The connection may be gone; its confirms are then moot.
-            let _ = self.wake.send(ConnectionEvent::ConfirmsSettled);
+            self.wake.confirms_settled();
         }
     }
 }
@@ -159,7 +174,7 @@ pub enum ConfirmTo<'a> {
     Nobody,
     /// The publisher's connection, woken when the queues that confirm on their own have all
     /// answered; the publisher keeps the [`Confirm`] the publish returns.
-    Connection(&'a EventSender<ConnectionEvent>),
+    Connection(&'a dyn AnswersFor),
     /// Answers made by the caller, which this publish's queues join (a quorum queue's
     /// at-least-once dead-lettering: one set of answers for a batch of copies; the caller
     /// calls `routed` once it has routed them all).
@@ -188,9 +203,7 @@ impl<'a> RoutedConfirm<'a> {
     pub(crate) fn join(&mut self) -> &Arc<QueueAnswers> {
         match self.to {
             ConfirmTo::Joining(answers) => answers,
-            ConfirmTo::Connection(wake) => self
-                .joined
-                .get_or_insert_with(|| QueueAnswers::new(wake.clone())),
+            ConfirmTo::Connection(wake) => self.joined.get_or_insert_with(|| wake.answers()),
             ConfirmTo::Nobody => unreachable!("RoutedConfirm::new makes none for Nobody"),
         }
     }

@@ -17,6 +17,7 @@
 //! queue re-checks credit, and credit is freed before the flag is read, so with SeqCst one of
 //! the two always sees the other and no wake-up is lost.
 
+use crate::confirm::{AnswersFor, ConfirmWake, QueueAnswers};
 use crate::event_channel::EventSender;
 use crate::queue::Queue;
 use crate::queued_message::QueuedMessage;
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, O
 use std::sync::{Arc, Weak};
 use warren_codec::{ReplyCode, ShortStr};
 
-pub type ConnectionId = u64;
+pub use crate::connection_id::ConnectionId;
 
 /// Pipeline units a consumer may have handed to its connection and not yet encoded.
 pub const PIPELINE_LIMIT: u32 = 2000;
@@ -106,6 +107,20 @@ impl ChannelFlow {
             }
         }
         self.wake_from.store((from + 1) % n, Relaxed);
+    }
+}
+
+/// A connection's event sender is how the queues that confirm on their own wake it.
+impl ConfirmWake for EventSender<ConnectionEvent> {
+    fn confirms_settled(&self) {
+        // The connection may be gone; its confirms are then moot.
+        let _ = self.send(ConnectionEvent::ConfirmsSettled);
+    }
+}
+
+impl AnswersFor for EventSender<ConnectionEvent> {
+    fn answers(&self) -> Arc<QueueAnswers> {
+        QueueAnswers::new(self.clone())
     }
 }
 

@@ -10,7 +10,7 @@
 //! carries the hash.
 
 use crate::access::{Permission, TopicPermission};
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::error::AmqpError;
 use crate::policy::PolicyKind;
 use crate::vhost::{VHostLimits, VHostMetadata};

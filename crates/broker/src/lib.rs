@@ -9,6 +9,7 @@ pub mod broker;
 pub mod churn;
 pub mod classic;
 pub mod confirm;
+pub mod connection_id;
 pub mod consumer;
 pub mod consumer_set;
 pub mod dead_letter;

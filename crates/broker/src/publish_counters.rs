@@ -7,7 +7,7 @@
 //! shard its id picks, each shard on its own cache lines, so publishers on different cores
 //! do not contend. Readers sum the shards; every counter only grows.
 
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Upper bounds of the size buckets, in body bytes, as RabbitMQ's `rabbit_msg_size_metrics`

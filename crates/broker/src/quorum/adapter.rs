@@ -5,7 +5,7 @@ use super::config::{dead_letter_at_least_once, queue_config};
 use super::queue::QuorumQueue;
 use crate::churn::DeadLetterSource;
 use crate::confirm::RoutedConfirm;
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::consumer::Consumer;
 use crate::error::AmqpResult;
 use crate::message::Message;

@@ -52,7 +52,7 @@ fn left_unused(exchange: &Exchange) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::consumer::ConnectionId;
+    use crate::connection_id::ConnectionId;
     use crate::memory::MemoryMonitor;
     use crate::{ExchangeDeclaration, QueueDeclaration, VHost};
     use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! paths reach it, cycles walked once, and the alternate exchange of an exchange deeper in
 //! the graph taking what that exchange could not route.
 
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::memory::MemoryMonitor;
 use crate::{ExchangeDeclaration, QueueDeclaration, VHost};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Each policy setting's effect on queues and exchanges that exist when it is set and on
 //! those declared after, through the vhost as the server drives it.
 
-use crate::consumer::ConnectionId;
+use crate::connection_id::ConnectionId;
 use crate::memory::MemoryMonitor;
 use crate::policy::{Policy, PolicyKind};
 use crate::queue::Enqueued;
