@@ -11,6 +11,7 @@ use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
 use crate::persist::{DefinitionsWriter, Urgency};
+use crate::quorum::status::NodeNames;
 use crate::quorum::QuorumQueue;
 use crate::registry::Registry;
 use crate::replication::Replicator;
@@ -579,6 +580,30 @@ impl Broker {
         self.cluster.get()
     }
 
+    /// The node names this broker knows, for the views of quorum queues' groups: its own,
+    /// and in a cluster every member's with whether the failure detector sees it up.
+    pub fn node_names(&self) -> NodeNames {
+        match self.cluster() {
+            Some(cluster) => NodeNames::new(
+                cluster.id(),
+                cluster.name().to_owned(),
+                cluster
+                    .status()
+                    .members
+                    .into_iter()
+                    .filter(|member| member.id != cluster.id())
+                    .map(|member| (member.id, (member.name, member.running)))
+                    .collect(),
+            ),
+            None => NodeNames::new(
+                self.quorum()
+                    .map_or(crate::quorum::LOCAL_NODE_ID, |host| host.node_id()),
+                self.node_name().to_owned(),
+                HashMap::new(),
+            ),
+        }
+    }
+
     /// Makes definitions changes go through `replicator` from now on (`replication.rs`).
     /// Only the first call counts.
     pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
@@ -612,6 +637,23 @@ impl Broker {
 
     pub fn next_connection_id(&self) -> ConnectionId {
         self.next_connection_id.fetch_add(1, Relaxed)
+    }
+}
+
+/// Membership changes record a group's new members through the broker's definitions
+/// changes.
+impl crate::quorum::membership::MembersRecord for Broker {
+    fn record(
+        &self,
+        op: DefinitionOp,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            self.change(op)
+                .result()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.text)
+        })
     }
 }
 

@@ -14,7 +14,7 @@
 
 use crate::churn::{DeadLetterStrategy, DeadLettered};
 use crate::confirm::{ConfirmTo, QueueAnswers, RoutedConfirm};
-use crate::consumer::{ConnectionId, Consumer};
+use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};
 use crate::dead_letter::DeathReason;
 use crate::error::AmqpResult;
 use crate::message::Message;
@@ -468,5 +468,28 @@ impl Queue {
     /// Gives the queue the messages the store recovered for it at start.
     pub fn restore(&self, ids: RoaringTreemap, body_bytes: u64, first: Option<LogPosition>) {
         self.kind.restore(self, ids, body_bytes, first)
+    }
+}
+
+/// Consumers whose serving side went (a quorum queue's leader moved or stopped leading here,
+/// the link to the node serving the queue was lost): each is attached again where its queue's
+/// type can (`QueueType::reattach`: a quorum queue's consumers stay attached, as RabbitMQ's
+/// do, and get what they held redelivered by the new leader), else told basic.cancel
+/// (consumer_cancel_notify): a consumer of a queue that is gone, of a classic queue whose home
+/// node went, or one no client channel holds any more (a forwarding link's consumer on the
+/// serving side: its peer attaches its own again, told by `Frame::Moved`).
+pub(crate) fn reattach_or_cancel(consumers: Vec<Arc<Consumer>>) {
+    for c in consumers {
+        let queue = c.queue.upgrade().filter(|_| c.is_attached());
+        let reattached = queue
+            .as_ref()
+            .is_some_and(|queue| queue.kind.reattach(queue, c.clone()));
+        if !reattached {
+            tracing::debug!(consumer = %c.tag, queue = ?queue.as_ref().map(|q| q.name.clone()), attached = c.is_attached(), "consumer cancelled: its queue is gone, cannot take it again, or refused it");
+            let _ = c.send(ConnectionEvent::ConsumerCancelled {
+                channel: c.channel,
+                consumer_tag: c.tag.clone(),
+            });
+        }
     }
 }

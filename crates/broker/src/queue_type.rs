@@ -154,6 +154,12 @@ pub trait QueueType: Send + Sync + std::fmt::Debug + 'static {
 
     fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()>;
 
+    /// Takes again a consumer whose serving side went (`queue::reattach_or_cancel`); false
+    /// when the type cannot (the consumer is then told basic.cancel).
+    fn reattach(&self, _queue: &Arc<Queue>, _consumer: Arc<Consumer>) -> bool {
+        false
+    }
+
     /// Removes a consumer by channel and tag. Returns it, and whether the queue is now an
     /// auto-delete queue that lost its last consumer (the caller deletes it).
     fn remove_consumer(

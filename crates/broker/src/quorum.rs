@@ -44,5 +44,4 @@ pub mod status;
 pub use config::{dead_letter_at_least_once, queue_config};
 pub(crate) use group::start;
 pub use host::{LeaderChange, QuorumHost, LOCAL_NODE_ID};
-pub(crate) use queue::reattach_or_cancel;
 pub use queue::{MemberStatus, QuorumQueue};

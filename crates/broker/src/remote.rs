@@ -50,8 +50,10 @@ pub mod peers;
 mod queue;
 mod serve;
 
-pub use ask::{ask_peer, ask_peers, AnswerFuture, PeerAnswer, PeerAnswers};
+pub use ask::{ask_peer, ask_peers, PeerAnswer};
 pub use frame::{Frame, FrameError, SettleKind, MAX_FRAME_BYTES};
-pub use link::{open, ForwardLink};
-pub use peers::{ForwardPeers, PeerLink};
-pub use queue::{RemoteCounts, RemoteQueue};
+pub use link::ForwardLink;
+pub use link::RemoteCounts;
+pub use peers::{AnswerFuture, ForwardPeers, PeerAnswers, PeerLink};
+pub use queue::RemoteQueue;
+pub use serve::open;

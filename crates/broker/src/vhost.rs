@@ -8,13 +8,14 @@ mod lifecycle;
 mod mirroring;
 mod namespace;
 mod policies;
+mod properties;
 mod publish;
 mod remote_queues;
 pub use remote_queues::Serving;
 #[cfg(test)]
 mod route_tests;
 
-pub use lifecycle::{VHostLimits, VHostMetadata};
+pub use properties::{VHostLimits, VHostMetadata};
 
 pub use publish::{Publish, PublishScratch, Routed};
 

@@ -44,7 +44,7 @@ impl RaftReadings {
         groups.sort_by(|a, b| (&a.vhost, &a.queue).cmp(&(&b.vhost, &b.queue)));
         RaftReadings {
             groups,
-            names: NodeNames::of(broker),
+            names: broker.node_names(),
         }
     }
 }

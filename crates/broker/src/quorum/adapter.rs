@@ -71,6 +71,11 @@ impl QueueType for QuorumQueue {
         QuorumQueue::add_consumer(self, queue, consumer)
     }
 
+    /// Attached again through the new leader's node, or here until a leader is known.
+    fn reattach(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> bool {
+        !self.is_deleted() && QuorumQueue::add_consumer(self, queue, consumer).is_ok()
+    }
+
     /// A quorum queue is never auto-delete.
     fn remove_consumer(
         &self,

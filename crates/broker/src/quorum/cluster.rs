@@ -533,7 +533,7 @@ impl ClusterNode {
     pub async fn forget_node(
         &self,
         name: &str,
-        broker: &crate::Broker,
+        broker: &dyn super::membership::MembersRecord,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = self.member_id(name)?;
@@ -571,7 +571,7 @@ impl ClusterNode {
     pub async fn grow_quorum_queues(
         &self,
         name: &str,
-        broker: &crate::Broker,
+        broker: &dyn super::membership::MembersRecord,
         groups: &[super::membership::QuorumGroup],
     ) -> Result<Vec<super::membership::GroupChange>, String> {
         let id = self.member_id(name)?;
@@ -585,6 +585,12 @@ impl ClusterNode {
     pub async fn shutdown(&self) {
         self.metadata.shutdown().await;
         self.transport.shutdown();
+    }
+}
+
+impl super::host::MemberNames for ClusterNode {
+    fn member_name(&self, id: NodeId) -> Option<String> {
+        ClusterNode::member_name(self, id)
     }
 }
 

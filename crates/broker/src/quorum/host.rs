@@ -52,7 +52,14 @@ pub struct QuorumHost {
     leaders: tokio::sync::broadcast::Sender<LeaderChange>,
     /// The cluster's membership (set once the node joined): names the leader's node, so a
     /// queue led elsewhere can forward its clients there (`QuorumQueue::delegate`).
-    cluster: std::sync::OnceLock<std::sync::Weak<super::cluster::ClusterNode>>,
+    cluster: std::sync::OnceLock<std::sync::Weak<dyn MemberNames>>,
+}
+
+/// What names the cluster's nodes for this node's groups: the cluster membership
+/// (`ClusterNode`), set once the node joined.
+pub trait MemberNames: Send + Sync {
+    /// The name of cluster node `id` (None for an unknown id).
+    fn member_name(&self, id: NodeId) -> Option<String>;
 }
 
 impl std::fmt::Debug for QuorumHost {
@@ -172,8 +179,9 @@ impl QuorumHost {
     }
 
     /// The cluster this node is a member of (the first call sticks).
-    pub fn set_cluster(&self, cluster: &Arc<super::cluster::ClusterNode>) {
-        let _ = self.cluster.set(Arc::downgrade(cluster));
+    pub fn set_cluster<C: MemberNames + 'static>(&self, cluster: &Arc<C>) {
+        let weak: std::sync::Weak<dyn MemberNames> = Arc::downgrade(cluster) as _;
+        let _ = self.cluster.set(weak);
     }
 
     /// The name of cluster node `id` (None on a single node or for an unknown id).

@@ -33,7 +33,21 @@ use warren_quorum::types::{GroupId, NodeId};
 use super::cluster::ClusterNode;
 use super::placement::initial_group_size;
 use crate::definition_op::DefinitionOp;
-use crate::Broker;
+use crate::vhost::VHost;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Where a group's new members are recorded: the definitions, through the metadata group
+/// (the broker's `change`, which implements it). A narrow handle, so that membership changes
+/// do not reach the whole broker.
+pub trait MembersRecord: Send + Sync {
+    /// Makes the definitions change `op` (a `QueueSetMembers`); an error's text on refusal.
+    fn record(
+        &self,
+        op: DefinitionOp,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
 
 /// How long one group's membership change keeps trying (elections, forwarding, a learner
 /// catching up) before it is reported as failed.
@@ -56,10 +70,10 @@ pub struct QuorumGroup {
     pub target_size: usize,
 }
 
-/// Every quorum queue group of every vhost.
-pub fn quorum_groups(broker: &Broker) -> Vec<QuorumGroup> {
+/// Every quorum queue group of every vhost of `vhosts` (the broker's).
+pub fn quorum_groups(vhosts: &[Arc<VHost>]) -> Vec<QuorumGroup> {
     let mut groups = Vec::new();
-    for vhost in broker.vhosts() {
+    for vhost in vhosts {
         for queue in vhost.queues() {
             let Some(quorum) = QuorumQueue::of(&queue) else {
                 continue;
@@ -92,7 +106,7 @@ pub struct GroupChange {
 /// group changed.
 pub async fn shrink_all(
     cluster: &ClusterNode,
-    broker: &Broker,
+    broker: &dyn MembersRecord,
     groups: &[QuorumGroup],
     node: NodeId,
 ) -> Vec<GroupChange> {
@@ -113,7 +127,7 @@ pub async fn shrink_all(
 /// Removes node `node` from `group` (which lists it) and records the group's new members.
 pub(crate) async fn shrink(
     cluster: &ClusterNode,
-    broker: &Broker,
+    broker: &dyn MembersRecord,
     group: &QuorumGroup,
     node: NodeId,
 ) -> Result<(), String> {
@@ -145,7 +159,7 @@ pub(crate) async fn shrink(
 /// definitions; one result per group changed.
 pub async fn grow_all(
     cluster: &ClusterNode,
-    broker: &Broker,
+    broker: &dyn MembersRecord,
     groups: &[QuorumGroup],
     node: NodeId,
 ) -> Vec<GroupChange> {
@@ -169,7 +183,7 @@ pub async fn grow_all(
 /// the group does not take it.
 pub(crate) async fn grow(
     cluster: &ClusterNode,
-    broker: &Broker,
+    broker: &dyn MembersRecord,
     group: &QuorumGroup,
     node: NodeId,
 ) -> Result<(), String> {
@@ -204,7 +218,7 @@ pub(crate) async fn grow(
 /// definitions, through the metadata group, in the order they were declared in (the first
 /// declared member stays first while it is one), the others after.
 async fn record_members(
-    broker: &Broker,
+    broker: &dyn MembersRecord,
     group: &QuorumGroup,
     members: &[NodeId],
 ) -> Result<(), String> {
@@ -225,11 +239,9 @@ async fn record_members(
         members: ordered,
     };
     broker
-        .change(op)
-        .result()
+        .record(op)
         .await
-        .map(|_| ())
-        .map_err(|e| format!("recording the queue's members failed: {}", e.text))
+        .map_err(|e| format!("recording the queue's members failed: {e}"))
 }
 
 /// The group's members as voters and as declared, voters first, without repeats.

@@ -7,7 +7,7 @@ use super::group::known_leader;
 use super::host::QuorumHost;
 use super::{codec, status};
 use crate::confirm::QueueAnswers;
-use crate::consumer::{ConnectionEvent, Consumer};
+use crate::consumer::Consumer;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::queue::{Queue, QueuedMessage};
@@ -303,7 +303,7 @@ impl QuorumQueue {
                 "quorum queue leadership moved away: attaching this node's consumers to the new leader"
             );
         }
-        reattach_or_cancel(cancelled);
+        crate::queue::reattach_or_cancel(cancelled);
     }
 
     /// The leader this node forwards its clients to: None while this node leads, or no
@@ -336,7 +336,7 @@ impl QuorumQueue {
         let retired = delegate.replace((leader, remote.clone()));
         drop(delegate);
         if let Some((_, old)) = retired {
-            reattach_or_cancel(self.retire_delegate(old));
+            crate::queue::reattach_or_cancel(self.retire_delegate(old));
         }
         Some(remote)
     }
@@ -442,7 +442,7 @@ impl QuorumQueue {
                     "quorum queue leader moved: attaching the consumers forwarded to the old one to the new one"
                 );
             }
-            reattach_or_cancel(cancelled);
+            crate::queue::reattach_or_cancel(cancelled);
         }
         if leader == self.host.node_id() {
             return;
@@ -479,7 +479,7 @@ impl QuorumQueue {
         }
         if !given_back.is_empty() {
             // The link went as they were being moved: they wait here again.
-            reattach_or_cancel(given_back);
+            crate::queue::reattach_or_cancel(given_back);
             return false;
         }
         true
@@ -942,37 +942,6 @@ impl QuorumQueue {
     pub(super) fn remove_data(&self, group: Arc<QueueGroup>) {
         if !self.removal_started.swap(true, Ordering::AcqRel) {
             self.host.remove_group(group);
-        }
-    }
-}
-
-/// Tells each consumer it was cancelled (basic.cancel, for clients that asked for
-/// consumer_cancel_notify).
-/// Consumers whose serving member went (this node stopped leading, the leader moved, the
-/// link to the leader's node was lost) stay attached, as a RabbitMQ quorum queue's consumers
-/// do (no basic.cancel): each is attached again, through the new leader's node or here until
-/// a leader is known, and what it held comes back from the new leader, redelivered (its
-/// take-over returns what the old leader's consumers held; the client's late acks of those
-/// are no-ops). Cancelled instead (basic.cancel, consumer_cancel_notify): a consumer of a
-/// queue that is gone or is not a quorum queue here (a classic queue whose home node went),
-/// and one no client channel holds any more (a forwarding link's consumer on the serving
-/// side: its peer attaches its own again, told by `Frame::Moved`).
-pub(crate) fn reattach_or_cancel(consumers: Vec<Arc<Consumer>>) {
-    for c in consumers {
-        let queue = c.queue.upgrade().filter(|_| c.is_attached());
-        let reattached = match &queue {
-            Some(queue) => match QuorumQueue::of(queue) {
-                Some(qq) if !qq.is_deleted() => qq.add_consumer(queue, c.clone()).is_ok(),
-                _ => false,
-            },
-            None => false,
-        };
-        if !reattached {
-            tracing::debug!(consumer = %c.tag, queue = ?queue.as_ref().map(|q| q.name.clone()), attached = c.is_attached(), "consumer cancelled: its queue is gone, is no quorum queue here, or refused it");
-            let _ = c.send(ConnectionEvent::ConsumerCancelled {
-                channel: c.channel,
-                consumer_tag: c.tag.clone(),
-            });
         }
     }
 }

@@ -70,7 +70,7 @@ async fn run(broker: Weak<Broker>, cluster: Arc<ClusterNode>) {
             .map(|m| m.id)
             .collect();
         failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
-        let groups = quorum_groups(&live);
+        let groups = quorum_groups(&live.vhosts());
         let mut load: HashMap<NodeId, usize> = HashMap::new();
         for group in &groups {
             for member in &group.members {
@@ -85,8 +85,8 @@ async fn run(broker: Weak<Broker>, cluster: Arc<ClusterNode>) {
                 continue;
             };
             let result = match change {
-                Change::Grow(node) => grow(&cluster, &live, group, node).await,
-                Change::Shrink(node) => shrink(&cluster, &live, group, node).await,
+                Change::Grow(node) => grow(&cluster, live.as_ref(), group, node).await,
+                Change::Shrink(node) => shrink(&cluster, live.as_ref(), group, node).await,
             };
             match result {
                 Ok(()) => {

@@ -1,13 +1,11 @@
 //! Node ids to node names for the views of a queue's Raft group
 //! ([`GroupStatus`], read in `warren_quorum::status` from the member's own metrics): this
-//! node's own name, and in a cluster the names the metadata group's membership carries,
+//! node's own name, and in a cluster the names the metadata group's membership carries (`Broker::node_names`),
 //! with whether the failure detector sees each member up (RabbitMQ's `online`).
 
 use std::collections::HashMap;
 pub use warren_quorum::status::{GroupStatus, MemberStatus};
 pub use warren_quorum::types::NodeId;
-
-use crate::Broker;
 
 /// Node ids to node names (and whether each node is up), read once per request or scrape.
 #[derive(Clone, Debug)]
@@ -19,27 +17,16 @@ pub struct NodeNames {
 }
 
 impl NodeNames {
-    /// The names `broker` knows: its own, and in a cluster every member's.
-    pub fn of(broker: &Broker) -> NodeNames {
-        match broker.cluster() {
-            Some(cluster) => NodeNames {
-                own: cluster.id(),
-                own_name: cluster.name().to_owned(),
-                others: cluster
-                    .status()
-                    .members
-                    .into_iter()
-                    .filter(|member| member.id != cluster.id())
-                    .map(|member| (member.id, (member.name, member.running)))
-                    .collect(),
-            },
-            None => NodeNames {
-                own: broker
-                    .quorum()
-                    .map_or(super::LOCAL_NODE_ID, |host| host.node_id()),
-                own_name: broker.node_name().to_owned(),
-                others: HashMap::new(),
-            },
+    /// `own` named `own_name`, and the other members with whether each is up.
+    pub fn new(
+        own: NodeId,
+        own_name: String,
+        others: HashMap<NodeId, (String, bool)>,
+    ) -> NodeNames {
+        NodeNames {
+            own,
+            own_name,
+            others,
         }
     }
 

@@ -3,24 +3,12 @@
 //! each node knows only of itself). They travel over the forwarding links
 //! ([`Frame::Ask`](super::Frame::Ask) / [`Frame::Answer`](super::Frame::Answer)); the broker
 //! carries the bytes and knows nothing of what they mean. The layer that answers registers
-//! one [`PeerAnswers`] with [`ForwardPeers::set_answers`](super::ForwardPeers::set_answers);
+//! one [`PeerAnswers`](super::PeerAnswers) with [`ForwardPeers::set_answers`](super::ForwardPeers::set_answers);
 //! a node with none answers every question with an empty body.
 
-use super::peers::{ForwardPeers, PeerLink};
+use super::peers::{AnswerFuture, ForwardPeers, PeerLink};
 use bytes::Bytes;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// An answer being worked out.
-pub type AnswerFuture = Pin<Box<dyn Future<Output = Bytes> + Send>>;
-
-/// What answers the other nodes' questions on this node.
-pub trait PeerAnswers: Send + Sync {
-    /// The answer to `topic` with argument `body` (empty when the topic is unknown).
-    fn answer(&self, topic: &str, body: Bytes) -> AnswerFuture;
-}
 
 /// One peer's answer: None when it did not answer within the time asked for, or its link
 /// went meanwhile.
@@ -79,6 +67,3 @@ pub(super) fn answer(peers: &ForwardPeers, topic: &str, body: Bytes) -> AnswerFu
         None => Box::pin(async { Bytes::new() }),
     }
 }
-
-/// Registered answerers are kept as `Arc<dyn PeerAnswers>`.
-pub(super) type Answers = Arc<dyn PeerAnswers>;

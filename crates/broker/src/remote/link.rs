@@ -11,10 +11,6 @@
 //! queues' consumer credit instead of into memory.
 
 use super::frame::{self, Frame, SettleKind};
-use super::serve::Serving;
-use super::RemoteCounts;
-use crate::alarm::AlarmSet;
-use crate::broker::Broker;
 use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::message::Message;
@@ -22,18 +18,25 @@ use crate::queue::QueuedMessage;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
+
+/// The serving queue's counts as last reported over the link.
+#[derive(Debug, Default)]
+pub struct RemoteCounts {
+    pub(super) messages: AtomicU32,
+    pub(super) consumers: AtomicU32,
+}
 
 /// Outgoing bytes beyond which the link task waits for the writer before taking more
 /// deliveries.
 pub(super) const HIGH_WATER_BYTES: usize = 4 * 1024 * 1024;
 
 /// How often the serving side looks whether its queues' counts changed.
-const COUNTS_INTERVAL: Duration = Duration::from_millis(100);
+pub(super) const COUNTS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The frames waiting for the writer.
 #[derive(Debug, Default)]
@@ -83,7 +86,7 @@ impl Outbox {
         }
     }
 
-    fn close(&self) {
+    pub(super) fn close(&self) {
         let _guard = self.buf.lock();
         self.closed.store(true, Ordering::Release);
         drop(_guard);
@@ -92,7 +95,7 @@ impl Outbox {
     }
 }
 
-async fn write_batches<W: AsyncWrite + Unpin>(mut writer: W, outbox: Arc<Outbox>) {
+pub(super) async fn write_batches<W: AsyncWrite + Unpin>(mut writer: W, outbox: Arc<Outbox>) {
     let mut spare = BytesMut::with_capacity(64 * 1024);
     loop {
         {
@@ -137,14 +140,14 @@ type GetAnswer = oneshot::Sender<Option<(QueuedMessage, u32)>>;
 
 /// This node's end of a link to one peer, as the remote queues use it.
 pub struct ForwardLink {
-    outbox: Arc<Outbox>,
+    pub(super) outbox: Arc<Outbox>,
     state: Mutex<Forwarding>,
     /// Queue, consumer, publish and get ids on this link (one counter: never 0).
     next_id: AtomicU64,
     /// Set once, when the link is lost.
     lost: AtomicBool,
     /// Asks the link task to stop (`close`).
-    closing: Notify,
+    pub(super) closing: Notify,
     /// Told when the link is lost.
     lost_notify: Notify,
 }
@@ -157,96 +160,17 @@ impl std::fmt::Debug for ForwardLink {
     }
 }
 
-/// Runs a forwarding link over `stream` (already authenticated by the cluster transport):
-/// serves the peer's requests against `broker`'s queues and returns the end this node's
-/// remote queues forward through. Both nodes call it on their end of the connection.
-pub fn open<S>(stream: S, broker: Arc<Broker>) -> Arc<ForwardLink>
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
-    let link = Arc::new(ForwardLink {
+/// A link's end: the forwarding half this node's remote queues send through; its reader and
+/// writer tasks are started by `serve::open`, whose reader also serves the peer's requests.
+pub(super) fn new_link() -> Arc<ForwardLink> {
+    Arc::new(ForwardLink {
         outbox: Arc::default(),
         state: Mutex::default(),
         next_id: AtomicU64::new(1),
         lost: AtomicBool::new(false),
         closing: Notify::new(),
         lost_notify: Notify::new(),
-    });
-    let (reader, writer) = tokio::io::split(stream);
-    tokio::spawn(write_batches(writer, link.outbox.clone()));
-    tokio::spawn(run(reader, broker, link.clone()));
-    link
-}
-
-async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc<ForwardLink>) {
-    let connection: ConnectionId = broker.next_connection_id();
-    // This node's alarms, told to the peer now and on every change (`alarm.rs`).
-    let alarms = broker.clone();
-    let mut local_alarms = alarms.alarms.subscribe_local();
-    let tell_alarms = |bits: u8| Frame::Alarms {
-        node: alarms.node_name().to_owned(),
-        bits,
-    };
-    link.outbox
-        .frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
-    let (mut serving, mut events, mut gets) = Serving::new(broker, connection, link.outbox.clone());
-    let mut incoming = BytesMut::with_capacity(64 * 1024);
-    let mut counts = tokio::time::interval(COUNTS_INTERVAL);
-    counts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut durable = serving.durable_watch();
-    'link: loop {
-        let waits_store = serving.waits_for_store();
-        tokio::select! {
-            read = reader.read_buf(&mut incoming) => {
-                if !matches!(read, Ok(n) if n > 0) {
-                    break;
-                }
-                loop {
-                    match frame::take(&mut incoming) {
-                        Ok(Some(Frame::Alarms { node, bits })) => {
-                            alarms.alarms.set_remote(connection, &node, AlarmSet::from_bits(bits));
-                        }
-                        Ok(Some(f)) => {
-                            if let Some(f) = link.on_answer(f) {
-                                serving.on_request(f).await;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "forwarding link: unreadable frame");
-                            break 'link;
-                        }
-                    }
-                }
-            }
-            Some(event) = events.recv() => {
-                link.outbox.wait_below_high_water().await;
-                serving.on_event(event);
-            }
-            Some(got) = gets.recv() => serving.on_got(got),
-            _ = counts.tick() => serving.report_counts(),
-            Ok(()) = local_alarms.changed() => {
-                link.outbox.frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
-            }
-            changed = async {
-                match durable.as_mut() {
-                    Some(d) => d.changed().await,
-                    None => std::future::pending().await,
-                }
-            }, if waits_store => {
-                if changed.is_err() {
-                    durable = None;
-                }
-                serving.flush_confirms();
-            }
-            _ = link.closing.notified() => break,
-            _ = link.outbox.ready_closed() => break,
-        }
-    }
-    link.outbox.close();
-    alarms.alarms.forget_remote(connection);
-    serving.link_lost(&mut events);
-    link.link_lost();
+    })
 }
 
 /// How long a consumer the serving node moved (`Frame::Moved`) waits before it is attached
@@ -255,7 +179,7 @@ const MOVED_RETRY: Duration = Duration::from_millis(50);
 
 impl Outbox {
     /// Resolves once the writer gave up (the peer stopped reading or the socket failed).
-    async fn ready_closed(&self) {
+    pub(super) async fn ready_closed(&self) {
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
@@ -468,7 +392,7 @@ impl ForwardLink {
     }
 
     /// Handles a frame that answers this node's requests; gives back the peer's requests.
-    fn on_answer(&self, f: Frame) -> Option<Frame> {
+    pub(super) fn on_answer(&self, f: Frame) -> Option<Frame> {
         match f {
             Frame::Confirm { seq, ok } => {
                 if let Some(c) = self.state.lock().confirms.remove(&seq) {
@@ -496,7 +420,7 @@ impl ForwardLink {
                     // the new leader, and attaching at once would go back to the same peer.
                     tokio::spawn(async move {
                         tokio::time::sleep(MOVED_RETRY).await;
-                        crate::quorum::reattach_or_cancel(vec![c]);
+                        crate::queue::reattach_or_cancel(vec![c]);
                     });
                 }
             }
@@ -579,7 +503,7 @@ impl ForwardLink {
     }
 
     /// The link is gone: consumers are cancelled, confirms nacked, gets answered empty.
-    fn link_lost(&self) {
+    pub(super) fn link_lost(&self) {
         let (consumers, confirms) = {
             let mut st = self.state.lock();
             self.lost.store(true, Ordering::Release);
@@ -592,7 +516,7 @@ impl ForwardLink {
         };
         // A classic queue's consumers are cancelled (its home node went); a quorum queue's
         // wait for its next leader.
-        crate::quorum::reattach_or_cancel(consumers.into_values().map(|(_, _, c)| c).collect());
+        crate::queue::reattach_or_cancel(consumers.into_values().map(|(_, _, c)| c).collect());
         for (_, c) in confirms {
             c.answered(false);
         }

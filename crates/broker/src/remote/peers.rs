@@ -8,7 +8,7 @@
 //! of a pair dials, as for the Raft link) with [`PeerLink::may_dial`]'s backoff while the peer
 //! is away. A link is one connection per node pair carrying both directions (`link.rs`).
 
-use super::link::ForwardLink;
+use super::link::{ForwardLink, RemoteCounts};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -16,6 +16,18 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// An answer being worked out (see `ask.rs`).
+pub type AnswerFuture = std::pin::Pin<Box<dyn std::future::Future<Output = bytes::Bytes> + Send>>;
+
+/// What answers the other nodes' questions on this node (`ask.rs`).
+pub trait PeerAnswers: Send + Sync {
+    /// The answer to `topic` with argument `body` (empty when the topic is unknown).
+    fn answer(&self, topic: &str, body: bytes::Bytes) -> AnswerFuture;
+}
+
+/// Registered answerers are kept as `Arc<dyn PeerAnswers>`.
+pub(super) type Answers = Arc<dyn PeerAnswers>;
 
 /// The first wait between failed dials to a peer; it doubles up to [`DIAL_BACKOFF_MAX`].
 const DIAL_BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -26,7 +38,7 @@ const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(10);
 pub(super) struct Record {
     pub(super) vhost: String,
     pub(super) queue: String,
-    pub(super) counts: Arc<super::RemoteCounts>,
+    pub(super) counts: Arc<RemoteCounts>,
     /// The link and id it was last bound on, and the binding's number (what the messages
     /// delivered over it are stamped with, `QueuedMessage::via`); a retired record keeps them
     /// (unbound at the peer) so that messages delivered through it can still be settled there.
@@ -241,7 +253,7 @@ impl PeerLink {
 #[derive(Default)]
 pub struct ForwardPeers {
     peers: Mutex<HashMap<String, Arc<PeerLink>>>,
-    answers: parking_lot::RwLock<Option<super::ask::Answers>>,
+    answers: parking_lot::RwLock<Option<Answers>>,
 }
 
 impl std::fmt::Debug for ForwardPeers {
@@ -273,11 +285,11 @@ impl ForwardPeers {
     }
 
     /// Makes `answers` answer the peers' questions from now on.
-    pub fn set_answers(&self, answers: Arc<dyn super::ask::PeerAnswers>) {
+    pub fn set_answers(&self, answers: Arc<dyn PeerAnswers>) {
         *self.answers.write() = Some(answers);
     }
 
-    pub(super) fn answers(&self) -> Option<super::ask::Answers> {
+    pub(super) fn answers(&self) -> Option<Answers> {
         self.answers.read().clone()
     }
 }

@@ -13,16 +13,9 @@ use crate::policy::AppliedPolicies;
 use crate::queue::{Enqueued, Queue, QueueLimits, QueuedMessage};
 use crate::queue_type::{GetLater, QueueDepth, QueueType};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::Arc;
 use warren_store::Appended;
-
-/// The serving queue's counts as last reported over the link.
-#[derive(Debug, Default)]
-pub struct RemoteCounts {
-    pub(super) messages: AtomicU32,
-    pub(super) consumers: AtomicU32,
-}
 
 /// The remote-specific part of a [`Queue`](crate::queue::Queue): where it is served and
 /// the link there.

@@ -6,7 +6,8 @@
 //! when the link is lost they are requeued (redelivered), as a closing channel's are.
 
 use super::frame::{self, Frame, SettleKind};
-use super::link::Outbox;
+use super::link::{new_link, write_batches, ForwardLink, Outbox, COUNTS_INTERVAL};
+use crate::alarm::AlarmSet;
 use crate::broker::Broker;
 use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
@@ -14,12 +15,99 @@ use crate::event_channel::{event_channel, EventReceiver, EventSender};
 use crate::queue::{Enqueued, Queue, QueuedMessage};
 use crate::quorum::QuorumQueue;
 use crate::remote::RemoteQueue;
+use bytes::BytesMut;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use warren_codec::ShortStr;
 use warren_store::{DurableState, Outcome, Store};
+
+/// Runs a forwarding link over `stream` (already authenticated by the cluster transport):
+/// serves the peer's requests against `broker`'s queues and returns the end this node's
+/// remote queues forward through. Both nodes call it on their end of the connection.
+pub fn open<S>(stream: S, broker: Arc<Broker>) -> Arc<ForwardLink>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let link = new_link();
+    let (reader, writer) = tokio::io::split(stream);
+    tokio::spawn(write_batches(writer, link.outbox.clone()));
+    tokio::spawn(run(reader, broker, link.clone()));
+    link
+}
+
+async fn run<R: AsyncRead + Unpin>(mut reader: R, broker: Arc<Broker>, link: Arc<ForwardLink>) {
+    let connection: ConnectionId = broker.next_connection_id();
+    // This node's alarms, told to the peer now and on every change (`alarm.rs`).
+    let alarms = broker.clone();
+    let mut local_alarms = alarms.alarms.subscribe_local();
+    let tell_alarms = |bits: u8| Frame::Alarms {
+        node: alarms.node_name().to_owned(),
+        bits,
+    };
+    link.outbox
+        .frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
+    let (mut serving, mut events, mut gets) = Serving::new(broker, connection, link.outbox.clone());
+    let mut incoming = BytesMut::with_capacity(64 * 1024);
+    let mut counts = tokio::time::interval(COUNTS_INTERVAL);
+    counts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut durable = serving.durable_watch();
+    'link: loop {
+        let waits_store = serving.waits_for_store();
+        tokio::select! {
+            read = reader.read_buf(&mut incoming) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    break;
+                }
+                loop {
+                    match frame::take(&mut incoming) {
+                        Ok(Some(Frame::Alarms { node, bits })) => {
+                            alarms.alarms.set_remote(connection, &node, AlarmSet::from_bits(bits));
+                        }
+                        Ok(Some(f)) => {
+                            if let Some(f) = link.on_answer(f) {
+                                serving.on_request(f).await;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "forwarding link: unreadable frame");
+                            break 'link;
+                        }
+                    }
+                }
+            }
+            Some(event) = events.recv() => {
+                link.outbox.wait_below_high_water().await;
+                serving.on_event(event);
+            }
+            Some(got) = gets.recv() => serving.on_got(got),
+            _ = counts.tick() => serving.report_counts(),
+            Ok(()) = local_alarms.changed() => {
+                link.outbox.frame(&tell_alarms(local_alarms.borrow_and_update().bits()));
+            }
+            changed = async {
+                match durable.as_mut() {
+                    Some(d) => d.changed().await,
+                    None => std::future::pending().await,
+                }
+            }, if waits_store => {
+                if changed.is_err() {
+                    durable = None;
+                }
+                serving.flush_confirms();
+            }
+            _ = link.closing.notified() => break,
+            _ = link.outbox.ready_closed() => break,
+        }
+    }
+    link.outbox.close();
+    alarms.alarms.forget_remote(connection);
+    serving.link_lost(&mut events);
+    link.link_lost();
+}
 
 /// The channel number the link's consumers have on the serving queues (the link is one
 /// connection; consumer tags tell its consumers apart).

@@ -2,26 +2,13 @@
 //! when the vhost or their user is deleted, and counted against `max-connections`), its
 //! limits and metadata, and its shutdown when deleted.
 
+use super::properties::{VHostLimits, VHostMetadata};
 use super::VHost;
 use crate::consumer::{ConnectionEvent, ConnectionId};
 use crate::error::AmqpError;
 use crate::event_channel::EventSender;
 use std::sync::atomic::Ordering;
 use warren_codec::ReplyCode;
-
-/// RabbitMQ's vhost limits (`rabbitmqctl set_vhost_limits`); `None` is unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VHostLimits {
-    pub max_connections: Option<u32>,
-    pub max_queues: Option<u32>,
-}
-
-/// What RabbitMQ keeps beside a vhost's name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VHostMetadata {
-    pub description: String,
-    pub tags: Vec<String>,
-}
 
 /// An open connection as its vhost knows it.
 #[derive(Debug)]

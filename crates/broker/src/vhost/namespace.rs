@@ -3,7 +3,7 @@
 //! RabbitMQ's checks and reply codes. The rest of the vhost's work is in the sibling files
 //! (publish, dead letters, policies, durability, lifecycle, remote queues, mirroring).
 
-use super::lifecycle::{VHostLimits, VHostMetadata};
+use super::properties::{VHostLimits, VHostMetadata};
 use crate::churn::{self, NodeCounters};
 use crate::classic::ClassicQueue;
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer};

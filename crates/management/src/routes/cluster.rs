@@ -116,9 +116,9 @@ pub async fn forget_node(
             "a node cannot forget itself: run this against another member",
         ));
     }
-    let groups = quorum_groups(&api.broker);
+    let groups = quorum_groups(&api.broker.vhosts());
     cluster
-        .forget_node(&name, &api.broker, &groups)
+        .forget_node(&name, api.broker.as_ref(), &groups)
         .await
         .map_err(unavailable)?;
     Ok(no_content())
@@ -132,9 +132,9 @@ pub async fn grow_quorum_queues(
 ) -> ApiResult {
     who.require_admin()?;
     let cluster = api.broker.cluster().ok_or_else(single_node)?;
-    let groups = quorum_groups(&api.broker);
+    let groups = quorum_groups(&api.broker.vhosts());
     let changes = cluster
-        .grow_quorum_queues(&node, &api.broker, &groups)
+        .grow_quorum_queues(&node, api.broker.as_ref(), &groups)
         .await
         .map_err(unavailable)?;
     let listed: Vec<Value> = changes

@@ -105,7 +105,7 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
 }
 
 fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
-    let names = NodeNames::of(&api.broker);
+    let names = api.broker.node_names();
     vhost
         .queues()
         .iter()
@@ -179,7 +179,7 @@ pub async fn one(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let (vhost, q) = find(&api, &who, &vhost, &name)?;
-    let names = NodeNames::of(&api.broker);
+    let names = api.broker.node_names();
     let mut items = [queue_json(&api, &names, &vhost, &q)];
     OtherStats::gather(&api)
         .await
