@@ -6,10 +6,10 @@
 //! connection.close in one place, by the reply code's class.
 
 use crate::context::Ctx;
-use crate::deliver::Unacked;
-use crate::pending::Reply;
 use crate::permissions::{self, PublishGrants, Resource};
-use crate::publish::{ConfirmState, PendingPublish, TxOp};
+use crate::publish_state::{ConfirmState, PendingPublish, TxOp};
+use crate::unacked::Unacked;
+use crate::waiting::Reply;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;

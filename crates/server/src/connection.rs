@@ -28,9 +28,9 @@ use crate::channel_ids::ChannelMap;
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
-use crate::pending::{self, HeldForLink, PendingReply};
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
+use crate::waiting::{self, HeldForLink, PendingReply};
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
 use std::net::SocketAddr;
@@ -798,7 +798,7 @@ where
 
     /// The link `method` on channel `ch` should wait for (`VHost::link_to_await`).
     fn link_to_await(&self, ch: u16, method: &Method) -> Option<Arc<PeerLink>> {
-        let named = pending::queue_used(method)?;
+        let named = waiting::queue_used(method)?;
         let name = self.channels.get(&ch)?.queue_name(named.clone()).ok()?;
         self.vhost.as_ref()?.link_to_await(&name)
     }

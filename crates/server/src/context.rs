@@ -3,7 +3,7 @@
 //! connection state.
 
 use crate::config::ServerConfig;
-use crate::pending::PendingReply;
+use crate::waiting::PendingReply;
 use bytes::BytesMut;
 use std::sync::Arc;
 use warren_broker::access::AccessControl;

@@ -3,7 +3,8 @@
 
 use crate::channel::{Channel, ChannelState, ConsumerEntry};
 use crate::context::Ctx;
-use crate::publish::TxOp;
+use crate::publish_state::TxOp;
+use crate::unacked::Unacked;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
@@ -26,15 +27,6 @@ enum Settlement {
     Release,
     /// Rejected without requeue: dead-lettered if the queue has a dead-letter exchange.
     Reject,
-}
-
-/// A delivery the client has not acknowledged yet.
-pub struct Unacked {
-    pub tag: u64,
-    pub queue: Arc<Queue>,
-    pub message: QueuedMessage,
-    /// None for basic.get deliveries (no consumer credit to give back).
-    pub consumer: Option<Arc<Consumer>>,
 }
 
 impl Channel {

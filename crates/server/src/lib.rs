@@ -14,7 +14,10 @@ mod handshake;
 mod pending;
 mod permissions;
 mod publish;
+mod publish_state;
 mod throttle;
+mod unacked;
+mod waiting;
 
 pub use config::ServerConfig;
 pub use warren_listener::bind_listener;

@@ -11,11 +11,11 @@
 
 use crate::channel::{Channel, ChannelState};
 use crate::context::Ctx;
-use bytes::{Bytes, BytesMut};
-use std::collections::VecDeque;
+use crate::publish_state::{BodyParts, PendingPublish, Published, TxOp};
+use bytes::Bytes;
 use std::sync::atomic::Ordering::Relaxed;
 use warren_broker::access::user_id_refusal;
-use warren_broker::confirm::{Confirm, ConfirmTo};
+use warren_broker::confirm::ConfirmTo;
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
@@ -25,63 +25,6 @@ use warren_broker::{AmqpError, AmqpResult, Message, MessageStats};
 use warren_codec::*;
 use warren_store::Outcome;
 
-/// A basic.publish whose content is still arriving.
-pub struct PendingPublish {
-    pub method: BasicPublish,
-    pub header: Option<ContentHeader>,
-    /// Body frames so far; a single frame stays a zero-copy slice.
-    pub body: BodyParts,
-}
-
-#[derive(Default)]
-pub enum BodyParts {
-    #[default]
-    Empty,
-    One(Bytes),
-    Many(BytesMut),
-}
-
-impl BodyParts {
-    fn len(&self) -> usize {
-        match self {
-            BodyParts::Empty => 0,
-            BodyParts::One(b) => b.len(),
-            BodyParts::Many(b) => b.len(),
-        }
-    }
-
-    fn push(&mut self, part: Bytes) {
-        *self = match std::mem::take(self) {
-            BodyParts::Empty => BodyParts::One(part),
-            BodyParts::One(first) => {
-                let mut joined = BytesMut::with_capacity(first.len() + part.len());
-                joined.extend_from_slice(&first);
-                joined.extend_from_slice(&part);
-                BodyParts::Many(joined)
-            }
-            BodyParts::Many(mut joined) => {
-                joined.extend_from_slice(&part);
-                BodyParts::Many(joined)
-            }
-        }
-    }
-
-    fn into_bytes(self) -> Bytes {
-        match self {
-            BodyParts::Empty => Bytes::new(),
-            BodyParts::One(b) => b,
-            BodyParts::Many(b) => b.freeze(),
-        }
-    }
-}
-
-/// A complete message as published, before routing.
-pub struct Published {
-    pub method: BasicPublish,
-    pub header: ContentHeader,
-    pub body: Bytes,
-}
-
 /// What became of a routed publish.
 pub struct Routed {
     /// The store sequence that must be durable before the publish counts as safe (0:
@@ -90,38 +33,6 @@ pub struct Routed {
     /// Some queue did not take it (`x-overflow=reject-publish`, or a store that cannot
     /// write): a confirming publisher gets a nack, a transaction fails its commit.
     pub refused: bool,
-}
-
-/// Publisher confirms: sequence numbers given to publishes and those not yet confirmed.
-///
-/// A persistent message routed to a durable queue is confirmed only once the store has
-/// fsync'd it (its store sequence is settled durable); others need nothing (store sequence
-/// 0). If its store batch failed, the confirm is a nack. A message that reached quorum
-/// queues is confirmed once each of their Raft groups committed it (its `QueueAnswers`).
-/// Confirms go out in publish order, so a run of ready acks is one basic.ack(multiple).
-#[derive(Debug, Default)]
-pub struct ConfirmState {
-    pub next_seq: u64,
-    /// (publish seq, its confirm), in publish order.
-    pending: VecDeque<(u64, Confirm)>,
-}
-
-impl ConfirmState {
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-}
-
-/// Work a transaction holds until commit.
-pub enum TxOp {
-    Publish(Published),
-    /// Deliveries an ack (`requeue` None) or nack/reject named: already off the unacked list
-    /// (as in RabbitMQ, so naming them again is an unknown tag at once), still holding their
-    /// consumers' credit until the commit.
-    Settle {
-        deliveries: Vec<crate::deliver::Unacked>,
-        requeue: Option<bool>,
-    },
 }
 
 fn unexpected(what: &str) -> AmqpError {
