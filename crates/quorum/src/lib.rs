@@ -36,10 +36,13 @@
 //! because its API still changes between them).
 
 pub mod backend;
+pub mod error;
 pub mod failover;
 pub mod handshake;
+mod leader;
 pub mod liveness;
 pub mod machine;
+pub mod member;
 pub mod memlog;
 pub mod metadata;
 pub mod network;
@@ -50,6 +53,7 @@ pub mod sockets;
 pub mod status;
 pub mod storage;
 pub mod tcp;
+pub mod transport;
 pub mod types;
 pub mod wal;
 pub mod watch;

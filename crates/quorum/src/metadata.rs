@@ -29,22 +29,20 @@ use tokio::time::Instant;
 use std::any::Any;
 
 use bytes::Bytes;
-use openraft::{BasicNode, ChangeMembers, ServerState};
-use serde::{Deserialize, Serialize};
+use openraft::{BasicNode, ServerState};
 
+use crate::error::QuorumError;
+pub use crate::leader::METADATA_OP_TIMEOUT;
+use crate::leader::{raft_error, serve_here};
 use crate::machine::{Command, Effect, Reply};
+pub use crate::member::{MemberChange, MemberInfo};
 use crate::network::{RaftRequest, RaftResponse, Transport, TransportError};
-use crate::node::{write_with_lease, QuorumError};
 use crate::storage::{GroupMachine, GroupStateMachine};
 use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
 
 /// The metadata group's id on every node. Queue groups' ids are hashes of their names; one of
 /// them being 0 has odds of 2^-64.
 pub const METADATA_GROUP: GroupId = 0;
-
-/// How long [`MetadataGroup::propose`] and membership changes keep trying (through elections
-/// and forwarding) before giving up.
-pub const METADATA_OP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Between attempts while the group has no reachable leader.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -92,119 +90,6 @@ impl GroupMachine for MetadataState {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-/// A cluster member as the metadata group's membership records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberInfo {
-    /// The node name (`--node-name`).
-    pub name: String,
-    /// Where its cluster port is reached, `HOST:PORT`.
-    pub addr: String,
-    /// The incarnation it joined with (drawn when its data directory was new): a peer of this
-    /// id with another one is a reset node and is refused (see `handshake`). 0: unknown (a
-    /// member recorded before incarnations existed), never refused for a difference.
-    #[serde(default)]
-    pub incarnation: u64,
-}
-
-impl MemberInfo {
-    /// Kept in openraft's `BasicNode::addr` as `"ADDR NAME INCARNATION"` (none contains
-    /// whitespace; older records lack the incarnation).
-    pub fn to_node(&self) -> BasicNode {
-        BasicNode::new(format!("{} {} {}", self.addr, self.name, self.incarnation))
-    }
-
-    pub fn from_node(node: &BasicNode) -> MemberInfo {
-        let mut parts = node.addr.split(' ');
-        let addr = parts.next().unwrap_or_default().to_string();
-        let name = parts.next().unwrap_or_default().to_string();
-        let incarnation = parts.next().and_then(|i| i.parse().ok()).unwrap_or(0);
-        MemberInfo {
-            name,
-            addr,
-            incarnation,
-        }
-    }
-}
-
-/// A membership change, carried to the leader when asked of a follower.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MemberChange {
-    /// Adds a node: a learner first, a voter once it caught up.
-    Add {
-        node: NodeId,
-        info: MemberInfo,
-    },
-    Remove {
-        node: NodeId,
-    },
-}
-
-fn raft_error(e: impl std::fmt::Display) -> QuorumError {
-    QuorumError::Raft(e.to_string())
-}
-
-/// Carries out a membership change on `raft`, which must lead; returns the log position of
-/// the final membership.
-pub(crate) async fn change_members_here(
-    raft: &Raft,
-    change: MemberChange,
-) -> Result<LogId, QuorumError> {
-    match change {
-        MemberChange::Add { node, info } => {
-            let voters: BTreeSet<NodeId> = raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .collect();
-            if voters.contains(&node) {
-                return Err(QuorumError::Raft(format!(
-                    "node {node} ({}) is already a member",
-                    info.name
-                )));
-            }
-            // Blocking: returns once the learner's log caught up, so promoting it next does not
-            // stall commits on a member that has nothing yet.
-            let learner = tokio::time::timeout(
-                METADATA_OP_TIMEOUT,
-                write_with_lease(raft, || raft.add_learner(node, info.to_node(), true)),
-            )
-            .await
-            .map_err(|_| {
-                QuorumError::Raft(format!(
-                    "node {node} ({}) did not catch up within {METADATA_OP_TIMEOUT:?}; is it \
-                     running and reachable at {}?",
-                    info.name, info.addr
-                ))
-            })?;
-            learner?;
-            write_with_lease(raft, || {
-                raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), false)
-            })
-            .await
-            .map(|response| response.log_id)
-        }
-        MemberChange::Remove { node } => {
-            let known = raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .nodes()
-                .any(|(id, _)| *id == node);
-            if !known {
-                return Err(QuorumError::Raft(format!("node {node} is not a member")));
-            }
-            write_with_lease(raft, || {
-                raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), false)
-            })
-            .await
-            .map(|response| response.log_id)
-        }
     }
 }
 
@@ -474,44 +359,5 @@ impl<T: Transport> MetadataGroup<T> {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "metadata group did not shut down cleanly");
         }
-    }
-}
-
-/// Serves a leader-only request on this node's member (what a forwarded request gets).
-pub(crate) async fn serve_here(
-    raft: &Raft,
-    request: RaftRequest,
-) -> Result<RaftResponse, TransportError> {
-    let node = raft.metrics().borrow().id;
-    match request {
-        RaftRequest::ClientWrite(proposal) => {
-            match write_with_lease(raft, || raft.client_write(proposal.clone())).await {
-                Ok(response) => Ok(RaftResponse::ClientWrite {
-                    log_id: response.log_id,
-                    reply: response.data,
-                }),
-                Err(QuorumError::NotLeader { leader }) => {
-                    Err(TransportError::NotLeader { node, leader })
-                }
-                Err(e) => Err(TransportError::Remote {
-                    node,
-                    reason: e.to_string(),
-                }),
-            }
-        }
-        RaftRequest::ChangeMembers(change) => match change_members_here(raft, change).await {
-            Ok(log_id) => Ok(RaftResponse::MembersChanged { log_id }),
-            Err(QuorumError::NotLeader { leader }) => {
-                Err(TransportError::NotLeader { node, leader })
-            }
-            Err(e) => Err(TransportError::Remote {
-                node,
-                reason: e.to_string(),
-            }),
-        },
-        _ => Err(TransportError::Remote {
-            node,
-            reason: "not a leader-only request".into(),
-        }),
     }
 }

@@ -25,7 +25,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::liveness::Liveness;
 use crate::machine::Reply;
-use crate::metadata::{self, MemberChange};
+use crate::member::MemberChange;
 use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Snapshot, Vote};
 
 /// A Raft RPC for one group.
@@ -213,7 +213,7 @@ impl GroupRegistry {
                 .map(RaftResponse::Snapshot)
                 .map_err(|e| remote(e.to_string())),
             request @ (RaftRequest::ClientWrite(_) | RaftRequest::ChangeMembers(_)) => {
-                metadata::serve_here(&raft, request).await
+                crate::leader::serve_here(&raft, request).await
             }
         }
     }
@@ -429,26 +429,4 @@ impl Transport for InProcessNetwork {
     }
 }
 
-/// A node's transport chosen at start-up: in-process for a single node (its groups' only
-/// member is itself), TCP in a cluster. One concrete type keeps the node and its groups
-/// non-generic for the application.
-#[derive(Clone)]
-pub enum NodeTransport {
-    Local(Arc<InProcessNetwork>),
-    Tcp(Arc<crate::tcp::TcpTransport>),
-}
-
-impl Transport for NodeTransport {
-    async fn send(
-        &self,
-        from: NodeId,
-        to: NodeId,
-        group: GroupId,
-        request: RaftRequest,
-    ) -> Result<RaftResponse, TransportError> {
-        match self {
-            NodeTransport::Local(network) => network.send(from, to, group, request).await,
-            NodeTransport::Tcp(tcp) => tcp.send(from, to, group, request).await,
-        }
-    }
-}
+pub use crate::transport::NodeTransport;

@@ -14,38 +14,26 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::io;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
+use openraft::error::RaftError;
 use openraft::impls::ProgressResponder;
-use openraft::rt::Instant as _;
-use openraft::{BasicNode, Config, LinearizerOption, SnapshotPolicy};
+use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{LogBackend, SnapshotDir, SnapshotStore};
+pub use crate::error::QuorumError;
+use crate::leader::{client_write_error, ensure_lease, raft_error, write_with_lease};
 use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::metadata::{MetadataGroup, MetadataMachine, MetadataState, METADATA_GROUP};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
 use crate::node_log::NodeLog;
 use crate::storage::{Applied, GroupLogStore, GroupStateMachine};
-use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft};
+use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
 use crate::wal::{Wal, WalOptions};
-
-#[derive(Debug, thiserror::Error)]
-pub enum QuorumError {
-    #[error("I/O: {0}")]
-    Io(#[from] io::Error),
-    #[error("invalid Raft configuration: {0}")]
-    Config(String),
-    #[error("not the leader; the leader is {leader:?}")]
-    NotLeader { leader: Option<NodeId> },
-    #[error("Raft: {0}")]
-    Raft(String),
-}
 
 /// Log entries between two snapshots of a group, by default.
 pub const DEFAULT_SNAPSHOT_EVERY_LOGS: u64 = 4096;
@@ -438,96 +426,5 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
         group.machine.delete_snapshot()?;
         Ok(())
-    }
-}
-
-/// How many times a write refused for an expired lease is retried after renewing it.
-const LEASE_RENEWALS: usize = 3;
-
-fn raft_error(e: impl std::fmt::Display) -> QuorumError {
-    QuorumError::Raft(e.to_string())
-}
-
-fn forward_error(forward: ForwardToLeader<QueueRaft>) -> QuorumError {
-    QuorumError::NotLeader {
-        leader: forward.leader_id,
-    }
-}
-
-/// A write's refusal as the caller sees it: "not the leader" when it was not appended here (or
-/// its entry was discarded by a new leader: the outcome is unknown, and the operations retried
-/// on that answer are idempotent or answered as failed), else a failure.
-fn client_write_error(e: ClientWriteError<QueueRaft>) -> QuorumError {
-    match e {
-        ClientWriteError::ForwardToLeader(forward)
-        | ClientWriteError::LogEntryDiscarded(forward) => forward_error(forward),
-        other => raft_error(other),
-    }
-}
-
-/// Runs `write` (a client write or a membership change) on `raft`, which must lead; when
-/// openraft refuses it because the leader's lease ran out, renews the lease and runs it again.
-pub(crate) async fn write_with_lease<T, F, Fut>(raft: &Raft, mut write: F) -> Result<T, QuorumError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, RaftError<QueueRaft, ClientWriteError<QueueRaft>>>>,
-{
-    let mut renewals = 0;
-    loop {
-        match write().await {
-            Ok(done) => return Ok(done),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
-                if forward.reason == ForwardReason::LeaseExpired && renewals < LEASE_RENEWALS =>
-            {
-                renewals += 1;
-                renew_lease(raft).await?;
-            }
-            Err(RaftError::APIError(e)) => return Err(client_write_error(e)),
-            Err(e) => return Err(raft_error(e)),
-        }
-    }
-}
-
-/// Has a majority acknowledge this leader (one round of heartbeats, waited for up to the lease),
-/// which renews its lease.
-async fn renew_lease(raft: &Raft) -> Result<(), QuorumError> {
-    raft.get_read_linearizer(LinearizerOption::new(None, true))
-        .await
-        .map(|_| ())
-        .map_err(|e| match e {
-            RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
-                forward,
-            )) => forward_error(forward),
-            // No majority answered within the lease: this leader cannot commit either.
-            RaftError::APIError(e) => {
-                tracing::debug!(error = %e, "a leader could not renew its lease");
-                QuorumError::NotLeader { leader: None }
-            }
-            other => raft_error(other),
-        })
-}
-
-/// Renews this leader's lease unless a majority acknowledged it within half the lease (or it
-/// is its group's only voter, which needs no one's acknowledgement).
-pub(crate) async fn ensure_lease(raft: &Raft) -> Result<(), QuorumError> {
-    let fresh = {
-        let metrics = raft.metrics();
-        let metrics = metrics.borrow();
-        if metrics.current_leader != Some(metrics.id) {
-            return Err(QuorumError::NotLeader {
-                leader: metrics.current_leader,
-            });
-        }
-        let half_lease = Duration::from_millis(raft.config().election_timeout_max / 2);
-        metrics.membership_config.voter_ids().count() == 1
-            || metrics
-                .last_quorum_acked
-                .as_ref()
-                .is_some_and(|acked| acked.elapsed() < half_lease)
-    };
-    if fresh {
-        Ok(())
-    } else {
-        renew_lease(raft).await
     }
 }

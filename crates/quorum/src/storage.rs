@@ -28,6 +28,10 @@ use crate::types::{
 };
 use crate::wal::{Completion, Wal, WalError};
 
+/// A group's Raft member: every group's state machine is a `GroupStateMachine`, so queue
+/// groups and the metadata group share this one type (and one registry).
+pub type Raft = openraft::Raft<QueueRaft, GroupStateMachine>;
+
 fn wal_error(e: WalError) -> io::Error {
     io::Error::other(e.to_string())
 }

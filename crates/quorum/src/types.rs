@@ -6,7 +6,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::{Command, Reply};
-use crate::storage::GroupStateMachine;
 
 /// Identifies one Raft group (one quorum queue) on every node; the metadata layer maps queue
 /// names to group ids.
@@ -61,9 +60,7 @@ openraft::declare_raft_types!(
 pub type LogEntry = openraft::alias::EntryOf<QueueRaft>;
 pub type LogId = openraft::alias::LogIdOf<QueueRaft>;
 pub type Vote = openraft::alias::VoteOf<QueueRaft>;
-/// A group's Raft member: every group's state machine is a [`GroupStateMachine`], so queue
-/// groups and the metadata group share this one type (and one registry).
-pub type Raft = openraft::Raft<QueueRaft, GroupStateMachine>;
+pub use crate::storage::Raft;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<QueueRaft>;
 /// A whole snapshot: its meta and the state machine's bytes.
 pub type Snapshot = openraft::alias::SnapshotOf<QueueRaft, Vec<u8>>;

@@ -14,7 +14,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 
 use crate::machine::Reply;
-use crate::metadata::MemberChange;
+use crate::member::MemberChange;
 use crate::network::{RaftRequest, RaftResponse, TransportError};
 use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Snapshot, SnapshotMeta, Vote};
 
