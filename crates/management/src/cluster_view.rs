@@ -3,73 +3,32 @@
 //! queues and exchanges are each node's own; the node asked gathers its own and every other
 //! running node's, so that every node shows the whole cluster, as RabbitMQ's management
 //! plugin does. The questions travel over the cluster's forwarding links
-//! (`warren_broker::remote::ask_peers`); this module asks them and, registered as the
-//! node's [`PeerAnswers`], answers the other nodes'. A node that does not answer within
+//! (`warren_broker::remote::ask_peers`); this module asks them; `peer_answers.rs`,
+//! registered as the node's `PeerAnswers`, answers the other nodes'. A node that does not answer within
 //! [`PEER_TIMEOUT`] is left out of that one answer (its connections are not listed, its
 //! counters not added), as RabbitMQ leaves out a node that does not answer its stats query.
 //!
 //! The answers are JSON in the API's own shapes, so a node lists another's connection
 //! exactly as that node would, with its `node` field naming where it lives.
 
-use crate::routes::{connection_views, node_json, stats_of_this_node};
 use crate::Api;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
-use std::sync::Weak;
 use std::time::Duration;
-use warren_broker::remote::{ask_peer, ask_peers, AnswerFuture, PeerAnswers};
+use warren_broker::remote::{ask_peer, ask_peers};
 
 /// How long a node waits for another's part of a view.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Every connection of the node with its channels and their consumers:
 /// `[{"connection", "channels": [{"channel", "consumers": [...]}]}]`.
-const CONNECTIONS: &str = "mgmt.connections";
+pub(crate) const CONNECTIONS: &str = "mgmt.connections";
 /// The node's /api/nodes entry.
-const NODE: &str = "mgmt.node";
+pub(crate) const NODE: &str = "mgmt.node";
 /// The node's message counters and rates (`stats_of_this_node`).
-const STATS: &str = "mgmt.stats";
+pub(crate) const STATS: &str = "mgmt.stats";
 /// Close the connection named in the body (`{"name", "reason"}`): `{"closed": bool}`.
-const CLOSE: &str = "mgmt.close";
-
-/// Answers the other nodes' questions with this node's part of a view.
-pub struct Answers(pub Weak<Api>);
-
-impl PeerAnswers for Answers {
-    fn answer(&self, topic: &str, body: Bytes) -> AnswerFuture {
-        let api = self.0.upgrade();
-        let topic = topic.to_owned();
-        Box::pin(async move {
-            let Some(api) = api else {
-                return Bytes::new();
-            };
-            let answer = match topic.as_str() {
-                CONNECTIONS => Value::Array(connection_views(&api)),
-                NODE => node_json(&api),
-                STATS => stats_of_this_node(&api),
-                CLOSE => json!({"closed": close_here(&api, &body)}),
-                _ => return Bytes::new(),
-            };
-            Bytes::from(answer.to_string())
-        })
-    }
-}
-
-fn close_here(api: &Api, body: &[u8]) -> bool {
-    let Ok(request) = serde_json::from_slice::<Value>(body) else {
-        return false;
-    };
-    let (Some(name), Some(reason)) = (request["name"].as_str(), request["reason"].as_str()) else {
-        return false;
-    };
-    match api.broker.registry.connection(name) {
-        Some(c) => {
-            c.request_close(reason.to_owned());
-            true
-        }
-        None => false,
-    }
-}
+pub(crate) const CLOSE: &str = "mgmt.close";
 
 /// Every other running node's answer to `topic`, as JSON (nodes that did not answer, or
 /// answered something unreadable, left out), with the node's name.
@@ -84,9 +43,9 @@ async fn ask_others(api: &Api, topic: &str, body: Bytes) -> Vec<(String, Value)>
         .collect()
 }
 
-/// The connection views (`CONNECTIONS`) of every node, this one's first.
-pub async fn cluster_connections(api: &Api) -> Vec<Value> {
-    let mut views = connection_views(api);
+/// The connection views (`CONNECTIONS`) of every node: this one's (`own`) first.
+pub async fn cluster_connections(api: &Api, own: Vec<Value>) -> Vec<Value> {
+    let mut views = own;
     for (_, answer) in ask_others(api, CONNECTIONS, Bytes::new()).await {
         if let Value::Array(theirs) = answer {
             views.extend(theirs);

@@ -15,6 +15,7 @@ mod cluster_view;
 mod error;
 mod json;
 mod list;
+mod peer_answers;
 mod rates;
 mod routes;
 
@@ -139,7 +140,7 @@ pub async fn run(
     let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));
     api.broker
         .forward_peers()
-        .set_answers(Arc::new(cluster_view::Answers(Arc::downgrade(&api))));
+        .set_answers(Arc::new(peer_answers::Answers(Arc::downgrade(&api))));
     let result = http_listener::serve(listeners, router(api), shutdown).await;
     sampler.abort();
     result

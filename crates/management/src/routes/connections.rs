@@ -152,7 +152,7 @@ fn sees(who: &Identity, view: &Value) -> bool {
 
 /// The connection views of every node that `who` sees, of one vhost or all.
 pub(crate) async fn visible(api: &Api, who: &Identity, vhost: Option<&str>) -> Vec<Value> {
-    cluster_connections(api)
+    cluster_connections(api, connection_views(api))
         .await
         .into_iter()
         .filter(|view| sees(who, view))
@@ -215,7 +215,7 @@ pub async fn in_vhost(
 /// The view of connection `name` on any node, if `who` may see it (another user's is
 /// refused with 401, as RabbitMQ).
 async fn find(api: &Api, who: &Identity, name: &str) -> ApiResult<Value> {
-    let view = cluster_connections(api)
+    let view = cluster_connections(api, connection_views(api))
         .await
         .into_iter()
         .find(|view| view["connection"]["name"].as_str() == Some(name))
