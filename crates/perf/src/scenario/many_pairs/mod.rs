@@ -14,14 +14,15 @@
 
 /// Public for the tests of the client against a live broker (tests/scenarios.rs).
 pub mod amqp10;
+mod counters;
 mod link;
 pub(crate) mod pacing;
 pub mod step;
 mod worker;
 
+pub use counters::Counters;
 pub use link::{worker_main, WORKER_ARG};
 pub use step::{step, StepConfig, StepResult};
-pub use worker::Counters;
 
 use super::{Amqp10Address, Ctx, Protocol};
 use crate::report::{Metric, PlotSpec, Report, Section, Table, Unit};

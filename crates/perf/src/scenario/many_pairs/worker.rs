@@ -10,6 +10,7 @@
 //! took responsibility for.
 
 use super::amqp10;
+use super::counters::Counters;
 use super::pacing::Wheel;
 use crate::client::{
     encode_properties, AmqpUri, BrokerUris, Channel, ChannelHooks, Connection, Delivery,
@@ -21,7 +22,7 @@ use crate::stats::new_histogram;
 use anyhow::{anyhow, Context, Result};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -94,13 +95,6 @@ pub struct Closed {
     pub received: u64,
     /// The flight-time histogram as (µs, count) pairs.
     pub latency_us: Vec<(u64, u64)>,
-}
-
-#[derive(Default)]
-pub struct Counters {
-    pub received: AtomicU64,
-    pub confirmed: AtomicU64,
-    pub nacked: AtomicU64,
 }
 
 struct Receiver {

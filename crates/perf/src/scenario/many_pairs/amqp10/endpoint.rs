@@ -14,7 +14,7 @@
 
 use super::message::{data_body, encode_data_section};
 use crate::payload;
-use crate::scenario::many_pairs::worker::Counters;
+use crate::scenario::many_pairs::counters::Counters;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::collections::VecDeque;

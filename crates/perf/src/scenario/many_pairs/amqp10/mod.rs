@@ -19,7 +19,7 @@ mod endpoint;
 mod handshake;
 mod message;
 
-use super::worker::Counters;
+use super::counters::Counters;
 use crate::client::AmqpUri;
 use anyhow::{Context, Result};
 use connection::{Shared, CLOSE_TIMEOUT};
