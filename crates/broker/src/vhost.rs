@@ -17,6 +17,6 @@ mod route_tests;
 
 pub use properties::{VHostLimits, VHostMetadata};
 
-pub use publish::{Publish, PublishScratch, Routed};
+pub use publish::{publish_to_queue, Publish, PublishScratch, Routed};
 
 pub use namespace::{ExchangeDeclaration, QueueDeclaration, VHost, LINK_WAIT};

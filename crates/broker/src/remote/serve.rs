@@ -9,12 +9,13 @@ use super::frame::{self, Frame, SettleKind};
 use super::link::{new_link, write_batches, ForwardLink, Outbox, COUNTS_INTERVAL};
 use crate::alarm::AlarmSet;
 use crate::broker::Broker;
-use crate::confirm::QueueAnswers;
+use crate::confirm::{Confirm, ConfirmTo};
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
 use crate::event_channel::{event_channel, EventReceiver, EventSender};
-use crate::queue::{Enqueued, Queue, QueuedMessage};
+use crate::queue::{Queue, QueuedMessage};
 use crate::quorum::QuorumQueue;
 use crate::remote::RemoteQueue;
+use crate::vhost::{publish_to_queue, PublishScratch};
 use bytes::BytesMut;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use warren_codec::ShortStr;
-use warren_store::{DurableState, Outcome, Store};
+use warren_store::{DurableState, Store};
 
 /// Runs a forwarding link over `stream` (already authenticated by the cluster transport):
 /// serves the peer's requests against `broker`'s queues and returns the end this node's
@@ -152,9 +153,9 @@ struct Held {
     consumer: Option<Arc<Consumer>>,
 }
 
-/// A publish waiting for its confirm: the peer's sequence number, the store record it
-/// waits for (0: none), whether the queue took it, the queue's own confirm.
-type PendingConfirm = (u64, u64, bool, Option<Arc<QueueAnswers>>);
+/// A publish waiting for its confirm: the peer's sequence number and the publish's confirm
+/// (`crate::confirm`, the same as any channel's).
+type PendingConfirm = (u64, Confirm);
 
 pub(super) struct Serving {
     broker: Arc<Broker>,
@@ -167,6 +168,8 @@ pub(super) struct Serving {
     consumers: HashMap<u64, (u64, Arc<Queue>, Arc<Consumer>)>,
     held: HashMap<(u64, u64), Held>,
     pending: VecDeque<PendingConfirm>,
+    /// The publish path's buffers (`publish_to_queue`).
+    publish_scratch: PublishScratch,
     /// Count rounds so far (`report_counts`).
     count_rounds: u64,
 }
@@ -193,6 +196,7 @@ impl Serving {
             consumers: HashMap::new(),
             held: HashMap::new(),
             pending: VecDeque::new(),
+            publish_scratch: PublishScratch::default(),
             count_rounds: 0,
         };
         (serving, events_rx, gets_rx)
@@ -210,7 +214,7 @@ impl Serving {
     pub(super) fn waits_for_store(&self) -> bool {
         self.pending
             .iter()
-            .any(|(_, store_seq, _, _)| *store_seq != 0)
+            .any(|(_, confirm)| confirm.waits_for_store())
     }
 
     /// The live queue bound as `qid`, which the peer acts on: its counts are checked every
@@ -328,10 +332,13 @@ impl Serving {
         }
     }
 
+    /// A publish forwarded by the peer, which routed it to queue `qid`: stored and
+    /// enqueued by the one publish path (`publish_to_queue`), its confirm (if the peer asked,
+    /// `seq` not 0) sent back in publish order once it is settled.
     async fn publish(&mut self, qid: u64, seq: u64, framed: bytes::Bytes) {
         let Some(message) = frame::message(framed) else {
             if seq != 0 {
-                self.pending.push_back((seq, 0, false, None));
+                self.pending.push_back((seq, Confirm::settled(true)));
                 self.flush_confirms();
             }
             return;
@@ -343,45 +350,28 @@ impl Serving {
         // just initialized or in an election does not lead yet, for publishes to arrive.
         let Some(queue) = self.queue(qid).or_else(|| self.member_quorum_queue(qid)) else {
             if seq != 0 {
-                self.pending.push_back((seq, 0, true, None));
+                self.pending.push_back((seq, Confirm::settled(false)));
                 self.flush_confirms();
             }
             return;
         };
-        let mut store_seq = 0;
-        let mut accepted = true;
-        let mut confirm = None;
-        if queue.confirms_later() {
-            let c = (seq != 0).then(|| QueueAnswers::new(self.events.clone()));
-            accepted = queue.publish_confirmed(message, None, c.as_ref()) == Enqueued::Accepted;
-            if let Some(c) = &c {
-                c.routed();
-            }
-            confirm = c;
-        } else {
-            let stored = match (&queue.stored, message.persistent) {
-                (Some(stored), true) => {
-                    match stored
-                        .store
-                        .append_async(&[stored.id], &message.to_stored())
-                        .await
-                    {
-                        Ok(appended) => Some(appended),
-                        Err(_) => {
-                            accepted = false;
-                            None
-                        }
-                    }
-                }
-                _ => None,
-            };
-            if accepted {
-                store_seq = stored.map_or(0, |a| a.seq);
-                accepted = queue.publish(message, stored) == Enqueued::Accepted;
-            }
-        }
+        let confirm_to = match seq {
+            0 => ConfirmTo::Nobody,
+            _ => ConfirmTo::Connection(&self.events),
+        };
+        let confirm = publish_to_queue(
+            self.broker.store(),
+            &queue,
+            &message,
+            confirm_to,
+            &mut self.publish_scratch,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(queue = %queue.name, error = %e, "store: a forwarded publish could not be stored");
+            Confirm::settled(true)
+        });
         if seq != 0 {
-            self.pending.push_back((seq, store_seq, accepted, confirm));
+            self.pending.push_back((seq, confirm));
             self.flush_confirms();
         }
     }
@@ -390,23 +380,10 @@ impl Serving {
     pub(super) fn flush_confirms(&mut self) {
         let durable = self.store().map(Store::durable_state);
         let mut answers = Vec::new();
-        while let Some((seq, store_seq, accepted, confirm)) = self.pending.front() {
-            let mut ok = *accepted;
-            if *store_seq != 0 {
-                match durable
-                    .as_ref()
-                    .map_or(Outcome::Durable, |d| d.outcome(*store_seq))
-                {
-                    Outcome::Pending => break,
-                    Outcome::Durable => {}
-                    Outcome::Failed => ok = false,
-                }
-            }
-            match confirm.as_ref().map(|c| c.outcome()) {
-                None => {}
-                Some(None) => break,
-                Some(Some(accepted)) => ok &= accepted,
-            }
+        while let Some((seq, confirm)) = self.pending.front() {
+            let Some(ok) = confirm.outcome(durable.as_ref()) else {
+                break;
+            };
             answers.push(Frame::Confirm { seq: *seq, ok });
             self.pending.pop_front();
         }

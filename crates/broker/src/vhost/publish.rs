@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use warren_codec::FieldTable;
-use warren_store::{QueueId, StoreError};
+use warren_store::{QueueId, Store, StoreError};
 
 use super::VHost;
 use crate::confirm::{Confirm, ConfirmTo, RoutedConfirm};
@@ -154,9 +154,6 @@ impl VHost {
         }
     }
 
-    /// Stores `message` once for the durable queues of `queues` (when it is persistent), then
-    /// enqueues it in every queue of `queues` (drained). A copy that brings a delivery count
-    /// along (a dead-lettered one) has it recorded for each durable queue.
     fn enqueue(
         &self,
         message: &Arc<Message>,
@@ -164,53 +161,88 @@ impl VHost {
         store_ids: &mut Vec<QueueId>,
         confirm_to: ConfirmTo<'_>,
     ) -> Result<Confirm, StoreError> {
-        let mut refused = false;
-        let mut store_seq = 0;
-        let mut stored = None;
-        if let Some(store) = self.store.as_ref().filter(|_| message.persistent) {
-            store_ids.clear();
-            store_ids.extend(
-                queues
-                    .iter()
-                    .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
-            );
-            if !store_ids.is_empty() {
-                match store.append(store_ids, &message.to_stored()) {
-                    Ok(appended) => {
-                        store_seq = appended.seq;
-                        stored = Some(appended);
-                        if message.inherited_delivery_count > 0 {
-                            for id in store_ids.iter() {
-                                // A queue deleted meanwhile has no count to keep.
-                                let _ = store.set_delivery_count(
-                                    *id,
-                                    appended.id,
-                                    message.inherited_delivery_count,
-                                );
-                            }
+        enqueue(self.store.as_ref(), message, queues, store_ids, confirm_to)
+    }
+}
+
+/// A message another node routed to `queue`, served here (a publish forwarded over a link,
+/// `remote/serve.rs`): stored and enqueued as any publish's queues are, with the same
+/// confirm. `store` is the broker's.
+pub fn publish_to_queue(
+    store: Option<&Store>,
+    queue: &Arc<Queue>,
+    message: &Arc<Message>,
+    confirm_to: ConfirmTo<'_>,
+    scratch: &mut PublishScratch,
+) -> Result<Confirm, StoreError> {
+    debug_assert!(scratch.queues.is_empty());
+    scratch.queues.push(queue.clone());
+    let confirm = enqueue(
+        store,
+        message,
+        &mut scratch.queues,
+        &mut scratch.store_ids,
+        confirm_to,
+    );
+    scratch.queues.clear();
+    confirm
+}
+
+/// Stores `message` once for the durable queues of `queues` (when it is persistent), then
+/// enqueues it in every queue of `queues` (drained). A copy that brings a delivery count
+/// along (a dead-lettered one) has it recorded for each durable queue.
+fn enqueue(
+    store: Option<&Store>,
+    message: &Arc<Message>,
+    queues: &mut Vec<Arc<Queue>>,
+    store_ids: &mut Vec<QueueId>,
+    confirm_to: ConfirmTo<'_>,
+) -> Result<Confirm, StoreError> {
+    let mut refused = false;
+    let mut store_seq = 0;
+    let mut stored = None;
+    if let Some(store) = store.filter(|_| message.persistent) {
+        store_ids.clear();
+        store_ids.extend(
+            queues
+                .iter()
+                .filter_map(|q| q.stored.as_ref().map(|s| s.id)),
+        );
+        if !store_ids.is_empty() {
+            match store.append(store_ids, &message.to_stored()) {
+                Ok(appended) => {
+                    store_seq = appended.seq;
+                    stored = Some(appended);
+                    if message.inherited_delivery_count > 0 {
+                        for id in store_ids.iter() {
+                            // A queue deleted meanwhile has no count to keep.
+                            let _ = store.set_delivery_count(
+                                *id,
+                                appended.id,
+                                message.inherited_delivery_count,
+                            );
                         }
                     }
-                    // A write failed and the store retries (the store logs it, once): the
-                    // durable queues cannot take the message, the others do.
-                    Err(StoreError::Unavailable(_)) => {
-                        refused = true;
-                        queues.retain(|q| q.stored.is_none());
-                    }
-                    Err(e) => return Err(e),
                 }
+                // A write failed and the store retries (the store logs it, once): the
+                // durable queues cannot take the message, the others do.
+                Err(StoreError::Unavailable(_)) => {
+                    refused = true;
+                    queues.retain(|q| q.stored.is_none());
+                }
+                Err(e) => return Err(e),
             }
         }
-        let mut routed_confirm = RoutedConfirm::new(confirm_to);
-        for queue in queues.drain(..) {
-            if queue.publish_routed(message, stored, routed_confirm.as_mut()) == Enqueued::Rejected
-            {
-                refused = true;
-            }
-        }
-        Ok(Confirm::new(
-            store_seq,
-            refused,
-            routed_confirm.and_then(RoutedConfirm::finish),
-        ))
     }
+    let mut routed_confirm = RoutedConfirm::new(confirm_to);
+    for queue in queues.drain(..) {
+        if queue.publish_routed(message, stored, routed_confirm.as_mut()) == Enqueued::Rejected {
+            refused = true;
+        }
+    }
+    Ok(Confirm::new(
+        store_seq,
+        refused,
+        routed_confirm.and_then(RoutedConfirm::finish),
+    ))
 }
