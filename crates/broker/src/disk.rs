@@ -93,6 +93,7 @@ impl DiskMonitor {
 pub fn free_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is a plain C struct of integers, for which all zero bytes is valid.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c_path is NUL-terminated and stat is a valid out-pointer for the call.
     if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
