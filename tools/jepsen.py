@@ -54,6 +54,7 @@ import contextlib
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -218,6 +219,7 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
     faults to draw from, in that order (default: every one this machine can inject): one seed
     and one list draw the same schedule against either `broker` ("warren", "rabbitmq")."""
     rng = random.Random(seed)
+    lost_details = None
     cluster, faults = make_cluster(broker, netns)
     if only:
         unknown = set(only) - set(faults)
@@ -282,6 +284,8 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
                            lambda: definitions.check(cluster.nodes) is None, timeout=60)
         except AssertionError:
             problems = definitions.check(cluster.nodes)
+        if counts["lost"]:
+            lost_details = describe_lost(workload, cluster, schedule, started)
         # A quorum queue's consumers are never cancelled while the queue exists (RabbitMQ's
         # are not): a basic.cancel is a violation too.
         ok = (counts["lost"] == 0 and counts["unexpected"] == 0 and counts["confirmed"] > 0
@@ -303,7 +307,42 @@ def run(seconds, seed, netns, tag="jepsen", only=None, broker="warren"):
             "definitions_problems": problems,
             "cancels_at": [(round(at - started, 1), node) for at, node in workload.cancel_log],
             "lost_bodies": sorted(workload.confirmed - workload.received)[:20],
+            "lost_details": lost_details,
             "unexpected_bodies": workload.unexpected[:20]}
+
+
+def describe_lost(workload, cluster, schedule, started):
+    """What a lost message's trail is, read before the nodes stop: when it was confirmed and
+    through which node, the faults around then, what each node's API says of the queue, and
+    which nodes still hold the body in their data (committed to their log or snapshot)."""
+    lost = sorted(workload.confirmed - workload.received)[:20]
+    messages = []
+    for body in lost:
+        at, node = workload.confirm_log.get(body, (None, None))
+        rel = round(at - started, 1) if at is not None else None
+        near = [{"at_s": e["at_s"], "fault": e["fault"], "node": e["node"], "hold_s": e["hold_s"]}
+                for e in schedule if rel is not None and rel - 30 <= e["at_s"] <= rel + 5]
+        held_by = []
+        for n in cluster.nodes:
+            data_dir = getattr(n, "data_dir", None)
+            if data_dir and os.path.isdir(data_dir):
+                found = subprocess.run(["grep", "-rlaF", body, data_dir],
+                                       capture_output=True, text=True).stdout.split()
+                if found:
+                    held_by.append({"node": n.name,
+                                    "files": [os.path.relpath(f, data_dir) for f in found]})
+        messages.append({"body": body, "confirmed_at_s": rel, "published_via": node,
+                         "faults_before": near, "in_data_of": held_by})
+    queues = {}
+    for n in cluster.nodes:
+        try:
+            q = n.queue(QUEUE) or {}
+        except Exception as e:  # noqa: BLE001 (a node that does not answer is reported as such)
+            q = {"error": str(e)}
+        queues[n.name] = {k: q.get(k) for k in ("messages", "messages_ready",
+                                                 "messages_unacknowledged", "consumers",
+                                                 "leader", "members", "error")}
+    return {"messages": messages, "queue_on_each_node": queues}
 
 
 def gaps_by_fault(schedule):

@@ -678,7 +678,12 @@ class Cluster:
                 node.stop()
             except (OSError, subprocess.SubprocessError):
                 pass
+        keep = keep_logs or os.environ.get("WARREN_KEEP_CLUSTER_LOGS") is not None
         for node in self.all_nodes:
+            if keep and getattr(node, "disk_mounted", False):
+                # A node's own disk goes with its image: its data is copied out first.
+                with contextlib.suppress(OSError, shutil.Error):
+                    shutil.copytree(node.data_dir, node.data_dir + ".kept", dirs_exist_ok=True)
             node.unmount_disk()
         if self.proxy is not None:
             self.proxy.close()

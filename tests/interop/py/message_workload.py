@@ -54,6 +54,9 @@ class MessageWorkload:
         self.cancels = 0
         # time.monotonic() of each confirm (basic.ack), for the gaps in confirms a fault makes.
         self.confirm_times = []
+        # Each confirmed body's confirm: (time.monotonic(), the node it was published through),
+        # to place a lost message among the faults.
+        self.confirm_log = {}
         # (time.monotonic(), node) of each basic.cancel, to line up with a fault schedule.
         self.cancel_log = []
         self.errors = []
@@ -111,7 +114,9 @@ class MessageWorkload:
                         with self.lock:
                             outcome.add(body)
                             if outcome is self.confirmed:
-                                self.confirm_times.append(time.monotonic())
+                                now = time.monotonic()
+                                self.confirm_times.append(now)
+                                self.confirm_log[body] = (now, node.name)
                         in_flight = None
                         if self.publish_interval_s:
                             time.sleep(self.publish_interval_s)
