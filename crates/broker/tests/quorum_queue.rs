@@ -205,6 +205,36 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     host.shutdown().await;
 }
 
+/// A delivery handed over after its consumer's connection went (the connection's event channel
+/// closed, its teardown not done yet: a race of the consumer's lookup with the teardown) goes
+/// back to the queue, and the consumer takes no more: the next consumer gets the message. It
+/// used to stay checked out to the gone consumer for good, a confirmed message nobody got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_to_a_connection_that_went_goes_back_to_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = QuorumHost::open(dir.path()).unwrap();
+    let vhost = new_vhost(&host);
+    declare(&vhost, "q");
+    let queue = vhost.queue("q").unwrap();
+    let (gone_tx, gone_rx) = event_channel();
+    drop(gone_rx);
+    queue
+        .add_consumer(new_consumer(&queue, "gone", 1, 10, gone_tx))
+        .unwrap();
+    queue.publish(message(b"m"), None);
+    eventually("the failed hand-over's consumer removed", || {
+        queue.consumer_count() == 0
+    })
+    .await;
+    let (events_tx, mut events) = event_channel();
+    queue
+        .add_consumer(new_consumer(&queue, "next", 2, 10, events_tx))
+        .unwrap();
+    let got = next_delivery(&mut events).await;
+    assert_eq!(&got.message.message.body[..], b"m");
+    host.shutdown().await;
+}
+
 /// A policy set on an existing queue reaches its group as a config change in the log; a group
 /// recovered after the policy went takes the config of now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

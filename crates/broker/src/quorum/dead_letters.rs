@@ -216,10 +216,21 @@ impl QuorumQueue {
                 store_ref: None,
             },
         };
-        if consumer.send(ConnectionEvent::Deliver(delivery)).is_err() {
-            // The connection is gone; its channel close cancels the consumer, which returns
-            // the message.
+        if let Err(ConnectionEvent::Deliver(returned)) =
+            consumer.send(ConnectionEvent::Deliver(delivery))
+        {
+            // The connection went between the consumer's lookup above and this hand-over: its
+            // teardown released what its channels held and removed the consumer (suspended,
+            // as it held this one) before this message could reach it, so nobody will ever
+            // settle it. It goes back now, and the consumer leaves the group once it holds
+            // nothing; left held, it would stay checked out to a consumer nobody reads.
             consumer.return_credit(cost);
+            if !consumer.no_ack {
+                self.settle(&[], &[returned.message], &[], true);
+            }
+            // A consumer whose connection is gone takes nothing more (its teardown, if still
+            // to come, then finds it removed).
+            self.remove_consumer(consumer.connection, consumer.channel, &consumer.tag);
         }
         true
     }
