@@ -169,9 +169,10 @@ impl QuorumQueue {
             let mut consumers = self.consumers.lock();
             if let Some(get) = consumers.gets.remove(&key) {
                 drop(consumers);
+                let id = message.id;
                 if let Some(decoded) = codec::decode(message.body, message.delivery_count, true) {
-                    let _ = get.send(QueuedMessage {
-                        id: message.id,
+                    let taken = get.send(QueuedMessage {
+                        id,
                         delivery_count: failed_deliveries(&decoded, message.delivery_count),
                         message: Arc::new(decoded),
                         redelivered: message.delivered_before,
@@ -179,6 +180,18 @@ impl QuorumQueue {
                         via: 0,
                         store_ref: None,
                     });
+                    if taken.is_err() {
+                        // The basic.get gave up (its client went, or it waited too long):
+                        // the message goes back and its one-message consumer leaves.
+                        self.propose(
+                            Command::Release {
+                                consumer: key,
+                                msg_ids: vec![id],
+                            },
+                            None,
+                        );
+                        self.propose(Command::Cancel { consumer: key }, None);
+                    }
                 }
                 return true;
             }
