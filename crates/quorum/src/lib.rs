@@ -1,5 +1,6 @@
-//! Warren's quorum queues, foundation slice: the replicated queue type's core below the AMQP
-//! layer, self-contained and not yet wired into the broker.
+//! Warren's quorum queues below the AMQP layer: the replicated queue type's core, its
+//! storage and network, and the cluster's transport and metadata group. The broker's quorum
+//! queue type (`warren-broker`'s `quorum/`) runs on it.
 //!
 //! A quorum queue is one Raft group (openraft) whose state machine is a [`machine::QueueState`],
 //! modelled on RabbitMQ's `rabbit_fifo`: enqueue, checkout (a consumer with a prefetch), settle,

@@ -1,8 +1,10 @@
 //! One client connection: the handshake, then a single task that reads frames, writes
 //! frames and takes queue deliveries, with no other task in between.
 //!
-//! The loop `select!`s over four things: socket readable, socket writable (when output is
-//! pending), deliveries from queues, and the heartbeat tick. Every read drains all whole frames
+//! The loop `select!`s over: socket readable, socket writable (when output is pending),
+//! deliveries from queues, the heartbeat tick, resource alarms, the store's durable sequence
+//! (while confirms wait for it), and in a cluster what a method waits for (its definitions
+//! change, the link to its queue's node: `waiting.rs`). Every read drains all whole frames
 //! in the buffer, and all output goes to one buffer written with as few syscalls as the
 //! kernel allows, so many frames share one read and one write.
 //!
