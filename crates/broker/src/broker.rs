@@ -21,7 +21,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
-use warren_store::Store;
+use warren_store::{RoaringTreemap, Store};
 
 /// The global runtime parameter holding the cluster's name, where RabbitMQ keeps it too.
 pub const CLUSTER_NAME_PARAMETER: &str = "cluster_name";
@@ -434,7 +434,7 @@ impl Broker {
             match by_store_name.get(&rq.name) {
                 Some(queue) => {
                     restored += rq.live.len();
-                    queue.restore(rq.live, rq.live_body_bytes, rq.first);
+                    queue.restore(rq);
                 }
                 None => {
                     if let Some(store) = &self.store {
@@ -449,6 +449,16 @@ impl Broker {
             vhosts = self.vhosts.read().len(),
             "recovered durable state"
         );
+    }
+
+    /// For the store's clean-shutdown record, once clients are gone: per durable queue, the
+    /// store ids of its messages never delivered (`QueueType::undelivered_in_store`).
+    pub fn undelivered_in_store(&self) -> Vec<(warren_store::QueueId, RoaringTreemap)> {
+        self.vhosts()
+            .iter()
+            .flat_map(|vhost| vhost.queues())
+            .filter_map(|queue| queue.undelivered_in_store())
+            .collect()
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {

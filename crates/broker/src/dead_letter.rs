@@ -63,6 +63,38 @@ fn death_routing_keys(message: &Message, headers: &FieldTable) -> FieldValue {
     FieldValue::Array(keys)
 }
 
+/// Folds a history that holds one (queue, reason) more than once (written by RabbitMQ before
+/// 3.5.5, one entry per death, without `count`) into one entry per pair, as RabbitMQ does: the
+/// pair's first (most recent) entry stays where it is, with `count` set to the number of
+/// entries when it had none. (RabbitMQ 3.13 also reverses the order of the other entries
+/// here; Warren keeps the most recent first, as RabbitMQ documents the header.)
+fn group_by_queue_and_reason(deaths: &mut Vec<FieldValue>) {
+    let key = |d: &FieldValue| {
+        (
+            field(d, "queue").map(str::to_owned),
+            field(d, "reason").map(str::to_owned),
+        )
+    };
+    let mut grouped: Vec<(FieldValue, i64)> = Vec::with_capacity(deaths.len());
+    for death in deaths.drain(..) {
+        match grouped
+            .iter_mut()
+            .find(|(kept, _)| key(kept) == key(&death))
+        {
+            Some((_, entries)) => *entries += 1,
+            None => grouped.push((death, 1)),
+        }
+    }
+    for (mut death, entries) in grouped {
+        if let FieldValue::Table(t) = &mut death {
+            if t.get("count").is_none() {
+                t.insert("count", FieldValue::I64(entries));
+            }
+        }
+        deaths.push(death);
+    }
+}
+
 /// The dead-lettered copy of `message` leaving `queue`, with its new headers (for routing by
 /// a headers exchange and for `is_death_cycle`).
 pub fn dead_lettered(
@@ -88,6 +120,7 @@ pub fn dead_lettered(
         _ => Vec::new(),
     };
     let first_death = deaths.is_empty();
+    group_by_queue_and_reason(&mut deaths);
     let same = deaths.iter().position(|d| {
         field(d, "queue") == Some(queue) && field(d, "reason") == Some(reason.as_str())
     });
@@ -283,6 +316,36 @@ mod tests {
         assert!(!is_death_cycle("src", DeathReason::Expired, &h));
         // A rejection is never a cycle.
         assert!(!is_death_cycle("a", DeathReason::Rejected, &h));
+    }
+
+    #[test]
+    fn a_legacy_history_is_grouped_by_queue_and_reason() {
+        // The Java client's XDeathHeaderGrowth.handlingOfXDeathHeadersFromEarlierVersions:
+        // four entries per queue, q97 three times over, none with a count.
+        let legacy = |queue: &str| {
+            let mut t = FieldTable::new();
+            t.insert("reason", FieldValue::string("expired"));
+            t.insert("queue", FieldValue::string(queue));
+            t.insert("exchange", FieldValue::string("fanout0"));
+            FieldValue::Table(t)
+        };
+        let mut deaths = Vec::new();
+        for queue in ["q97", "q97", "q97", "q98", "q99"] {
+            deaths.extend(std::iter::repeat_with(|| legacy(queue)).take(4));
+        }
+        let mut headers = FieldTable::new();
+        headers.insert("x-death", FieldValue::Array(deaths));
+        let (_, h) = die(&message(Some(headers)), "q1", DeathReason::Expired);
+        assert_eq!(
+            history(&h),
+            [
+                ("q1", "expired", 1),
+                ("q97", "expired", 12),
+                ("q98", "expired", 4),
+                ("q99", "expired", 4)
+            ]
+            .map(|(q, r, n)| (q.to_owned(), r.to_owned(), n))
+        );
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod tail;
 pub mod topic;
+pub mod version;
 pub mod versioned_map;
 pub mod vhost;
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 use warren_codec::{FieldTable, ShortStr};
-use warren_store::{Appended, FailedPublishes, LogPosition, QueueId, RoaringTreemap, Store};
+use warren_store::{Appended, FailedPublishes, QueueId, RecoveredQueue, RoaringTreemap, Store};
 
 pub use crate::queue_args::{Overflow, QueueLimits};
 pub use crate::queue_type::{Enqueued, QueueDepth};
@@ -466,8 +466,13 @@ impl Queue {
     }
 
     /// Gives the queue the messages the store recovered for it at start.
-    pub fn restore(&self, ids: RoaringTreemap, body_bytes: u64, first: Option<LogPosition>) {
-        self.kind.restore(self, ids, body_bytes, first)
+    pub fn restore(&self, recovered: RecoveredQueue) {
+        self.kind.restore(self, recovered)
+    }
+
+    /// See `QueueType::undelivered_in_store`.
+    pub fn undelivered_in_store(&self) -> Option<(QueueId, RoaringTreemap)> {
+        self.kind.undelivered_in_store(self)
     }
 }
 

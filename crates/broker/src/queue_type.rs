@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use warren_quorum::status::GroupStatus;
 use warren_quorum::types::NodeId;
-use warren_store::{Appended, FailedPublishes, LogPosition, RoaringTreemap};
+use warren_store::{Appended, FailedPublishes, QueueId, RecoveredQueue, RoaringTreemap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
@@ -221,13 +221,13 @@ pub trait QueueType: Send + Sync + std::fmt::Debug + 'static {
     fn forget_failed(&self, _queue: &Queue, _failed: &FailedPublishes) {}
 
     /// The store recovered these messages for the queue at start.
-    fn restore(
-        &self,
-        _queue: &Queue,
-        _ids: RoaringTreemap,
-        _body_bytes: u64,
-        _first: Option<LogPosition>,
-    ) {
+    fn restore(&self, _queue: &Queue, _recovered: RecoveredQueue) {}
+
+    /// At a clean stop: the queue's id in the store and the store ids of its messages that
+    /// were never delivered, for the store's clean-shutdown record (a restart marks the
+    /// others redelivered). None for a type that keeps no messages in the store.
+    fn undelivered_in_store(&self, _queue: &Queue) -> Option<(QueueId, RoaringTreemap)> {
+        None
     }
 
     /// For the type's own code (cluster and recovery) to reach its state through the

@@ -164,6 +164,11 @@ impl ReadyList {
         }
     }
 
+    /// Every message, highest priority level first, each level in queue order.
+    pub fn iter(&self) -> impl Iterator<Item = &QueuedMessage> {
+        self.levels.iter().flat_map(|level| level.iter())
+    }
+
     /// The earliest expiry among the level heads.
     pub fn next_expiry(&self) -> Option<std::time::Instant> {
         self.levels

@@ -83,6 +83,16 @@ impl Registry {
         self.connections.read().len()
     }
 
+    /// Asks every open connection, of either protocol, to close with 320 CONNECTION_FORCED
+    /// and `reason`; returns how many were asked.
+    pub fn close_all(&self, reason: &str) -> usize {
+        let connections = self.connections();
+        for connection in &connections {
+            connection.request_close(reason.to_owned());
+        }
+        connections.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.connections.read().is_empty()
     }

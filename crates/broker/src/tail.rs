@@ -12,10 +12,11 @@
 //! - `cursor` is at or before the log position of every id in the set, so scanning the log
 //!   forward from it meets all of the tail's messages, in id order, and misses none; a
 //!   scan takes only ids still in the set, so records it passes again are not duplicated;
-//! - `bytes` is the sum of the body sizes of the messages in `ids`.
+//! - `bytes` is the sum of the body sizes of the messages in `ids`;
+//! - `maybe_delivered` is a subset of `ids`.
 
 use roaring::RoaringTreemap;
-use warren_store::{LogPosition, MessageId, QueueId, ScannedMessage, Store};
+use warren_store::{LogPosition, MessageId, QueueId, RecoveredQueue, ScannedMessage, Store};
 
 /// At most this many messages are read back into memory per refill.
 pub const PAGE_IN_BATCH_MESSAGES: usize = 1024;
@@ -30,9 +31,10 @@ pub struct PagedTail {
     bytes: u64,
     /// Where the next scan starts: at or before the record of the smallest id in `ids`.
     cursor: LogPosition,
-    /// Store ids below this came back from a restart: they may have been delivered before,
-    /// so they go out marked redelivered.
-    recovered_below: u64,
+    /// Store ids that came back from a restart and may have been delivered before it (all
+    /// of them after a crash; after a clean stop, those not in the store's clean-shutdown
+    /// record): they go out marked redelivered. A subset of `ids`.
+    maybe_delivered: RoaringTreemap,
 }
 
 /// A message read back from the tail, with what the queue needs to put it in memory.
@@ -43,14 +45,19 @@ pub struct PagedIn {
 
 impl PagedTail {
     /// The tail a queue restarts with: every live message the store recovered for it.
-    pub fn recovered(ids: RoaringTreemap, bytes: u64, first: Option<LogPosition>) -> PagedTail {
-        let recovered_below = ids.max().map_or(0, |max| max + 1);
+    pub fn recovered(recovered: RecoveredQueue) -> PagedTail {
         PagedTail {
-            ids,
-            bytes,
-            cursor: first.unwrap_or_default(),
-            recovered_below,
+            maybe_delivered: &recovered.live - &recovered.undelivered,
+            ids: recovered.live,
+            bytes: recovered.live_body_bytes,
+            cursor: recovered.first.unwrap_or_default(),
         }
+    }
+
+    /// The ids of the tail's messages that were never delivered (for the store's
+    /// clean-shutdown record).
+    pub fn undelivered(&self) -> RoaringTreemap {
+        &self.ids - &self.maybe_delivered
     }
 
     pub fn len(&self) -> u64 {
@@ -107,7 +114,7 @@ impl PagedTail {
                 self.ids.remove(scanned.id.0);
                 self.bytes = self.bytes.saturating_sub(scanned.message.body.len() as u64);
                 out.push(PagedIn {
-                    redelivered: scanned.id.0 < self.recovered_below,
+                    redelivered: self.maybe_delivered.remove(scanned.id.0),
                     scanned,
                 });
             }
@@ -135,6 +142,7 @@ impl PagedTail {
     pub fn forget(&mut self, failed: &[(MessageId, u32)]) -> u64 {
         let mut dropped = 0;
         for &(id, body_bytes) in failed {
+            self.maybe_delivered.remove(id.0);
             if self.ids.remove(id.0) {
                 self.bytes = self.bytes.saturating_sub(u64::from(body_bytes));
                 dropped += 1;
@@ -149,6 +157,7 @@ impl PagedTail {
     /// Empties the tail, returning the ids it held (a purge acks them in the store).
     pub fn take_ids(&mut self) -> RoaringTreemap {
         self.bytes = 0;
+        self.maybe_delivered.clear();
         std::mem::take(&mut self.ids)
     }
 

@@ -1,5 +1,6 @@
 //! Users, virtual hosts and permissions: add_user, delete_user, change_password,
-//! set_user_tags, add_vhost, delete_vhost, set_permissions, clear_permissions.
+//! set_user_tags, add_vhost, delete_vhost, set_permissions, clear_permissions,
+//! set_topic_permissions, clear_topic_permissions.
 //!
 //! The API's PUTs create or replace; where rabbitmqctl refuses (adding a user that exists)
 //! or keeps something (a user's tags when the password changes), the command reads first.
@@ -163,7 +164,12 @@ pub fn set_permissions(
         "Setting permissions for user \"{user}\" in vhost \"{vhost}\" ..."
     ));
     let body = json!({"configure": configure, "write": write, "read": read});
-    match ctx.api.put(&permission_path(vhost, user), &body) {
+    put_permission(ctx, &permission_path(vhost, user), &body, user)
+}
+
+/// PUTs a permission; a refusal names whichever of the user and the vhost is missing.
+fn put_permission(ctx: &Context, path: &str, body: &Value, user: &str) -> Result<(), CtlError> {
+    match ctx.api.put(path, body) {
         // RabbitMQ answers 400 "vhost_or_user_not_found"; say which. A 400 with both
         // present is a bad regex: the API's reason says so.
         Err(e) if matches!(e.status(), Some(400 | 404)) => {
@@ -182,6 +188,52 @@ pub fn clear_permissions(ctx: &Context, user: &str) -> Result<(), CtlError> {
     match ctx.api.delete(&permission_path(vhost, user), &[]) {
         // With both present the user had no permissions there, which is what was asked
         // for (rabbitmqctl succeeds too).
+        Err(e) if e.status() == Some(404) => user_and_vhost_exist(ctx, user),
+        other => Ok(other?),
+    }
+}
+
+fn topic_permission_path(vhost: &str, user: &str) -> String {
+    format!(
+        "/api/topic-permissions/{}/{}",
+        segment(vhost),
+        segment(user)
+    )
+}
+
+pub fn set_topic_permissions(
+    ctx: &Context,
+    user: &str,
+    exchange: &str,
+    [write, read]: [&str; 2],
+) -> Result<(), CtlError> {
+    let vhost = &ctx.vhost;
+    ctx.style.banner(&format!(
+        "Setting topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ..."
+    ));
+    let body = json!({"exchange": exchange, "write": write, "read": read});
+    put_permission(ctx, &topic_permission_path(vhost, user), &body, user)
+}
+
+pub fn clear_topic_permissions(
+    ctx: &Context,
+    user: &str,
+    exchange: Option<&str>,
+) -> Result<(), CtlError> {
+    let vhost = &ctx.vhost;
+    ctx.style.banner(&match exchange {
+        None => format!("Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ..."),
+        Some(x) => format!(
+            "Clearing topic permissions on \"{x}\" for user \"{user}\" in vhost \"{vhost}\" ..."
+        ),
+    });
+    let path = topic_permission_path(vhost, user);
+    let path = match exchange {
+        None => path,
+        Some(x) => format!("{path}/{}", segment(x)),
+    };
+    match ctx.api.delete(&path, &[]) {
+        // As clear_permissions: none there is what was asked for.
         Err(e) if e.status() == Some(404) => user_and_vhost_exist(ctx, user),
         other => Ok(other?),
     }

@@ -136,6 +136,21 @@ pub enum CtlCommand {
         #[arg(value_name = "USERNAME")]
         user: String,
     },
+    /// Sets a user's topic permissions (write and read regular expressions matched against
+    /// routing keys) on a topic exchange of a vhost.
+    SetTopicPermissions {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// Revokes a user's topic permissions in a vhost, on every exchange or on one.
+    ClearTopicPermissions {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+        exchange: Option<String>,
+    },
     /// Creates a virtual host.
     AddVhost {
         #[arg(value_name = "VHOST")]
@@ -174,6 +189,24 @@ pub enum CtlCommand {
     CloseConnection {
         connection: String,
         explanation: String,
+    },
+    /// Closes the connections of a vhost (every connection to the node with --global), or the
+    /// first LIMIT of them, with a reason.
+    CloseAllConnections {
+        explanation: String,
+        /// Every connection, whatever its vhost.
+        #[arg(long)]
+        global: bool,
+        /// Close at most this many (0: all).
+        #[arg(long, default_value_t = 0)]
+        limit: usize,
+        /// Wait this long between two closes.
+        #[arg(
+            long = "per-connection-delay",
+            default_value_t = 0,
+            value_name = "MILLISECONDS"
+        )]
+        per_connection_delay: u64,
     },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },

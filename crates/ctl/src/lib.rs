@@ -105,6 +105,15 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             read,
         } => access::set_permissions(&ctx, &user, [&configure, &write, &read]),
         CtlCommand::ClearPermissions { user } => access::clear_permissions(&ctx, &user),
+        CtlCommand::SetTopicPermissions {
+            user,
+            exchange,
+            write,
+            read,
+        } => access::set_topic_permissions(&ctx, &user, &exchange, [&write, &read]),
+        CtlCommand::ClearTopicPermissions { user, exchange } => {
+            access::clear_topic_permissions(&ctx, &user, exchange.as_deref())
+        }
         CtlCommand::AddVhost {
             name,
             description,
@@ -124,6 +133,18 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             connection,
             explanation,
         } => operations::close_connection(&ctx, &connection, &explanation),
+        CtlCommand::CloseAllConnections {
+            explanation,
+            global,
+            limit,
+            per_connection_delay,
+        } => operations::close_all_connections(
+            &ctx,
+            &explanation,
+            global,
+            limit,
+            std::time::Duration::from_millis(per_connection_delay),
+        ),
         CtlCommand::PurgeQueue { queue } => operations::purge_queue(&ctx, &queue),
         CtlCommand::ExportDefinitions { path } => operations::export_definitions(&ctx, &path),
         CtlCommand::ImportDefinitions { path } => operations::import_definitions(&ctx, &path),

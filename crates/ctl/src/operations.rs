@@ -85,6 +85,68 @@ pub fn close_connection(
     })
 }
 
+/// rabbitmqctl close_all_connections: each connection of the vhost (of the node with
+/// `global`) is closed through the API with the reason, up to `limit` (0: all).
+pub fn close_all_connections(
+    ctx: &Context,
+    explanation: &str,
+    global: bool,
+    limit: usize,
+    delay: std::time::Duration,
+) -> Result<(), CtlError> {
+    let vhost = &ctx.vhost;
+    let node = match global {
+        true => ctx.api.get("/api/overview")?["node"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        false => String::new(),
+    };
+    ctx.style.banner(&match (global, limit) {
+        (true, _) => format!(
+            "Closing all connections to node {node} (across all vhosts), reason: {explanation}..."
+        ),
+        (false, 0) => format!("Closing all connections in vhost {vhost}, reason: {explanation}..."),
+        (false, n) => format!("Closing {n} connections in vhost {vhost}, reason: {explanation}..."),
+    });
+    let listed = match global {
+        true => ctx.api.get("/api/connections")?,
+        false => {
+            require_vhost(ctx, vhost)?;
+            ctx.api
+                .get(&format!("/api/vhosts/{}/connections", segment(vhost)))?
+        }
+    };
+    let names: Vec<&str> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(|n| n.as_str()))
+        .take(if limit == 0 || global {
+            usize::MAX
+        } else {
+            limit
+        })
+        .collect();
+    let mut closed = 0;
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        match ctx.api.delete(
+            &format!("/api/connections/{}", segment(name)),
+            &[("X-Reason", explanation)],
+        ) {
+            Ok(()) => closed += 1,
+            // Gone meanwhile: nothing left to close.
+            Err(e) if e.status() == Some(404) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    println!("Closed {closed} connections");
+    Ok(())
+}
+
 pub fn purge_queue(ctx: &Context, queue: &str) -> Result<(), CtlError> {
     let vhost = &ctx.vhost;
     ctx.style

@@ -6,7 +6,7 @@
 //! exchange and whose destination is an exported queue or an exchange.
 
 use crate::field_json::table_to_json;
-use crate::{components, PRODUCT_NAME, PRODUCT_VERSION};
+use crate::{components, PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub fn export_vhost(broker: &Broker, vhost_name: &str) -> Option<Value> {
     let vhost = broker.vhost(vhost_name)?;
     let topology = topology(&vhost);
     let mut definitions = Map::new();
-    definitions.insert("rabbit_version".into(), json!(PRODUCT_VERSION));
+    definitions.insert("rabbit_version".into(), json!(RABBITMQ_VERSION));
     let strip = |items: Vec<Value>| -> Value {
         Value::Array(
             items
@@ -82,8 +82,8 @@ pub fn export_vhost(broker: &Broker, vhost_name: &str) -> Option<Value> {
 
 fn versions() -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("rabbit_version".into(), json!(PRODUCT_VERSION));
-    m.insert("rabbitmq_version".into(), json!(PRODUCT_VERSION));
+    m.insert("rabbit_version".into(), json!(RABBITMQ_VERSION));
+    m.insert("rabbitmq_version".into(), json!(RABBITMQ_VERSION));
     m.insert("product_name".into(), json!(PRODUCT_NAME));
     m.insert("product_version".into(), json!(PRODUCT_VERSION));
     m

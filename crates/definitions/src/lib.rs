@@ -20,9 +20,8 @@ use serde_json::Value;
 use std::path::Path;
 use warren_broker::Broker;
 
-/// What the export says it comes from.
-pub const PRODUCT_NAME: &str = "Warren";
-pub const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// What the export says it comes from (warren_broker::version).
+pub use warren_broker::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
 
 /// How many entries of each kind an import applied (created, replaced, or found already
 /// there), and what it left out.

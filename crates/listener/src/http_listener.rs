@@ -189,11 +189,18 @@ impl AsyncWrite for HttpStream {
 
 /// Serves `app` on every listener in `listeners` (an endpoint's plain and TLS ports, one
 /// state behind both) until `shutdown` completes, then lets requests in flight finish.
+/// A path's trailing slash is ignored (`/api/connections/` is `/api/connections`), as
+/// RabbitMQ's HTTP router (cowboy's) ignores it; clients such as amqp091-go's tests rely on it.
 pub async fn serve(
     listeners: Vec<HttpListener>,
     app: axum::Router,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    // A layer on the outer router runs before the inner one routes, so the rewritten path
+    // is the one matched (a layer on `app` itself would run after its routing).
+    let app = axum::Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::map_request(without_trailing_slash));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut serving = JoinSet::new();
     for listener in listeners {
@@ -219,4 +226,25 @@ pub async fn serve(
         }
     }
     result
+}
+
+/// The request with one trailing `/` taken off its path (the root `/` stays), query kept.
+async fn without_trailing_slash(mut request: axum::extract::Request) -> axum::extract::Request {
+    let uri = request.uri();
+    let path = uri.path();
+    if path.len() > 1 && path.ends_with('/') {
+        let mut path_and_query = path[..path.len() - 1].to_owned();
+        if let Some(query) = uri.query() {
+            path_and_query.push('?');
+            path_and_query.push_str(query);
+        }
+        let mut parts = uri.clone().into_parts();
+        if let Ok(trimmed) = path_and_query.parse() {
+            parts.path_and_query = Some(trimmed);
+            if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+                *request.uri_mut() = uri;
+            }
+        }
+    }
+    request
 }

@@ -6,6 +6,7 @@
 use crate::exposition::{Exposition, Kind};
 use crate::process;
 use warren_broker::churn::read;
+use warren_broker::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
 use warren_broker::{Alarm, Broker};
 
 /// Which endpoint is being scraped; RabbitMQ 3.13+ names it in `rabbitmq_identity_info`.
@@ -30,7 +31,6 @@ impl Endpoint {
 /// other one with (`* on(instance, job) group_left(rabbitmq_cluster, rabbitmq_node)`).
 pub fn identity(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
     out.group(None);
-    let version = env!("CARGO_PKG_VERSION");
     out.family(
         "rabbitmq_build_info",
         Kind::Untyped,
@@ -39,10 +39,10 @@ pub fn identity(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
     out.sample(
         "rabbitmq_build_info",
         &[
-            ("product_name", "Warren"),
-            ("product_version", version),
-            ("rabbitmq_version", version),
-            ("prometheus_plugin_version", version),
+            ("product_name", PRODUCT_NAME),
+            ("product_version", PRODUCT_VERSION),
+            ("rabbitmq_version", RABBITMQ_VERSION),
+            ("prometheus_plugin_version", RABBITMQ_VERSION),
         ],
         1u64,
     );

@@ -3,6 +3,7 @@
 
 use crate::config::ServerConfig;
 use bytes::Bytes;
+use warren_broker::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
 use warren_codec::*;
 
 /// Capabilities advertised in connection.start, as RabbitMQ's clients look for them.
@@ -23,8 +24,11 @@ const CAPABILITIES: &[&str] = &[
 /// `cluster_name` is the broker's current cluster name unless configured here (the binary
 /// also makes a configured one the broker's at boot, so the API and metrics agree).
 const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
-    ("product", "Warren"),
-    ("version", env!("CARGO_PKG_VERSION")),
+    ("product", PRODUCT_NAME),
+    // The RabbitMQ release Warren behaves as, which clients and suites gate on
+    // (warren_broker::version); Warren's own release is `product_version`.
+    ("version", RABBITMQ_VERSION),
+    ("product_version", PRODUCT_VERSION),
     ("platform", "Rust"),
     ("copyright", "Warren contributors"),
     (

@@ -14,7 +14,6 @@ use crate::context::Ctx;
 use crate::publish_state::{BodyParts, PendingPublish, Published, TxOp};
 use bytes::Bytes;
 use std::sync::atomic::Ordering::Relaxed;
-use warren_broker::access::user_id_refusal;
 use warren_broker::confirm::ConfirmTo;
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
@@ -168,7 +167,10 @@ impl Channel {
             };
             reply_to_rewrite = Some(ShortStr::from(format!("{DIRECT_REPLY_TO_PREFIX}{key}")));
         }
-        if let Some(refusal) = user_id_refusal(props.user_id.as_deref(), ctx.user) {
+        if let Some(refusal) = ctx
+            .access
+            .user_id_refusal(props.user_id.as_deref(), ctx.user)
+        {
             return Err(AmqpError::precondition(refusal));
         }
         if let Some(expiration) = &props.expiration {

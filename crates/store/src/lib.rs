@@ -34,6 +34,7 @@ mod recovery;
 pub mod segment;
 mod store;
 mod types;
+mod undelivered;
 mod writer;
 
 pub use backend::{Backend, BackendFile, CrashMode, FaultyBackend, FsBackend};

@@ -162,6 +162,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     remove_if_exists(backend, &format!("{DEFINITIONS_FILE}.tmp"))?;
     remove_if_exists(backend, &format!("{QUEUES_FILE}.tmp"))?;
     let table = QueueTable::load(backend)?;
+    let mut undelivered = crate::undelivered::take(backend)?;
     let definitions = read_envelope(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC)?;
 
     let mut numbers: Vec<u32> = backend
@@ -367,6 +368,9 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             RecoveredQueue {
                 name: table.queues.get(queue).cloned().unwrap_or_default(),
                 live: ids.clone(),
+                undelivered: undelivered
+                    .remove(queue)
+                    .map_or_else(RoaringTreemap::new, |never| never & ids),
                 live_body_bytes: live_body_bytes(ids, &order, &scanned),
                 first,
             },

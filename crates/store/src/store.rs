@@ -1092,12 +1092,24 @@ impl Store {
     /// store ended healthy (`Unavailable` if it was in an outage: what was
     /// pending then is lost). Other clones of this handle fail from now on.
     pub fn close(self) -> Result<()> {
+        self.close_clean(&[])
+    }
+
+    /// [`Store::close`], and on a healthy store also writes the clean-shutdown record
+    /// (§2.1): per queue, the ids of its live messages that were never delivered, which the
+    /// next open reports in [`RecoveredQueue::undelivered`]. Queues left out recover all
+    /// their messages as maybe delivered.
+    pub fn close_clean(self, undelivered: &[(QueueId, RoaringTreemap)]) -> Result<()> {
         self.inner.shutdown();
         let st = self.shared().log.lock();
-        match &st.outage {
-            Some(why) => Err(StoreError::Unavailable(why.to_string())),
-            None => Ok(()),
+        if let Some(why) = &st.outage {
+            return Err(StoreError::Unavailable(why.to_string()));
         }
+        drop(st);
+        if undelivered.is_empty() {
+            return Ok(());
+        }
+        crate::undelivered::write(self.shared().backend.as_ref(), undelivered)
     }
 }
 

@@ -171,9 +171,11 @@ pub struct RecoveredQueue {
     /// The name given to `register_queue`.
     pub name: String,
     /// Ids of the queue's live persistent messages (transient records are not
-    /// recovered). All of them may have been delivered before the crash: the broker
-    /// should mark them redelivered.
+    /// recovered).
     pub live: RoaringTreemap,
+    /// Those of them known never delivered: the clean-shutdown record's (§2.1), empty after
+    /// a crash. The others may have reached a consumer: the broker marks them redelivered.
+    pub undelivered: RoaringTreemap,
     /// Sum of the body lengths of those messages.
     pub live_body_bytes: u64,
     /// Where the first of them starts (`None` when there are none). Scanning from here

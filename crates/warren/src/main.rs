@@ -515,6 +515,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(amqps) = amqps {
         let _ = amqps.await;
     }
+    close_client_connections(&broker).await;
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
     }
@@ -526,7 +527,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // now, before the store closes.
     broker.flush_definitions();
     let stats = store.stats();
-    if let Err(e) = store.close() {
+    // Clients are gone: what each durable queue still holds and never delivered is known,
+    // and a restart marks only the rest redelivered.
+    if let Err(e) = store.close_clean(&broker.undelivered_in_store()) {
         tracing::warn!(error = %e, "closing the message store");
     }
     tracing::info!(
@@ -535,6 +538,27 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "Warren stopped"
     );
     Ok(())
+}
+
+/// What a client is told when the broker stops (RabbitMQ's words for an application stop).
+const SHUTDOWN_REASON: &str = "broker forced connection closure with reason 'shutdown'";
+
+/// How long a stopping broker waits for its clients to answer connection.close.
+const SHUTDOWN_CLOSE_WAIT: Duration = Duration::from_secs(3);
+
+/// Tells every client the broker is stopping (connection.close 320 CONNECTION_FORCED, as
+/// RabbitMQ does) and waits a little for them to go: a client can tell a shutdown from a
+/// crash, and what its connections held is back in its queues before the store closes.
+async fn close_client_connections(broker: &warren_broker::Broker) {
+    let asked = broker.registry.close_all(SHUTDOWN_REASON);
+    if asked == 0 {
+        return;
+    }
+    tracing::info!(connections = asked, "closing client connections");
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_CLOSE_WAIT;
+    while !broker.registry.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// An HTTP endpoint (the API, Prometheus) served on its own task until `stop`.

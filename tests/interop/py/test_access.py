@@ -381,6 +381,30 @@ def test_topic_permissions(tenant):
 
 
 @needs_api
+def test_only_an_impersonator_may_publish_as_another_user(tenant):
+    """user_id must be the publisher's own name (406 PRECONDITION_FAILED otherwise) unless the
+    publisher has the `impersonator` tag (the Java client's UserIDHeader tests)."""
+    tenant.permit(tenant.user, ".*", ".*", ".*")
+    conn = tenant.connect()
+    ch = conn.channel()
+    ch.queue_declare("impersonated", exclusive=True)
+    ch.confirm_delivery()
+    assert channel_refused(lambda: ch.basic_publish(
+        "", "impersonated", b"x", pika.BasicProperties(user_id="someone-else"))) == (
+        406, "PRECONDITION_FAILED - user_id property set to 'someone-else' but authenticated "
+             "user was '%s'" % tenant.user)
+    conn.close()
+    api("PUT", "users/" + q(tenant.user), {"password": tenant.password, "tags": "impersonator"})
+    conn = tenant.connect()
+    ch = conn.channel()
+    ch.queue_declare("impersonated", exclusive=True)
+    ch.confirm_delivery()
+    ch.basic_publish("", "impersonated", b"x", pika.BasicProperties(user_id="someone-else"))
+    m, props, _ = ch.basic_get("impersonated", auto_ack=True)
+    assert props.user_id == "someone-else"
+    conn.close()
+
+
 def test_deleting_a_vhost_closes_its_connections(tenant):
     conn = tenant.admin()
     conn.channel().queue_declare("doomed", durable=True)

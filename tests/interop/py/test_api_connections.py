@@ -137,3 +137,22 @@ def test_delete_connection_closes_it_with_reason(api):
     assert e.value.reply_text == "CONNECTION_FORCED - bye from the API"
     assert poll(lambda: all(v["name"] != x["name"] for v in api.json("/api/connections")))
     assert api.delete("/api/connections/" + q(x["name"])).status_code == 404
+
+
+def test_a_trailing_slash_is_ignored(api):
+    """amqp091-go's recovery tests list connections at `/api/connections/`; RabbitMQ's router
+    ignores the trailing slash, for lists, single objects and with a query string alike."""
+    tag, c = named_connection()
+    try:
+        x = find_connection(api, tag, c)
+        assert x, "connection not listed"
+        listed = api.get("/api/connections/")
+        assert listed.status_code == 200
+        assert any(v["name"] == x["name"] for v in listed.json())
+        one = api.get("/api/connections/" + q(x["name"]) + "/")
+        assert one.status_code == 200 and one.json()["name"] == x["name"]
+        paged = api.get("/api/queues/?page=1&page_size=100")
+        assert paged.status_code == 200 and "items" in paged.json()
+        assert api.get("/api/vhosts/%2F/").json()["name"] == "/"
+    finally:
+        c.close()

@@ -15,6 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from api_helpers import Api, q
 from conftest import AMQP_URL, connect, uname
 
 WARREN_BIN = os.environ.get("WARREN_BIN")
@@ -227,12 +228,53 @@ def test_connections_channels_consumers_are_listed_and_close_connection_closes(n
                                and r["prefetch_count"] == 7 and r["ack_required"] is True])
 
     ok("close_connection", conn["name"], "closed by warren ctl test")
+    closed = closed_by_broker(c)
+    assert closed.reply_code == 320
+    assert "closed by warren ctl test" in closed.reply_text
+
+
+def closed_by_broker(c):
+    """The broker's connection.close as pika raises it, within 10 s."""
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             c.process_data_events(time_limit=0.2)
-    assert closed.value.reply_code == 320
-    assert "closed by warren ctl test" in closed.value.reply_text
+    return closed.value
+
+
+def test_close_all_connections_closes_a_vhosts_connections_only(vhost):
+    """rabbitmqctl close_all_connections -p VHOST REASON: every connection of that vhost
+    gets 320 with the reason; one in another vhost stays open."""
+    inside = [connect(amqp_url("guest", "guest", vhost)) for _ in range(2)]
+    outside = connect()
+    try:
+        assert eventually(lambda: len([r for r in listing("list_connections", "vhost")
+                                       if r["vhost"] == vhost]) == 2)
+        out = ok("close_all_connections", "-p", vhost, "maintenance by ctl test")
+        assert "Closing all connections in vhost %s, reason: maintenance by ctl test" % vhost in out
+        for c in inside:
+            closed = closed_by_broker(c)
+            assert closed.reply_code == 320
+            assert "maintenance by ctl test" in closed.reply_text
+        outside.process_data_events(time_limit=0.5)
+        assert outside.is_open
+    finally:
+        outside.close()
+
+
+def test_set_and_clear_topic_permissions(vhost, user):
+    ok("set_topic_permissions", "-p", vhost, user, "amq.topic", "^a\\..*", "^b\\..*")
+    ok("set_topic_permissions", "-p", vhost, user, "logs", ".*", ".*")
+
+    def mine():
+        return sorted((p["exchange"], p["write"], p["read"])
+                      for p in Api().json("/api/users/%s/topic-permissions" % q(user))
+                      if p["vhost"] == vhost)
+    assert mine() == [("amq.topic", "^a\\..*", "^b\\..*"), ("logs", ".*", ".*")]
+    ok("clear_topic_permissions", "-p", vhost, user, "logs")
+    assert mine() == [("amq.topic", "^a\\..*", "^b\\..*")]
+    ok("clear_topic_permissions", "-p", vhost, user)
+    assert mine() == []
 
 
 def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path):

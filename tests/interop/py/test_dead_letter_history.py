@@ -120,3 +120,42 @@ def test_automatic_cycle_after_an_old_rejection_is_dropped(ch, names):
     assert wait_for(lambda: _ready(ch, a) == 0 and _ready(ch, b) == 0, timeout=15)
     time.sleep(0.3)
     assert _ready(ch, a) == 0 and _ready(ch, b) == 0
+
+
+def test_a_legacy_history_is_grouped_by_queue_and_reason(ch, names):
+    """The Java client's XDeathHeaderGrowth.handlingOfXDeathHeadersFromEarlierVersions: a
+    history written one entry per death without counts (RabbitMQ before 3.5.5) is folded into
+    one entry per (queue, reason), counted, when the message dies again."""
+    q, dlq = names.queue("legacy"), names.queue("legacy-dlq")
+    x = _fanout(ch, names)
+    ch.queue_declare(q, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 1})
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, x)
+    legacy = [{"reason": "expired", "queue": old, "exchange": "fanout0",
+               "routing-keys": ["routing-key-1"]} for old in ["q97"] * 12 + ["q98"] * 4]
+    ch.basic_publish("", q, b"old", pika.BasicProperties(headers={"x-death": legacy}))
+    _, props, _ = get_one(ch, dlq)
+    counts = sorted((d["queue"], d["reason"], d["count"]) for d in props.headers["x-death"])
+    assert counts == sorted([(q, "expired", 1), ("q97", "expired", 12), ("q98", "expired", 4)])
+
+
+def test_without_a_dead_letter_routing_key_cc_keys_route_the_copy(ch, names):
+    """RabbitMQ dead-letters with the message's routing keys, CC included, unless the queue
+    names an x-dead-letter-routing-key; then with that key alone."""
+    x = names.exchange("dlx-direct")
+    ch.exchange_declare(x, "direct")
+    plain, renamed = names.queue("plain"), names.queue("renamed")
+    to_key, to_cc, to_new = names.queue("to-key"), names.queue("to-cc"), names.queue("to-new")
+    ch.queue_declare(plain, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 1})
+    ch.queue_declare(renamed, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 1,
+                                         "x-dead-letter-routing-key": "new"})
+    for queue, key in ((to_key, plain), (to_cc, "cc-key"), (to_new, "new")):
+        ch.queue_declare(queue)
+        ch.queue_bind(queue, x, key)
+    cc = pika.BasicProperties(headers={"CC": ["cc-key"]})
+    ch.basic_publish("", plain, b"a", cc)
+    assert get_one(ch, to_key)[2] == b"a"
+    assert get_one(ch, to_cc)[2] == b"a"
+    ch.basic_publish("", renamed, b"b", cc)
+    assert get_one(ch, to_new)[2] == b"b"
+    assert get_one(ch, to_cc, timeout=0.5)[2] is None

@@ -261,6 +261,23 @@ def test_per_message_expiration(ch, names):
     assert m is None
 
 
+def test_an_expired_message_behind_a_live_head_is_never_delivered(ch, names):
+    """The Java client's PerMessageTTL.expiryWhenConsumerIsLateToTheParty: the head lives
+    500 ms, the one behind it 100 ms; a consumer that comes 200 ms later gets the head only
+    (the expired one is dropped when it reaches the head, never handed out)."""
+    q = names.queue()
+    ch.queue_declare(q, auto_delete=True)
+    ch.basic_publish("", q, b"head", pika.BasicProperties(expiration="500"))
+    ch.basic_publish("", q, b"behind", pika.BasicProperties(expiration="100"))
+    ch.connection.sleep(0.2)
+    got = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=False)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        ch.connection.process_data_events(time_limit=0.05)
+    assert got == [b"head"]
+
+
 def test_dead_letter_on_reject(ch, names):
     dlx = names.exchange("dlx")
     ch.exchange_declare(dlx, "fanout")

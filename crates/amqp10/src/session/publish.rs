@@ -8,7 +8,7 @@ use crate::convert;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use warren_broker::access::{user_id_refusal, AccessKind};
+use warren_broker::access::AccessKind;
 use warren_broker::confirm::{Confirm, ConfirmTo};
 use warren_broker::routing_keys::{header_routes, PublishKeys};
 use warren_broker::vhost::{Publish, PublishScratch};
@@ -354,7 +354,10 @@ fn route_and_enqueue(
         return PublishOutcome::Settled(rejected(AmqpError::NotFound, "exchange gone"));
     };
     let props = incoming.properties;
-    if let Some(refusal) = user_id_refusal(props.user_id.as_deref(), env.user) {
+    if let Some(refusal) = env
+        .access
+        .user_id_refusal(props.user_id.as_deref(), env.user)
+    {
         return PublishOutcome::Settled(rejected(AmqpError::UnauthorizedAccess, refusal));
     }
     let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;

@@ -19,6 +19,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+/// The tag that lets a user publish messages whose `user_id` names another user (RabbitMQ's,
+/// meant for a shovel or federation link that forwards other users' messages).
+pub const IMPERSONATOR_TAG: &str = "impersonator";
+
 /// A user of the internal database, as RabbitMQ's `internal_user` record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -58,15 +62,6 @@ impl std::fmt::Display for AuthFailure {
 /// and the HTTP API. 4.x puts the permission's name in front ("configure access to ...").
 pub fn refusal_text(resource: &str, name: &str, vhost: &str, user: &str) -> String {
     format!("access to {resource} '{name}' in vhost '{vhost}' refused for user '{user}'")
-}
-
-/// RabbitMQ's refusal of a message whose `user_id` property names another user than the one
-/// who published it; None when it may go. Every protocol's publish asks it (0-9-1 closes the
-/// channel with 406, AMQP 1.0 rejects the transfer, the HTTP API answers 400).
-pub fn user_id_refusal(user_id: Option<&str>, user: &str) -> Option<String> {
-    let claimed = user_id?;
-    (claimed != user)
-        .then(|| format!("user_id property set to '{claimed}' but authenticated user was '{user}'"))
 }
 
 /// RabbitMQ's text for a routing key a topic permission refuses.
@@ -154,6 +149,21 @@ impl AccessControl {
 
     pub fn user(&self, name: &str) -> Option<Arc<User>> {
         self.state.read().users.get(name).cloned()
+    }
+
+    /// RabbitMQ's refusal of a message whose `user_id` property names another user than the
+    /// one who published it, unless that user has the `impersonator` tag; None when it may
+    /// go. Every protocol's publish asks it (0-9-1 closes the channel with 406, AMQP 1.0
+    /// rejects the transfer, the HTTP API answers 400). The users are looked at only for a
+    /// message that claims someone else.
+    pub fn user_id_refusal(&self, user_id: Option<&str>, user: &str) -> Option<String> {
+        let claimed = user_id?;
+        if claimed == user || self.user(user).is_some_and(|u| u.has_tag(IMPERSONATOR_TAG)) {
+            return None;
+        }
+        Some(format!(
+            "user_id property set to '{claimed}' but authenticated user was '{user}'"
+        ))
     }
 
     /// All users, by name.

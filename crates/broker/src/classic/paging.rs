@@ -8,7 +8,7 @@ use crate::message::Message;
 use crate::queue::{DeadLetters, Queue, QueuedMessage, StoreRef, StoredQueue};
 use crate::tail::PagedTail;
 use std::sync::{Arc, OnceLock};
-use warren_store::{FailedPublishes, LogPosition, MessageId, RoaringTreemap, Store};
+use warren_store::{FailedPublishes, MessageId, RecoveredQueue, Store};
 
 /// Where a queue that is not durable pages messages out to: the broker's store, under a
 /// queue id registered the first time the queue needs one (most transient queues never do;
@@ -235,20 +235,14 @@ impl ClassicQueue {
     }
 
     /// Gives the queue the messages the store recovered for it: they become its paged
-    /// tail (nothing is read now) and go out marked redelivered, since they may have
-    /// reached a consumer before the restart. A queue that does not page (a priority queue)
+    /// tail (nothing is read now); those that may have reached a consumer before the
+    /// restart (all but the store's clean-shutdown record's) go out marked redelivered. A queue that does not page (a priority queue)
     /// reads them all into memory now.
-    pub(super) fn restore_tail(
-        &self,
-        q: &Queue,
-        ids: RoaringTreemap,
-        body_bytes: u64,
-        first: Option<LogPosition>,
-    ) {
+    pub(super) fn restore_tail(&self, q: &Queue, recovered: RecoveredQueue) {
         let mut dead = DeadLetters::new();
         {
             let mut st = self.state.lock();
-            st.tail = PagedTail::recovered(ids, body_bytes, first);
+            st.tail = PagedTail::recovered(recovered);
             if !self.pageable {
                 while self.refill(q, &mut st, &mut dead) {}
             }

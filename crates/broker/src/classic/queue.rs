@@ -32,7 +32,9 @@ use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use warren_store::{Appended, FailedPublishes, LogPosition, MessageId, RoaringTreemap, Store};
+use warren_store::{
+    Appended, FailedPublishes, MessageId, QueueId, RecoveredQueue, RoaringTreemap, Store,
+};
 
 /// Ready bytes a durable queue keeps in memory; messages behind them live on disk only
 /// (the paged tail). `x-queue-mode=lazy` makes it 0.
@@ -347,8 +349,11 @@ impl ClassicQueue {
         if st.consumers.is_empty() || (st.ready.is_empty() && st.tail.is_empty()) {
             return;
         }
-        self.expire(st, dead);
         loop {
+            // Before each hand-off, not once per dispatch: the message behind the one just
+            // delivered may have expired while the one in front was alive (RabbitMQ never
+            // hands out an expired message; a look at the head's expiry is all it costs).
+            self.expire(st, dead);
             if !self.ensure_ready(q, st, dead) {
                 return;
             }
@@ -701,14 +706,20 @@ impl QueueType for ClassicQueue {
         self.forget_failed_publishes(queue, failed)
     }
 
-    fn restore(
-        &self,
-        queue: &Queue,
-        ids: RoaringTreemap,
-        body_bytes: u64,
-        first: Option<LogPosition>,
-    ) {
-        self.restore_tail(queue, ids, body_bytes, first)
+    fn restore(&self, queue: &Queue, recovered: RecoveredQueue) {
+        self.restore_tail(queue, recovered)
+    }
+
+    fn undelivered_in_store(&self, queue: &Queue) -> Option<(QueueId, RoaringTreemap)> {
+        let stored = self.disk(queue)?;
+        let st = self.state.lock();
+        let mut never = st.tail.undelivered();
+        for m in st.ready.iter() {
+            if let (false, Some(r)) = (m.redelivered, m.store_ref) {
+                never.insert(r.id.0);
+            }
+        }
+        Some((stored.id, never))
     }
 
     fn as_any(&self) -> &dyn Any {

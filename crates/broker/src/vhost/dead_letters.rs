@@ -9,6 +9,7 @@ use crate::churn::DeadLettered;
 use crate::confirm::{ConfirmTo, QueueAnswers};
 use crate::dead_letter::{dead_lettered, is_death_cycle};
 use crate::queue::{DeadLetters, DeadLettersRouted, Queue, QueueHome};
+use crate::routing_keys::{header_routes, PublishKeys};
 use std::sync::Arc;
 use warren_codec::ShortStr;
 
@@ -46,10 +47,20 @@ impl QueueHome for VHost {
             let copy = Arc::new(copy);
             // RabbitMQ's cycle rule, per target queue (see dead_letter.rs).
             let keep = |q: &Queue| !is_death_cycle(&q.name, reason, &headers);
+            // Without a dead-letter routing key the copy goes where the publish's keys
+            // lead, its CC keys included (RabbitMQ routes with the message's routing keys;
+            // BCC keys were dropped with the header at publish and are not kept). With one,
+            // that key alone; the CC header stays on the copy either way, as in RabbitMQ
+            // 3.13 and later (3.10 removed it).
+            let cc = match dlx_routing_key {
+                None => header_routes(Some(&headers)).unwrap_or_default(),
+                Some(_) => Vec::new(),
+            };
+            let keys = PublishKeys::new(&copy.routing_key, &cc);
             let publish = Publish {
                 exchange: &exchange,
                 message: &copy,
-                routing_keys: &[copy.routing_key.as_str()],
+                routing_keys: keys.all(),
                 headers: Some(&headers),
                 confirm_to,
             };

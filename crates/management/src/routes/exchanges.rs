@@ -17,7 +17,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::access::{user_id_refusal, AccessKind};
+use warren_broker::access::AccessKind;
 use warren_broker::confirm::ConfirmTo;
 use warren_broker::policy::EntityKind;
 use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
@@ -341,7 +341,11 @@ pub async fn publish(
         }
     };
     let properties = properties_from_json(body.get("properties").unwrap_or(&Value::Null))?;
-    if let Some(refusal) = user_id_refusal(properties.user_id.as_deref(), &who.name) {
+    if let Some(refusal) = api
+        .broker
+        .access
+        .user_id_refusal(properties.user_id.as_deref(), &who.name)
+    {
         return Err(ApiError::bad_request(refusal));
     }
     let cc = header_routes(properties.headers.as_ref())

@@ -216,6 +216,10 @@ pub fn api_routes() -> Router<Arc<Api>> {
                 .put(users::set_topic_permission)
                 .delete(users::clear_topic_permission),
         )
+        .route(
+            "/api/topic-permissions/{vhost}/{user}/{exchange}",
+            axum::routing::delete(users::clear_topic_permission_on),
+        )
 }
 
 /// Any other path: a file of the web console (warren-console) for a GET outside /api,

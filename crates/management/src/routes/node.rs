@@ -18,13 +18,14 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
+use warren_broker::version::{PRODUCT_VERSION, RABBITMQ_VERSION};
 use warren_broker::AlarmSet;
 use warren_broker::DefinitionOp;
 
-/// The API level Warren implements: RabbitMQ's management API as of 3.13. Tools gate
-/// features on `rabbitmq_version`/`management_version`, so they carry that, and
+/// The API level Warren implements (warren_broker::version): tools gate features on
+/// `rabbitmq_version`/`management_version`, so they carry that, and
 /// `product_name`/`product_version` say what the broker really is.
-const API_VERSION: &str = "3.13.7";
+const API_VERSION: &str = RABBITMQ_VERSION;
 
 fn exchange_types() -> Value {
     json!([
@@ -92,7 +93,7 @@ pub async fn overview(
         "management_version": API_VERSION,
         "rabbitmq_version": API_VERSION,
         "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
+        "product_version": PRODUCT_VERSION,
         "rates_mode": "basic",
         "exchange_types": exchange_types(),
         "cluster_name": api.broker.cluster_name(),

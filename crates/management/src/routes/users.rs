@@ -381,6 +381,23 @@ pub async fn clear_topic_permission(
     removed(api.change(clear).await?)
 }
 
+/// DELETE /api/topic-permissions/VHOST/USER/EXCHANGE: Warren's own path (RabbitMQ's API
+/// clears a user's topic permissions on every exchange at once; `rabbitmqctl
+/// clear_topic_permissions USER EXCHANGE` clears one, and `warren ctl` does it here).
+pub async fn clear_topic_permission_on(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path((vhost, user, exchange)): Path<(String, String, String)>,
+) -> ApiResult {
+    who.require_admin()?;
+    let clear = DefinitionOp::TopicPermissionClear {
+        vhost,
+        user,
+        exchange: Some(exchange),
+    };
+    removed(api.change(clear).await?)
+}
+
 /// PUT /api/vhosts/NAME: creates the vhost (201) or leaves it (204). As RabbitMQ, the user
 /// who creates it gets every permission on it.
 pub async fn put_vhost(
