@@ -21,17 +21,18 @@ pub mod value;
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use fe2o3_amqp_types::definitions::{
-    AmqpError, ConnectionError, Error, ErrorCondition, LinkError, ReceiverSettleMode, Role,
+    AmqpError, ConnectionError, Error, ErrorCondition, Fields, LinkError, ReceiverSettleMode, Role,
     SenderSettleMode, SessionError,
 };
 pub use fe2o3_amqp_types::messaging::{
-    Accepted, DeliveryState, Modified, Rejected, Released, Source, Target, TargetArchetype,
+    Accepted, DeliveryState, DistributionMode, Modified, Rejected, Released, Source, Target,
+    TargetArchetype,
 };
 pub use fe2o3_amqp_types::performatives::{
     Attach, Begin, ChannelMax, Close, Detach, Disposition, End, Flow, MaxFrameSize, Open,
     Performative, Transfer,
 };
-pub use fe2o3_amqp_types::primitives::{Array, Binary, Symbol};
+pub use fe2o3_amqp_types::primitives::{Array, Binary, Symbol, Value};
 pub use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslMechanisms, SaslOutcome};
 
 /// The AMQP 1.0 protocol header (protocol id 0).

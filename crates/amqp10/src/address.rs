@@ -5,7 +5,20 @@
 //! named in the exchange forms: `/queues/:queue` is the way to it. Anything else (the v1
 //! forms RabbitMQ 4 deprecates included) is refused.
 
-use percent_encoding::percent_decode_str;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// What a queue name keeps unescaped in an address: RFC 3986's unreserved characters.
+const ADDRESS_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The v2 address of queue `name` (`/queues/` and the name percent-encoded), as RabbitMQ 4
+/// writes it.
+pub fn queue_address(name: &str) -> String {
+    format!("/queues/{}", utf8_percent_encode(name, ADDRESS_SEGMENT))
+}
 
 /// Where a message goes: an exchange and routing key ("" exchange = the default exchange,
 /// as `/queues/:queue` publishes).
@@ -87,6 +100,15 @@ pub fn parse_source(address: Option<&str>) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_address_reads_back_as_its_name() {
+        for name in ["q", "amq.dyn-c-1", "a b/c%d", "é"] {
+            let address = queue_address(name);
+            assert_eq!(parse_source(Some(&address)).as_deref(), Ok(name));
+        }
+        assert_eq!(queue_address("a b/c"), "/queues/a%20b%2Fc");
+    }
 
     fn dest(exchange: &str, routing_key: &str) -> Destination {
         Destination {

@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warren_broker::alarm::AlarmSet;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
+use warren_broker::server_properties::server_properties;
 use warren_broker::{
     churn, event_channel, Broker, ConnectionEvent, ConnectionId, EventReceiver, EventSender, VHost,
 };
@@ -73,6 +74,8 @@ pub struct Connection<R, W> {
     read_sizing: ReadSizing,
     wbuf: BytesMut,
     user: String,
+    /// The client's container id (its open), which names its temporary queues.
+    container_id: String,
     vhost: Option<Arc<VHost>>,
     /// The client's max-frame-size (our transfers fit it).
     peer_max_frame: u32,
@@ -124,6 +127,7 @@ where
             read_sizing: ReadSizing::default(),
             wbuf: new_write_buffer(),
             user: String::new(),
+            container_id: String::new(),
             vhost: None,
             peer_max_frame: MIN_MAX_FRAME_SIZE,
             peer_idle: None,
@@ -312,6 +316,7 @@ where
             }
         };
         self.peer_max_frame = open.max_frame_size.0.max(MIN_MAX_FRAME_SIZE);
+        self.container_id = open.container_id.clone();
         self.channel_max = open.channel_max.0.min(CHANNEL_MAX);
         self.peer_idle = open
             .idle_time_out
@@ -381,11 +386,29 @@ where
             }),
             outgoing_locales: None,
             incoming_locales: None,
-            offered_capabilities: None,
+            // Anonymous relay: a sender attached to the null target addresses each
+            // message with `to` (RabbitMQ 4 offers it too).
+            offered_capabilities: Some(Array(vec![Symbol::from("ANONYMOUS-RELAY")])),
             desired_capabilities: None,
-            properties: None,
+            properties: Some(self.server_properties()),
         };
         write_performative(&mut self.wbuf, 0, &Performative::Open(open), &[]);
+    }
+
+    /// The broker's server properties (product, version, platform…, the operator's
+    /// `--server-property` settings), as 0-9-1's connection.start carries them, and the node's
+    /// name, as RabbitMQ 4's open does: its clients read the broker's version from here.
+    fn server_properties(&self) -> Fields {
+        let cluster_name = self.broker.cluster_name();
+        let mut fields = Fields::new();
+        for (key, value) in server_properties(&self.config.server_properties, &cluster_name) {
+            fields.insert(Symbol::from(key), Value::String(value.to_owned()));
+        }
+        fields.insert(
+            Symbol::from("node"),
+            Value::String(self.broker.node_name().to_owned()),
+        );
+        fields
     }
 
     fn open_vhost(&self, name: &str) -> Result<Arc<VHost>, Error> {
@@ -607,6 +630,8 @@ where
             &mut self.sessions,
             Env {
                 vhost,
+                broker: &self.broker,
+                container_id: &self.container_id,
                 access: &self.broker.access,
                 user: &self.user,
                 connection: self.id,

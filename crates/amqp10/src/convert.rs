@@ -286,7 +286,17 @@ pub fn from_amqp10(payload: &Bytes) -> Result<Incoming, String> {
                     .user_id
                     .and_then(|u| String::from_utf8(u.into_vec()).ok())
                     .and_then(|u| short(&u));
-                props.reply_to = p.reply_to.as_deref().and_then(short);
+                // RabbitMQ 4's mapping: a v2 queue address reads as the queue's name (one
+                // that does not decode is dropped); any other address stays as it is.
+                props.reply_to =
+                    p.reply_to
+                        .as_deref()
+                        .and_then(|r| match r.strip_prefix("/queues/") {
+                            Some(_) => crate::address::parse_source(Some(r))
+                                .ok()
+                                .and_then(|q| short(&q)),
+                            None => short(r),
+                        });
                 props.content_type = p.content_type.as_ref().and_then(|s| short(s.as_str()));
                 props.content_encoding =
                     p.content_encoding.as_ref().and_then(|s| short(s.as_str()));
@@ -650,7 +660,12 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
             .map(|u| Binary::from(u.as_bytes().to_vec())),
         to: None,
         subject: None,
-        reply_to: props.reply_to.as_ref().map(|r| r.as_str().to_owned()),
+        // A 0-9-1 reply_to names a queue; AMQP 1.0 repliers send to an address (RabbitMQ 4
+        // writes `/queues/NAME`).
+        reply_to: props
+            .reply_to
+            .as_ref()
+            .map(|r| crate::address::queue_address(r.as_str())),
         correlation_id: props.correlation_id.as_ref().map(id_to_amqp10),
         content_type: props
             .content_type
@@ -870,6 +885,8 @@ mod tests {
             ..Default::default()
         };
         let payload = to_amqp10(&message(&props, b"hello"), true, 0);
+        // The reply-to an AMQP 1.0 replier can send to (RabbitMQ 4's mapping).
+        assert!(payload.windows(15).any(|w| w == b"/queues/replies"));
         // Back through the publish conversion: the same 0-9-1 shape.
         let back = from_amqp10(&payload).unwrap();
         assert_eq!(&back.body[..], b"hello");

@@ -43,6 +43,9 @@ pub struct Amqp10Config {
     pub max_frame_size: u32,
     /// Largest message we accept (the link's max-message-size).
     pub max_message_size_bytes: u64,
+    /// The operator's server properties (`--server-property KEY=VALUE`), which replace or
+    /// add to Warren's own in open's `properties`, as in 0-9-1's connection.start.
+    pub server_properties: Vec<(String, String)>,
     /// Time from the protocol header to the open frame.
     pub handshake_timeout: Duration,
     /// Our idle-time-out (open): the client must send something this often; we read it as
@@ -58,6 +61,7 @@ impl Default for Amqp10Config {
             loopback_users: vec!["guest".to_owned()],
             max_frame_size: 131_072,
             max_message_size_bytes: 128 * 1024 * 1024,
+            server_properties: Vec::new(),
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
         }

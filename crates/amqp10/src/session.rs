@@ -18,6 +18,7 @@
 //! requeue, or dead-letter with undeliverable-here (RabbitMQ 4 for classic queues).
 
 mod deliver;
+mod dynamic;
 mod publish;
 
 pub use deliver::return_delivery;
@@ -36,7 +37,7 @@ use warren_broker::consumer::ChannelFlow;
 use warren_broker::queue::QueuedMessage;
 use warren_broker::vhost::PublishScratch;
 use warren_broker::EventSender;
-use warren_broker::{ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
+use warren_broker::{Broker, ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
 use warren_codec::ShortStr;
 
 /// Credit given to each incoming link; topped up once half is used (RabbitMQ 4 grants
@@ -50,6 +51,10 @@ const OUTGOING_WINDOW: u32 = u32::MAX;
 /// What a session handler may touch of its connection for one call.
 pub struct Env<'a> {
     pub vhost: &'a Arc<VHost>,
+    /// For definitions changes (a temporary queue's declaration).
+    pub broker: &'a Broker,
+    /// The client's container id.
+    pub container_id: &'a str,
     pub access: &'a AccessControl,
     pub user: &'a str,
     pub connection: ConnectionId,
@@ -84,6 +89,8 @@ struct IncomingLink {
     credit: u32,
     /// A delivery whose transfer frames are still arriving.
     partial: Option<Partial>,
+    /// The temporary queue made for this link (`dynamic.rs`): it goes with the link.
+    temporary: Option<String>,
 }
 
 struct Partial {
@@ -105,6 +112,8 @@ struct OutgoingLink {
     /// Handed over by the queue, not yet sent (no credit or session window left).
     pending: VecDeque<Delivery>,
     next_tag: u64,
+    /// Consumes a temporary queue made for this link (`dynamic.rs`): it goes with the link.
+    dynamic: bool,
 }
 
 /// A delivery sent to the client and not yet settled by it.
@@ -113,6 +122,17 @@ struct Unsettled {
     consumer: Arc<Consumer>,
     queue: Arc<Queue>,
     message: QueuedMessage,
+}
+
+/// The source a sending link answers with: what is in force, not what was asked for
+/// ("the sending endpoint sets the filter actually in place", 3.5.3). Warren's queues hand
+/// each message to one receiver, so the distribution mode is `move` whatever the client asked
+/// (a JMS QueueBrowser that asked for `copy` learns it is not browsing, as from RabbitMQ 4);
+/// no filter is applied, so none is listed.
+fn in_force(mut source: Box<Source>) -> Box<Source> {
+    source.distribution_mode = Some(DistributionMode::Move);
+    source.filter = None;
+    source
 }
 
 pub struct Session {
@@ -259,6 +279,34 @@ impl Session {
             desired_capabilities: None,
             properties: None,
         };
+        // A transaction coordinator: transactions are not supported, and only this link is
+        // refused (RabbitMQ 4's answer), not the session or connection.
+        if let Some(TargetArchetype::Coordinator(_)) = a.target.as_deref() {
+            let error = codec::error(AmqpError::NotImplemented, "Transactions not supported");
+            self.refuse(reply, error, env);
+            return Ok(());
+        }
+        let mut reply = reply;
+        let mut temporary = None;
+        if let Some(TargetArchetype::Target(t)) = a.target.as_deref() {
+            if t.dynamic {
+                let caps = t.capabilities.as_ref();
+                match self.temporary_queue(caps, t.address.is_some(), &a.name, env) {
+                    Ok(name) => {
+                        reply.target = Some(dynamic::temporary_target(&name));
+                        temporary = Some(name);
+                    }
+                    Err(error) => {
+                        self.refuse(reply, error, env);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let address = match &temporary {
+            Some(name) => Some(address::queue_address(name)),
+            None => address,
+        };
         let target = match address::parse_target(address.as_deref()) {
             Ok(t) => t,
             Err(why) => {
@@ -285,6 +333,7 @@ impl Session {
             delivery_count: a.initial_delivery_count.unwrap_or(0),
             credit,
             partial: None,
+            temporary,
         };
         let flow = self.flow_frame(Some((handle, link.delivery_count, credit, false)));
         self.links.insert(handle, Link::In(Box::new(link)));
@@ -306,7 +355,7 @@ impl Session {
                 SenderSettleMode::Unsettled
             },
             rcv_settle_mode: ReceiverSettleMode::First,
-            source: a.source.clone(),
+            source: a.source.clone().map(in_force),
             target: a.target.clone(),
             unsettled: None,
             incomplete_unsettled: false,
@@ -316,12 +365,29 @@ impl Session {
             desired_capabilities: None,
             properties: None,
         };
-        let queue_name = match address::parse_source(address.as_deref()) {
-            Ok(q) => q,
-            Err(why) => {
-                self.refuse(reply, codec::error(AmqpError::InvalidField, why), env);
-                return Ok(());
+        let mut reply = reply;
+        let dynamic = a.source.as_ref().is_some_and(|s| s.dynamic);
+        let queue_name = match a.source.as_deref() {
+            Some(source) if source.dynamic => {
+                let caps = source.capabilities.as_ref();
+                match self.temporary_queue(caps, source.address.is_some(), &a.name, env) {
+                    Ok(name) => {
+                        reply.source = Some(dynamic::temporary_source(&name));
+                        name
+                    }
+                    Err(error) => {
+                        self.refuse(reply, error, env);
+                        return Ok(());
+                    }
+                }
             }
+            _ => match address::parse_source(address.as_deref()) {
+                Ok(q) => q,
+                Err(why) => {
+                    self.refuse(reply, codec::error(AmqpError::InvalidField, why), env);
+                    return Ok(());
+                }
+            },
         };
         let queue = match env.vhost.queue_for(&queue_name, env.connection) {
             Ok(q) => q,
@@ -388,6 +454,7 @@ impl Session {
                 drain: false,
                 pending: VecDeque::new(),
                 next_tag: 0,
+                dynamic,
             })),
         );
         Ok(())
@@ -437,8 +504,15 @@ impl Session {
         let Some(link) = self.links.remove(&handle) else {
             return;
         };
-        let Link::Out(link) = link else {
-            return;
+        let link = match link {
+            Link::Out(link) => link,
+            Link::In(link) => {
+                // Its lifetime policy is delete-on-close: the queue goes with its link.
+                if let Some(queue) = link.temporary.and_then(|name| env.vhost.queue(&name)) {
+                    env.vhost.remove_queue(&queue);
+                }
+                return;
+            }
         };
         self.by_tag.remove(&link.consumer.tag);
         // The session no longer holds it: a queue that moves its consumers (a quorum queue's
@@ -465,6 +539,10 @@ impl Session {
             .map(|u| *u)
             .collect();
         settle_all(requeue.into_iter().map(|u| (u, Settle::Gone)));
+        if link.dynamic {
+            // Its lifetime policy is delete-on-close: the queue goes with its link.
+            env.vhost.remove_queue(&link.queue);
+        }
     }
 
     /// The session ends (end, close, or the connection is gone): every link goes.

@@ -41,6 +41,7 @@ pub mod registry;
 pub mod remote;
 pub mod replication;
 pub mod routing_keys;
+pub mod server_properties;
 pub mod snapshot;
 pub mod stats;
 pub mod tail;

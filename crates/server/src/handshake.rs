@@ -3,7 +3,7 @@
 
 use crate::config::ServerConfig;
 use bytes::Bytes;
-use warren_broker::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
+use warren_broker::server_properties::server_properties;
 use warren_codec::*;
 
 /// Capabilities advertised in connection.start, as RabbitMQ's clients look for them.
@@ -19,24 +19,6 @@ const CAPABILITIES: &[&str] = &[
     "direct_reply_to",
 ];
 
-/// Warren's own server properties; `ServerConfig::server_properties` may replace any of
-/// them or add others (RabbitMQ's `server_properties` setting), but not the capabilities.
-/// `cluster_name` is the broker's current cluster name unless configured here (the binary
-/// also makes a configured one the broker's at boot, so the API and metrics agree).
-const DEFAULT_PROPERTIES: &[(&str, &str)] = &[
-    ("product", PRODUCT_NAME),
-    // The RabbitMQ release Warren behaves as, which clients and suites gate on
-    // (warren_broker::version); Warren's own release is `product_version`.
-    ("version", RABBITMQ_VERSION),
-    ("product_version", PRODUCT_VERSION),
-    ("platform", "Rust"),
-    ("copyright", "Warren contributors"),
-    (
-        "information",
-        "An AMQP 0-9-1 broker compatible with RabbitMQ clients",
-    ),
-];
-
 /// connection.start offering `mechanisms` (space-separated, as the field carries them).
 pub fn connection_start(
     config: &ServerConfig,
@@ -49,16 +31,8 @@ pub fn connection_start(
     }
     let mut props = FieldTable::new();
     props.insert("capabilities", FieldValue::Table(capabilities));
-    for (key, value) in DEFAULT_PROPERTIES {
-        if !config.server_properties.iter().any(|(k, _)| k == key) {
-            props.insert(*key, FieldValue::string(*value));
-        }
-    }
-    props.insert("cluster_name", FieldValue::string(cluster_name));
-    for (key, value) in &config.server_properties {
-        if key != "capabilities" {
-            props.insert(key.as_str(), FieldValue::string(value.as_str()));
-        }
+    for (key, value) in server_properties(&config.server_properties, cluster_name) {
+        props.insert(key, FieldValue::string(value));
     }
     ConnectionStart {
         version_major: 0,

@@ -293,6 +293,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         },
         ..ServerConfig::default()
     };
+    for property in &args.server_properties {
+        let (key, value) = property
+            .split_once('=')
+            .with_context(|| format!("--server-property {property}: expected KEY=VALUE"))?;
+        config
+            .server_properties
+            .push((key.to_owned(), value.to_owned()));
+    }
     config.amqp10 = Arc::new(warren_amqp10::Amqp10Config {
         allow_anonymous: args.amqp10_anonymous_user.is_some(),
         anonymous_user: args.amqp10_anonymous_user.clone().unwrap_or_default(),
@@ -301,6 +309,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_message_size_bytes: config.max_message_size_bytes,
         handshake_timeout: config.handshake_timeout,
         idle_timeout: Duration::from_secs(config.heartbeat_s.into()),
+        server_properties: config.server_properties.clone(),
     });
     // Certificate problems stop the broker before it touches the store. One configuration
     // serves every TLS listener (AMQPS, HTTPS for the API and Prometheus).
@@ -321,14 +330,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             .split_once(':')
             .with_context(|| format!("--user {user}: expected NAME:PASSWORD"))?;
         extra_users.push((name.to_owned(), pass.to_owned()));
-    }
-    for property in &args.server_properties {
-        let (key, value) = property
-            .split_once('=')
-            .with_context(|| format!("--server-property {property}: expected KEY=VALUE"))?;
-        config
-            .server_properties
-            .push((key.to_owned(), value.to_owned()));
     }
     let watermark = args
         .memory_high_watermark_bytes

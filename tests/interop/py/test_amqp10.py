@@ -451,7 +451,8 @@ def test_091_publish_to_10_consume_maps_properties(names, ch, c10):
     assert bytes(m.body) == b"from 0-9-1"  # a data section
     assert m.content_type == "text/plain" and m.content_encoding == "utf-8"
     assert m.durable and m.priority == 3 and m.ttl == 60
-    assert m.correlation_id == "corr-1" and m.reply_to == "replies"
+    # A 0-9-1 reply_to names a queue; a 1.0 replier gets its address (RabbitMQ 4's mapping).
+    assert m.correlation_id == "corr-1" and m.reply_to == "/queues/replies"
     assert m.id == uuid.UUID("550e8400-e29b-41d4-a716-446655440000")
     assert m.creation_time == 1700000000
     assert m.group_id == "shop" and m.user_id == USER.encode()
@@ -475,7 +476,8 @@ def test_10_publish_to_091_consume_maps_properties(names, ch, c10):
     assert body == b"from 1.0"
     assert props.delivery_mode == 2 and props.priority == 7 and props.expiration == "30000"
     assert props.message_id == "msg-1" and props.correlation_id == "42"
-    assert props.reply_to == "/queues/replies"
+    # ... and a queue address reaches a 0-9-1 replier as the queue's name.
+    assert props.reply_to == "replies"
     assert props.content_type == "application/octet-stream"
     assert props.timestamp == 1700000000 and props.app_id == "shop" and props.user_id == USER
     assert props.headers["color"] == b"blue" or props.headers["color"] == "blue"
