@@ -108,7 +108,10 @@ impl MemoryMonitor {
             let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_trim = Instant::now();
-            let mut last_rss = 0;
+            // The growth of the first sample is counted from now, not from zero: from zero
+            // the first reading would count the broker's whole idle RSS twice, and a
+            // watermark below twice the idle RSS would raise a false alarm at boot.
+            let mut rss_trend = RssTrend::starting_at(resident_set_bytes().unwrap_or(0));
             // The most queued since the last trim: a trim is worth it once queues gave
             // back a tenth of the watermark from there.
             let mut queued_peak = 0;
@@ -120,9 +123,9 @@ impl MemoryMonitor {
                 let Some(rss) = resident_set_bytes() else {
                     return;
                 };
-                let growth = rss.saturating_sub(last_rss);
-                last_rss = rss;
-                monitor.resident_bytes.store(rss + growth, Relaxed);
+                monitor
+                    .resident_bytes
+                    .store(rss_trend.projected(rss), Relaxed);
                 let queued = monitor.queued_bytes();
                 queued_peak = queued_peak.max(queued);
                 if rss >= monitor.low_watermark_bytes
@@ -133,7 +136,7 @@ impl MemoryMonitor {
                     queued_peak = queued;
                     release_free_memory();
                     if let Some(rss) = resident_set_bytes() {
-                        last_rss = rss;
+                        rss_trend = RssTrend::starting_at(rss);
                         monitor.resident_bytes.store(rss, Relaxed);
                     }
                 }
@@ -169,9 +172,39 @@ fn release_free_memory() {
     }
 }
 
+/// RSS one sample ahead: the latest reading plus its growth since the one before, so that
+/// a broker growing fast is held back before it gets there.
+struct RssTrend {
+    last_bytes: usize,
+}
+
+impl RssTrend {
+    fn starting_at(rss_bytes: usize) -> RssTrend {
+        RssTrend {
+            last_bytes: rss_bytes,
+        }
+    }
+
+    fn projected(&mut self, rss_bytes: usize) -> usize {
+        let growth = rss_bytes.saturating_sub(self.last_bytes);
+        self.last_bytes = rss_bytes;
+        rss_bytes + growth
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_sample_is_not_counted_twice() {
+        let idle = 40 << 20;
+        let mut trend = RssTrend::starting_at(idle);
+        assert_eq!(trend.projected(idle), idle);
+        // Growing 10 MiB a sample: the next one is expected 10 MiB further.
+        assert_eq!(trend.projected(idle + (10 << 20)), idle + (20 << 20));
+        assert_eq!(trend.projected(idle), idle);
+    }
 
     #[test]
     fn accounted_bytes_raise_and_clear_with_hysteresis() {

@@ -55,6 +55,15 @@ def test_declare_publish_get_delete():
         assert "binding deleted" in admin("delete", "binding", "source=" + exchange, "destination=" + queue,
                                           "destination_type=queue", "properties_key=~")
         assert not any(b["source"] == exchange for b in listed("bindings"))
+        # A topic binding's key as the operator types it ('a.#'), not as the API lists it
+        # ('a.%23'): RabbitMQ finds it either way.
+        assert "binding declared" in admin("declare", "binding", "source=amq.topic",
+                                           "destination=" + queue, "routing_key=a.#")
+        assert "binding deleted" in admin("delete", "binding", "source=amq.topic",
+                                          "destination=" + queue, "destination_type=queue",
+                                          "properties_key=a.#")
+        assert not any(b["source"] == "amq.topic" and b["destination"] == queue
+                       for b in listed("bindings"))
     finally:
         admin("delete", "queue", "name=" + queue)
         admin("delete", "exchange", "name=" + exchange)

@@ -303,9 +303,15 @@ fn find_one(
     destination: &str,
     props: &str,
 ) -> ApiResult<Row> {
+    // The path segment arrives decoded once: `a.%23` (the listed key, escaped again by the
+    // client) or `a.#` (rabbitmqadmin's properties_key='a.#', escaped once). RabbitMQ takes
+    // both; so does Warren.
     rows_between(vhost, source, queue, destination)
         .into_iter()
-        .find(|r| properties_key(&r.routing_key, &r.arguments) == props)
+        .find(|r| {
+            let key = properties_key(&r.routing_key, &r.arguments);
+            key == props || percent_encoding::percent_decode_str(&key).decode_utf8_lossy() == props
+        })
         .ok_or_else(ApiError::not_found)
 }
 

@@ -222,6 +222,14 @@ pub fn api_routes() -> Router<Arc<Api>> {
         )
 }
 
+/// The console's pages load only their own scripts, styles and API (the charts set colours in
+/// `style` attributes, hence `'unsafe-inline'` for styles alone), and no other site may frame
+/// them (clickjacking). RabbitMQ sends a CSP when `management.csp.policy` is set and
+/// X-Frame-Options when `management.headers.frame_options` is; Warren's console always does.
+const CONSOLE_CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; \
+     frame-ancestors 'none'; base-uri 'self'; form-action 'self'";
+
 /// Any other path: a file of the web console (warren-console) for a GET outside /api,
 /// otherwise RabbitMQ's 404.
 pub async fn not_found(
@@ -232,7 +240,17 @@ pub async fn not_found(
     let path = uri.path();
     if method == axum::http::Method::GET && !path.starts_with("/api/") {
         if let Some((content_type, bytes)) = warren_console::asset(path) {
-            return ([(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response();
+            use axum::http::header;
+            let headers = [
+                (header::CONTENT_TYPE, content_type),
+                (
+                    header::CONTENT_SECURITY_POLICY,
+                    CONSOLE_CONTENT_SECURITY_POLICY,
+                ),
+                (header::X_FRAME_OPTIONS, "DENY"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ];
+            return (headers, bytes).into_response();
         }
     }
     ApiError::not_found().into_response()
