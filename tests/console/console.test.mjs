@@ -353,6 +353,12 @@ try {
     assert.equal(await page.locator('#menu a[data-section="queues"]').isVisible(), true);
     assert.equal(await page.locator('#menu a[data-section="admin"]').isVisible(), false);
     await waitForText(page.locator(".nodes"), (t) => t.includes("monitoring"), "note that node details need monitoring");
+    // A typed or bookmarked admin address says why, not the API's raw 401.
+    await page.goto(new URL("#/admin/users", base).toString());
+    await page.locator("h1", { hasText: "Not authorised" }).waitFor();
+    await waitForText(page.locator("#main p.error"), (t) => t.includes("administrator tag"), "why not");
+    await page.goto(new URL("#/", base).toString());
+    await page.locator("h1", { hasText: "Overview" }).waitFor();
   });
 
   await check("when the user's password changes, the next refresh returns to the login page", async () => {

@@ -97,7 +97,21 @@ async function show() {
   try {
     shown = await page.render(main, context);
   } catch (error) {
-    if (mine === generation) fill(main, el("h1", {}, "Error"), el("p", { class: "error" }, error.message));
+    if (mine !== generation) return;
+    if (error.status === 401 || error.status === 403) {
+      // Signed in, but the user's tags do not reach this page (a link, a bookmark, a
+      // typed address): say so in words, not as the API's raw refusal.
+      fill(
+        main,
+        el("h1", {}, "Not authorised"),
+        el("p", { class: "error" },
+          `User ${user} may not see this page: users, virtual hosts and permissions need the ` +
+          "administrator tag, policies the policymaker tag, the cluster the monitoring tag."),
+        el("p", {}, el("a", { href: "#/" }, "Overview")),
+      );
+      return;
+    }
+    fill(main, el("h1", {}, "Error"), el("p", { class: "error" }, error.message));
     return;
   }
   if (mine !== generation || !shown || !shown.refresh) return;
