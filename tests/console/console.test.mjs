@@ -200,6 +200,9 @@ try {
     await page.goto(base + "#/queues");
     await page.locator("h1", { hasText: "Queues" }).waitFor();
     const form = formTitled("Add a new queue");
+    // Only the queue types Warren serves are offered (no Stream, which it would refuse).
+    const types = await form.locator("select[name=type] option").allInnerTexts();
+    assert.deepEqual(types, ["Classic", "Quorum"]);
     await form.locator("select[name=vhost]").selectOption(vhost);
     await form.locator("input[name=name]").fill(queue);
     await form.getByRole("button", { name: "Add queue" }).click();

@@ -85,7 +85,8 @@ export async function api(method, path, body, { headers = {}, authorization } = 
   }
   if (!response.ok) {
     const reason = (data && (data.reason || data.error)) || text || response.statusText;
-    throw new ApiError(response.status, `${method} ${decodeURIComponent(path)}: ${response.status} ${reason}`);
+    // The path as sent: decoded, the default vhost's "%2F" would read as a stray "/".
+    throw new ApiError(response.status, `${method} ${path}: ${response.status} ${reason}`);
   }
   return data;
 }

@@ -46,7 +46,8 @@ export async function render(main) {
     [
       field("Virtual host", await vhostSelect()),
       field("Name", textInput("name", { required: true })),
-      field("Type", select("type", [["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]], "classic")),
+      // The types Warren serves (no streams: the API would refuse one).
+      field("Type", select("type", [["classic", "Classic"], ["quorum", "Quorum"]], "classic")),
       checkbox("durable", "Durable", true),
       checkbox("auto_delete", "Auto delete"),
       argumentsField(),
