@@ -351,7 +351,20 @@ pub fn read(broker: &Broker, doc: &Value, scope: Scope) -> Result<Plan, String> 
     let mut plan = Plan::default();
     if let Scope::All = scope {
         for e in entries(doc, "users")? {
-            plan.users.push(user(e, version)?);
+            let user = user(e, version)?;
+            // RabbitMQ's per-user limits: Warren has none to apply them to. Reported, so an
+            // operator migrating sees what did not come over.
+            if let Some(Value::Object(limits)) = e.get("limits") {
+                if !limits.is_empty() {
+                    let names: Vec<&str> = limits.keys().map(String::as_str).collect();
+                    plan.skipped.push(format!(
+                        "user '{}': user limits ({}) are not supported by Warren; the user is imported without them",
+                        user.name,
+                        names.join(", ")
+                    ));
+                }
+            }
+            plan.users.push(user);
         }
         for e in entries(doc, "vhosts")? {
             plan.vhosts.push(vhost(e)?);
@@ -507,6 +520,8 @@ pub fn read(broker: &Broker, doc: &Value, scope: Scope) -> Result<Plan, String> 
         });
     }
     let mut new_queues: HashSet<(String, String)> = HashSet::new();
+    // Queues left out: bindings to them are left out too, each reported.
+    let mut skipped_queues: HashSet<(String, String)> = HashSet::new();
     for e in entries(doc, "queues")? {
         let name = string(e, "name", "queue")?;
         let what = format!("queue '{name}'");
@@ -522,6 +537,13 @@ pub fn read(broker: &Broker, doc: &Value, scope: Scope) -> Result<Plan, String> 
             return Err(format!("queue in vhost '{vhost}': name must not be empty"));
         }
         let arguments = json_to_table(e.get("arguments"), &what)?;
+        if arguments.get("x-queue-type").and_then(|t| t.as_str()) == Some("stream") {
+            plan.skipped.push(format!(
+                "queue '{name}' in vhost '{vhost}': stream queues are not supported by Warren; not imported"
+            ));
+            skipped_queues.insert((vhost, name));
+            continue;
+        }
         check_declare_arguments(&name, &vhost, &arguments)
             .map_err(|e| format!("{what}: {}", e.text))?;
         new_queues.insert((vhost.clone(), name.clone()));
@@ -557,6 +579,12 @@ pub fn read(broker: &Broker, doc: &Value, scope: Scope) -> Result<Plan, String> 
         if source.is_empty() || (to_exchange && destination.is_empty()) {
             plan.skipped.push(format!(
                 "{what}: bindings of the default exchange are implicit"
+            ));
+            continue;
+        }
+        if !to_exchange && skipped_queues.contains(&(vhost.clone(), destination.clone())) {
+            plan.skipped.push(format!(
+                "{what} in vhost '{vhost}': its queue was not imported"
             ));
             continue;
         }

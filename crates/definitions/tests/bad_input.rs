@@ -192,3 +192,40 @@ fn unknown_components_are_kept_for_export() {
     assert_eq!(out["parameters"], doc["parameters"]);
     assert_eq!(out["global_parameters"], doc["global_parameters"]);
 }
+
+#[test]
+fn a_stream_queue_and_user_limits_are_reported_and_the_rest_applied() {
+    // A RabbitMQ export with a stream (and a binding to it) and a user with limits: Warren
+    // has neither; each is reported, everything else comes over.
+    let broker = Broker::new(usize::MAX, None);
+    let doc = json!({
+        "users": [{"name": "app", "password_hash": "", "tags": "",
+                   "limits": {"max-connections": 10, "max-channels": 5}}],
+        "queues": [{"name": "events", "vhost": "/", "durable": true,
+                    "arguments": {"x-queue-type": "stream"}},
+                   {"name": "work", "vhost": "/", "durable": true}],
+        "bindings": [{"source": "amq.topic", "vhost": "/", "destination": "events",
+                      "destination_type": "queue", "routing_key": "#", "arguments": {}},
+                     {"source": "amq.topic", "vhost": "/", "destination": "work",
+                      "destination_type": "queue", "routing_key": "w", "arguments": {}}],
+    });
+    let summary = now(warren_definitions::import(&broker, &doc)).unwrap();
+    let skipped = summary.skipped.join("\n");
+    assert!(
+        skipped.contains("queue 'events' in vhost '/': stream queues are not supported"),
+        "{skipped}"
+    );
+    assert!(
+        skipped.contains("to queue 'events' in vhost '/': its queue was not imported"),
+        "{skipped}"
+    );
+    assert!(
+        skipped.contains("user 'app': user limits (max-channels, max-connections)"),
+        "{skipped}"
+    );
+    let vhost = broker.vhost("/").unwrap();
+    assert!(vhost.queue("events").is_none());
+    assert!(vhost.queue("work").is_some());
+    assert!(broker.access.user("app").is_some());
+    assert_eq!((summary.users, summary.queues, summary.bindings), (1, 1, 1));
+}

@@ -36,9 +36,10 @@ pub async fn import(
 ) -> ApiResult {
     who.require_admin()?;
     let document = body_json(&body)?;
-    warren_definitions::import(&api.broker, &document)
+    let summary = warren_definitions::import(&api.broker, &document)
         .await
         .map_err(ApiError::bad_request)?;
+    log_skipped(&summary);
     Ok(no_content())
 }
 
@@ -51,8 +52,17 @@ pub async fn import_vhost(
     who.require_admin()?;
     api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
     let document = body_json(&body)?;
-    warren_definitions::import_vhost(&api.broker, &vhost, &document)
+    let summary = warren_definitions::import_vhost(&api.broker, &vhost, &document)
         .await
         .map_err(ApiError::bad_request)?;
+    log_skipped(&summary);
     Ok(no_content())
+}
+
+/// What an import left out, each with why, in the broker's log (the answer is RabbitMQ's
+/// 204, which has no body).
+fn log_skipped(summary: &warren_definitions::ImportSummary) {
+    for skipped in &summary.skipped {
+        tracing::warn!(%skipped, "definitions entry not imported");
+    }
 }
