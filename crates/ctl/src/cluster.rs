@@ -6,14 +6,25 @@
 //! detector sees it up, its matched log index and its lag behind the leader.
 
 use crate::api::segment;
-use crate::exit::CtlError;
+use crate::exit::{CtlError, ExitCode};
 use crate::output::Format;
 use crate::Context;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 pub fn cluster_status(ctx: &Context) -> Result<(), CtlError> {
-    let status = ctx.api.get("/api/cluster/status")?;
+    let status = match ctx.api.get("/api/cluster/status") {
+        Ok(status) => status,
+        // RabbitMQ's management API has no such view (rabbitmqctl asks the node itself).
+        Err(e) if e.status() == Some(404) => {
+            return Err(CtlError::new(
+                ExitCode::Unavailable,
+                "cluster_status needs Warren's /api/cluster/status, which this API does not \
+                 have (against RabbitMQ, use rabbitmqctl cluster_status)",
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     if ctx.style.format == Format::Json {
         println!("{status}");
     } else {

@@ -53,6 +53,14 @@ pub fn quorum_status(ctx: &Context, args: &[String]) -> Result<(), CtlError> {
         ));
     }
     let raft = &found["raft"];
+    // RabbitMQ's management API shows no Raft group (rabbitmq-queues asks the node).
+    if raft.is_null() && !is_warren(ctx)? {
+        return Err(CtlError::new(
+            ExitCode::Unavailable,
+            "quorum_status needs Warren's view of the queue's Raft group, which this API \
+             does not have (against RabbitMQ, use rabbitmq-queues quorum_status)",
+        ));
+    }
     if raft.is_null() {
         return Err(CtlError::new(
             ExitCode::Unavailable,
@@ -61,6 +69,11 @@ pub fn quorum_status(ctx: &Context, args: &[String]) -> Result<(), CtlError> {
     }
     print!("{}", output::render(&ctx.style, HEADERS, &rows(raft)));
     Ok(())
+}
+
+/// Whether the API is Warren's (its overview names the product).
+fn is_warren(ctx: &Context) -> Result<bool, CtlError> {
+    Ok(ctx.api.get("/api/overview")?["product_name"] == "Warren")
 }
 
 /// One row per member (see the module comment for what another member's row holds).
