@@ -122,6 +122,14 @@ pub fn resources(out: &mut Exposition, broker: &Broker) {
             open,
         );
     }
+    if let Some(open) = process::open_tcp_sockets() {
+        out.single(
+            "rabbitmq_process_open_tcp_sockets",
+            Kind::Gauge,
+            "Open TCP sockets",
+            open,
+        );
+    }
     if let Some(resident) = warren_broker::memory::resident_set_bytes() {
         out.single(
             "rabbitmq_process_resident_memory_bytes",
@@ -145,6 +153,14 @@ pub fn resources(out: &mut Exposition, broker: &Broker) {
             "rabbitmq_process_max_fds",
             Kind::Gauge,
             "Open file descriptors limit",
+            max,
+        );
+    }
+    if let Some(max) = process::max_tcp_sockets() {
+        out.single(
+            "rabbitmq_process_max_tcp_sockets",
+            Kind::Gauge,
+            "Open TCP sockets limit",
             max,
         );
     }

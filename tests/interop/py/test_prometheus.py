@@ -42,6 +42,9 @@ RABBITMQ_FAMILIES = {
     "rabbitmq_queues_created_total": ("counter", "Total number of queues created"),
     "rabbitmq_queues_deleted_total": ("counter", "Total number of queues deleted"),
     "rabbitmq_process_open_fds": ("gauge", "Open file descriptors"),
+    # The 3.10 Overview dashboard's "TCP sockets available" panel reads these two.
+    "rabbitmq_process_open_tcp_sockets": ("gauge", "Open TCP sockets"),
+    "rabbitmq_process_max_tcp_sockets": ("gauge", "Open TCP sockets limit"),
     "rabbitmq_process_resident_memory_bytes": ("gauge", "Memory used in bytes"),
     "rabbitmq_disk_space_available_bytes": ("gauge", "Disk space available in bytes"),
     "rabbitmq_process_max_fds": ("gauge", "Open file descriptors limit"),
@@ -263,6 +266,9 @@ def test_node_resources_are_reported():
     assert scrape.total("rabbitmq_process_resident_memory_bytes") > 1_000_000
     assert scrape.total("rabbitmq_resident_memory_limit_bytes") > 0
     assert 0 < scrape.total("rabbitmq_process_open_fds") < scrape.total("rabbitmq_process_max_fds")
+    # This scrape's own connection and the AMQP listener at least.
+    sockets = scrape.total("rabbitmq_process_open_tcp_sockets")
+    assert 2 <= sockets < scrape.total("rabbitmq_process_max_tcp_sockets")
     free = scrape.total("rabbitmq_disk_space_available_bytes")
     assert free > scrape.total("rabbitmq_disk_space_available_limit_bytes") > 0
     for alarm in ("memory_used_watermark", "free_disk_space_watermark", "file_descriptor_limit"):
