@@ -306,6 +306,11 @@ impl Queue {
         self.kind.release(self, messages)
     }
 
+    /// See `QueueType::release_disconnected`.
+    pub fn release_disconnected(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
+        self.kind.release_disconnected(self, messages)
+    }
+
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {

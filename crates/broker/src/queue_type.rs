@@ -134,6 +134,13 @@ pub trait QueueType: Send + Sync + std::fmt::Debug + 'static {
         self.settle(queue, Vec::new(), messages, Vec::new());
     }
 
+    /// Takes back deliveries whose client's node went (a forwarding link lost): as
+    /// `release`, but not failed deliveries where the type counts them toward a delivery
+    /// limit (RabbitMQ's `noconnection`).
+    fn release_disconnected(&self, queue: &Arc<Queue>, messages: Vec<QueuedMessage>) {
+        self.release(queue, messages)
+    }
+
     /// Takes back messages handed to a connection that never reached the client (its
     /// channel closed first); `were_unacked` is false for a no-ack consumer's, which a type
     /// that settles no-ack deliveries when it hands them over has already let go.

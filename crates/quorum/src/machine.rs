@@ -164,6 +164,31 @@ pub enum Command {
     SetDeadLetterAtLeastOnce(bool),
     /// The leader's report that these held dead messages reached their targets.
     SettleDeadLetters { msg_ids: Vec<MsgId> },
+    /// Requeue these messages because they never reached the client or its node is gone (a
+    /// link to the node lost, a hand-over to a connection that went, a basic.get that gave
+    /// up): back near the head as `Release`, but not a failed delivery, so they do not count
+    /// toward the delivery limit (RabbitMQ's `noconnection`). After `SettleDeadLetters`, so
+    /// logs written before it decode unchanged.
+    ReleaseDisconnected {
+        consumer: ConsumerKey,
+        msg_ids: Vec<MsgId>,
+    },
+    /// Remove a consumer that went with its node or with the leader that served it (a new
+    /// leader's take-over cancels the consumers it does not serve; they attach again): what
+    /// it holds goes back near the head as for `Cancel`, not counted toward the delivery
+    /// limit. Last, so logs written before it decode unchanged.
+    Disconnect { consumer: ConsumerKey },
+}
+
+/// Whether a return counts as a failed delivery toward the delivery limit, as in RabbitMQ 4
+/// (rabbit_fifo's `delivery_failed`): a client's requeue or a consumer whose channel went
+/// does; a consumer whose node went, or a message that never reached its client, does not
+/// (RabbitMQ's `noconnection` returns). Without the distinction a message held across a
+/// run of leader changes or node failures reached the default limit of 20 and was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    Failed,
+    NotCounted,
 }
 
 /// Why a message is dead-lettered (RabbitMQ's `x-death` reasons).
@@ -422,24 +447,21 @@ impl QueueState {
                 }
                 Reply::Ok
             }
-            Command::Cancel { consumer } => match self.consumers.remove(&consumer) {
-                Some(removed) => {
-                    self.service_order.retain(|c| *c != consumer);
-                    // Return in id order so the requeued messages keep their relative order.
-                    for (_, message) in removed.checked_out {
-                        self.return_one(message, Requeue::Head, &mut effects);
-                    }
-                    Reply::Ok
-                }
-                None => Reply::UnknownConsumer,
-            },
+            Command::Cancel { consumer } => {
+                self.remove_consumer(consumer, Attempt::Failed, &mut effects)
+            }
+            Command::Disconnect { consumer } => {
+                self.remove_consumer(consumer, Attempt::NotCounted, &mut effects)
+            }
             Command::Settle { consumer, msg_ids } => {
                 self.take_checked_out(consumer, &msg_ids, |_, _, _| {}, &mut effects)
             }
             Command::Return { consumer, msg_ids } => self.take_checked_out(
                 consumer,
                 &msg_ids,
-                |state, message, effects| state.return_one(message, Requeue::Back, effects),
+                |state, message, effects| {
+                    state.return_one(message, Requeue::Back, Attempt::Failed, effects)
+                },
                 &mut effects,
             ),
             Command::Release {
@@ -450,7 +472,23 @@ impl QueueState {
                 self.take_checked_out(
                     consumer,
                     &msg_ids,
-                    |state, message, effects| state.return_one(message, Requeue::Head, effects),
+                    |state, message, effects| {
+                        state.return_one(message, Requeue::Head, Attempt::Failed, effects)
+                    },
+                    &mut effects,
+                )
+            }
+            Command::ReleaseDisconnected {
+                consumer,
+                mut msg_ids,
+            } => {
+                msg_ids.sort_unstable();
+                self.take_checked_out(
+                    consumer,
+                    &msg_ids,
+                    |state, message, effects| {
+                        state.return_one(message, Requeue::Head, Attempt::NotCounted, effects)
+                    },
                     &mut effects,
                 )
             }
@@ -634,13 +672,41 @@ impl QueueState {
         }
     }
 
-    /// Requeues a message a consumer held, or dead-letters it past the delivery limit.
-    fn return_one(&mut self, mut message: Message, to: Requeue, effects: &mut Vec<Effect>) {
-        message.delivery_count = message.delivery_count.saturating_add(1);
-        if self
-            .config
-            .delivery_limit
-            .is_some_and(|limit| message.delivery_count > limit)
+    /// Removes a consumer; what it held goes back near the head, in id order (so the
+    /// requeued messages keep their relative order), counted as `attempt` says.
+    fn remove_consumer(
+        &mut self,
+        consumer: ConsumerKey,
+        attempt: Attempt,
+        effects: &mut Vec<Effect>,
+    ) -> Reply {
+        let Some(removed) = self.consumers.remove(&consumer) else {
+            return Reply::UnknownConsumer;
+        };
+        self.service_order.retain(|c| *c != consumer);
+        for (_, message) in removed.checked_out {
+            self.return_one(message, Requeue::Head, attempt, effects);
+        }
+        Reply::Ok
+    }
+
+    /// Requeues a message a consumer held, or dead-letters it past the delivery limit; a
+    /// return that is not a failed delivery never counts toward it.
+    fn return_one(
+        &mut self,
+        mut message: Message,
+        to: Requeue,
+        attempt: Attempt,
+        effects: &mut Vec<Effect>,
+    ) {
+        if attempt == Attempt::Failed {
+            message.delivery_count = message.delivery_count.saturating_add(1);
+        }
+        if attempt == Attempt::Failed
+            && self
+                .config
+                .delivery_limit
+                .is_some_and(|limit| message.delivery_count > limit)
         {
             self.dead_letter(DeadLetterReason::DeliveryLimit, message, effects);
             return;
@@ -981,6 +1047,53 @@ mod tests {
             q.apply(0, Command::Cancel { consumer: 1 }).0,
             Reply::UnknownConsumer
         );
+    }
+
+    #[test]
+    fn consumers_gone_with_their_node_never_use_up_the_delivery_limit() {
+        // A message held across a run of leader changes and node failures (a chaos run's
+        // hundreds of faults): its consumers are disconnected and it is released by lost
+        // links far more often than the limit; it is never dead-lettered, and each time goes
+        // out again redelivered with its failed-delivery count unchanged.
+        let mut q = QueueState::new(QueueConfig {
+            delivery_limit: Some(0),
+            ..QueueConfig::default()
+        });
+        q.apply(0, enqueue("a"));
+        for consumer in 1..=3 * u64::from(DEFAULT_DELIVERY_LIMIT) {
+            let (_, effects) = q.apply(
+                0,
+                Command::Checkout {
+                    consumer,
+                    prefetch: 1,
+                },
+            );
+            assert_eq!(delivered(&effects), vec![(consumer, 0, 0, consumer > 1)]);
+            let gone = match consumer % 2 {
+                0 => Command::Disconnect { consumer },
+                _ => Command::ReleaseDisconnected {
+                    consumer,
+                    msg_ids: vec![0],
+                },
+            };
+            let (_, effects) = q.apply(0, gone);
+            assert!(
+                dead(&effects).is_empty(),
+                "dead-lettered after {consumer} consumers"
+            );
+            q.apply(0, Command::Disconnect { consumer });
+        }
+        assert_eq!(q.ready_ids(), vec![0]);
+        // A consumer whose channel went holding it is a failed delivery: with limit 0, dead.
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer: 100,
+                prefetch: 1,
+            },
+        );
+        let (_, effects) = q.apply(0, Command::Cancel { consumer: 100 });
+        assert_eq!(dead(&effects), vec![(DeadLetterReason::DeliveryLimit, 0)]);
     }
 
     #[test]

@@ -42,6 +42,8 @@ impl fmt::Display for Proposal {
             Command::Metadata(_) => "metadata",
             Command::SetDeadLetterAtLeastOnce(_) => "set-dead-letter-at-least-once",
             Command::SettleDeadLetters { .. } => "settle-dead-letters",
+            Command::ReleaseDisconnected { .. } => "release-disconnected",
+            Command::Disconnect { .. } => "disconnect",
         };
         f.write_str(kind)
     }

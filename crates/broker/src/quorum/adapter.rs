@@ -2,7 +2,7 @@
 //! becomes a command proposed to its group (or a read of its state).
 
 use super::config::{dead_letter_at_least_once, queue_config};
-use super::queue::QuorumQueue;
+use super::queue::{QuorumQueue, Requeued};
 use crate::churn::DeadLetterSource;
 use crate::confirm::RoutedConfirm;
 use crate::connection_id::ConnectionId;
@@ -59,12 +59,17 @@ impl QueueType for QuorumQueue {
         requeued: Vec<QueuedMessage>,
         rejected: Vec<QueuedMessage>,
     ) {
-        QuorumQueue::settle(self, &acked, &requeued, &rejected, false)
+        QuorumQueue::settle(self, &acked, &requeued, &rejected, Requeued::ByClient)
     }
 
     /// Back at the head, where RabbitMQ returns a downed consumer's messages.
     fn release(&self, _queue: &Arc<Queue>, messages: Vec<QueuedMessage>) {
-        QuorumQueue::settle(self, &[], &messages, &[], true)
+        QuorumQueue::settle(self, &[], &messages, &[], Requeued::ChannelGone)
+    }
+
+    /// Back at the head, not counted as failed deliveries (their client's node went).
+    fn release_disconnected(&self, _queue: &Arc<Queue>, messages: Vec<QueuedMessage>) {
+        QuorumQueue::settle(self, &[], &messages, &[], Requeued::NeverReached)
     }
 
     fn add_consumer(&self, queue: &Arc<Queue>, consumer: Arc<Consumer>) -> AmqpResult<()> {

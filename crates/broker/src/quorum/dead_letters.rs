@@ -3,7 +3,7 @@
 //! the group until every copy is safe, retried every `DEAD_LETTER_RETRY`).
 
 use super::codec;
-use super::queue::QuorumQueue;
+use super::queue::{QuorumQueue, Requeued};
 use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ConnectionEvent, Delivery};
 use crate::dead_letter::DeathReason;
@@ -184,7 +184,7 @@ impl QuorumQueue {
                         // The basic.get gave up (its client went, or it waited too long):
                         // the message goes back and its one-message consumer leaves.
                         self.propose(
-                            Command::Release {
+                            Command::ReleaseDisconnected {
                                 consumer: key,
                                 msg_ids: vec![id],
                             },
@@ -239,7 +239,7 @@ impl QuorumQueue {
             // nothing; left held, it would stay checked out to a consumer nobody reads.
             consumer.return_credit(cost);
             if !consumer.no_ack {
-                self.settle(&[], &[returned.message], &[], true);
+                self.settle(&[], &[returned.message], &[], Requeued::NeverReached);
             }
             // A consumer whose connection is gone takes nothing more (its teardown, if still
             // to come, then finds it removed).

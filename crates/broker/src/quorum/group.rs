@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use warren_quorum::machine::{Command, ConsumerKey, Effect, MsgId, Reply};
+use warren_quorum::machine::{Command, ConsumerKey, DeadLetterReason, Effect, MsgId, Reply};
 use warren_quorum::network::{RaftRequest, RaftResponse, Transport, TransportError};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::storage::Applied;
@@ -591,7 +591,9 @@ async fn take_over(weak: &Weak<Queue>, group: &Arc<QueueGroup>) -> bool {
         .collect();
     stale.sort_unstable();
     for stale in stale {
-        complete &= write(Command::Cancel { consumer: stale }).await.is_ok();
+        // Gone with the leader that served them (they attach again through this one): not a
+        // failed delivery of what they held (`Command::Disconnect`).
+        complete &= write(Command::Disconnect { consumer: stale }).await.is_ok();
     }
     for (key, prefetch) in attached {
         if !known.contains(&key) {
@@ -734,6 +736,11 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                     held_dead.push(message.id);
                 }
                 Effect::DeadLetter { reason, message } => {
+                    if reason == DeadLetterReason::DeliveryLimit {
+                        // Dropped unless the queue has a dead-letter exchange: an operator
+                        // must be able to see it happen.
+                        tracing::warn!(queue = %queue.name, msg_id = message.id, failed_deliveries = message.delivery_count, "quorum queue: a message reached the delivery limit and was dead-lettered");
+                    }
                     dead.extend(dead_copy(reason, message));
                 }
             }
@@ -748,10 +755,13 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
         // received these: they go back at once (in id order near the head, as a cancelled
         // consumer's), so no message stays checked out to a consumer nobody reads. Only the
         // leader proposes; a new leader's take-over cancels what other nodes' consumers hold.
+        // Not failed deliveries (no client saw them): counted, a consumer whose removal had
+        // not reached the group yet could bounce a message to the delivery limit in
+        // milliseconds, and the limit drops it.
         for (consumer, mut msg_ids) in unattached {
             msg_ids.sort_unstable();
             tracing::debug!(queue = %queue.name, consumer, count = msg_ids.len(), "quorum queue: delivery to a consumer no longer attached here released");
-            qq.propose(Command::Release { consumer, msg_ids }, None);
+            qq.propose(Command::ReleaseDisconnected { consumer, msg_ids }, None);
         }
         queue.dead_letter(dead);
         if !held_dead.is_empty() {

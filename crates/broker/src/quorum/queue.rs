@@ -23,6 +23,19 @@ use warren_quorum::machine::{Command, ConsumerKey, MsgId, QueueConfig, Reply};
 use warren_quorum::node::QueueGroup;
 use warren_quorum::types::{GroupId, NodeId};
 
+/// How requeued messages come back to a quorum queue: which group command carries them, and
+/// so whether each counts as a failed delivery toward the delivery limit (RabbitMQ 4 counts a
+/// client's requeue and a consumer whose channel went, not a node that went).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeued {
+    /// basic.nack/reject with requeue, recover: to the back, counted.
+    ByClient,
+    /// The client's channel went with them unacked: to the head, counted.
+    ChannelGone,
+    /// They never reached the client, or its node is gone: to the head, not counted.
+    NeverReached,
+}
+
 pub(super) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -637,13 +650,13 @@ impl QuorumQueue {
     /// Acks, requeues and rejects, as the group's settle, return (or release) and discard,
     /// per consumer that holds the messages. `requeued` go to the back of the queue when the
     /// client asked (nack/reject with requeue, recover), to the head when its channel went
-    /// away (`released`), as in RabbitMQ 3.10.
+    /// away or they never reached it, as in RabbitMQ 3.10 (`Requeued`).
     pub fn settle(
         &self,
         acked: &[QueuedMessage],
         requeued: &[QueuedMessage],
         rejected: &[QueuedMessage],
-        released: bool,
+        how: Requeued,
     ) {
         // One command per run of messages of the same consumer, in the order the messages
         // came (delivery-tag order): requeued messages of several consumers (basic.get takes
@@ -687,8 +700,11 @@ impl QuorumQueue {
         for ((kind, consumer), msg_ids) in by_consumer {
             let command = match kind {
                 0 => Command::Settle { consumer, msg_ids },
-                1 if released => Command::Release { consumer, msg_ids },
-                1 => Command::Return { consumer, msg_ids },
+                1 => match how {
+                    Requeued::ByClient => Command::Return { consumer, msg_ids },
+                    Requeued::ChannelGone => Command::Release { consumer, msg_ids },
+                    Requeued::NeverReached => Command::ReleaseDisconnected { consumer, msg_ids },
+                },
                 _ => Command::Discard { consumer, msg_ids },
             };
             self.propose(command, None);

@@ -659,7 +659,8 @@ impl Serving {
             for m in &mut messages {
                 m.delivery_count = m.delivery_count.saturating_add(1);
             }
-            queue.release(messages);
+            // Their client's node is gone: not a failed delivery for a type that counts them.
+            queue.release_disconnected(messages);
         }
         self.pending.clear();
     }
