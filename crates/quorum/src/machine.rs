@@ -464,33 +464,11 @@ impl QueueState {
                 },
                 &mut effects,
             ),
-            Command::Release {
-                consumer,
-                mut msg_ids,
-            } => {
-                msg_ids.sort_unstable();
-                self.take_checked_out(
-                    consumer,
-                    &msg_ids,
-                    |state, message, effects| {
-                        state.return_one(message, Requeue::Head, Attempt::Failed, effects)
-                    },
-                    &mut effects,
-                )
+            Command::Release { consumer, msg_ids } => {
+                self.release(consumer, msg_ids, Attempt::Failed, &mut effects)
             }
-            Command::ReleaseDisconnected {
-                consumer,
-                mut msg_ids,
-            } => {
-                msg_ids.sort_unstable();
-                self.take_checked_out(
-                    consumer,
-                    &msg_ids,
-                    |state, message, effects| {
-                        state.return_one(message, Requeue::Head, Attempt::NotCounted, effects)
-                    },
-                    &mut effects,
-                )
+            Command::ReleaseDisconnected { consumer, msg_ids } => {
+                self.release(consumer, msg_ids, Attempt::NotCounted, &mut effects)
             }
             Command::Discard { consumer, msg_ids } => self.take_checked_out(
                 consumer,
@@ -670,6 +648,24 @@ impl QueueState {
                 self.dead_letter(DeadLetterReason::Expired, message, effects);
             }
         }
+    }
+
+    /// Returns messages a consumer held near the head, in id order (so they keep their
+    /// relative order), counted as `attempt` says.
+    fn release(
+        &mut self,
+        consumer: ConsumerKey,
+        mut msg_ids: Vec<MsgId>,
+        attempt: Attempt,
+        effects: &mut Vec<Effect>,
+    ) -> Reply {
+        msg_ids.sort_unstable();
+        self.take_checked_out(
+            consumer,
+            &msg_ids,
+            |state, message, effects| state.return_one(message, Requeue::Head, attempt, effects),
+            effects,
+        )
     }
 
     /// Removes a consumer; what it held goes back near the head, in id order (so the
