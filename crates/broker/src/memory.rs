@@ -33,9 +33,11 @@ pub struct MemoryMonitor {
     /// Last sampled resident set size plus its growth since the sample before (0 before the
     /// first sample, or where not available).
     resident_bytes: AtomicUsize,
-    high_watermark_bytes: usize,
-    /// Publishers resume below this.
-    low_watermark_bytes: usize,
+    /// Settable at runtime (`set_high_watermark_bytes`, rabbitmqctl's
+    /// set_vm_memory_high_watermark).
+    high_watermark_bytes: AtomicUsize,
+    /// Publishers resume below this: 90 % of the high watermark.
+    low_watermark_bytes: AtomicUsize,
     alarms: Arc<Alarms>,
 }
 
@@ -44,15 +46,25 @@ impl MemoryMonitor {
         MemoryMonitor {
             queued_bytes: AtomicUsize::new(0),
             resident_bytes: AtomicUsize::new(0),
-            high_watermark_bytes,
-            low_watermark_bytes: high_watermark_bytes / 10 * 9,
+            high_watermark_bytes: AtomicUsize::new(high_watermark_bytes),
+            low_watermark_bytes: AtomicUsize::new(low_watermark_for(high_watermark_bytes)),
             alarms,
         }
     }
 
+    /// Moves the watermark (RabbitMQ's set_vm_memory_high_watermark): the alarm is raised
+    /// or cleared at once against the new one, as RabbitMQ's memory monitor does.
+    pub fn set_high_watermark_bytes(&self, bytes: usize) {
+        self.low_watermark_bytes
+            .store(low_watermark_for(bytes), Relaxed);
+        self.high_watermark_bytes.store(bytes, Relaxed);
+        tracing::info!(high_watermark_bytes = bytes, "memory high watermark set");
+        self.evaluate();
+    }
+
     pub fn add(&self, bytes: usize) {
         let now = self.queued_bytes.fetch_add(bytes, Relaxed) + bytes;
-        if now > self.high_watermark_bytes && !self.alarm_on() {
+        if now > self.high_watermark_bytes() && !self.alarm_on() {
             self.evaluate();
         }
     }
@@ -62,7 +74,7 @@ impl MemoryMonitor {
             .queued_bytes
             .fetch_sub(bytes, Relaxed)
             .wrapping_sub(bytes);
-        if now < self.low_watermark_bytes && self.alarm_on() {
+        if now < self.low_watermark_bytes.load(Relaxed) && self.alarm_on() {
             self.evaluate();
         }
     }
@@ -76,7 +88,7 @@ impl MemoryMonitor {
     }
 
     pub fn high_watermark_bytes(&self) -> usize {
-        self.high_watermark_bytes
+        self.high_watermark_bytes.load(Relaxed)
     }
 
     fn alarm_on(&self) -> bool {
@@ -86,17 +98,17 @@ impl MemoryMonitor {
     /// Sets or clears the alarm from both measures, with hysteresis.
     fn evaluate(&self) {
         let used = self.queued_bytes().max(self.resident_bytes());
-        if used > self.high_watermark_bytes {
+        if used > self.high_watermark_bytes() {
             if !self.alarm_on() {
                 tracing::warn!(
                     queued_bytes = self.queued_bytes(),
                     resident_bytes = self.resident_bytes(),
-                    high_watermark_bytes = self.high_watermark_bytes,
+                    high_watermark_bytes = self.high_watermark_bytes(),
                     "memory alarm"
                 );
             }
             self.alarms.set(Alarm::Memory, true);
-        } else if used < self.low_watermark_bytes {
+        } else if used < self.low_watermark_bytes.load(Relaxed) {
             self.alarms.set(Alarm::Memory, false);
         }
     }
@@ -128,8 +140,8 @@ impl MemoryMonitor {
                     .store(rss_trend.projected(rss), Relaxed);
                 let queued = monitor.queued_bytes();
                 queued_peak = queued_peak.max(queued);
-                if rss >= monitor.low_watermark_bytes
-                    && queued_peak - queued >= monitor.high_watermark_bytes / 10
+                if rss >= monitor.low_watermark_bytes.load(Relaxed)
+                    && queued_peak - queued >= monitor.high_watermark_bytes() / 10
                     && last_trim.elapsed() >= TRIM_INTERVAL
                 {
                     last_trim = Instant::now();
@@ -144,6 +156,25 @@ impl MemoryMonitor {
             }
         });
     }
+}
+
+/// Publishers resume below 90 % of the high watermark, so the alarm does not flap.
+fn low_watermark_for(high_watermark_bytes: usize) -> usize {
+    high_watermark_bytes / 10 * 9
+}
+
+/// The machine's memory (Linux `/proc/meminfo`'s MemTotal), which a relative watermark
+/// (RabbitMQ's `vm_memory_high_watermark.relative`) is a fraction of.
+pub fn total_memory_bytes() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: usize = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// The process's resident set size, from /proc (None where there is no /proc).

@@ -208,6 +208,12 @@ pub enum CtlCommand {
         )]
         per_connection_delay: u64,
     },
+    /// Sets the memory alarm's threshold: a fraction of the machine's memory, or `absolute`
+    /// and a value with units (1GB, 512MiB, 1000000).
+    SetVmMemoryHighWatermark {
+        #[arg(num_args = 1..=2, required = true, value_names = ["FRACTION | absolute", "VALUE"])]
+        args: Vec<String>,
+    },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },
     /// Writes the definitions (users, vhosts, permissions, policies, topology) as JSON to a

@@ -145,6 +145,9 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             limit,
             std::time::Duration::from_millis(per_connection_delay),
         ),
+        CtlCommand::SetVmMemoryHighWatermark { args } => {
+            operations::set_vm_memory_high_watermark(&ctx, &args)
+        }
         CtlCommand::PurgeQueue { queue } => operations::purge_queue(&ctx, &queue),
         CtlCommand::ExportDefinitions { path } => operations::export_definitions(&ctx, &path),
         CtlCommand::ImportDefinitions { path } => operations::import_definitions(&ctx, &path),

@@ -147,6 +147,73 @@ pub fn close_all_connections(
     Ok(())
 }
 
+/// rabbitmqctl set_vm_memory_high_watermark: `FRACTION` (0.0–1.0 of the machine's memory) or
+/// `absolute VALUE` (bytes, or with rabbitmqctl's units: k kiB M MiB G GiB kB MB GB), through
+/// Warren's PUT /api/nodes/NODE/memory-high-watermark.
+pub fn set_vm_memory_high_watermark(ctx: &Context, args: &[String]) -> Result<(), CtlError> {
+    let (body, shown) = match args {
+        [absolute, value] if absolute == "absolute" => {
+            let bytes = absolute_bytes(value).ok_or_else(|| {
+                CtlError::new(
+                    ExitCode::DataErr,
+                    format!("'{value}': the threshold should be an integer with optional units (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
+                )
+            })?;
+            (json!({"bytes": bytes}), format!("{value} bytes"))
+        }
+        [fraction] => match fraction.parse::<f64>() {
+            Ok(f) if (0.0..=1.0).contains(&f) => (json!({"fraction": f}), fraction.clone()),
+            _ => {
+                return Err(CtlError::new(
+                    ExitCode::DataErr,
+                    "The threshold should be a fraction between 0.0 and 1.0",
+                ))
+            }
+        },
+        _ => {
+            return Err(CtlError::usage(
+                "set_vm_memory_high_watermark <fraction> | absolute <value>",
+            ))
+        }
+    };
+    let node = ctx.api.get("/api/overview")?["node"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ctx.style.banner(&format!(
+        "Setting memory threshold on {node} to {shown} ..."
+    ));
+    let path = format!("/api/nodes/{}/memory-high-watermark", segment(&node));
+    match ctx.api.put(&path, &body) {
+        // RabbitMQ's API has no such path: say what to use there.
+        Err(e) if e.status() == Some(404) => Err(CtlError::new(
+            ExitCode::Unavailable,
+            "set_vm_memory_high_watermark needs Warren's API (against RabbitMQ, use rabbitmqctl)",
+        )),
+        other => Ok(other?),
+    }
+}
+
+/// rabbitmqctl's absolute memory value: an integer and one of its units (none: bytes).
+fn absolute_bytes(value: &str) -> Option<u64> {
+    let digits = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale: u64 = match unit {
+        "" => 1,
+        "k" | "kiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
 pub fn purge_queue(ctx: &Context, queue: &str) -> Result<(), CtlError> {
     let vhost = &ctx.vhost;
     ctx.style
@@ -228,5 +295,16 @@ mod tests {
         assert_eq!(err.code, ExitCode::DataErr);
         assert!(err.message.contains("not valid JSON"));
         assert_eq!(parse_definition("[1]").unwrap_err().code, ExitCode::DataErr);
+    }
+
+    #[test]
+    fn absolute_values_take_rabbitmqctls_units() {
+        assert_eq!(absolute_bytes("1000000"), Some(1_000_000));
+        assert_eq!(absolute_bytes("1GB"), Some(1_000_000_000));
+        assert_eq!(absolute_bytes("512MiB"), Some(512 << 20));
+        assert_eq!(absolute_bytes("2k"), Some(2048));
+        assert_eq!(absolute_bytes("1.5GB"), None);
+        assert_eq!(absolute_bytes("10TB"), None);
+        assert_eq!(absolute_bytes(""), None);
     }
 }

@@ -249,18 +249,6 @@ enum SyncMode {
     Never,
 }
 
-fn total_memory_bytes() -> Option<usize> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: usize = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -333,7 +321,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     let watermark = args
         .memory_high_watermark_bytes
-        .or_else(|| total_memory_bytes().map(|t| t / 10 * 4))
+        .or_else(|| warren_broker::memory::total_memory_bytes().map(|t| t / 10 * 4))
         .unwrap_or(1 << 30);
     let store_options = warren_store::StoreOptions {
         sync: match args.sync {

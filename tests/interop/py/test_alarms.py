@@ -154,3 +154,41 @@ def test_disk_alarm_blocks_only_the_publisher():
         if broker:
             broker.stop()
         subprocess.run(["umount", mount_point])
+
+
+def test_set_vm_memory_high_watermark_raises_and_clears_the_alarm(tmp_path):
+    """`warren ctl set_vm_memory_high_watermark` (the Java client's suites call rabbitmqctl's
+    to provoke the memory alarm): a threshold below what the broker uses blocks a publishing
+    connection at once; the configured one back unblocks it, and what it published arrives."""
+    from own_broker import free_port
+    port = free_port()
+    broker = Broker(str(tmp_path), "--management-port", str(port))
+    api = "http://127.0.0.1:%d" % port
+    ctl = lambda *args: subprocess.run(  # noqa: E731
+        [os.environ["WARREN_BIN"], "ctl", "--url", api, *args],
+        capture_output=True, text=True, timeout=20)
+    try:
+        conn = connect(broker.url, blocked_connection_timeout=None)
+        notified = Notified(conn)
+        ch = conn.channel()
+        ch.queue_declare("watermark", auto_delete=True)
+        ch.basic_publish("", "watermark", b"before")
+        r = ctl("set_vm_memory_high_watermark", "absolute", "1MB")
+        assert r.returncode == 0, r.stderr
+        assert "Setting memory threshold on" in r.stdout and "to 1MB bytes" in r.stdout
+        ch.basic_publish("", "watermark", b"during")  # a publishing connection gets blocked
+        deadline = time.monotonic() + 10
+        while not notified.blocked.is_set() and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert notified.blocked.is_set(), "no connection.blocked"
+        assert ctl("set_vm_memory_high_watermark", "0.4").returncode == 0
+        deadline = time.monotonic() + 10
+        while not notified.unblocked.is_set() and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert notified.unblocked.is_set(), "no connection.unblocked"
+        assert ch.queue_declare("watermark", passive=True).method.message_count == 2
+        bad = ctl("set_vm_memory_high_watermark", "1.5")
+        assert bad.returncode == 65 and "between 0.0 and 1.0" in bad.stderr
+        conn.close()
+    finally:
+        broker.stop()

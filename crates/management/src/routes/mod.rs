@@ -45,6 +45,10 @@ pub fn api_routes() -> Router<Arc<Api>> {
             axum::routing::post(cluster::grow_quorum_queues),
         )
         .route("/api/nodes/{node}", get(node::one_node))
+        .route(
+            "/api/nodes/{node}/memory-high-watermark",
+            axum::routing::put(node::set_memory_high_watermark),
+        )
         .route("/api/extensions", get(node::extensions))
         .route("/api/whoami", get(node::whoami))
         .route("/api/health/checks/alarms", get(node::alarms))

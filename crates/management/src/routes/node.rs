@@ -283,6 +283,44 @@ pub async fn one_node(
     Ok(respond_one(one, &query))
 }
 
+/// PUT /api/nodes/NODE/memory-high-watermark, `{"bytes": N}` or `{"fraction": F}` (of the
+/// machine's memory): Warren's own path for rabbitmqctl's set_vm_memory_high_watermark
+/// (RabbitMQ's API has none; its CLI asks the node directly). This node only; the alarm is
+/// raised or cleared at once against the new watermark. Not kept across a restart, as in
+/// RabbitMQ (the configured one comes back).
+pub async fn set_memory_high_watermark(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    if node != api.node {
+        return Err(ApiError::not_found());
+    }
+    let body = body_json(&body)?;
+    let bytes = match (body.get("bytes"), body.get("fraction")) {
+        (Some(bytes), None) => bytes
+            .as_u64()
+            .ok_or_else(|| ApiError::bad_request("bytes must be a non-negative integer"))?,
+        (None, Some(fraction)) => {
+            let fraction = fraction
+                .as_f64()
+                .filter(|f| (0.0..=1.0).contains(f))
+                .ok_or_else(|| ApiError::bad_request("fraction must be between 0.0 and 1.0"))?;
+            let total = warren_broker::memory::total_memory_bytes().ok_or_else(|| {
+                ApiError::bad_request("the machine's memory is unknown: give bytes")
+            })?;
+            (total as f64 * fraction) as u64
+        }
+        _ => return Err(ApiError::bad_request("give one of bytes and fraction")),
+    };
+    api.broker
+        .memory
+        .set_high_watermark_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    Ok(super::no_content())
+}
+
 pub async fn extensions() -> Json<Value> {
     Json(json!([]))
 }
