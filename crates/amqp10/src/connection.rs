@@ -28,9 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use warren_broker::admission::{Admission, ConnectionRefusal};
 use warren_broker::alarm::AlarmSet;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
 use warren_broker::server_properties::server_properties;
+use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, Broker, ConnectionEvent, ConnectionId, EventReceiver, EventSender, VHost,
 };
@@ -77,6 +79,8 @@ pub struct Connection<R, W> {
     /// The client's container id (its open), which names its temporary queues.
     container_id: String,
     vhost: Option<Arc<VHost>>,
+    /// Counts this connection against its user's `max-connections` while it lives.
+    user_slot: Option<UsageSlot>,
     /// The client's max-frame-size (our transfers fit it).
     peer_max_frame: u32,
     /// The client's idle-time-out: we send something at least every half of it.
@@ -129,6 +133,7 @@ where
             user: String::new(),
             container_id: String::new(),
             vhost: None,
+            user_slot: None,
             peer_max_frame: MIN_MAX_FRAME_SIZE,
             peer_idle: None,
             channel_max: u16::MAX,
@@ -331,9 +336,10 @@ where
             .to_owned();
         self.send_open();
         match self.open_vhost(&vhost_name) {
-            Ok(vhost) => {
+            Ok(Admission { vhost, slot }) => {
                 self.durable = vhost.store.as_ref().map(|s| s.durable_watch());
                 self.vhost = Some(vhost);
+                self.user_slot = Some(slot);
                 churn::bump(&self.broker.counters.connections.connections_opened);
                 self.flush().await?;
                 Ok(true)
@@ -411,27 +417,23 @@ where
         fields
     }
 
-    fn open_vhost(&self, name: &str) -> Result<Arc<VHost>, Error> {
-        let Some(vhost) = self.broker.vhost(name) else {
-            return Err(codec::error(
-                AmqpError::NotFound,
-                format!("vhost '{name}' not found"),
-            ));
-        };
-        if let Err(e) = vhost.open_connection(self.id, &self.user, self.events_tx.clone()) {
-            return Err(codec::error(
-                AmqpError::ResourceLimitExceeded,
-                e.text.to_string(),
-            ));
-        }
-        if !self.broker.access.check_vhost(&self.user, name) {
-            vhost.close_connection(self.id);
-            return Err(codec::error(
-                AmqpError::UnauthorizedAccess,
-                format!("access to vhost '{name}' refused for user '{}'", self.user),
-            ));
-        }
-        Ok(vhost)
+    /// The broker's admission (`Broker::admit_connection`), its refusals in AMQP 1.0's
+    /// conditions and RabbitMQ 4's texts.
+    fn open_vhost(&self, name: &str) -> Result<Admission, Error> {
+        self.broker
+            .admit_connection(name, &self.user, self.id, self.events_tx.clone())
+            .map_err(|refusal| match refusal {
+                ConnectionRefusal::NoSuchVhost(vhost) => codec::error(
+                    AmqpError::UnauthorizedAccess,
+                    format!("AMQP 1.0 connection failed: virtual host '{vhost}' does not exist"),
+                ),
+                ConnectionRefusal::LimitReached(text) => {
+                    codec::error(AmqpError::ResourceLimitExceeded, text)
+                }
+                ConnectionRefusal::AccessRefused(text) => {
+                    codec::error(AmqpError::UnauthorizedAccess, text)
+                }
+            })
     }
 
     fn close_with(&mut self, error: Error) {

@@ -14,7 +14,7 @@
 //! invalid policy) come back as 406 with the refusal's text; the HTTP API answers them
 //! with a 400 and that text, as it did.
 
-use crate::access::{Permission, TopicPermission};
+use crate::access::{Permission, TopicPermission, UserLimits};
 use crate::broker::Broker;
 use crate::definition_op::{short, DefinitionOp, Outcome};
 use crate::error::AmqpError;
@@ -90,6 +90,20 @@ impl Broker {
             UserDelete { name } => Ok(Outcome::Removed {
                 existed: self.delete_user(&name),
             }),
+            UserSetLimits {
+                name,
+                max_connections,
+                max_channels,
+            } => {
+                let limits = UserLimits {
+                    max_connections,
+                    max_channels,
+                };
+                self.access
+                    .set_user_limits(&name, limits)
+                    .map_err(AmqpError::not_found)?;
+                Ok(Outcome::Done)
+            }
             PermissionSet {
                 vhost,
                 user,

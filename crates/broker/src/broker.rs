@@ -16,6 +16,7 @@ use crate::quorum::QuorumQueue;
 use crate::registry::Registry;
 use crate::replication::Replicator;
 use crate::snapshot::{AccessSnapshot, Snapshot, VHostSnapshot};
+use crate::user_usage::UserUsage;
 use crate::vhost::VHost;
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -41,6 +42,8 @@ pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     /// Users, permissions and topic permissions (RabbitMQ's internal auth backend).
     pub access: Arc<AccessControl>,
+    /// Each user's open connections and channels on this node, against its limits.
+    pub user_usage: Arc<UserUsage>,
     /// Runtime parameters of components Warren keeps for definitions (federation, shovel…).
     pub parameters: Arc<RuntimeParameters>,
     /// The message store, when the broker has a data directory.
@@ -97,6 +100,7 @@ impl Broker {
         let broker = Arc::new(Broker {
             vhosts: RwLock::new(HashMap::new()),
             access: Arc::new(AccessControl::new()),
+            user_usage: Arc::new(UserUsage::default()),
             parameters: Arc::new(RuntimeParameters::default()),
             store: store.clone(),
             memory,
@@ -401,6 +405,10 @@ impl Broker {
                 u.tags,
             ) {
                 tracing::error!(user = %u.name, error = %e, "could not restore user");
+                continue;
+            }
+            if !u.limits.is_empty() {
+                let _ = self.access.set_user_limits(&u.name, u.limits);
             }
         }
         for (vhost, user, p) in access.permissions {

@@ -9,7 +9,7 @@
 //! same op reaches the same state. Clear-text passwords never appear in an op: a user op
 //! carries the hash.
 
-use crate::access::{Permission, TopicPermission};
+use crate::access::{Permission, TopicPermission, UserLimits};
 use crate::connection_id::ConnectionId;
 use crate::error::AmqpError;
 use crate::policy::PolicyKind;
@@ -80,6 +80,12 @@ pub enum DefinitionOp {
     },
     UserDelete {
         name: String,
+    },
+    /// Replaces a user's limits (`None`: no limit).
+    UserSetLimits {
+        name: String,
+        max_connections: Option<u32>,
+        max_channels: Option<u32>,
     },
     PermissionSet {
         vhost: String,
@@ -370,7 +376,8 @@ impl DefinitionOp {
             | QueueUnbind { vhost, .. }
             | ExchangeBind { vhost, .. }
             | ExchangeUnbind { vhost, .. } => Some(vhost),
-            UserPut { .. } | UserDelete { .. } | GlobalParameterSet { .. } => None,
+            UserPut { .. } | UserDelete { .. } | UserSetLimits { .. } => None,
+            GlobalParameterSet { .. } => None,
             GlobalParameterClear { .. } | Barrier => None,
         }
     }
@@ -424,6 +431,14 @@ impl DefinitionOp {
             name: name.to_owned(),
             max_connections: limits.max_connections,
             max_queues: limits.max_queues,
+        }
+    }
+
+    pub fn user_set_limits(name: &str, limits: UserLimits) -> DefinitionOp {
+        DefinitionOp::UserSetLimits {
+            name: name.to_owned(),
+            max_connections: limits.max_connections,
+            max_channels: limits.max_channels,
         }
     }
 

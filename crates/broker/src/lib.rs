@@ -3,6 +3,7 @@
 //! server crate drives it from connections.
 
 pub mod access;
+pub mod admission;
 pub mod alarm;
 mod apply;
 pub mod broker;
@@ -46,6 +47,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod tail;
 pub mod topic;
+pub mod user_usage;
 pub mod version;
 pub mod versioned_map;
 pub mod vhost;

@@ -8,7 +8,7 @@
 //! Version 1 blobs (before vhosts) held one vhost's `Definitions`; they decode as vhost "/"
 //! with no user database, which the broker then treats as a first boot for users.
 
-use crate::access::{Permission, TopicPermission, User};
+use crate::access::{Permission, TopicPermission, User, UserLimits};
 use crate::definitions::{get_str, get_table, tables, text, Definitions};
 use crate::parameters::Parameter;
 use crate::vhost::{VHostLimits, VHostMetadata};
@@ -108,12 +108,18 @@ impl Snapshot {
                 .users
                 .iter()
                 .map(|u| {
-                    table(&[
-                        ("name", text(&u.name)),
-                        ("password_hash", text(&u.password_hash)),
-                        ("hashing_algorithm", text(&u.hashing_algorithm)),
-                        ("tags", string_array(&u.tags)),
-                    ])
+                    let mut t = FieldTable::new();
+                    t.insert("name", text(&u.name));
+                    t.insert("password_hash", text(&u.password_hash));
+                    t.insert("hashing_algorithm", text(&u.hashing_algorithm));
+                    t.insert("tags", string_array(&u.tags));
+                    if let Some(n) = u.limits.max_connections {
+                        t.insert("max_connections", FieldValue::I64(n.into()));
+                    }
+                    if let Some(n) = u.limits.max_channels {
+                        t.insert("max_channels", FieldValue::I64(n.into()));
+                    }
+                    FieldValue::Table(t)
                 })
                 .collect();
             let permissions = access
@@ -212,6 +218,10 @@ impl Snapshot {
                     password_hash: string(t, "password_hash"),
                     hashing_algorithm: string(t, "hashing_algorithm"),
                     tags: strings(t, "tags"),
+                    limits: UserLimits {
+                        max_connections: limit(t, "max_connections"),
+                        max_channels: limit(t, "max_channels"),
+                    },
                 })
             })
             .collect();
@@ -298,6 +308,10 @@ mod tests {
                     password_hash: "h".into(),
                     hashing_algorithm: "rabbit_password_hashing_sha256".into(),
                     tags: vec!["administrator".into()],
+                    limits: UserLimits {
+                        max_connections: Some(3),
+                        max_channels: None,
+                    },
                 }],
                 permissions: vec![(
                     "prod".into(),

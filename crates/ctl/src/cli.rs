@@ -151,6 +151,28 @@ pub enum CtlCommand {
         user: String,
         exchange: Option<String>,
     },
+    /// Sets a user's limits from a JSON document: max-connections, max-channels (a
+    /// negative value is no limit).
+    SetUserLimits {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+        #[arg(value_name = "DEFINITION")]
+        definition: String,
+    },
+    /// Clears one of a user's limits (max-connections, max-channels) or all of them.
+    ClearUserLimits {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+        #[arg(value_name = "LIMIT_TYPE")]
+        limit: String,
+    },
+    /// Shows a user's limits (guest's by default), or with --global every user's.
+    ListUserLimits {
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        global: bool,
+    },
     /// Creates a virtual host.
     AddVhost {
         #[arg(value_name = "VHOST")]

@@ -15,6 +15,7 @@ mod operations;
 mod output;
 mod quorum_status;
 mod status;
+mod user_limits;
 
 use api::Api;
 use clap::Parser;
@@ -113,6 +114,15 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
         } => access::set_topic_permissions(&ctx, &user, &exchange, [&write, &read]),
         CtlCommand::ClearTopicPermissions { user, exchange } => {
             access::clear_topic_permissions(&ctx, &user, exchange.as_deref())
+        }
+        CtlCommand::SetUserLimits { user, definition } => {
+            user_limits::set_user_limits(&ctx, &user, &definition)
+        }
+        CtlCommand::ClearUserLimits { user, limit } => {
+            user_limits::clear_user_limits(&ctx, &user, &limit)
+        }
+        CtlCommand::ListUserLimits { user, global } => {
+            user_limits::list_user_limits(&ctx, user.as_deref(), global)
         }
         CtlCommand::AddVhost {
             name,

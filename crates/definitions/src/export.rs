@@ -100,7 +100,7 @@ fn users(broker: &Broker) -> Vec<Value> {
                 "password_hash": u.password_hash,
                 "hashing_algorithm": u.hashing_algorithm,
                 "tags": u.tags,
-                "limits": {},
+                "limits": u.limits.to_json(),
             })
         })
         .collect()

@@ -40,6 +40,20 @@ pub async fn apply(broker: &Broker, plan: Plan) -> Result<ImportSummary, String>
         change(broker, op)
             .await
             .map_err(|e| format!("user '{}': {}", u.name, e.text))?;
+        if !u.limits.is_empty() {
+            let mut limits = broker
+                .access
+                .user(&u.name)
+                .map(|u| u.limits)
+                .unwrap_or_default();
+            for (name, value) in &u.limits {
+                // Checked when the plan was read: every name known, every value an integer.
+                let _ = limits.set(name, value.as_i64().unwrap_or(-1));
+            }
+            change(broker, DefinitionOp::user_set_limits(&u.name, limits))
+                .await
+                .map_err(|e| format!("user '{}': {}", u.name, e.text))?;
+        }
         summary.users += 1;
     }
     for v in plan.vhosts {

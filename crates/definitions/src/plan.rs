@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
-use warren_broker::access::{Permission, TopicPermission, SHA256, SHA512};
+use warren_broker::access::{Permission, TopicPermission, UserLimits, SHA256, SHA512};
 use warren_broker::policy::{Policy, PolicyKind};
 use warren_broker::queue_args::check_declare_arguments;
 use warren_broker::{Broker, ExchangeKind, VHostLimits};
@@ -29,6 +29,9 @@ pub struct UserDef {
     pub name: String,
     pub credential: Credential,
     pub tags: Vec<String>,
+    /// The limits the document sets (`"limits"`), merged into the user's, as RabbitMQ's
+    /// import merges them; those it leaves out are kept.
+    pub limits: Map<String, Value>,
 }
 
 pub struct VHostDef {
@@ -261,10 +264,18 @@ fn user(entry: &Entry, version: Option<&str>) -> Result<UserDef, String> {
         }
         (None, None) => Credential::None,
     };
+    let limits = match entry.get("limits") {
+        None | Some(Value::Null) => Map::new(),
+        Some(value) => {
+            UserLimits::from_json(value).map_err(|e| format!("{what}: {e}"))?;
+            value.as_object().cloned().unwrap_or_default()
+        }
+    };
     Ok(UserDef {
         name,
         credential,
         tags,
+        limits,
     })
 }
 
@@ -352,18 +363,6 @@ pub fn read(broker: &Broker, doc: &Value, scope: Scope) -> Result<Plan, String> 
     if let Scope::All = scope {
         for e in entries(doc, "users")? {
             let user = user(e, version)?;
-            // RabbitMQ's per-user limits: Warren has none to apply them to. Reported, so an
-            // operator migrating sees what did not come over.
-            if let Some(Value::Object(limits)) = e.get("limits") {
-                if !limits.is_empty() {
-                    let names: Vec<&str> = limits.keys().map(String::as_str).collect();
-                    plan.skipped.push(format!(
-                        "user '{}': user limits ({}) are not supported by Warren; the user is imported without them",
-                        user.name,
-                        names.join(", ")
-                    ));
-                }
-            }
             plan.users.push(user);
         }
         for e in entries(doc, "vhosts")? {

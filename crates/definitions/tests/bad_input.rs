@@ -194,9 +194,9 @@ fn unknown_components_are_kept_for_export() {
 }
 
 #[test]
-fn a_stream_queue_and_user_limits_are_reported_and_the_rest_applied() {
+fn a_stream_queue_is_reported_and_the_rest_applied_user_limits_included() {
     // A RabbitMQ export with a stream (and a binding to it) and a user with limits: Warren
-    // has neither; each is reported, everything else comes over.
+    // has no streams; each is reported, everything else (the user's limits too) comes over.
     let broker = Broker::new(usize::MAX, None);
     let doc = json!({
         "users": [{"name": "app", "password_hash": "", "tags": "",
@@ -219,9 +219,11 @@ fn a_stream_queue_and_user_limits_are_reported_and_the_rest_applied() {
         skipped.contains("to queue 'events' in vhost '/': its queue was not imported"),
         "{skipped}"
     );
-    assert!(
-        skipped.contains("user 'app': user limits (max-channels, max-connections)"),
-        "{skipped}"
+    assert!(!skipped.contains("user 'app'"), "{skipped}");
+    let limits = broker.access.user("app").unwrap().limits;
+    assert_eq!(
+        (limits.max_connections, limits.max_channels),
+        (Some(10), Some(5))
     );
     let vhost = broker.vhost("/").unwrap();
     assert!(vhost.queue("events").is_none());

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
+use warren_broker::user_usage::UsageSlot;
 use warren_broker::versioned_map::LastLookup;
 use warren_broker::vhost::PublishScratch;
 use warren_broker::{
@@ -65,6 +66,8 @@ pub struct Channel {
     /// The exchange this channel last published to: answered without a name lookup while
     /// the vhost's exchanges are unchanged (`warren_broker::versioned_map`).
     pub last_published_exchange: LastLookup<Exchange>,
+    /// Counts this channel against its user's `max-channels` while it lives.
+    pub user_slot: Option<UsageSlot>,
 }
 
 impl Channel {
@@ -88,6 +91,7 @@ impl Channel {
             publish_scratch: PublishScratch::default(),
             publish_grants: PublishGrants::default(),
             last_published_exchange: LastLookup::default(),
+            user_slot: None,
         }
     }
 

@@ -41,8 +41,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use warren_broker::admission::Admission;
 use warren_broker::registry::{ConnectionFacts, ConnectionState};
 use warren_broker::remote::PeerLink;
+use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo,
     EventReceiver, EventSender, VHost,
@@ -134,6 +136,8 @@ pub struct Connection<R, W> {
     heartbeat: Option<Duration>,
     user: String,
     vhost: Option<Arc<VHost>>,
+    /// Counts this connection against its user's `max-connections` while it lives.
+    user_slot: Option<UsageSlot>,
     caps: ClientCapabilities,
     /// Boxed: a hash table keeps room for four entries from its first insert, and a
     /// `Channel` inline would make that ~4 times a channel's size for the usual one channel.
@@ -203,6 +207,7 @@ where
             heartbeat: None,
             user: String::new(),
             vhost: None,
+            user_slot: None,
             caps: ClientCapabilities::default(),
             channels: ChannelMap::default(),
             events_tx,
@@ -559,39 +564,26 @@ where
             Ok(Method::ConnectionOpen(m)) => m,
             other => return self.handshake_error(other, "connection.open").await,
         };
-        let vhost = match self.open_vhost(&open.virtual_host) {
-            Ok(vhost) => vhost,
-            Err(e) => {
-                self.close_connection(&e, 10, 40).await?;
+        let admitted = self.broker.admit_connection(
+            &open.virtual_host,
+            &self.user,
+            self.id,
+            self.events_tx.clone(),
+        );
+        let Admission { vhost, slot } = match admitted {
+            Ok(admission) => admission,
+            Err(refusal) => {
+                self.close_connection(&refusal.amqp091(), 10, 40).await?;
                 return Ok(false);
             }
         };
         self.durable = vhost.store.as_ref().map(|s| s.durable_watch());
         self.vhost = Some(vhost);
+        self.user_slot = Some(slot);
         churn::bump(&self.broker.counters.connections.connections_opened);
         write_method(&mut self.wbuf, 0, &ConnectionOpenOk.into());
         self.flush().await?;
         Ok(true)
-    }
-
-    /// connection.open's checks in RabbitMQ's order: the vhost exists and its connection
-    /// limit is not reached, then the user has access to it; 530 with RabbitMQ's texts.
-    fn open_vhost(&self, name: &str) -> Result<Arc<VHost>, AmqpError> {
-        let Some(vhost) = self.broker.vhost(name) else {
-            return Err(AmqpError::new(
-                ReplyCode::NotAllowed,
-                format!("vhost {name} not found"),
-            ));
-        };
-        vhost.open_connection(self.id, &self.user, self.events_tx.clone())?;
-        if !self.broker.access.check_vhost(&self.user, name) {
-            vhost.close_connection(self.id);
-            return Err(AmqpError::new(
-                ReplyCode::NotAllowed,
-                format!("access to vhost '{name}' refused for user '{}'", self.user),
-            ));
-        }
-        Ok(vhost)
     }
 
     async fn handshake_error(
@@ -1100,7 +1092,19 @@ where
                         "second 'channel.open' seen".into(),
                     ));
                 }
-                let channel = Box::new(Channel::new(ch));
+                let mut channel = Box::new(Channel::new(ch));
+                // Over the user's channel limit: a connection error naming no method, as
+                // RabbitMQ's.
+                let slot = self
+                    .broker
+                    .admit_channel(&self.user)
+                    .map_err(|error| Failure {
+                        error,
+                        channel: 0,
+                        class_id: 0,
+                        method_id: 0,
+                    })?;
+                channel.user_slot = Some(slot);
                 if let Some(info) = &self.info {
                     info.add_channel(channel.info.clone());
                 }

@@ -448,6 +448,60 @@ def test_vhost_limits(tenant):
             % tenant.vhost)
 
 
+@needs_api
+def test_user_limits(tenant):
+    """max-connections and max-channels per user (RabbitMQ 3.13's texts): the connection or
+    channel over the limit is refused with 530 and closes the connection; whatever ends a
+    connection gives its connection and channels back."""
+    import requests
+    t, u = tenant, tenant.user
+    t.permit(u, ".*", ".*", ".*")
+    api("PUT", "user-limits/%s/max-connections" % q(u), {"value": 1})
+    api("PUT", "user-limits/%s/max-channels" % q(u), {"value": 2})
+    limits = {"max-connections": 1, "max-channels": 2}
+    assert api("GET", "user-limits/" + q(u)).json() == [{"user": u, "value": limits}]
+    assert {"user": u, "value": limits} in api("GET", "user-limits").json()
+    assert api("GET", "users/" + q(u)).json()["limits"] == limits
+
+    with t.connect() as conn:
+        assert refused_open(url_for(u, t.password, t.vhost)) == (
+            530, "NOT_ALLOWED - connection refused for user '%s': user connection limit (1) is reached" % u)
+        conn.channel()
+        conn.channel()
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            conn.channel()
+        assert (info.value.reply_code, info.value.reply_text) == (
+            530, "NOT_ALLOWED - number of channels opened for user '%s' has reached the maximum "
+            "allowed user limit of 2" % u)
+    # The closed connection's slot and its channels' are free again.
+    with t.connect() as conn:
+        conn.channel()
+        conn.channel().close()
+        conn.channel()
+    # Another user is not counted against this one's limits.
+    with t.admin() as a, t.admin() as b:
+        a.channel(), a.channel(), b.channel()
+
+    api("DELETE", "user-limits/%s/max-connections" % q(u))
+    with t.connect(), t.connect():
+        pass
+    assert api("GET", "user-limits/" + q(u)).json() == [{"user": u, "value": {"max-channels": 2}}]
+    api("DELETE", "user-limits/%s/all" % q(u))
+    assert api("GET", "user-limits/" + q(u)).json() == []
+    assert api("GET", "users/" + q(u)).json()["limits"] == {}
+
+    api("PUT", "user-limits/%s/max-queues" % q(u), {"value": 1}, expect=(400,))
+    api("PUT", "user-limits/%s/max-channels" % q(u), {"value": "many"}, expect=(400,))
+    api("PUT", "user-limits/nobody-%s/max-channels" % q(u), {"value": 1}, expect=(404,))
+    # A user reads its own limits; others' only as an administrator or monitoring user.
+    api("PUT", "users/" + q(u), {"password": t.password, "tags": "management"})
+    own = requests.get(MGMT_URL.rstrip("/") + "/api/user-limits/" + q(u), auth=(u, t.password), timeout=10)
+    assert own.status_code == 200, own.text
+    other = requests.get(MGMT_URL.rstrip("/") + "/api/user-limits/" + q(ADMIN[0]), auth=(u, t.password),
+                         timeout=10)
+    assert other.status_code == 401, other.text
+
+
 # ---- a broker of our own: the first-boot defaults and a restart --------------------------
 
 from own_broker import Broker, needs_warren_bin  # noqa: E402

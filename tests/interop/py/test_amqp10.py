@@ -17,7 +17,7 @@ from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from conftest import AMQP_URL, connect, get_one, wait_for
 from own_broker import Broker, needs_warren_bin
-from test_access import Tenant, needs_api, url_for
+from test_access import Tenant, api, needs_api, q, url_for
 from test_tls import certs, started  # noqa: F401 (fixtures)
 
 _url = urllib.parse.urlparse(AMQP_URL)
@@ -532,9 +532,36 @@ def test_wrong_password_is_refused():
 
 
 def test_unknown_vhost_is_refused():
-    with pytest.raises(ConnectionException):
-        c = amqp10(vhost="no-such-vhost-" + uuid.uuid4().hex)
+    vhost = "no-such-vhost-" + uuid.uuid4().hex
+    with pytest.raises(ConnectionException) as info:
+        c = amqp10(vhost=vhost)
         c.create_sender(None)
+    # RabbitMQ 4's condition and text.
+    assert "amqp:unauthorized-access" in str(info.value), info.value
+    assert "virtual host '%s' does not exist" % vhost in str(info.value), info.value
+
+
+@needs_api
+def test_a_users_connection_limit_counts_amqp10_and_091_connections_together():
+    t = Tenant()
+    try:
+        t.permit(t.user, ".*", ".*", ".*")
+        api("PUT", "user-limits/%s/max-connections" % q(t.user), {"value": 1})
+        with t.connect():
+            with pytest.raises(ConnectionException) as info:
+                c = amqp10(user=t.user, password=t.password, vhost=t.vhost)
+                c.create_sender(None)
+            assert "amqp:resource-limit-exceeded" in str(info.value), info.value
+            assert "connection refused for user '%s': user connection limit (1) is reached" % t.user \
+                in str(info.value), info.value
+        # The 0-9-1 connection gave its slot back: a 1.0 one gets it, and then 0-9-1 waits.
+        c = amqp10(user=t.user, password=t.password, vhost=t.vhost)
+        c.create_sender(None)
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            t.connect()
+        c.close()
+    finally:
+        t.remove()
 
 
 @needs_api

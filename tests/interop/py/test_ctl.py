@@ -277,6 +277,26 @@ def test_set_and_clear_topic_permissions(vhost, user):
     assert mine() == []
 
 
+def test_set_list_and_clear_user_limits(vhost, user):
+    ok("set_user_limits", user, '{"max-connections": 1, "max-channels": 4}')
+    assert json.loads(ok("list_user_limits", "--user", user, "-q")) == {
+        "max-connections": 1, "max-channels": 4}
+    [row] = [r for r in listing("list_user_limits", "--global") if r["user"] == user]
+    assert json.loads(row["limits"]) == {"max-connections": 1, "max-channels": 4}
+    ok("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+    with connect(amqp_url(user, "pw-" + user, vhost)):
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            connect(amqp_url(user, "pw-" + user, vhost))
+    ok("clear_user_limits", user, "max-connections")
+    assert json.loads(ok("list_user_limits", "--user", user, "-q")) == {"max-channels": 4}
+    ok("clear_user_limits", user, "all")
+    assert json.loads(ok("list_user_limits", "--user", user, "-q")) == {}
+    assert ctl("set_user_limits", user, "{not json").returncode == EX_DATAERR
+    assert ctl("set_user_limits", user, '{"max-queues": 1}').returncode == EX_DATAERR
+    assert ctl("set_user_limits", "nobody-" + user, '{"max-channels": 1}').returncode == EX_NOUSER
+    assert ctl("list_user_limits", "--user", "nobody-" + user).returncode == EX_NOUSER
+
+
 def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path):
     q = uname("dq")
     c = connect(amqp_url("guest", "guest", vhost))

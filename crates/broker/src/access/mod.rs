@@ -8,10 +8,12 @@
 mod password;
 mod permission;
 mod sasl_plain;
+mod user_limits;
 
 pub use password::{Hashing, SHA256, SHA512};
 pub use permission::{AccessKind, Permission, TopicPermission};
 pub use sasl_plain::parse_plain;
+pub use user_limits::{UserLimits, MAX_CHANNELS, MAX_CONNECTIONS};
 
 use parking_lot::RwLock;
 use permission::{CompiledPermission, CompiledTopicPermission};
@@ -32,6 +34,9 @@ pub struct User {
     /// The hashing module's name, e.g. "rabbit_password_hashing_sha256".
     pub hashing_algorithm: String,
     pub tags: Vec<String>,
+    /// Its connection and channel limits; kept when the user is replaced (a new password or
+    /// tags), as RabbitMQ keeps them.
+    pub limits: UserLimits,
 }
 
 impl User {
@@ -207,18 +212,34 @@ impl AccessControl {
                 "password hash is not a base64 {hashing_algorithm} hash"
             ));
         }
-        let user = Arc::new(User {
-            name: name.to_owned(),
-            password_hash: password_hash.to_owned(),
-            hashing_algorithm: hashing.module().to_owned(),
-            tags: tags.into_iter().filter(|t| !t.is_empty()).collect(),
-        });
-        self.state
-            .write()
-            .users
-            .insert(name.to_owned(), user.clone());
+        let user = {
+            let mut state = self.state.write();
+            let limits = state.users.get(name).map(|u| u.limits).unwrap_or_default();
+            let user = Arc::new(User {
+                name: name.to_owned(),
+                password_hash: password_hash.to_owned(),
+                hashing_algorithm: hashing.module().to_owned(),
+                tags: tags.into_iter().filter(|t| !t.is_empty()).collect(),
+                limits,
+            });
+            state.users.insert(name.to_owned(), user.clone());
+            user
+        };
         self.changed();
         Ok(user)
+    }
+
+    /// Replaces a user's limits; refused when there is no such user.
+    pub fn set_user_limits(&self, name: &str, limits: UserLimits) -> Result<(), String> {
+        {
+            let mut state = self.state.write();
+            let Some(user) = state.users.get_mut(name) else {
+                return Err(format!("user '{name}' not found"));
+            };
+            Arc::make_mut(user).limits = limits;
+        }
+        self.changed();
+        Ok(())
     }
 
     /// Deletes a user with its permissions and topic permissions (its connections are closed

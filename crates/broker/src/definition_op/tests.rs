@@ -47,6 +47,11 @@ fn every_op() -> Vec<DefinitionOp> {
             tags: vec![s("management")],
         },
         UserDelete { name: s("u") },
+        UserSetLimits {
+            name: s("u"),
+            max_connections: Some(10),
+            max_channels: None,
+        },
         PermissionSet {
             vhost: s("v"),
             user: s("u"),
@@ -441,4 +446,44 @@ fn seed_ops_are_what_seed_defaults_applies() {
     assert!(broker.access.authenticate("admin", "pw").is_ok());
     assert!(broker.access.permission("prod", "admin").is_some());
     assert!(broker.vhost("/").is_none(), "an empty / goes");
+}
+
+#[test]
+fn user_limits_survive_a_restart_and_a_new_password() {
+    use warren_store::{Store, StoreOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let user = DefinitionOp::UserPut {
+        name: s("app"),
+        password_hash: crate::access::Hashing::Sha256.hash("pw"),
+        hashing_algorithm: s(crate::access::SHA256),
+        tags: Vec::new(),
+    };
+    let limits = crate::access::UserLimits {
+        max_connections: Some(2),
+        max_channels: Some(0),
+    };
+    {
+        let (store, recovered) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let broker = crate::Broker::new(usize::MAX, Some(store));
+        broker.recover(recovered);
+        broker.apply(user.clone()).unwrap();
+        broker
+            .apply(DefinitionOp::user_set_limits("app", limits))
+            .unwrap();
+        // A new password (a PUT of the user) keeps the limits, as RabbitMQ.
+        broker.apply(user).unwrap();
+        assert_eq!(broker.access.user("app").unwrap().limits, limits);
+        let refused = broker.apply(DefinitionOp::user_set_limits("nobody", limits));
+        assert_eq!(refused.unwrap_err().code, ReplyCode::NotFound);
+    }
+    let (store, recovered) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let broker = crate::Broker::new(usize::MAX, Some(store));
+    broker.recover(recovered);
+    assert_eq!(broker.access.user("app").unwrap().limits, limits);
+    // max-channels 0: the user may connect but opens no channel.
+    assert!(broker.admit_channel("app").is_err());
+    let taken = broker.admit_channel("other").unwrap();
+    assert_eq!(broker.user_usage.of("other").channels, 1);
+    drop(taken);
+    assert_eq!(broker.user_usage.of("other").channels, 0);
 }

@@ -61,6 +61,7 @@ fn reconcile(current: &Snapshot, target: &Snapshot) -> Vec<DefinitionOp> {
             hashing_algorithm: u.hashing_algorithm.clone(),
             tags: u.tags.clone(),
         });
+        ops.push(DefinitionOp::user_set_limits(&u.name, u.limits));
     }
     for (vhost, user, p) in &target_access.permissions {
         ops.push(DefinitionOp::permission_set(vhost, user, p.clone()));

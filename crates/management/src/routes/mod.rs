@@ -9,6 +9,7 @@ mod exchanges;
 mod node;
 mod policies;
 mod queues;
+mod user_limits;
 mod users;
 mod vhosts;
 
@@ -206,6 +207,12 @@ pub fn api_routes() -> Router<Arc<Api>> {
             get(policies::global_parameter)
                 .put(policies::put_global_parameter)
                 .delete(policies::delete_global_parameter),
+        )
+        .route("/api/user-limits", get(user_limits::all))
+        .route("/api/user-limits/{user}", get(user_limits::of))
+        .route(
+            "/api/user-limits/{user}/{name}",
+            axum::routing::put(user_limits::put).delete(user_limits::delete),
         )
         .route("/api/vhost-limits", get(policies::vhost_limits))
         .route("/api/vhost-limits/{vhost}", get(policies::vhost_limits_of))

@@ -22,7 +22,7 @@ fn user_json(u: &User) -> Value {
         "password_hash": u.password_hash,
         "hashing_algorithm": u.hashing_algorithm,
         "tags": u.tags,
-        "limits": {},
+        "limits": u.limits.to_json(),
     })
 }
 
