@@ -35,9 +35,10 @@ use warren_broker::access::{AccessControl, AccessKind};
 use warren_broker::confirm::Confirm;
 use warren_broker::consumer::ChannelFlow;
 use warren_broker::queue::QueuedMessage;
+use warren_broker::queue_handle::QueueHandle;
 use warren_broker::vhost::PublishScratch;
 use warren_broker::EventSender;
-use warren_broker::{Broker, ConnectionEvent, ConnectionId, Consumer, Delivery, Queue, VHost};
+use warren_broker::{Broker, ConnectionEvent, ConnectionId, Consumer, Delivery, VHost};
 use warren_codec::ShortStr;
 
 /// Credit given to each incoming link; topped up once half is used (RabbitMQ 4 grants
@@ -100,7 +101,7 @@ struct Partial {
 }
 
 struct OutgoingLink {
-    queue: Arc<Queue>,
+    queue: QueueHandle,
     consumer: Arc<Consumer>,
     flow: Arc<ChannelFlow>,
     /// The client attached with snd-settle-mode settled: deliveries are settled as sent.
@@ -120,7 +121,7 @@ struct OutgoingLink {
 struct Unsettled {
     handle: u32,
     consumer: Arc<Consumer>,
-    queue: Arc<Queue>,
+    queue: QueueHandle,
     message: QueuedMessage,
 }
 
@@ -445,7 +446,7 @@ impl Session {
         self.links.insert(
             handle,
             Link::Out(Box::new(OutgoingLink {
-                queue,
+                queue: QueueHandle::new(queue),
                 consumer,
                 flow,
                 settle_on_send,
@@ -518,12 +519,13 @@ impl Session {
         // The session no longer holds it: a queue that moves its consumers (a quorum queue's
         // leader change) must not attach it again.
         link.consumer.detach();
-        if let Some((_, true)) =
-            link.queue
-                .remove_consumer(env.connection, self.channel, &link.consumer.tag)
-        {
-            env.vhost.remove_queue(&link.queue);
-        }
+        env.broker.stop_consuming(
+            env.vhost,
+            &link.queue,
+            env.connection,
+            self.channel,
+            &link.consumer.tag,
+        );
         for d in link.pending {
             return_delivery(d);
         }
@@ -541,7 +543,9 @@ impl Session {
         settle_all(requeue.into_iter().map(|u| (u, Settle::Gone)));
         if link.dynamic {
             // Its lifetime policy is delete-on-close: the queue goes with its link.
-            env.vhost.remove_queue(&link.queue);
+            if let Some(queue) = env.vhost.queue(link.queue.name()) {
+                env.vhost.remove_queue(&queue);
+            }
         }
     }
 

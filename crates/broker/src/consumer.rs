@@ -20,6 +20,7 @@
 use crate::confirm::{AnswersFor, ConfirmWake, QueueAnswers};
 use crate::event_channel::EventSender;
 use crate::queue::Queue;
+use crate::queue_handle::QueueHandle;
 use crate::queued_message::QueuedMessage;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
@@ -157,7 +158,7 @@ pub enum ConnectionEvent {
 pub struct Delivery {
     pub consumer: Arc<Consumer>,
     /// The queue the message came from; none for direct reply-to deliveries.
-    pub queue: Option<Arc<Queue>>,
+    pub queue: Option<QueueHandle>,
     pub message: QueuedMessage,
 }
 

@@ -16,12 +16,13 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
+use warren_broker::queue_handle::QueueHandle;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::versioned_map::LastLookup;
 use warren_broker::vhost::PublishScratch;
 use warren_broker::{
     AmqpError, AmqpResult, ChannelFlow, ChannelInfo, Consumer, DefinitionOp, Exchange,
-    ExchangeDeclaration, Queue, QueueDeclaration,
+    ExchangeDeclaration, QueueDeclaration,
 };
 use warren_codec::*;
 
@@ -35,7 +36,7 @@ pub enum ChannelState {
 pub struct ConsumerEntry {
     pub consumer: Arc<Consumer>,
     /// None for the direct reply-to pseudo-consumer.
-    pub queue: Option<Arc<Queue>>,
+    pub queue: Option<QueueHandle>,
 }
 
 pub struct Channel {

@@ -12,6 +12,7 @@ use warren_broker::message_pool;
 use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
 use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
+use warren_broker::queue_handle::QueueHandle;
 use warren_broker::{
     AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, MessageStats, Queue,
 };
@@ -136,7 +137,7 @@ impl Channel {
             tag,
             ConsumerEntry {
                 consumer,
-                queue: Some(queue),
+                queue: Some(QueueHandle::new(queue)),
             },
         );
         Ok(())
@@ -163,10 +164,8 @@ impl Channel {
         self.info.remove_consumer(tag);
         match entry.queue {
             Some(queue) => {
-                let removed = queue.remove_consumer(ctx.connection, self.id, tag);
-                if let Some((_, true)) = removed {
-                    ctx.broker.delete_unused_queue(ctx.vhost, &queue);
-                }
+                ctx.broker
+                    .stop_consuming(ctx.vhost, &queue, ctx.connection, self.id, tag);
             }
             None => {
                 if let Some(key) = self.reply_to_key.take() {
@@ -259,7 +258,7 @@ impl Channel {
         if !no_ack {
             self.unacked.push_back(Unacked {
                 tag,
-                queue,
+                queue: QueueHandle::new(queue),
                 message,
                 consumer: None,
             });
@@ -315,9 +314,9 @@ impl Channel {
             false => MessageStats::add_own(&self.info.stats.deliver, 1),
         }
         if let Some(queue) = &d.queue {
-            counter(&queue.stats);
+            counter(queue.stats());
             if d.message.redelivered {
-                MessageStats::add(&queue.stats.redeliver, 1);
+                MessageStats::add(&queue.stats().redeliver, 1);
             }
         }
         if d.message.redelivered {
@@ -449,10 +448,10 @@ impl Channel {
     fn release(&mut self, settled: Vec<Unacked>, outcome: Settlement) {
         let defer_room = self.flow.has_global_limit() && self.consumers.len() > 1;
         let mut room_freed = 0;
-        let mut run: Option<(Arc<Queue>, Vec<QueuedMessage>)> = None;
-        let flush = |queue: Arc<Queue>, messages: Vec<QueuedMessage>| match outcome {
+        let mut run: Option<(QueueHandle, Vec<QueuedMessage>)> = None;
+        let flush = |queue: QueueHandle, messages: Vec<QueuedMessage>| match outcome {
             Settlement::Ack => {
-                MessageStats::add(&queue.stats.ack, messages.len() as u64);
+                MessageStats::add(&queue.stats().ack, messages.len() as u64);
                 queue.settle(messages, Vec::new(), Vec::new())
             }
             Settlement::Requeue => queue.settle(Vec::new(), messages, Vec::new()),
@@ -477,7 +476,7 @@ impl Channel {
                 }
             }
             match &mut run {
-                Some((q, messages)) if Arc::ptr_eq(q, &u.queue) => messages.push(u.message),
+                Some((q, messages)) if q.same_queue(&u.queue) => messages.push(u.message),
                 _ => {
                     if let Some((q, messages)) = run.take() {
                         flush(q, messages);

@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 use warren_broker::queue::QueuedMessage;
-use warren_broker::{Consumer, Queue};
+use warren_broker::queue_handle::QueueHandle;
+use warren_broker::Consumer;
 
 /// A delivery the client has not acknowledged yet.
 pub struct Unacked {
     pub tag: u64,
-    pub queue: Arc<Queue>,
+    pub queue: QueueHandle,
     pub message: QueuedMessage,
     /// None for basic.get deliveries (no consumer credit to give back).
     pub consumer: Option<Arc<Consumer>>,

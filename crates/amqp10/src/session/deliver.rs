@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
 use warren_broker::queue::QueuedMessage;
-use warren_broker::{Consumer, Delivery, MessageStats, Queue};
+use warren_broker::queue_handle::QueueHandle;
+use warren_broker::{Consumer, Delivery, MessageStats};
 
 impl Session {
     /// Completes a drain once the deliveries under way were handed over: sends what the
@@ -134,9 +135,9 @@ impl Session {
             let consumer = d.consumer;
             consumer.delivered(pipeline_cost(&d.message.message));
             let Some(queue) = d.queue else { continue };
-            MessageStats::add(&queue.stats.deliver, 1);
+            MessageStats::add(&queue.stats().deliver, 1);
             if d.message.redelivered {
-                MessageStats::add(&queue.stats.redeliver, 1);
+                MessageStats::add(&queue.stats().redeliver, 1);
             }
             if link.settle_on_send {
                 consumer.settled_own(1);
@@ -239,10 +240,10 @@ pub(super) enum Settle {
     Gone,
 }
 
-/// Settles deliveries with their queues: one `Queue::settle` per queue.
+/// Settles deliveries with their queues: one settle per queue.
 pub(super) fn settle_all(items: impl Iterator<Item = (Unsettled, Settle)>) {
     type PerQueue = (
-        Arc<Queue>,
+        QueueHandle,
         Vec<QueuedMessage>,
         Vec<QueuedMessage>,
         Vec<QueuedMessage>,
@@ -257,10 +258,7 @@ pub(super) fn settle_all(items: impl Iterator<Item = (Unsettled, Settle)>) {
         if !consumers.iter().any(|c| Arc::ptr_eq(c, &u.consumer)) {
             consumers.push(u.consumer.clone());
         }
-        let entry = match per_queue
-            .iter_mut()
-            .position(|e| Arc::ptr_eq(&e.0, &u.queue))
-        {
+        let entry = match per_queue.iter_mut().position(|e| e.0.same_queue(&u.queue)) {
             Some(i) => &mut per_queue[i],
             None => {
                 per_queue.push((u.queue.clone(), Vec::new(), Vec::new(), Vec::new()));
@@ -275,7 +273,7 @@ pub(super) fn settle_all(items: impl Iterator<Item = (Unsettled, Settle)>) {
         }
     }
     for (queue, acked, requeued, rejected) in per_queue {
-        MessageStats::add(&queue.stats.ack, acked.len() as u64);
+        MessageStats::add(&queue.stats().ack, acked.len() as u64);
         queue.settle(acked, requeued, rejected);
     }
 }

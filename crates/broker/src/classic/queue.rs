@@ -24,6 +24,7 @@ use crate::memory::MemoryMonitor;
 use crate::message::Message;
 use crate::policy::AppliedPolicies;
 use crate::queue::{DeadLetters, Overflow, Queue, QueueLimits, QueuedMessage, StoreRef};
+use crate::queue_handle::QueueHandle;
 use crate::queue_type::{Enqueued, Got, QueueDepth, QueueType};
 use crate::ready::ReadyList;
 use crate::stats::MessageStats;
@@ -319,7 +320,7 @@ impl ClassicQueue {
             }
             let event = ConnectionEvent::Deliver(Delivery {
                 consumer: consumer.clone(),
-                queue: Some(q.clone()),
+                queue: Some(QueueHandle::new(q.clone())),
                 message: queued,
             });
             match consumer.send(event) {

@@ -10,6 +10,7 @@ use crate::dead_letter::DeathReason;
 use crate::event_channel::event_channel;
 use crate::message::Message;
 use crate::queue::{Queue, QueuedMessage};
+use crate::queue_handle::QueueHandle;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -218,7 +219,7 @@ impl QuorumQueue {
         consumer.take_credit(cost);
         let delivery = Delivery {
             consumer: consumer.clone(),
-            queue: Some(queue.clone()),
+            queue: Some(QueueHandle::new(queue.clone())),
             message: QueuedMessage {
                 id: message.id,
                 message: decoded,

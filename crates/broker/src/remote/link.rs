@@ -15,6 +15,7 @@ use crate::confirm::QueueAnswers;
 use crate::consumer::{pipeline_cost, ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::message::Message;
 use crate::queue::QueuedMessage;
+use crate::queue_handle::QueueHandle;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -482,7 +483,7 @@ impl ForwardLink {
         consumer.take_credit(cost);
         let delivery = Delivery {
             consumer: consumer.clone(),
-            queue: consumer.queue.upgrade(),
+            queue: consumer.queue.upgrade().map(QueueHandle::new),
             message: QueuedMessage {
                 id,
                 message: decoded,

@@ -13,6 +13,7 @@ use crate::confirm::{Confirm, ConfirmTo};
 use crate::consumer::{pipeline_cost, ChannelFlow, ConnectionEvent, ConnectionId, Consumer};
 use crate::event_channel::{event_channel, EventReceiver, EventSender};
 use crate::queue::{Queue, QueuedMessage};
+use crate::queue_handle::QueueHandle;
 use crate::quorum::QuorumQueue;
 use crate::remote::RemoteQueue;
 use crate::vhost::{publish_to_queue, PublishScratch};
@@ -450,12 +451,17 @@ impl Serving {
     }
 
     fn remove_consumer(&self, queue: &Arc<Queue>, cid: u64) {
-        let removed = queue.remove_consumer(self.connection, LINK_CHANNEL, &Self::tag(cid));
-        if let Some((_, true)) = removed {
-            // An auto-delete queue lost its last consumer.
-            let vhost = queue.home().and_then(|h| self.broker.vhost(h.vhost_name()));
-            if let Some(vhost) = vhost {
-                vhost.remove_queue(queue);
+        let vhost = queue.home().and_then(|h| self.broker.vhost(h.vhost_name()));
+        match vhost {
+            Some(vhost) => {
+                let handle = QueueHandle::new(queue.clone());
+                let tag = Self::tag(cid);
+                self.broker
+                    .stop_consuming(&vhost, &handle, self.connection, LINK_CHANNEL, &tag);
+            }
+            // The vhost is gone, and its queues with it.
+            None => {
+                queue.remove_consumer(self.connection, LINK_CHANNEL, &Self::tag(cid));
             }
         }
     }
@@ -523,7 +529,7 @@ impl Serving {
                     self.held.insert(
                         (qid, d.message.id),
                         Held {
-                            queue,
+                            queue: queue.into_queue(),
                             message: d.message,
                             consumer: Some(d.consumer),
                         },
@@ -642,7 +648,7 @@ impl Serving {
             if let ConnectionEvent::Deliver(d) = event {
                 d.consumer.delivered(pipeline_cost(&d.message.message));
                 if let (Some(queue), false) = (d.queue, d.consumer.no_ack) {
-                    held.push((queue, d.message));
+                    held.push((queue.into_queue(), d.message));
                 }
             }
         }

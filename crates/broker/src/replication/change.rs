@@ -3,9 +3,11 @@
 //! folder's index, `replication.rs`).
 
 use crate::broker::Broker;
+use crate::consumer::{ConnectionId, Consumer};
 use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
 use crate::error::AmqpError;
 use crate::queue::Queue;
+use crate::queue_handle::QueueHandle;
 use crate::quorum::placement;
 use crate::quorum::QuorumQueue;
 use crate::vhost::VHost;
@@ -180,6 +182,25 @@ impl Broker {
             && members.is_empty()
             && crate::queue_args::is_quorum(arguments)
             && self.vhost(vhost).is_none_or(|v| v.queue(name).is_none())
+    }
+
+    /// Stops a consumer (basic.cancel, a detached link, a forwarded consumer cancelled):
+    /// removes it from its queue and, when it was an auto-delete queue's last consumer,
+    /// deletes the queue (`delete_unused_queue`). Every protocol stops consumers here.
+    /// Returns the consumer, None when the queue had no such one.
+    pub fn stop_consuming(
+        &self,
+        vhost: &Arc<VHost>,
+        queue: &QueueHandle,
+        connection: ConnectionId,
+        channel: u16,
+        tag: &str,
+    ) -> Option<Arc<Consumer>> {
+        let (consumer, unused) = queue.queue().remove_consumer(connection, channel, tag)?;
+        if unused {
+            self.delete_unused_queue(vhost, queue.queue());
+        }
+        Some(consumer)
     }
 
     /// Deletes an auto-delete queue its last consumer left. An exclusive queue is this
