@@ -114,6 +114,27 @@ def test_a_queue_on_one_node_is_used_from_every_node(cluster):
     conn_b.close()
 
 
+def test_an_auto_delete_queue_its_forwarded_consumer_left_is_gone_on_every_node(cluster):
+    a, b, c = cluster
+    conn_a = a.connect()
+    conn_a.channel().queue_declare("q.auto", auto_delete=True)
+    for node in cluster:
+        eventually("q.auto served by %s on %s" % (a.name, node.name),
+                   lambda node=node: served_from(node, "q.auto", a), timeout=60)
+    # Consumed on node 2 (forwarded to node 1), then cancelled: the queue's last consumer
+    # left it, so it goes, on every node (not only on its home).
+    conn_b = b.connect()
+    ch_b = conn_b.channel()
+    tag = ch_b.basic_consume("q.auto", lambda *_: None)
+    eventually("q.auto has its consumer", lambda: a.queue("q.auto")["consumers"] == 1)
+    ch_b.basic_cancel(tag)
+    for node in cluster:
+        eventually("q.auto gone on %s" % node.name,
+                   lambda node=node: node.queue("q.auto") is None)
+    conn_b.close()
+    conn_a.close()
+
+
 def test_home_node_down_and_back(cluster):
     a, b, c = cluster
     conn_a = a.connect()
