@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warren_broker::admission::{Admission, ConnectionRefusal};
 use warren_broker::alarm::AlarmSet;
+use warren_broker::auth_attempts::AuthProtocol;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
 use warren_broker::server_properties::server_properties;
 use warren_broker::user_usage::UsageSlot;
@@ -264,13 +265,18 @@ where
             .initial_response
             .as_deref()
             .map_or(&[], |r| r.as_slice());
-        match sasl::login(
+        let login = sasl::login(
             &self.config,
             &self.broker.access,
             init.mechanism.as_str(),
             response,
             self.peer.ip(),
-        ) {
+        );
+        self.broker
+            .counters
+            .auth_attempts
+            .record(AuthProtocol::Amqp10, login.is_ok());
+        match login {
             Ok(user) => {
                 self.user = user;
                 self.mechanism = init.mechanism.as_str().to_owned();

@@ -7,6 +7,7 @@
 //! `NodeCounters` gathers them with the publish counters: one per broker, shared by its
 //! vhosts, so that the node's totals outlive a deleted vhost and never go backwards.
 
+use crate::auth_attempts::AuthAttempts;
 use crate::dead_letter::DeathReason;
 use crate::publish_counters::PublishCounters;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -18,6 +19,7 @@ pub struct NodeCounters {
     pub queues: QueueChurn,
     pub published: PublishCounters,
     pub dead_lettered: DeadLettered,
+    pub auth_attempts: AuthAttempts,
 }
 
 /// Messages that left a queue dead, by the queue's type, the reason and the dead-letter

@@ -6,6 +6,7 @@ pub mod access;
 pub mod admission;
 pub mod alarm;
 mod apply;
+pub mod auth_attempts;
 pub mod broker;
 pub mod churn;
 pub mod classic;

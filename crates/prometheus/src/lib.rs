@@ -54,6 +54,7 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
         node::cluster(&mut out, broker);
     }
     node::churn(&mut out, broker);
+    node::auth_attempts(&mut out, broker);
     node::resources(&mut out, broker);
     let queues = queues::QueueReadings::take(broker);
     queues::families(&mut out, &queues, per_object);
@@ -85,6 +86,7 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
 pub fn render_detailed(broker: &Broker, selection: Selection) -> String {
     let mut out = Exposition::detailed(selection);
     node::churn(&mut out, broker);
+    node::auth_attempts(&mut out, broker);
     node::resources(&mut out, broker);
     if out.selected(QUEUE_GROUPS) {
         let queues = queues::QueueReadings::take(broker);

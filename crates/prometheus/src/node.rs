@@ -5,6 +5,7 @@
 
 use crate::exposition::{Exposition, Kind};
 use crate::process;
+use warren_broker::auth_attempts::AuthProtocol;
 use warren_broker::churn::read;
 use warren_broker::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
 use warren_broker::{Alarm, Broker};
@@ -107,6 +108,45 @@ pub fn churn(out: &mut Exposition, broker: &Broker) {
     ];
     for (name, help, value) in counters {
         out.single(name, Kind::Counter, help, value);
+    }
+}
+
+/// Login attempts by protocol (RabbitMQ's `auth_attempt_metrics`): a sample for each
+/// protocol that has had one.
+pub fn auth_attempts(out: &mut Exposition, broker: &Broker) {
+    out.group(Some(&["auth_attempt_metrics"]));
+    let attempts = &broker.counters.auth_attempts;
+    let tried: Vec<(AuthProtocol, u64, u64)> = AuthProtocol::ALL
+        .iter()
+        .map(|&p| (p, attempts.succeeded(p), attempts.failed(p)))
+        .filter(|(_, succeeded, failed)| succeeded + failed > 0)
+        .collect();
+    let families: [(&str, &str, fn(u64, u64) -> u64); 3] = [
+        (
+            "rabbitmq_auth_attempts_total",
+            "Total number of authentication attempts",
+            |succeeded, failed| succeeded + failed,
+        ),
+        (
+            "rabbitmq_auth_attempts_succeeded_total",
+            "Total number of successful authentication attempts",
+            |succeeded, _| succeeded,
+        ),
+        (
+            "rabbitmq_auth_attempts_failed_total",
+            "Total number of failed authentication attempts",
+            |_, failed| failed,
+        ),
+    ];
+    for (name, help, value) in families {
+        out.family(name, Kind::Counter, help);
+        for &(protocol, succeeded, failed) in &tried {
+            out.sample(
+                name,
+                &[("protocol", protocol.label())],
+                value(succeeded, failed),
+            );
+        }
     }
 }
 

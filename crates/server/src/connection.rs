@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warren_broker::admission::Admission;
+use warren_broker::auth_attempts::AuthProtocol;
 use warren_broker::registry::{ConnectionFacts, ConnectionState};
 use warren_broker::remote::PeerLink;
 use warren_broker::user_usage::UsageSlot;
@@ -502,6 +503,10 @@ where
         self.client_properties = start_ok.client_properties.clone();
         self.throttle.set_can_notify(self.caps.connection_blocked);
         if !auth::mechanism_offered(self.mechanisms(), &start_ok.mechanism) {
+            self.broker
+                .counters
+                .auth_attempts
+                .record(AuthProtocol::Amqp091, false);
             let e = AmqpError::access_refused(format!(
                 "unsupported authentication mechanism '{}'",
                 start_ok.mechanism
@@ -518,6 +523,10 @@ where
                     .map(|_| u)
             })
         };
+        self.broker
+            .counters
+            .auth_attempts
+            .record(AuthProtocol::Amqp091, login.is_ok());
         match login {
             Ok(user) => self.user = user,
             Err(why) => {

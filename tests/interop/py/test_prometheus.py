@@ -42,6 +42,9 @@ RABBITMQ_FAMILIES = {
     "rabbitmq_queues_created_total": ("counter", "Total number of queues created"),
     "rabbitmq_queues_deleted_total": ("counter", "Total number of queues deleted"),
     "rabbitmq_process_open_fds": ("gauge", "Open file descriptors"),
+    "rabbitmq_auth_attempts_total": ("counter", "Total number of authentication attempts"),
+    "rabbitmq_auth_attempts_succeeded_total": ("counter", "Total number of successful authentication attempts"),
+    "rabbitmq_auth_attempts_failed_total": ("counter", "Total number of failed authentication attempts"),
     # The 3.10 Overview dashboard's "TCP sockets available" panel reads these two.
     "rabbitmq_process_open_tcp_sockets": ("gauge", "Open TCP sockets"),
     "rabbitmq_process_max_tcp_sockets": ("gauge", "Open TCP sockets limit"),
@@ -439,6 +442,41 @@ def test_detailed_serves_the_families_asked_for():
         ch.queue_delete(q)
     finally:
         c.close()
+
+
+def auth_attempts(protocol):
+    scrape = Scrape("/metrics")
+    return [sum(scrape.values("rabbitmq_auth_attempts%s_total" % outcome, protocol=protocol))
+            for outcome in ("", "_succeeded", "_failed")]
+
+
+def test_auth_attempts_are_counted_by_protocol_and_outcome():
+    import urllib.parse
+    from conftest import AMQP_URL
+    before = auth_attempts("amqp091")
+    connect(AMQP_URL).close()
+    url = urllib.parse.urlparse(AMQP_URL)
+    wrong = url._replace(netloc="%s:not-the-password@%s:%d" % (
+        url.username or "guest", url.hostname, url.port or 5672)).geturl()
+    for _ in range(2):
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            connect(wrong)
+
+    def moved():
+        after = auth_attempts("amqp091")
+        assert [a - b for a, b in zip(after, before)] == [3, 1, 2], (before, after)
+    wait_until(moved)
+    if not is_warren(Scrape("/metrics")):
+        return
+    # AMQP 1.0 logins are counted apart (RabbitMQ 4 labels them amqp10).
+    from proton import ConnectionException
+    from proton.utils import BlockingConnection
+    before = auth_attempts("amqp10")
+    with pytest.raises(ConnectionException):
+        BlockingConnection("amqp://%s:%d" % (url.hostname, url.port or 5672), timeout=10,
+                           user=url.username or "guest", password="not-the-password",
+                           allowed_mechs="PLAIN")
+    assert [a - b for a, b in zip(auth_attempts("amqp10"), before)] == [1, 0, 1]
 
 
 def dead_lettered():
