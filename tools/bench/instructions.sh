@@ -43,7 +43,7 @@ total_large=$(instructions $large)
 per_message=$(( (total_large - total_small) / (large - small) ))
 if [ -n "${KEEP:-}" ]; then
   mkdir -p "$KEEP"
-  cp "$work"/out.* "$KEEP"/
+  cp "$work"/run.* "$KEEP"/
 fi
 baseline=$(sed -n 's/^publish_deliver_16B_no_ack \([0-9]*\)$/\1/p' "$baseline_file")
 

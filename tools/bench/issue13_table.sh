@@ -21,7 +21,9 @@
 #                burst with the queues empty
 # Usage: tools/bench/issue13_table.sh [SECONDS] (default 30 per broker and row; the latency
 # rows always run at least 30 s)
-# Environment: WARREN_BIN (default: build this tree's release binary), WARREN_PORT,
+# Environment: WARREN_BIN (default: build this tree's release binary), PERF_BIN (the `warren`
+# whose `perf` is the client, default WARREN_BIN: set it to compare two brokers' builds with one
+# client), WARREN_PORT,
 # RABBIT_PORT (AMQP ports, defaults 5721 / 5722; the rss row uses the next two), SHARED_TOOLS
 # (where rabbitmq.sh is; default ../shared/tools), OUT (where the runs' JSON, the oslo report
 # and the brokers' logs go; default a temporary directory, kept).
@@ -36,6 +38,7 @@ if [ -z "${WARREN_BIN:-}" ]; then
   cargo build --release -p warren --quiet
   WARREN_BIN="${CARGO_TARGET_DIR:-target}/release/warren"
 fi
+perf_bin=${PERF_BIN:-$WARREN_BIN}
 out=${OUT:-$(mktemp -d /tmp/warren-issue13-XXXXXX)}
 mkdir -p "$out"
 data=$(mktemp -d /tmp/warren-issue13-data-XXXXXX)
@@ -63,7 +66,7 @@ perf() {
   for b in warren rabbitmq; do
     local uri=$warren_uri
     [ "$b" = rabbitmq ] && uri=$rabbit_uri
-    "$WARREN_BIN" perf -h "$uri" --quiet --json "$out/$name.$b.json" "$@" \
+    "$perf_bin" perf -h "$uri" --quiet --json "$out/$name.$b.json" "$@" \
       >"$out/$name.$b.txt" 2>&1 || { echo "run $name on $b failed:" >&2; cat "$out/$name.$b.txt" >&2; }
   done
 }
@@ -131,7 +134,7 @@ if has_row latency; then
   done
 fi
 if has_row oslo; then
-  "$WARREN_BIN" perf scenario oslo-rpc --uri "$warren_uri" --label warren \
+  "$perf_bin" perf scenario oslo-rpc --uri "$warren_uri" --label warren \
     --compare "$rabbit_uri" --compare-label rabbitmq --modes call --steps 100 \
     --duration "$secs" --out "$out/oslo" >"$out/oslo.txt" 2>&1
   # The step summaries on stderr: "   sent S received R round-trip T lost L throughput N
@@ -149,7 +152,7 @@ kill -INT $wpid
 wait $wpid 2>/dev/null || true
 $tools/rabbitmq.sh stop "$rabbit_port" >/dev/null 2>&1 || true
 if has_row rss; then
-  WARREN_BIN=$WARREN_BIN WARREN_PORT=$((warren_port + 2)) RABBIT_PORT=$((rabbit_port + 2)) \
+  WARREN_BIN=$WARREN_BIN PERF_BIN=$perf_bin WARREN_PORT=$((warren_port + 2)) RABBIT_PORT=$((rabbit_port + 2)) \
     SHARED_TOOLS=$tools tools/bench/rss_after_burst.sh 1000000 1000 30 both >"$out/rss.txt" 2>&1
   w=$(sed -n 's/^warren transient: RSS 30 s after drain \([0-9]*\) MiB.*/\1/p' "$out/rss.txt")
   r=$(sed -n 's/^rabbitmq transient: RSS 30 s after drain \([0-9]*\) MiB.*/\1/p' "$out/rss.txt")

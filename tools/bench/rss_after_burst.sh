@@ -6,6 +6,7 @@
 # empty, and print the broker's VmRSS (and peak VmHWM) from /proc/PID/status.
 # Usage: tools/bench/rss_after_burst.sh [MESSAGES] [SIZE_BYTES] [IDLE_S] [both|warren]
 #   WARREN_BIN=path: use that binary instead of building a release one
+#   PERF_BIN=path: the `warren` whose `perf` is the client (default WARREN_BIN)
 #   WARREN_ENV="K=V ...": extra environment for the Warren broker only (e.g. LD_PRELOAD)
 #   SHARED_TOOLS=dir: where rabbitmq.sh is (default ../shared/tools)
 set -euo pipefail
@@ -22,6 +23,7 @@ if [ -z "${WARREN_BIN:-}" ]; then
   cargo build --release -p warren --quiet
   WARREN_BIN="${CARGO_TARGET_DIR:-target}/release/warren"
 fi
+perf_bin=${PERF_BIN:-$WARREN_BIN}
 data=$(mktemp -d /tmp/warren-rss-XXXXXX)
 # shellcheck disable=SC2086 # WARREN_ENV is a list of K=V words
 env ${WARREN_ENV:-} "$WARREN_BIN" server --bind 127.0.0.1 --amqp-port "$warren_port" \
@@ -48,7 +50,7 @@ mib() { awk -v f="$2:" '$1 == f { printf "%.0f", $2 / 1024 }' "/proc/$1/status";
 # receiving).
 perf() {
   local what=$1; shift
-  "$WARREN_BIN" perf --quiet "$@" 2>&1 | grep -E "$what rate avg" | sed 's/^id: perf, //' || true
+  "$perf_bin" perf --quiet "$@" 2>&1 | grep -E "$what rate avg" | sed 's/^id: perf, //' || true
 }
 
 echo "== $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg);" \

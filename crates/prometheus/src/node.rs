@@ -121,7 +121,9 @@ pub fn auth_attempts(out: &mut Exposition, broker: &Broker) {
         .map(|&p| (p, attempts.succeeded(p), attempts.failed(p)))
         .filter(|(_, succeeded, failed)| succeeded + failed > 0)
         .collect();
-    let families: [(&str, &str, fn(u64, u64) -> u64); 3] = [
+    // Each family's value from (succeeded, failed).
+    type Value = fn(u64, u64) -> u64;
+    let families: [(&str, &str, Value); 3] = [
         (
             "rabbitmq_auth_attempts_total",
             "Total number of authentication attempts",
