@@ -20,7 +20,7 @@
 use crate::confirm::{AnswersFor, ConfirmWake, QueueAnswers};
 use crate::event_channel::EventSender;
 use crate::queue::Queue;
-use crate::queue_handle::QueueHandle;
+use crate::queue::QueueHandle;
 use crate::queued_message::QueuedMessage;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Weak};

@@ -35,7 +35,6 @@ pub mod policy;
 pub mod publish_counters;
 pub mod queue;
 pub mod queue_args;
-pub mod queue_handle;
 pub mod queue_type;
 pub mod queued_message;
 pub mod quorum;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
-use warren_broker::queue_handle::QueueHandle;
+use warren_broker::queue::QueueHandle;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::versioned_map::LastLookup;
 use warren_broker::vhost::PublishScratch;

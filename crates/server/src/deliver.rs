@@ -10,9 +10,9 @@ use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
 use warren_broker::message_pool;
 use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
+use warren_broker::queue::QueueHandle;
 use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
-use warren_broker::queue_handle::QueueHandle;
 use warren_broker::{
     AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, MessageStats, Queue,
 };

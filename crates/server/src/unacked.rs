@@ -2,8 +2,8 @@
 //! the channel and a transaction's held settles name it without the consume path.
 
 use std::sync::Arc;
+use warren_broker::queue::QueueHandle;
 use warren_broker::queue::QueuedMessage;
-use warren_broker::queue_handle::QueueHandle;
 use warren_broker::Consumer;
 
 /// A delivery the client has not acknowledged yet.

@@ -7,8 +7,8 @@ use crate::convert;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use warren_broker::consumer::pipeline_cost;
+use warren_broker::queue::QueueHandle;
 use warren_broker::queue::QueuedMessage;
-use warren_broker::queue_handle::QueueHandle;
 use warren_broker::{Consumer, Delivery, MessageStats};
 
 impl Session {

@@ -7,7 +7,7 @@ use crate::consumer::{ConnectionId, Consumer};
 use crate::definition_op::{decode_result, encode_result, DefinitionOp, Outcome};
 use crate::error::AmqpError;
 use crate::queue::Queue;
-use crate::queue_handle::QueueHandle;
+use crate::queue::QueueHandle;
 use crate::quorum::placement;
 use crate::quorum::QuorumQueue;
 use crate::vhost::VHost;
