@@ -8,7 +8,7 @@
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// What a queue name keeps unescaped in an address: RFC 3986's unreserved characters.
-const ADDRESS_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const ADDRESS_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
@@ -35,6 +35,8 @@ pub enum TargetAddress {
     Fixed(Destination),
     /// Null: each message names its destination in `to`.
     PerMessage,
+    /// `/management`: the management node's requests (`crate::management`), not messages.
+    Management,
 }
 
 pub fn parse_target(address: Option<&str>) -> Result<TargetAddress, String> {

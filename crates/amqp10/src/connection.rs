@@ -17,8 +17,9 @@
 //! half of the client's.
 
 use crate::codec::{self, *};
+use crate::management::Response;
 use crate::sasl;
-use crate::session::{self, Env, Fail, Session};
+use crate::session::{self, Env, Fail, LaterAnswer, Session};
 use crate::{Amqp10Config, Endpoints};
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ use warren_broker::admission::{Admission, ConnectionRefusal};
 use warren_broker::alarm::AlarmSet;
 use warren_broker::auth_attempts::AuthProtocol;
 use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
-use warren_broker::server_properties::server_properties;
+use warren_broker::server_properties::amqp10_server_properties;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, Broker, ConnectionEvent, ConnectionId, EventReceiver, EventSender, VHost,
@@ -99,6 +100,9 @@ pub struct Connection<R, W> {
     closing: bool,
     /// The broker's resource alarms: while any is on, publishers get no new credit.
     alarms: watch::Receiver<AlarmSet>,
+    /// A management request waiting for a definitions change: nothing more is read from
+    /// the client until it is answered, so requests take effect in order.
+    later: Option<Box<LaterAnswer>>,
 }
 
 impl<R, W> Connection<R, W>
@@ -146,6 +150,7 @@ where
             last_write: Instant::now(),
             closing: false,
             alarms,
+            later: None,
         }
     }
 
@@ -413,7 +418,8 @@ where
     fn server_properties(&self) -> Fields {
         let cluster_name = self.broker.cluster_name();
         let mut fields = Fields::new();
-        for (key, value) in server_properties(&self.config.server_properties, &cluster_name) {
+        for (key, value) in amqp10_server_properties(&self.config.server_properties, &cluster_name)
+        {
             fields.insert(Symbol::from(key), Value::String(value.to_owned()));
         }
         fields.insert(
@@ -471,7 +477,7 @@ where
             let awaiting_store = self.sessions.values().any(|s| s.awaits_store());
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf), if !backed_up => {
+                read = self.reader.read_buf(&mut self.rbuf), if !backed_up && self.later.is_none() => {
                     let n = read?;
                     if n == 0 {
                         return Ok(());
@@ -505,6 +511,12 @@ where
                         }
                     }
                     if self.closing {
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                }
+                response = later_response(&mut self.later), if self.later.is_some() => {
+                    if !self.answer_later(response) {
                         self.flush().await?;
                         return Ok(());
                     }
@@ -572,6 +584,10 @@ where
     /// Handles every whole frame in the read buffer; false when the connection is done.
     fn on_input(&mut self) -> bool {
         loop {
+            if self.later.is_some() {
+                // The rest waits for the answer (`answer_later`).
+                break;
+            }
             let frame = match parse_frame(&mut self.rbuf, self.config.max_frame_size) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -603,6 +619,21 @@ where
         }
         self.end_of_batch();
         true
+    }
+
+    /// A management request's change was made: its answer goes out, then the frames that
+    /// arrived after it are handled. False when the connection is done.
+    fn answer_later(&mut self, response: Response) -> bool {
+        let Some(later) = self.later.take() else {
+            return true;
+        };
+        if let Some(vhost) = self.vhost.clone() {
+            let (sessions, mut env) = self.split(&vhost);
+            if let Some(session) = sessions.get_mut(&later.channel) {
+                session.answer(later.handle, later.correlation_id, &response, &mut env);
+            }
+        }
+        self.on_input()
     }
 
     /// What every batch of input or store progress ends with: dispositions out.
@@ -648,6 +679,7 @@ where
                 peer_max_frame: self.peer_max_frame,
                 max_message_size: self.config.max_message_size_bytes,
                 publishing_blocked: !self.alarms.borrow().is_empty(),
+                later: &mut self.later,
             },
         )
     }
@@ -862,6 +894,14 @@ where
 }
 
 /// Completes when the store's durable sequence moves; never without a store.
+/// The answer of the management request that waits, when its change is made.
+async fn later_response(later: &mut Option<Box<LaterAnswer>>) -> Response {
+    match later {
+        Some(later) => (&mut later.response).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn durable_advanced(durable: &mut Option<watch::Receiver<DurableState>>) {
     match durable {
         Some(rx) => {

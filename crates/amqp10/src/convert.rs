@@ -46,11 +46,11 @@ pub const AMQP10_BODY_TYPE: &str = "amqp-1.0";
 const HEADER: u64 = 0x70;
 const DELIVERY_ANNOTATIONS: u64 = 0x71;
 const MESSAGE_ANNOTATIONS: u64 = 0x72;
-const PROPERTIES: u64 = 0x73;
-const APPLICATION_PROPERTIES: u64 = 0x74;
+pub(crate) const PROPERTIES: u64 = 0x73;
+pub(crate) const APPLICATION_PROPERTIES: u64 = 0x74;
 const DATA: u64 = 0x75;
 const AMQP_SEQUENCE: u64 = 0x76;
-const AMQP_VALUE: u64 = 0x77;
+pub(crate) const AMQP_VALUE: u64 = 0x77;
 const FOOTER: u64 = 0x78;
 
 /// An AMQP 1.0 message in the broker's shape, and what routing needs of it.
@@ -67,7 +67,7 @@ pub struct Incoming {
 }
 
 /// One section of a message: its descriptor code and its bytes (descriptor included).
-fn sections(payload: &Bytes) -> Result<Vec<(u64, Bytes)>, String> {
+pub(crate) fn sections(payload: &Bytes) -> Result<Vec<(u64, Bytes)>, String> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < payload.len() {
@@ -109,7 +109,10 @@ fn descriptor_code(b: &[u8]) -> Result<u64, String> {
 }
 
 /// A section through serde_amqp, once `value::check` found nothing it would misread.
-fn decode<T: serde::de::DeserializeOwned>(section: &[u8], what: &str) -> Result<T, String> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    section: &[u8],
+    what: &str,
+) -> Result<T, String> {
     crate::value::check(section).map_err(|e| format!("bad {what} section: {e}"))?;
     serde_amqp::from_slice(section).map_err(|e| format!("bad {what} section: {e}"))
 }
@@ -196,7 +199,7 @@ fn simple_to_field(v: SimpleValue) -> Option<FieldValue> {
     })
 }
 
-fn value_to_field(v: Value) -> Option<FieldValue> {
+pub(crate) fn value_to_field(v: Value) -> Option<FieldValue> {
     Some(match v {
         Value::Null => FieldValue::Void,
         Value::Bool(b) => FieldValue::Bool(b),
@@ -407,7 +410,7 @@ fn field_to_simple(v: &FieldValue) -> Option<SimpleValue> {
     })
 }
 
-fn field_to_value(v: &FieldValue) -> Option<Value> {
+pub(crate) fn field_to_value(v: &FieldValue) -> Option<Value> {
     Some(match v {
         FieldValue::Array(items) => Value::List(items.iter().filter_map(field_to_value).collect()),
         FieldValue::Table(t) => {
@@ -440,7 +443,7 @@ fn field_to_value(v: &FieldValue) -> Option<Value> {
     })
 }
 
-fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
+pub(crate) fn encode<T: serde::Serialize>(out: &mut BytesMut, section: &T) {
     if let Ok(bytes) = serde_amqp::to_vec(section) {
         out.extend_from_slice(&bytes);
     }

@@ -16,6 +16,7 @@ mod connection;
 /// Public for the fuzz target (fuzz/src/amqp10.rs); not an API of the broker.
 #[doc(hidden)]
 pub mod convert;
+mod management;
 mod sasl;
 mod session;
 #[cfg(test)]

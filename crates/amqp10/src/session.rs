@@ -19,10 +19,13 @@
 
 mod deliver;
 mod dynamic;
+mod link_pair;
 mod publish;
 
 pub use deliver::return_delivery;
 use deliver::{settle_all, Settle};
+pub use link_pair::LaterAnswer;
+use link_pair::{is_management, LinkPair, ReplyLink};
 use publish::check_destination;
 
 use crate::address::{self, TargetAddress};
@@ -67,6 +70,9 @@ pub struct Env<'a> {
     /// A resource alarm is on: incoming links get no new credit (RabbitMQ 4 blocks AMQP
     /// 1.0 publishers this way).
     pub publishing_blocked: bool,
+    /// A management request whose answer waits for a change (`link_pair.rs`): the
+    /// connection reads nothing more until it is answered.
+    pub later: &'a mut Option<Box<LaterAnswer>>,
 }
 
 /// How a handler failed: the link, the session or the whole connection ends with the error.
@@ -82,6 +88,8 @@ pub enum Fail {
 enum Link {
     In(Box<IncomingLink>),
     Out(Box<OutgoingLink>),
+    /// The management node's answers (`link_pair.rs`).
+    Reply(Box<ReplyLink>),
 }
 
 struct IncomingLink {
@@ -156,6 +164,8 @@ pub struct Session {
     dispositions: Vec<(u32, DeliveryState)>,
     /// Reused by every transfer's publish.
     publish_scratch: PublishScratch,
+    /// The management node's link pairs (few: a Vec).
+    pairs: Vec<LinkPair>,
 }
 
 impl Session {
@@ -174,6 +184,7 @@ impl Session {
             awaiting_confirm: VecDeque::new(),
             dispositions: Vec::new(),
             publish_scratch: PublishScratch::default(),
+            pairs: Vec::new(),
         };
         let reply = Begin {
             remote_channel: Some(channel),
@@ -230,6 +241,16 @@ impl Session {
                 SessionError::HandleInUse,
                 format!("handle {handle} is in use"),
             )));
+        }
+        let management = match a.role {
+            Role::Sender => match a.target.as_deref() {
+                Some(TargetArchetype::Target(t)) => is_management(t.address.as_deref()),
+                _ => false,
+            },
+            Role::Receiver => is_management(a.source.as_ref().and_then(|s| s.address.as_deref())),
+        };
+        if management {
+            return self.attach_pair_half(a, env);
         }
         match a.role {
             // The client sends: we are the receiver.
@@ -505,8 +526,10 @@ impl Session {
         let Some(link) = self.links.remove(&handle) else {
             return;
         };
+        self.forget_pair_half(handle);
         let link = match link {
             Link::Out(link) => link,
+            Link::Reply(_) => return,
             Link::In(link) => {
                 // Its lifetime policy is delete-on-close: the queue goes with its link.
                 if let Some(queue) = link.temporary.and_then(|name| env.vhost.queue(&name)) {
@@ -572,6 +595,7 @@ impl Session {
             .wrapping_add(f.incoming_window)
             .wrapping_sub(self.next_outgoing_id);
         let mut drain_handle = None;
+        let mut reply_flow = None;
         if f.handle.is_none() && f.echo {
             let frame = self.flow_frame(None);
             self.send(env, Performative::Flow(frame));
@@ -591,6 +615,7 @@ impl Session {
                         self.send(env, Performative::Flow(frame));
                     }
                 }
+                Some(Link::Reply(_)) => reply_flow = Some(handle),
                 Some(Link::Out(link)) => {
                     let their_count = f.delivery_count.unwrap_or(0);
                     let limit = their_count.wrapping_add(f.link_credit.unwrap_or(0));
@@ -611,6 +636,9 @@ impl Session {
                     }
                 }
             }
+        }
+        if let Some(handle) = reply_flow {
+            self.reply_link_flow(handle, &f, env);
         }
         // The window may have opened: every link sends what waits.
         let handles: Vec<u32> = self.links.keys().copied().collect();

@@ -3,8 +3,13 @@
 //! AMQP 1.0 in open's `properties`. One list for both protocols; the operator's
 //! `--server-property KEY=VALUE` settings (RabbitMQ's `server_properties`) replace or add
 //! entries, and `version` is the RabbitMQ release Warren behaves as (`crate::version`).
+//!
+//! AMQP 1.0's open says what RabbitMQ 4's own AMQP 1.0 clients require before they do
+//! anything (rabbitmq-amqp-python-client refuses a product other than "RabbitMQ", it and
+//! the Java client a version under 4.0): product "RabbitMQ" and the RabbitMQ 4 release whose
+//! AMQP 1.0 Warren's reproduces; what Warren is stays in `product_version` and `information`.
 
-use crate::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_VERSION};
+use crate::version::{PRODUCT_NAME, PRODUCT_VERSION, RABBITMQ_AMQP10_VERSION, RABBITMQ_VERSION};
 
 /// Warren's own properties, before the configured ones.
 const DEFAULTS: &[(&str, &str)] = &[
@@ -28,7 +33,31 @@ pub fn server_properties<'a>(
     configured: &'a [(String, String)],
     cluster_name: &'a str,
 ) -> Vec<(&'a str, &'a str)> {
-    let mut properties: Vec<(&str, &str)> = DEFAULTS.to_vec();
+    with_configured(DEFAULTS.to_vec(), configured, cluster_name)
+}
+
+/// What AMQP 1.0's open carries: as [`server_properties`], with product "RabbitMQ" and
+/// RabbitMQ 4's version by default (see the module comment); configured entries still win.
+pub fn amqp10_server_properties<'a>(
+    configured: &'a [(String, String)],
+    cluster_name: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    let mut defaults = DEFAULTS.to_vec();
+    for (key, value) in defaults.iter_mut() {
+        match *key {
+            "product" => *value = "RabbitMQ",
+            "version" => *value = RABBITMQ_AMQP10_VERSION,
+            _ => {}
+        }
+    }
+    with_configured(defaults, configured, cluster_name)
+}
+
+fn with_configured<'a>(
+    mut properties: Vec<(&'a str, &'a str)>,
+    configured: &'a [(String, String)],
+    cluster_name: &'a str,
+) -> Vec<(&'a str, &'a str)> {
     properties.push(("cluster_name", cluster_name));
     for (key, value) in configured {
         if key == "capabilities" {
@@ -64,5 +93,17 @@ mod tests {
             properties.iter().filter(|(k, _)| *k == "product").count(),
             1
         );
+    }
+
+    #[test]
+    fn amqp10_says_rabbitmq_4_unless_configured_otherwise() {
+        let properties = amqp10_server_properties(&[], "c");
+        let get = |key: &str| properties.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        assert_eq!(get("product"), Some("RabbitMQ"));
+        assert_eq!(get("version"), Some(RABBITMQ_AMQP10_VERSION));
+        assert_eq!(get("product_version"), Some(PRODUCT_VERSION));
+        let configured = [("version".to_owned(), "4.2.0".to_owned())];
+        let properties = amqp10_server_properties(&configured, "c");
+        assert!(properties.contains(&("version", "4.2.0")));
     }
 }

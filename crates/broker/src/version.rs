@@ -15,3 +15,8 @@ pub const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The RabbitMQ release whose client-visible behaviour (protocol, management API, metrics)
 /// Warren reproduces.
 pub const RABBITMQ_VERSION: &str = "3.13.7";
+
+/// The RabbitMQ 4 release whose AMQP 1.0 (v2 addresses, the management node, temporary
+/// queues, outcomes) Warren's AMQP 1.0 reproduces: what the AMQP 1.0 open reports, since
+/// RabbitMQ 4's own AMQP 1.0 clients refuse a broker under 4.0.
+pub const RABBITMQ_AMQP10_VERSION: &str = "4.1.0";

@@ -7,6 +7,7 @@
 
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
+use warren_broker::access::required::{self, Required, Resource};
 use warren_broker::access::{self, AccessControl, AccessKind};
 use warren_broker::{Exchange, ExchangeKind};
 
@@ -83,6 +84,15 @@ impl<'a> Acting<'a> {
         }
     }
 
+    /// Every permission of `required` (`warren_broker::access::required`), the first refused
+    /// reported.
+    pub fn all(&self, required: &[Required]) -> ApiResult<()> {
+        required.iter().try_for_each(|r| match r.resource {
+            Resource::Queue => self.queue(r.kind, r.name),
+            Resource::Exchange => self.exchange(r.kind, r.name),
+        })
+    }
+
     /// A binding from `source` to a queue or exchange: write on the destination, read on the
     /// source, and topic read on the key when the source is a topic exchange.
     pub fn binding(
@@ -93,11 +103,11 @@ impl<'a> Acting<'a> {
         destination: &str,
         routing_key: &str,
     ) -> ApiResult<()> {
-        match destination_is_queue {
-            true => self.queue(AccessKind::Write, destination)?,
-            false => self.exchange(AccessKind::Write, destination)?,
-        }
-        self.exchange(AccessKind::Read, source_name)?;
+        let resource = match destination_is_queue {
+            true => Resource::Queue,
+            false => Resource::Exchange,
+        };
+        self.all(&required::binding((resource, destination), source_name))?;
         match source {
             Some(x) => self.topic(x, AccessKind::Read, routing_key),
             None => Ok(()),

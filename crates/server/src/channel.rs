@@ -13,7 +13,7 @@ use crate::waiting::Reply;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
-use warren_broker::access::AccessKind;
+use warren_broker::access::{required, AccessKind};
 use warren_broker::name_map::NameMap;
 use warren_broker::names::{self, strip_cr_lf};
 use warren_broker::queue::QueueHandle;
@@ -430,17 +430,8 @@ fn check_exchange_declare(
     if warren_broker::ExchangeKind::parse(kind).is_none() {
         return Ok(());
     }
-    permissions::check(ctx, AccessKind::Configure, Resource::Exchange, name)?;
-    if ctx.vhost.exchange(name).is_none() && !names::has_reserved_prefix(name) {
-        if let Some(alternate) = arguments
-            .get("alternate-exchange")
-            .and_then(FieldValue::as_str)
-        {
-            permissions::check(ctx, AccessKind::Read, Resource::Exchange, name)?;
-            permissions::check(ctx, AccessKind::Write, Resource::Exchange, alternate)?;
-        }
-    }
-    Ok(())
+    let exists = ctx.vhost.exchange(name).is_some() || names::has_reserved_prefix(name);
+    permissions::check_all(ctx, &required::exchange_declare(name, exists, arguments))
 }
 
 /// queue.declare's permissions: configure on the queue (a server-named one is checked under
@@ -469,17 +460,8 @@ fn check_queue_declare(
     } else {
         name
     };
-    permissions::check(ctx, AccessKind::Configure, Resource::Queue, name)?;
-    if ctx.vhost.queue(name).is_none() {
-        if let Some(dlx) = arguments
-            .get("x-dead-letter-exchange")
-            .and_then(FieldValue::as_str)
-        {
-            permissions::check(ctx, AccessKind::Read, Resource::Queue, name)?;
-            permissions::check(ctx, AccessKind::Write, Resource::Exchange, dlx)?;
-        }
-    }
-    Ok(())
+    let exists = ctx.vhost.queue(name).is_some();
+    permissions::check_all(ctx, &required::queue_declare(name, exists, arguments))
 }
 
 /// Binding permissions (queue.bind/unbind, exchange.bind/unbind): write on the destination,
@@ -491,11 +473,7 @@ fn check_binding(
     source: &str,
     routing_key: &str,
 ) -> AmqpResult<()> {
-    permissions::check(ctx, AccessKind::Write, kind, destination)?;
-    if source.is_empty() || (kind == Resource::Exchange && destination.is_empty()) {
-        return Ok(());
-    }
-    permissions::check(ctx, AccessKind::Read, Resource::Exchange, source)?;
+    permissions::check_all(ctx, &required::binding((kind, destination), source))?;
     if let Some(exchange) = ctx.vhost.exchange(source) {
         permissions::check_topic(ctx, &exchange, AccessKind::Read, routing_key)?;
     }

@@ -4,25 +4,11 @@
 
 use crate::context::Ctx;
 use std::collections::{HashMap, HashSet};
+use warren_broker::access::required::Required;
+pub use warren_broker::access::required::Resource;
 use warren_broker::access::{self, AccessKind};
 use warren_broker::{AmqpError, AmqpResult, Exchange, ExchangeKind};
 use warren_codec::ShortStr;
-
-/// The kind of resource a permission is checked on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resource {
-    Queue,
-    Exchange,
-}
-
-impl Resource {
-    fn as_str(self) -> &'static str {
-        match self {
-            Resource::Queue => "queue",
-            Resource::Exchange => "exchange",
-        }
-    }
-}
 
 /// The name permissions see: RabbitMQ checks the default exchange as "amq.default".
 fn resource_name(resource: Resource, name: &str) -> &str {
@@ -48,6 +34,14 @@ pub fn check(ctx: &Ctx, kind: AccessKind, resource: Resource, name: &str) -> Amq
         true => Ok(()),
         false => Err(refused(ctx, resource, name)),
     }
+}
+
+/// Every permission of `required` (`warren_broker::access::required`), the first refused
+/// reported.
+pub fn check_all(ctx: &Ctx, required: &[Required]) -> AmqpResult<()> {
+    required
+        .iter()
+        .try_for_each(|r| check(ctx, r.kind, r.resource, r.name))
 }
 
 /// basic.consume, basic.get and queue.purge: read on the queue.

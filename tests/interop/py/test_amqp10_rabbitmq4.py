@@ -22,12 +22,18 @@ def text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def test_open_carries_the_server_properties_as_091_does(ch, c10):
+def test_open_carries_the_server_properties_as_rabbitmq_4_does(ch, c10):
+    """RabbitMQ 4's own AMQP 1.0 clients refuse a product other than "RabbitMQ" or a version
+    under 4.0: the 1.0 open says RabbitMQ 4; the rest is 0-9-1's list, Warren's own release
+    (product_version) included."""
     props = {str(k): text(v) for k, v in c10.conn.remote_properties.items()}
     server = {k: text(v) for k, v in ch.connection._impl.server_properties.items()
               if k != "capabilities"}
-    for key in ("product", "version", "platform"):
+    assert props["product"] == "RabbitMQ"
+    assert int(props["version"].split(".")[0]) >= 4
+    for key in ("platform", "product_version", "cluster_name"):
         assert props[key] and props[key] == server[key], key
+    assert props["node"]
     assert "ANONYMOUS-RELAY" in [str(c) for c in c10.conn.remote_offered_capabilities]
 
 

@@ -74,13 +74,14 @@ impl Session {
 
     /// Sends a link's waiting deliveries while it has credit and the session window room.
     pub(super) fn pump(&mut self, handle: u32, env: &mut Env) {
+        if let Some(Link::Reply(_)) = self.links.get(&handle) {
+            return self.pump_replies(handle, env);
+        }
         let channel = self.channel;
         let Some(Link::Out(link)) = self.links.get_mut(&handle) else {
             return;
         };
-        let max_payload = (env.peer_max_frame as usize)
-            .saturating_sub(TRANSFER_OVERHEAD_BYTES)
-            .max(256);
+        let max_payload = max_payload(env);
         while link.credit > 0 {
             let Some(d) = link.pending.front() else { break };
             let payload = convert::to_amqp10(
@@ -88,7 +89,7 @@ impl Session {
                 d.message.redelivered,
                 d.message.delivery_count,
             );
-            let frames = payload.len().div_ceil(max_payload).max(1) as u32;
+            let frames = frames_for(payload.len(), max_payload);
             if self.remote_incoming_window < frames {
                 break;
             }
@@ -98,31 +99,8 @@ impl Session {
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
             link.next_tag += 1;
-            let tag = serde_bytes::ByteBuf::from(link.next_tag.to_be_bytes().to_vec());
-            let mut chunks = payload.chunks(max_payload).peekable();
-            let mut first = true;
-            loop {
-                let chunk = chunks.next().unwrap_or(&[]);
-                let more = chunks.peek().is_some();
-                let transfer = Transfer {
-                    handle: handle.into(),
-                    delivery_id: first.then_some(delivery_id),
-                    delivery_tag: first.then(|| tag.clone()),
-                    message_format: first.then_some(0),
-                    settled: first.then_some(link.settle_on_send),
-                    more,
-                    rcv_settle_mode: None,
-                    state: None,
-                    resume: false,
-                    aborted: false,
-                    batchable: false,
-                };
-                write_performative(env.out, channel, &Performative::Transfer(transfer), chunk);
-                first = false;
-                if !more {
-                    break;
-                }
-            }
+            let first = first_transfer(handle, delivery_id, link.next_tag, link.settle_on_send);
+            write_transfer(env, channel, first, &payload, max_payload);
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
             self.remote_incoming_window -= frames;
             link.delivery_count = link.delivery_count.wrapping_add(1);
@@ -286,4 +264,69 @@ pub fn return_delivery(d: Delivery) {
         queue.return_undelivered(vec![d.message], true);
     }
     d.consumer.delivered(cost);
+}
+
+/// The most payload one transfer frame carries for this client.
+pub(super) fn max_payload(env: &Env) -> usize {
+    (env.peer_max_frame as usize)
+        .saturating_sub(TRANSFER_OVERHEAD_BYTES)
+        .max(256)
+}
+
+/// The transfer frames a payload of `len` bytes takes.
+pub(super) fn frames_for(len: usize, max_payload: usize) -> u32 {
+    len.div_ceil(max_payload).max(1) as u32
+}
+
+/// A delivery's first transfer: its id, its tag (`tag`'s bytes) and whether it is settled.
+pub(super) fn first_transfer(handle: u32, delivery_id: u32, tag: u64, settled: bool) -> Transfer {
+    Transfer {
+        handle: handle.into(),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(serde_bytes::ByteBuf::from(tag.to_be_bytes().to_vec())),
+        message_format: Some(0),
+        settled: Some(settled),
+        more: false,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
+/// Writes one delivery: `first` (its delivery-id, tag, format and settled) with the first
+/// part of `payload`, then continuation transfers with the rest, `more` on all but the last.
+pub(super) fn write_transfer(
+    env: &mut Env,
+    channel: u16,
+    first: Transfer,
+    payload: &[u8],
+    max_payload: usize,
+) {
+    let handle = first.handle.clone();
+    let mut chunks = payload.chunks(max_payload).peekable();
+    let mut transfer = first;
+    loop {
+        let chunk = chunks.next().unwrap_or(&[]);
+        transfer.more = chunks.peek().is_some();
+        let more = transfer.more;
+        write_performative(env.out, channel, &Performative::Transfer(transfer), chunk);
+        if !more {
+            break;
+        }
+        transfer = Transfer {
+            handle: handle.clone(),
+            delivery_id: None,
+            delivery_tag: None,
+            message_format: None,
+            settled: None,
+            more: true,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        };
+    }
 }

@@ -187,6 +187,9 @@ impl Session {
         let Some(Link::In(link)) = self.links.get(&handle) else {
             return Ok(());
         };
+        if link.target == TargetAddress::Management {
+            return self.management_request(handle, settled, &payload, env);
+        }
         let outcome = route_and_enqueue(
             &link.target,
             &payload,
@@ -343,6 +346,13 @@ fn route_and_enqueue(
                 Ok(d) => d,
                 Err(why) => return PublishOutcome::Settled(rejected(AmqpError::InvalidField, why)),
             }
+        }
+        // `publish` hands the management node's transfers to `link_pair.rs` before this.
+        TargetAddress::Management => {
+            return PublishOutcome::Settled(rejected(
+                AmqpError::NotAllowed,
+                "management requests are answered on their link pair",
+            ))
         }
     };
     // Checked per message for `to`; for a fixed target again, as the exchange may have

@@ -7,6 +7,7 @@
 
 mod password;
 mod permission;
+pub mod required;
 mod sasl_plain;
 mod user_limits;
 

@@ -17,13 +17,13 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::access::AccessKind;
+use warren_broker::access::{required, AccessKind};
 use warren_broker::confirm::ConfirmTo;
 use warren_broker::policy::EntityKind;
 use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
 use warren_broker::vhost::{Publish, PublishScratch};
 use warren_broker::{event_channel, DefinitionOp, Exchange, Message, VHost};
-use warren_codec::{BasicProperties, ContentHeader, FieldValue, ShortStr, BASIC_CLASS_ID};
+use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
 /// The default exchange's name in paths ("" cannot be a path segment).
 pub const DEFAULT_EXCHANGE: &str = "amq.default";
@@ -139,15 +139,8 @@ pub async fn declare(
         )));
     }
     let acting = api.acting(&who, &vhost.name, Report::Plain)?;
-    acting.exchange(AccessKind::Configure, name)?;
-    let existed = vhost.exchange(name).is_some();
-    let alternate = arguments
-        .get("alternate-exchange")
-        .and_then(FieldValue::as_str);
-    if let (false, Some(alternate)) = (existed, alternate) {
-        acting.exchange(AccessKind::Read, name)?;
-        acting.exchange(AccessKind::Write, alternate)?;
-    }
+    let exists = vhost.exchange(name).is_some();
+    acting.all(&required::exchange_declare(name, exists, &arguments))?;
     let outcome = api
         .change(DefinitionOp::ExchangeDeclare {
             vhost: vhost.name.clone(),

@@ -19,12 +19,12 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::access::AccessKind;
+use warren_broker::access::{required, AccessKind};
 use warren_broker::policy::EntityKind;
 use warren_broker::queue_type::Replicas;
 use warren_broker::quorum::status::{GroupStatus, NodeId, NodeNames};
 use warren_broker::{DefinitionOp, Queue, VHost};
-use warren_codec::{BasicProperties, FieldTable, FieldValue, Reader};
+use warren_codec::{BasicProperties, FieldTable, Reader};
 
 /// messages (ready + unacknowledged), messages_ready, messages_unacknowledged.
 pub fn message_totals(q: &Arc<Queue>) -> [u64; 3] {
@@ -233,15 +233,8 @@ pub async fn declare(
         )));
     }
     let acting = api.acting(&who, &vhost.name, Report::Plain)?;
-    acting.queue(AccessKind::Configure, &name)?;
-    let existed = vhost.queue(&name).is_some();
-    let dead_letter_exchange = arguments
-        .get("x-dead-letter-exchange")
-        .and_then(FieldValue::as_str);
-    if let (false, Some(dlx)) = (existed, dead_letter_exchange) {
-        acting.queue(AccessKind::Read, &name)?;
-        acting.exchange(AccessKind::Write, dlx)?;
-    }
+    let exists = vhost.queue(&name).is_some();
+    acting.all(&required::queue_declare(&name, exists, &arguments))?;
     let outcome = api
         .change(DefinitionOp::declare_named_queue(
             &vhost.name,
