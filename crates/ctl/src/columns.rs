@@ -18,6 +18,10 @@ pub enum Source {
     Pointer(&'static str),
     /// The same text in every row (a binding's `source_kind` is always `exchange`).
     Constant(&'static str),
+    /// An AMQP table at this pointer (arguments, client properties): printed in a table as
+    /// rabbitmqctl prints one, as Erlang terms (`output::erlang_terms`), which scripts and
+    /// test suites parse (the Java client's reads `{"connection_name","…"}`).
+    Table(&'static str),
 }
 
 /// One list command: its API path, rabbitmqctl's banner, info items and default columns.
@@ -35,7 +39,7 @@ pub struct Listing {
     pub selectable: bool,
 }
 
-use Source::{Constant, Pointer};
+use Source::{Constant, Pointer, Table};
 
 pub const QUEUES: Listing = Listing {
     command: "list_queues",
@@ -44,7 +48,7 @@ pub const QUEUES: Listing = Listing {
         ("name", Pointer("/name")),
         ("durable", Pointer("/durable")),
         ("auto_delete", Pointer("/auto_delete")),
-        ("arguments", Pointer("/arguments")),
+        ("arguments", Table("/arguments")),
         ("policy", Pointer("/policy")),
         ("owner_pid", Pointer("/owner_pid_details/name")),
         ("exclusive", Pointer("/exclusive")),
@@ -105,7 +109,7 @@ pub const EXCHANGES: Listing = Listing {
         ("durable", Pointer("/durable")),
         ("auto_delete", Pointer("/auto_delete")),
         ("internal", Pointer("/internal")),
-        ("arguments", Pointer("/arguments")),
+        ("arguments", Table("/arguments")),
         ("policy", Pointer("/policy")),
     ],
     unavailable: &[],
@@ -122,7 +126,7 @@ pub const BINDINGS: Listing = Listing {
         ("destination_name", Pointer("/destination")),
         ("destination_kind", Pointer("/destination_type")),
         ("routing_key", Pointer("/routing_key")),
-        ("arguments", Pointer("/arguments")),
+        ("arguments", Table("/arguments")),
     ],
     unavailable: &[],
     defaults: &[
@@ -163,7 +167,7 @@ pub const CONNECTIONS: Listing = Listing {
         ("timeout", Pointer("/timeout")),
         ("frame_max", Pointer("/frame_max")),
         ("channel_max", Pointer("/channel_max")),
-        ("client_properties", Pointer("/client_properties")),
+        ("client_properties", Table("/client_properties")),
         ("recv_oct", Pointer("/recv_oct")),
         ("recv_cnt", Pointer("/recv_cnt")),
         ("send_oct", Pointer("/send_oct")),
@@ -215,7 +219,7 @@ pub const CONSUMERS: Listing = Listing {
         ("prefetch_count", Pointer("/prefetch_count")),
         ("active", Pointer("/active")),
         ("activity_status", Pointer("/activity_status")),
-        ("arguments", Pointer("/arguments")),
+        ("arguments", Table("/arguments")),
     ],
     unavailable: &[],
     // rabbitmqctl leaves activity_status out of the defaults.
@@ -389,7 +393,9 @@ impl Listing {
 /// The value of one column in one object of the API's list (`Null` when absent).
 pub fn extract(object: &Value, source: Source) -> Value {
     match source {
-        Pointer(pointer) => object.pointer(pointer).cloned().unwrap_or(Value::Null),
+        Pointer(pointer) | Table(pointer) => {
+            object.pointer(pointer).cloned().unwrap_or(Value::Null)
+        }
         Constant(text) => Value::String(text.into()),
     }
 }

@@ -20,7 +20,7 @@ mod user_limits;
 use api::Api;
 use clap::Parser;
 use cli::{Columns, CtlCli, CtlCommand};
-use columns::{extract, Listing};
+use columns::{extract, Listing, Source};
 use exit::CtlError;
 use output::Style;
 use std::time::Duration;
@@ -190,7 +190,12 @@ fn list(ctx: &Context, listing: &Listing, args: &[String]) -> Result<(), CtlErro
         .map(|item| {
             selected
                 .iter()
-                .map(|(_, source)| extract(item, *source))
+                .map(|(_, source)| match (source, ctx.style.format) {
+                    (Source::Table(_), f) if f != output::Format::Json => {
+                        serde_json::Value::String(output::erlang_terms(&extract(item, *source)))
+                    }
+                    _ => extract(item, *source),
+                })
                 .collect()
         })
         .collect();

@@ -51,6 +51,34 @@ pub fn cell(value: &Value) -> String {
     }
 }
 
+/// An AMQP table (a JSON object from the API) as rabbitmqctl prints one in a table: Erlang
+/// terms, `[{"key",value},…]`, strings quoted, nested tables and arrays alike, void as
+/// `undefined` (its formatter's `~tp` of the table as {key, value} pairs).
+pub fn erlang_terms(value: &Value) -> String {
+    match value {
+        Value::Null => "undefined".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => erlang_string(s),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(erlang_terms).collect();
+            format!("[{}]", items.join(","))
+        }
+        Value::Object(map) => {
+            let pairs: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{{{},{}}}", erlang_string(k), erlang_terms(v)))
+                .collect();
+            format!("[{}]", pairs.join(","))
+        }
+    }
+}
+
+/// A string as `~tp` prints a printable list: quoted, `"` and `\` escaped.
+fn erlang_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
 /// Renders rows (each one value per header) in the chosen format; ends with a newline
 /// unless there is nothing at all to print.
 pub fn render(style: &Style, headers: &[&str], rows: &[Vec<Value>]) -> String {
@@ -172,6 +200,23 @@ mod tests {
         );
         assert_eq!(cell(&json!([])), "[]");
         assert_eq!(cell(&json!({"x-max-length": 10})), r#"{"x-max-length":10}"#);
+    }
+
+    #[test]
+    fn amqp_tables_print_as_erlang_terms() {
+        let props = json!({
+            "capabilities": {"publisher_confirms": true},
+            "connection_name": "my-conn",
+            "n": 3,
+            "list": ["a", 1],
+            "quote": "say \"hi\"",
+            "none": null
+        });
+        assert_eq!(
+            erlang_terms(&props),
+            r#"[{"capabilities",[{"publisher_confirms",true}]},{"connection_name","my-conn"},{"list",["a",1]},{"n",3},{"none",undefined},{"quote","say \"hi\""}]"#
+        );
+        assert_eq!(erlang_terms(&json!({})), "[]");
     }
 
     #[test]

@@ -7,6 +7,7 @@ RabbitMQ 3.10's management plugin, whose API Warren's reproduces.
 """
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.parse
@@ -203,6 +204,32 @@ def test_list_exchanges_and_bindings(names):
         } in listing("list_bindings")
     finally:
         c.close()
+
+
+def test_list_connections_reads_as_the_java_clients_test_suite_reads_it():
+    """The Java client's suite (com.rabbitmq.tools.Host.listConnections) runs
+    `rabbitmqctl list_connections -q pid peer_port client_properties`, splits each line on
+    tabs, reads the peer port and finds the connection's name in the Erlang-term client
+    properties with a regex; then closes the connection by that pid."""
+    label = uname("conn")
+    c = connect(client_properties={"connection_name": label})
+    name_pattern = re.compile(r'"connection_name","(?P<name>[a-zA-Z0-9\-_.]+)?"')
+
+    def mine():
+        out = ok("list_connections", "-q", "pid", "peer_port", "client_properties")
+        for line in out.splitlines():
+            columns = line.split("\t")
+            if len(columns) == 3 and columns[1].isdigit():
+                found = name_pattern.search(columns[2])
+                if found and found.group("name") == label:
+                    return columns
+        return None
+    pid, peer_port, properties = eventually(mine)
+    # The port the client connected from (the suite matches unnamed connections by it).
+    assert int(peer_port) == c._impl._transport._sock.getsockname()[1]
+    assert properties.startswith("[{") and '{"capabilities",[{' in properties
+    ok("close_connection", pid, "Closed via rabbitmqctl")
+    assert closed_by_broker(c).reply_code == 320
 
 
 def test_connections_channels_consumers_are_listed_and_close_connection_closes(names):
