@@ -66,6 +66,9 @@ pub struct Replicas {
     pub members: Vec<NodeId>,
     pub leader: Option<NodeId>,
     pub group: Option<GroupStatus>,
+    /// How long the last entry this node's member proposed as leader took to commit (None
+    /// before it led and committed one).
+    pub commit_latency: Option<std::time::Duration>,
 }
 
 /// What every queue type does. Methods that can deliver get the record as `&Arc<Queue>`:

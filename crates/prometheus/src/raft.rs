@@ -2,8 +2,12 @@
 //! checked against 3.10.8): `rabbitmq_raft_term_total` and the log's commit, applied,
 //! written and snapshot indexes, one sample per quorum queue (`vhost`, `queue`) on
 //! `/metrics/per-object` and `/metrics/detailed?family=ra_metrics`, summed over all quorum
-//! queues on `/metrics` as RabbitMQ sums them. RabbitMQ's
-//! `rabbitmq_raft_entry_commit_latency_seconds` is left out: Warren does not measure it.
+//! queues on `/metrics` as RabbitMQ sums them; `rabbitmq_raft_entry_commit_latency_seconds`,
+//! how long the last entry a leader proposed took to commit, per queue whose member here
+//! led and committed one, averaged over them on `/metrics` (3.13's rule). RabbitMQ 4 renamed
+//! the families after Ra's counters (`rabbitmq_raft_term`, `_commit_index`,
+//! `_last_written_index`, `_snapshot_index`, `_commit_latency_seconds`), and its current Quorum-Queues-Raft
+//! dashboard queries both names: Warren serves both, the same samples under each.
 //!
 //! Warren adds `warren_raft_member_lag` (per object only: a sum of lags says nothing): how
 //! many entries each member is behind its leader, reported by the leader.
@@ -19,6 +23,7 @@ struct RaftReading {
     vhost: String,
     queue: String,
     status: GroupStatus,
+    commit_latency_s: Option<f64>,
 }
 
 /// Every running quorum queue group of this node, read once for the whole scrape.
@@ -32,11 +37,15 @@ impl RaftReadings {
         let mut groups = Vec::new();
         for vhost in broker.vhosts() {
             for queue in vhost.queues() {
-                if let Some(status) = queue.replicas().and_then(|replicas| replicas.group) {
+                let Some(replicas) = queue.replicas() else {
+                    continue;
+                };
+                if let Some(status) = replicas.group {
                     groups.push(RaftReading {
                         vhost: vhost.name.clone(),
                         queue: queue.name.to_string(),
                         status,
+                        commit_latency_s: replicas.commit_latency.map(|d| d.as_secs_f64()),
                     });
                 }
             }
@@ -84,6 +93,34 @@ const FAMILIES: &[(&str, Kind, &str, Read)] = &[
         "Raft log last written index",
         |s| s.last_log_index.unwrap_or(0),
     ),
+    // RabbitMQ 4's names for the same readings.
+    ("rabbitmq_raft_term", Kind::Gauge, "The current term", |s| {
+        s.term
+    }),
+    (
+        "rabbitmq_raft_snapshot_index",
+        Kind::Gauge,
+        "The last index the latest snapshot covers",
+        |s| s.snapshot_index.unwrap_or(0),
+    ),
+    (
+        "rabbitmq_raft_commit_index",
+        Kind::Gauge,
+        "The current commit index",
+        |s| s.commit_index.unwrap_or(0),
+    ),
+    (
+        "rabbitmq_raft_last_written_index",
+        Kind::Gauge,
+        "The last fully written and fsynced index of the log",
+        |s| s.last_log_index.unwrap_or(0),
+    ),
+];
+
+/// The commit latency, under 3.13's name and RabbitMQ 4's.
+const LATENCY: &[&str] = &[
+    "rabbitmq_raft_entry_commit_latency_seconds",
+    "rabbitmq_raft_commit_latency_seconds",
 ];
 
 pub fn families(out: &mut Exposition, readings: &RaftReadings, per_object: bool) {
@@ -101,6 +138,30 @@ pub fn families(out: &mut Exposition, readings: &RaftReadings, per_object: bool)
         } else {
             let sum: u64 = readings.groups.iter().map(|g| read(&g.status)).sum();
             out.sample(name, &[], sum);
+        }
+    }
+    for &name in LATENCY {
+        out.family(
+            name,
+            Kind::Gauge,
+            "Time taken for a log entry to be committed",
+        );
+        let latencies = readings
+            .groups
+            .iter()
+            .filter_map(|g| Some((g, g.commit_latency_s?)));
+        if per_object {
+            for (g, seconds) in latencies {
+                out.sample(name, &[("vhost", &g.vhost), ("queue", &g.queue)], seconds);
+            }
+        } else {
+            let (count, sum) = latencies.fold((0u32, 0.0), |(n, sum), (_, s)| (n + 1, sum + s));
+            let average = if count == 0 {
+                0.0
+            } else {
+                sum / f64::from(count)
+            };
+            out.sample(name, &[], average);
         }
     }
     if per_object {

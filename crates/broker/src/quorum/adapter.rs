@@ -168,6 +168,7 @@ impl QueueType for QuorumQueue {
             ),
             leader: group.as_ref().and_then(|g| g.leader).or(self.leader()),
             group,
+            commit_latency: self.commit_latency(),
         })
     }
 

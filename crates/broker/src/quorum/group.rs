@@ -61,7 +61,7 @@ async fn run_group(
     weak: Weak<Queue>,
     mut commands: UnboundedReceiver<Proposed>,
 ) -> Result<(), String> {
-    let (host, group_id, config, name, members) = {
+    let (host, group_id, config, name, members, commit_latency_us) = {
         let queue = weak.upgrade().ok_or("queue gone")?;
         let qq = QuorumQueue::of(&queue).ok_or("not a quorum queue")?;
         (
@@ -70,6 +70,7 @@ async fn run_group(
             qq.desired_config(),
             queue.name.clone(),
             qq.members(),
+            qq.commit_latency_us.clone(),
         )
     };
     let own = host.node_id();
@@ -230,9 +231,21 @@ async fn run_group(
             now_ms: now_ms(),
             command,
         };
+        let proposed_at = std::time::Instant::now();
         match group.propose_ff(proposal).await {
             Ok(answer) => {
-                let reply = Box::pin(async move { answer.await.ok().map(|(_, reply)| reply) });
+                let latency_us = commit_latency_us.clone();
+                let reply = Box::pin(async move {
+                    let reply = answer.await.ok().map(|(_, reply)| reply);
+                    if reply.is_some() {
+                        let us = proposed_at
+                            .elapsed()
+                            .as_micros()
+                            .min(u128::from(u64::MAX - 1));
+                        latency_us.store(us as u64, Ordering::Relaxed);
+                    }
+                    reply
+                });
                 if let Err(lost) = in_flight_tx.send((reply, waiting, permit)) {
                     refuse(lost.0 .1);
                 }

@@ -61,6 +61,9 @@ pub(super) type InFlight = (
 /// flushed, new commands wait and then go together into the next entry.
 pub(super) const MAX_ENTRIES_IN_FLIGHT: usize = 2;
 
+/// `commit_latency_us` before this member committed anything it proposed.
+pub(super) const NO_COMMIT_YET: u64 = u64::MAX;
+
 pub(super) type Waiting = (Option<Arc<QueueAnswers>>, Option<oneshot::Sender<()>>);
 
 /// Most commands one log entry carries.
@@ -139,6 +142,11 @@ pub struct QuorumQueue {
     /// that finds it set clears it and wakes the tick through `tick_wake` — one atomic load per
     /// proposal otherwise.
     pub(super) tick_asleep: AtomicBool,
+    /// How long the last entry this member proposed as leader took to commit (microseconds;
+    /// `NO_COMMIT_YET` before the first): Ra's commit latency, which rabbitmq_prometheus
+    /// reports per quorum queue. Written once per entry (a batch of publishes), not per
+    /// message.
+    pub(super) commit_latency_us: Arc<AtomicU64>,
     pub(super) tick_wake: Arc<tokio::sync::Notify>,
     pub(super) consumers: Mutex<Consumers>,
     /// While another node leads: the record through which this node's clients consume, get,
@@ -174,6 +182,15 @@ impl std::fmt::Debug for QuorumQueue {
 }
 
 impl QuorumQueue {
+    /// How long the last entry this member proposed as leader took to commit; None before
+    /// it led and committed one.
+    pub fn commit_latency(&self) -> Option<Duration> {
+        match self.commit_latency_us.load(Ordering::Relaxed) {
+            NO_COMMIT_YET => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
     /// The quorum side of a queue record; None for another type.
     pub fn of(queue: &Queue) -> Option<&QuorumQueue> {
         queue.type_state::<QuorumQueue>()
@@ -209,6 +226,7 @@ impl QuorumQueue {
             leader: tokio::sync::watch::Sender::new(None),
             leader_changed: Arc::new(tokio::sync::Notify::new()),
             tick_asleep: AtomicBool::new(false),
+            commit_latency_us: Arc::new(AtomicU64::new(NO_COMMIT_YET)),
             tick_wake: Arc::new(tokio::sync::Notify::new()),
             consumers: Mutex::new(Consumers::default()),
             delegate: Mutex::new(None),
