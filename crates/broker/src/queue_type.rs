@@ -53,8 +53,16 @@ pub struct QueueDepth {
     /// Ready messages on disk only (the paged tail), and their body bytes.
     pub paged_out: u64,
     pub paged_out_bytes: u64,
-    /// Delivered to consumers and not yet acknowledged.
+    /// Delivered to consumers and not yet acknowledged, and their body bytes.
     pub unacked: u64,
+    pub unacked_bytes: u64,
+    /// Persistent messages (ready and unacknowledged) of a durable queue, and their body
+    /// bytes (RabbitMQ's `messages_persistent`: a transient queue keeps none).
+    pub persistent: u64,
+    pub persistent_bytes: u64,
+    /// The head message's `timestamp` property in seconds, when the head is in memory and
+    /// has one (RabbitMQ's `head_message_timestamp`).
+    pub head_timestamp_s: Option<u64>,
     pub consumers: u64,
 }
 

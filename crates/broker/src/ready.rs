@@ -29,6 +29,9 @@ pub struct ReadyList {
     bytes: usize,
     /// Bytes held in memory (paged bodies excluded).
     memory_bytes: usize,
+    /// Persistent (delivery-mode 2) messages among them, and their logical bytes.
+    persistent: usize,
+    persistent_bytes: usize,
 }
 
 impl ReadyList {
@@ -39,6 +42,8 @@ impl ReadyList {
             len: 0,
             bytes: 0,
             memory_bytes: 0,
+            persistent: 0,
+            persistent_bytes: 0,
         }
     }
 
@@ -63,16 +68,29 @@ impl ReadyList {
         self.memory_bytes
     }
 
+    /// Persistent messages, and their logical bytes.
+    pub fn persistent(&self) -> (usize, usize) {
+        (self.persistent, self.persistent_bytes)
+    }
+
     fn count_in(&mut self, m: &QueuedMessage) {
         self.len += 1;
         self.bytes += m.message.size_bytes();
         self.memory_bytes += m.message.memory_bytes();
+        if m.message.persistent {
+            self.persistent += 1;
+            self.persistent_bytes += m.message.size_bytes();
+        }
     }
 
     fn count_out(&mut self, m: &QueuedMessage) {
         self.len -= 1;
         self.bytes -= m.message.size_bytes();
         self.memory_bytes -= m.message.memory_bytes();
+        if m.message.persistent {
+            self.persistent -= 1;
+            self.persistent_bytes -= m.message.size_bytes();
+        }
     }
 
     /// Gives back a level's buffer once it is empty after having grown large.
@@ -181,6 +199,8 @@ impl ReadyList {
         self.len = 0;
         self.bytes = 0;
         self.memory_bytes = 0;
+        self.persistent = 0;
+        self.persistent_bytes = 0;
         let all = self.levels.iter_mut().flat_map(|l| l.drain(..)).collect();
         self.shrink_emptied();
         all

@@ -35,6 +35,11 @@ pub struct PagedTail {
     /// of them after a crash; after a clean stop, those not in the store's clean-shutdown
     /// record): they go out marked redelivered. A subset of `ids`.
     maybe_delivered: RoaringTreemap,
+    /// The transient messages among `ids` (paged out to save memory, not to keep them) and
+    /// their body bytes: the rest are the persistent ones RabbitMQ's `messages_persistent`
+    /// counts. A subset of `ids`; after a restart empty (transient messages do not survive).
+    transient: RoaringTreemap,
+    transient_bytes: u64,
 }
 
 /// A message read back from the tail, with what the queue needs to put it in memory.
@@ -51,6 +56,23 @@ impl PagedTail {
             ids: recovered.live,
             bytes: recovered.live_body_bytes,
             cursor: recovered.first.unwrap_or_default(),
+            transient: RoaringTreemap::new(),
+            transient_bytes: 0,
+        }
+    }
+
+    /// Persistent messages in the tail, and their body bytes.
+    pub fn persistent(&self) -> (u64, u64) {
+        (
+            self.ids.len() - self.transient.len(),
+            self.bytes.saturating_sub(self.transient_bytes),
+        )
+    }
+
+    /// Takes message `id` (of `body_bytes`) out of the transient count if it is there.
+    fn forget_transient(&mut self, id: u64, body_bytes: u64) {
+        if self.transient.remove(id) {
+            self.transient_bytes = self.transient_bytes.saturating_sub(body_bytes);
         }
     }
 
@@ -77,7 +99,13 @@ impl PagedTail {
     /// Two publishers can append to the store in one order and reach the queue in the
     /// other, so an id may arrive below ids already here: the cursor then moves back to
     /// it. Rescanning records again is harmless — only ids still in the set are taken.
-    pub fn push(&mut self, id: MessageId, position: LogPosition, body_bytes: usize) {
+    pub fn push(
+        &mut self,
+        id: MessageId,
+        position: LogPosition,
+        body_bytes: usize,
+        persistent: bool,
+    ) {
         if self.ids.is_empty() || position < self.cursor {
             self.cursor = position;
         }
@@ -85,6 +113,9 @@ impl PagedTail {
             self.ids.insert(id.0);
         }
         self.bytes += body_bytes as u64;
+        if !persistent && self.transient.insert(id.0) {
+            self.transient_bytes += body_bytes as u64;
+        }
     }
 
     /// Reads the next batch back from the store, oldest first, and removes it from the
@@ -112,7 +143,9 @@ impl PagedTail {
             self.cursor = scan.next;
             for scanned in scan.messages {
                 self.ids.remove(scanned.id.0);
-                self.bytes = self.bytes.saturating_sub(scanned.message.body.len() as u64);
+                let body_bytes = scanned.message.body.len() as u64;
+                self.bytes = self.bytes.saturating_sub(body_bytes);
+                self.forget_transient(scanned.id.0, body_bytes);
                 out.push(PagedIn {
                     redelivered: self.maybe_delivered.remove(scanned.id.0),
                     scanned,
@@ -132,6 +165,8 @@ impl PagedTail {
         }
         if self.ids.is_empty() {
             self.bytes = 0;
+            self.transient.clear();
+            self.transient_bytes = 0;
         }
         out
     }
@@ -145,11 +180,14 @@ impl PagedTail {
             self.maybe_delivered.remove(id.0);
             if self.ids.remove(id.0) {
                 self.bytes = self.bytes.saturating_sub(u64::from(body_bytes));
+                self.forget_transient(id.0, u64::from(body_bytes));
                 dropped += 1;
             }
         }
         if self.ids.is_empty() {
             self.bytes = 0;
+            self.transient.clear();
+            self.transient_bytes = 0;
         }
         dropped
     }
@@ -158,6 +196,8 @@ impl PagedTail {
     pub fn take_ids(&mut self) -> RoaringTreemap {
         self.bytes = 0;
         self.maybe_delivered.clear();
+        self.transient.clear();
+        self.transient_bytes = 0;
         std::mem::take(&mut self.ids)
     }
 

@@ -1,4 +1,5 @@
-//! Queue families: depth, consumers and paging per queue (`/metrics/per-object`, labels
+//! Queue families: depth, bytes, persistent messages, consumers, paging and the head's
+//! timestamp per queue (`/metrics/per-object`, labels
 //! `vhost` and `queue`) or summed over all queues (`/metrics`), plus the totals RabbitMQ
 //! always reports (`rabbitmq_queues`, `rabbitmq_consumers`, …). Read from
 //! `Queue::depth`, one lock per queue per scrape; nothing on the message path.
@@ -121,6 +122,41 @@ const QUEUE_FAMILIES: &[(&[&str], &str, Kind, &str, Read)] = &[
     ),
     (
         METRICS,
+        "rabbitmq_queue_messages_ram_bytes",
+        Kind::Gauge,
+        "Size of ready and unacknowledged messages stored in memory",
+        |d| d.ready_in_memory_bytes + d.unacked_bytes,
+    ),
+    (
+        METRICS,
+        "rabbitmq_queue_messages_persistent",
+        Kind::Gauge,
+        "Persistent messages",
+        |d| d.persistent,
+    ),
+    (
+        METRICS,
+        "rabbitmq_queue_messages_persistent_bytes",
+        Kind::Gauge,
+        "Size in bytes of persistent messages",
+        |d| d.persistent_bytes,
+    ),
+    (
+        METRICS,
+        "rabbitmq_queue_messages_bytes",
+        Kind::Gauge,
+        "Size in bytes of ready and unacknowledged messages",
+        |d| d.ready_bytes + d.unacked_bytes,
+    ),
+    (
+        METRICS,
+        "rabbitmq_queue_messages_unacked_bytes",
+        Kind::Gauge,
+        "Size in bytes of all unacknowledged messages",
+        |d| d.unacked_bytes,
+    ),
+    (
+        METRICS,
         "rabbitmq_queue_messages_paged_out",
         Kind::Gauge,
         "Messages paged out to disk",
@@ -142,6 +178,26 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool
         out.group(Some(group));
         out.family(name, kind, help);
         per_queue(out, name, readings, per_object, "vhost", |q| read(&q.depth));
+    }
+    // A sample for each queue whose head has a timestamp; a sum of timestamps means
+    // nothing, so the aggregated endpoint has the family without samples.
+    let name = "rabbitmq_queue_head_message_timestamp";
+    out.group(Some(METRICS));
+    out.family(
+        name,
+        Kind::Gauge,
+        "Timestamp of the first message in the queue, if any",
+    );
+    if per_object {
+        for q in &readings.queues {
+            if let Some(seconds) = q.depth.head_timestamp_s {
+                out.sample(
+                    name,
+                    &[("vhost", &q.vhost), ("queue", q.queue.name.as_str())],
+                    seconds,
+                );
+            }
+        }
     }
     out.group(Some(&["queue_delivery_metrics"]));
     for &(name, help, read) in QUEUE_COUNTERS {

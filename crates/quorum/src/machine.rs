@@ -350,6 +350,15 @@ impl QueueState {
     }
 
     /// Messages checked out and not yet settled, over all consumers.
+    /// Body bytes of the checked-out messages (summed when asked: a metrics scrape).
+    pub fn checked_out_bytes(&self) -> u64 {
+        self.consumers
+            .values()
+            .flat_map(|c| c.checked_out.values())
+            .map(|m| m.body.len() as u64)
+            .sum()
+    }
+
     pub fn checked_out_count(&self) -> usize {
         self.consumers.values().map(|c| c.checked_out.len()).sum()
     }

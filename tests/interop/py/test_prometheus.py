@@ -18,6 +18,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import connect, uname
+
+MGMT_URL = os.environ.get("WARREN_MGMT_URL")
 from own_broker import Broker, free_port, needs_warren_bin
 
 PROM_URL = os.environ.get("WARREN_PROMETHEUS_URL", "").rstrip("/")
@@ -359,6 +361,88 @@ def test_queue_depth_per_object_and_aggregated():
         ch.queue_delete(q)
     finally:
         c.close()
+
+
+def test_queue_bytes_persistent_messages_and_head_timestamp():
+    """RabbitMQ's queue_metrics byte families, its persistent counts (persistent messages of
+    a durable queue; a transient queue keeps none) and the head message's timestamp, per
+    queue; the HTTP API shows the same figures."""
+    durable, transient = uname("prom-bytes"), uname("prom-transient")
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(durable, durable=True)
+        ch.queue_declare(transient)
+        for q in (durable, transient):
+            # 10 + 100 bytes persistent, 1000 transient; the head carries a timestamp.
+            ch.basic_publish("", q, b"p" * 10, pika.BasicProperties(delivery_mode=2,
+                                                                      timestamp=1700000000))
+            ch.basic_publish("", q, b"q" * 100, pika.BasicProperties(delivery_mode=2))
+            ch.basic_publish("", q, b"t" * 1000, pika.BasicProperties(delivery_mode=1))
+        # The head goes to a consumer (unacknowledged): 10 bytes unacked.
+        m, properties, _ = ch.basic_get(durable, auto_ack=False)
+        assert m is not None and properties.timestamp == 1700000000
+        ch2 = c.channel()
+        ch2.basic_get(transient, auto_ack=False)
+
+        def families():
+            scrape = Scrape("/metrics/per-object")
+
+            def one(name, q):
+                (value,) = scrape.values(name, vhost="/", queue=q)
+                return value
+            assert one("rabbitmq_queue_messages_bytes", durable) == 1110
+            assert one("rabbitmq_queue_messages_ready_bytes", durable) == 1100
+            assert one("rabbitmq_queue_messages_unacked_bytes", durable) == 10
+            assert one("rabbitmq_queue_messages_ram_bytes", durable) == 1110
+            assert one("rabbitmq_queue_messages_persistent", durable) == 2
+            assert one("rabbitmq_queue_messages_persistent_bytes", durable) == 110
+            assert one("rabbitmq_queue_messages_persistent", transient) == 0
+            # The head is now the 100-byte message, without a timestamp: no sample.
+            assert scrape.values("rabbitmq_queue_head_message_timestamp", queue=durable) == []
+            return scrape
+        wait_until(families)
+        if MGMT_URL:
+            api = requests.get(MGMT_URL + "/api/queues/%2F/" + durable, auth=("guest", "guest"),
+                               timeout=5).json()
+            assert api["message_bytes"] == 1110 and api["messages_persistent"] == 2, api
+            assert api["message_bytes_unacknowledged"] == 10, api
+    finally:
+        try:
+            ch = c.channel()
+            ch.queue_delete(durable)
+            ch.queue_delete(transient)
+        finally:
+            c.close()
+
+
+def test_the_head_message_timestamp_is_the_heads():
+    q = uname("prom-head")
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(q)
+        ch.basic_publish("", q, b"first", pika.BasicProperties(timestamp=1700000000))
+        ch.basic_publish("", q, b"second", pika.BasicProperties(timestamp=1800000000))
+
+        def head(expected):
+            def check():
+                values = Scrape("/metrics/per-object").values(
+                    "rabbitmq_queue_head_message_timestamp", vhost="/", queue=q)
+                assert values == expected, values
+            return check
+        wait_until(head([1700000000]))
+        ch.basic_get(q, auto_ack=True)
+        wait_until(head([1800000000]))
+        ch.basic_get(q, auto_ack=True)
+        wait_until(head([]))
+    finally:
+        try:
+            c.channel().queue_delete(q)
+        finally:
+            c.close()
 
 
 def counters():

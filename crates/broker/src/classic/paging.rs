@@ -133,6 +133,7 @@ impl ClassicQueue {
             store_ref.id,
             store_ref.location.position(),
             m.message.size_bytes(),
+            m.message.persistent,
         );
         Placed::OnDisk
     }

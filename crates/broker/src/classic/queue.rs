@@ -41,13 +41,52 @@ use warren_store::{
 /// (the paged tail). `x-queue-mode=lazy` makes it 0.
 pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 
+/// A message's `timestamp` property (seconds), read from its encoded properties.
+fn timestamp_s(m: &Message) -> Option<u64> {
+    warren_codec::BasicProperties::decode(&mut warren_codec::Reader::new(m.properties_raw.clone()))
+        .ok()
+        .and_then(|p| p.timestamp)
+}
+
+/// The messages handed to consumers and not yet settled (they are held by the consumers'
+/// channels, not here): how many, their bytes, and the persistent ones among them.
+#[derive(Debug, Default)]
+struct UnackedTally {
+    count: usize,
+    bytes: usize,
+    persistent: usize,
+    persistent_bytes: usize,
+}
+
+impl UnackedTally {
+    fn add(&mut self, m: &Message) {
+        self.count += 1;
+        self.bytes += m.size_bytes();
+        if m.persistent {
+            self.persistent += 1;
+            self.persistent_bytes += m.size_bytes();
+        }
+    }
+
+    /// Saturating: a settle may name a message handed out before a purge or restart reset
+    /// the tally.
+    fn sub(&mut self, m: &Message) {
+        self.count = self.count.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(m.size_bytes());
+        if m.persistent {
+            self.persistent = self.persistent.saturating_sub(1);
+            self.persistent_bytes = self.persistent_bytes.saturating_sub(m.size_bytes());
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct ClassicState {
     /// The oldest ready messages, in memory.
     pub(super) ready: ReadyList,
     /// The ready messages behind them, on disk only (always empty without a store).
     pub(super) tail: PagedTail,
-    unacked: usize,
+    unacked: UnackedTally,
     consumers: ConsumerSet,
     pub(super) next_message_id: u64,
     had_consumer: bool,
@@ -70,6 +109,9 @@ pub struct ClassicQueue {
     /// Whether ready messages may go to the paged tail: not without a store, and not for
     /// priority queues (their order is not one log's). See `memory_budget_bytes`.
     pub(super) pageable: bool,
+    /// Its record has a place in the store: persistent messages are kept there (what
+    /// `messages_persistent` counts).
+    durable_in_store: bool,
     pub(super) state: Mutex<ClassicState>,
 }
 
@@ -91,10 +133,11 @@ impl ClassicQueue {
             memory,
             spill,
             pageable,
+            durable_in_store,
             state: Mutex::new(ClassicState {
                 ready: ReadyList::new(limits.max_priority.unwrap_or(0)),
                 tail: PagedTail::default(),
-                unacked: 0,
+                unacked: UnackedTally::default(),
                 consumers: ConsumerSet::new(limits.single_active_consumer),
                 next_message_id: 0,
                 had_consumer: false,
@@ -311,7 +354,7 @@ impl ClassicQueue {
             consumer.take_credit(cost);
             let no_ack = consumer.no_ack;
             if !no_ack {
-                st.unacked += 1;
+                st.unacked.add(&queued.message);
             } else {
                 // Delivered without ack: gone for the queue. (Should the connection turn out
                 // dead, the message comes back without its store id.)
@@ -329,7 +372,7 @@ impl ClassicQueue {
                     // The connection is gone: drop its consumer, try the next one.
                     d.consumer.return_credit(cost);
                     if !no_ack {
-                        st.unacked -= 1;
+                        st.unacked.sub(&d.message.message);
                     }
                     st.consumers.remove_where(|c| std::ptr::eq(c, &*d.consumer));
                     offered = Some(d.message);
@@ -512,9 +555,9 @@ impl QueueType for ClassicQueue {
             self.forget(queue, m);
         }
         self.with_state(queue, |st, dead| {
-            st.unacked = st
-                .unacked
-                .saturating_sub(acked.len() + requeued.len() + rejected.len());
+            for m in acked.iter().chain(&requeued).chain(&rejected) {
+                st.unacked.sub(&m.message);
+            }
             if queue.is_deleted() {
                 return;
             }
@@ -612,7 +655,7 @@ impl QueueType for ClassicQueue {
             super::shrink::shrink_later(queue, st);
             self.memory.sub(m.message.memory_bytes());
             if !no_ack {
-                st.unacked += 1;
+                st.unacked.add(&m.message);
             } else {
                 self.forget(queue, &m);
             }
@@ -668,7 +711,7 @@ impl QueueType for ClassicQueue {
     }
 
     fn unacked_count(&self) -> u32 {
-        self.state.lock().unacked as u32
+        self.state.lock().unacked.count as u32
     }
 
     fn depth(&self) -> QueueDepth {
@@ -677,6 +720,17 @@ impl QueueType for ClassicQueue {
         let ready_in_memory_bytes = st.ready.bytes() as u64;
         let paged_out = st.tail.len();
         let paged_out_bytes = st.tail.bytes();
+        let (persistent, persistent_bytes) = match self.durable_in_store {
+            true => {
+                let (ready, ready_bytes) = st.ready.persistent();
+                let (paged, paged_bytes) = st.tail.persistent();
+                (
+                    (ready + st.unacked.persistent) as u64 + paged,
+                    (ready_bytes + st.unacked.persistent_bytes) as u64 + paged_bytes,
+                )
+            }
+            false => (0, 0),
+        };
         QueueDepth {
             ready: ready_in_memory + paged_out,
             ready_bytes: ready_in_memory_bytes + paged_out_bytes,
@@ -684,7 +738,11 @@ impl QueueType for ClassicQueue {
             ready_in_memory_bytes,
             paged_out,
             paged_out_bytes,
-            unacked: st.unacked as u64,
+            unacked: st.unacked.count as u64,
+            unacked_bytes: st.unacked.bytes as u64,
+            persistent,
+            persistent_bytes,
+            head_timestamp_s: st.ready.front().and_then(|m| timestamp_s(&m.message)),
             consumers: st.consumers.len() as u64,
         }
     }

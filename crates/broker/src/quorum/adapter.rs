@@ -126,6 +126,8 @@ impl QueueType for QuorumQueue {
     fn depth(&self) -> QueueDepth {
         let ready = u64::from(QuorumQueue::message_count(self));
         let ready_bytes = self.ready_bytes();
+        let unacked = QuorumQueue::unacked_count(self);
+        let unacked_bytes = self.unacked_bytes();
         QueueDepth {
             ready,
             ready_bytes,
@@ -133,7 +135,12 @@ impl QueueType for QuorumQueue {
             ready_in_memory_bytes: ready_bytes,
             paged_out: 0,
             paged_out_bytes: 0,
-            unacked: u64::from(QuorumQueue::unacked_count(self)),
+            unacked: u64::from(unacked),
+            unacked_bytes,
+            // Every message of a quorum queue is in its log.
+            persistent: ready + u64::from(unacked),
+            persistent_bytes: ready_bytes + unacked_bytes,
+            head_timestamp_s: None,
             consumers: u64::from(QuorumQueue::consumer_count(self)),
         }
     }

@@ -908,6 +908,13 @@ impl QuorumQueue {
         })
     }
 
+    /// Body bytes of the messages checked out to consumers (as framed in the log).
+    pub fn unacked_bytes(&self) -> u64 {
+        self.group
+            .get()
+            .map_or(0, |g| g.with_queue(|q| q.checked_out_bytes()))
+    }
+
     /// Body bytes of the ready messages (as framed in the log).
     pub fn ready_bytes(&self) -> u64 {
         self.group

@@ -82,6 +82,30 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
         "single_active_consumer_tag": null,
         "message_stats": message_stats(&q.stats.snapshot(), rates.as_deref(), QUEUE_STATS),
     });
+    if q.served_here() {
+        // RabbitMQ's byte and memory counts (what `rabbitmqctl list_queues message_bytes`
+        // and the console's queue page show), from the serving node's queue.
+        let d = q.depth();
+        for (key, value) in [
+            ("message_bytes", d.ready_bytes + d.unacked_bytes),
+            ("message_bytes_ready", d.ready_bytes),
+            ("message_bytes_unacknowledged", d.unacked_bytes),
+            (
+                "message_bytes_ram",
+                d.ready_in_memory_bytes + d.unacked_bytes,
+            ),
+            ("message_bytes_persistent", d.persistent_bytes),
+            ("messages_persistent", d.persistent),
+            ("messages_ram", d.ready_in_memory + d.unacked),
+            ("messages_ready_ram", d.ready_in_memory),
+            ("messages_unacknowledged_ram", d.unacked),
+            ("messages_paged_out", d.paged_out),
+            ("message_bytes_paged_out", d.paged_out_bytes),
+        ] {
+            shown[key] = json!(value);
+        }
+        shown["head_message_timestamp"] = json!(d.head_timestamp_s);
+    }
     if let Some(Replicas {
         members, leader, ..
     }) = q.replicas()
