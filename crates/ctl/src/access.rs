@@ -244,7 +244,8 @@ fn user_and_vhost_exist(ctx: &Context, user: &str) -> Result<(), CtlError> {
     if !ctx.api.exists(&user_path(user))? {
         return Err(CtlError::no_such_user(user));
     }
-    require_vhost(ctx, &ctx.vhost)
+    // rabbitmqctl's 69 here, not the 65 of a missing vhost elsewhere.
+    require_vhost(ctx, &ctx.vhost).map_err(|_| CtlError::vhost_unavailable(&ctx.vhost))
 }
 
 #[cfg(test)]

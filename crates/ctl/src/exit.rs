@@ -50,6 +50,24 @@ impl CtlError {
     pub fn no_such_user(user: &str) -> Self {
         Self::new(ExitCode::NoUser, format!("User \"{user}\" does not exist"))
     }
+
+    /// Where rabbitmqctl (3.10.8, checked side by side) reports a missing vhost as
+    /// unavailable (69) rather than as bad data: setting or clearing permissions in it.
+    pub fn vhost_unavailable(vhost: &str) -> Self {
+        Self::new(
+            ExitCode::Unavailable,
+            format!("Virtual host {vhost} does not exist"),
+        )
+    }
+
+    /// Where rabbitmqctl reports a missing user as unavailable (69): the user limit
+    /// commands.
+    pub fn user_unavailable(user: &str) -> Self {
+        Self::new(
+            ExitCode::Unavailable,
+            format!("User \"{user}\" does not exist"),
+        )
+    }
 }
 
 impl fmt::Display for CtlError {

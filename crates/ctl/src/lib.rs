@@ -179,8 +179,13 @@ fn list(ctx: &Context, listing: &Listing, args: &[String]) -> Result<(), CtlErro
     let items = match ctx.api.get(&listing.path(&ctx.vhost)) {
         Ok(items) => items,
         Err(e) if listing.per_vhost && e.status() == Some(404) => {
-            require_vhost(ctx, &ctx.vhost)?;
-            return Err(e.into());
+            match require_vhost(ctx, &ctx.vhost) {
+                Err(_) if listing.missing_vhost_lists_nothing => {
+                    serde_json::Value::Array(Vec::new())
+                }
+                Err(missing) => return Err(missing),
+                Ok(()) => return Err(e.into()),
+            }
         }
         Err(e) => return Err(e.into()),
     };

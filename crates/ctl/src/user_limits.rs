@@ -18,13 +18,13 @@ pub fn set_user_limits(ctx: &Context, user: &str, definition: &str) -> Result<()
     ));
     let limits: Value = serde_json::from_str(definition).map_err(|e| {
         CtlError::new(
-            ExitCode::DataErr,
+            ExitCode::Unavailable,
             format!("Could not parse JSON document: {e}"),
         )
     })?;
     let Value::Object(limits) = limits else {
         return Err(CtlError::new(
-            ExitCode::DataErr,
+            ExitCode::Unavailable,
             format!("user limits must be a JSON object, found {definition}"),
         ));
     };
@@ -33,8 +33,14 @@ pub fn set_user_limits(ctx: &Context, user: &str, definition: &str) -> Result<()
             .api
             .put(&limit_path(user, &name), &json!({ "value": value }))
         {
-            // A refused limit (an unknown name, a value not an integer) is a 400: 65.
-            Err(e) if e.status() == Some(404) => return Err(CtlError::no_such_user(user)),
+            Err(e) if e.status() == Some(404) => return Err(CtlError::user_unavailable(user)),
+            // A refused limit (an unknown name, a value not an integer): 69 from rabbitmqctl.
+            Err(e) if e.status() == Some(400) => {
+                return Err(CtlError::new(
+                    ExitCode::Unavailable,
+                    CtlError::from(e).message,
+                ))
+            }
             other => other?,
         }
     }
@@ -48,7 +54,7 @@ pub fn clear_user_limits(ctx: &Context, user: &str, limit: &str) -> Result<(), C
         _ => format!("Clearing \"{limit}\" limit for user \"{user}\" ..."),
     });
     delete_or(ctx, &limit_path(user, limit), &[], || {
-        CtlError::no_such_user(user)
+        CtlError::user_unavailable(user)
     })
 }
 
@@ -77,7 +83,7 @@ pub fn list_user_limits(ctx: &Context, user: Option<&str>, global: bool) -> Resu
         .banner(&format!("Listing limits for user \"{user}\" ..."));
     let found = match ctx.api.get(&format!("/api/users/{}", segment(user))) {
         Ok(found) => found,
-        Err(e) if e.status() == Some(404) => return Err(CtlError::no_such_user(user)),
+        Err(e) if e.status() == Some(404) => return Err(CtlError::user_unavailable(user)),
         Err(e) => return Err(e.into()),
     };
     let limits = match &found["limits"] {
