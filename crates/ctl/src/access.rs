@@ -1,6 +1,7 @@
 //! Users, virtual hosts and permissions: add_user, delete_user, change_password,
 //! set_user_tags, add_vhost, delete_vhost, set_permissions, clear_permissions,
-//! set_topic_permissions, clear_topic_permissions.
+//! set_topic_permissions, clear_topic_permissions, list_user_permissions,
+//! authenticate_user.
 //!
 //! The API's PUTs create or replace; where rabbitmqctl refuses (adding a user that exists)
 //! or keeps something (a user's tags when the password changes), the command reads first.
@@ -237,6 +238,59 @@ pub fn clear_topic_permissions(
         Err(e) if e.status() == Some(404) => user_and_vhost_exist(ctx, user),
         other => Ok(other?),
     }
+}
+
+/// rabbitmqctl list_user_permissions: the user's permissions in every vhost.
+pub fn list_user_permissions(ctx: &Context, user: &str) -> Result<(), CtlError> {
+    ctx.style
+        .banner(&format!("Listing permissions for user \"{user}\" ..."));
+    let found = match ctx.api.get(&format!("{}/permissions", user_path(user))) {
+        Ok(found) => found,
+        // rabbitmqctl 3.10.8: 69 for a user that does not exist here.
+        Err(e) if e.status() == Some(404) => return Err(CtlError::user_unavailable(user)),
+        Err(e) => return Err(e.into()),
+    };
+    let rows: Vec<Vec<Value>> = found
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            ["vhost", "configure", "write", "read"]
+                .iter()
+                .map(|k| p[*k].clone())
+                .collect()
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::output::render(&ctx.style, &["vhost", "configure", "write", "read"], &rows)
+    );
+    Ok(())
+}
+
+/// rabbitmqctl authenticate_user: whether the broker accepts these credentials (asked of
+/// the API as that user; a user without management tags is refused the API, not the login).
+pub fn authenticate_user(ctx: &Context, user: &str, password: &str) -> Result<(), CtlError> {
+    ctx.style
+        .banner(&format!("Authenticating user \"{user}\" ..."));
+    match ctx.api.as_user(user, password).get("/api/whoami") {
+        Ok(_) => {}
+        Err(crate::api::ApiError::Status {
+            status: 401,
+            reason,
+        }) if reason.contains("Not management user") => {}
+        Err(crate::api::ApiError::Status { status: 401, .. }) => {
+            return Err(CtlError::new(
+                ExitCode::DataErr,
+                format!("failed to authenticate user \"{user}\""),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if !ctx.style.quiet {
+        println!("Success");
+    }
+    Ok(())
 }
 
 /// rabbitmqctl's "does not exist" error for whichever of the user and the vhost is missing.

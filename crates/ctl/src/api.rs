@@ -99,6 +99,18 @@ impl Api {
         })
     }
 
+    /// The same broker as another user (authenticate_user checks those credentials).
+    pub fn as_user(&self, username: &str, password: &str) -> Api {
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+        Api {
+            agent: self.agent.clone(),
+            base_url: self.base_url.clone(),
+            authorization: format!("Basic {credentials}"),
+            username: username.to_owned(),
+        }
+    }
+
     pub fn get(&self, path: &str) -> Result<Value, ApiError> {
         let body = self.get_text(path)?;
         serde_json::from_str(&body).map_err(|e| self.bad_response(path, e))

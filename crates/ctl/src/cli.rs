@@ -173,6 +173,47 @@ pub enum CtlCommand {
         #[arg(long)]
         global: bool,
     },
+    /// Sets a vhost's limits from a JSON document: max-connections, max-queues (a negative
+    /// value is no limit).
+    SetVhostLimits {
+        #[arg(value_name = "DEFINITION")]
+        definition: String,
+    },
+    /// Clears every limit of a vhost.
+    ClearVhostLimits,
+    /// Shows a vhost's limits, or with --global every vhost's.
+    ListVhostLimits {
+        #[arg(long)]
+        global: bool,
+    },
+    /// Lists a user's permissions in every vhost.
+    ListUserPermissions {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+    },
+    /// Checks a user's credentials against the broker.
+    AuthenticateUser {
+        #[arg(value_name = "USERNAME")]
+        user: String,
+        #[arg(value_name = "PASSWORD")]
+        password: String,
+    },
+    /// Sets a runtime parameter of a component in a vhost (VALUE is JSON).
+    SetParameter {
+        component: String,
+        name: String,
+        value: String,
+    },
+    /// Clears a runtime parameter.
+    ClearParameter { component: String, name: String },
+    /// Lists a vhost's runtime parameters.
+    ListParameters,
+    /// Sets a global runtime parameter (VALUE is JSON).
+    SetGlobalParameter { name: String, value: String },
+    /// Clears a global runtime parameter.
+    ClearGlobalParameter { name: String },
+    /// Lists the global runtime parameters.
+    ListGlobalParameters,
     /// Creates a virtual host.
     AddVhost {
         #[arg(value_name = "VHOST")]

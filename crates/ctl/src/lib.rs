@@ -13,6 +13,7 @@ mod columns;
 mod exit;
 mod operations;
 mod output;
+mod parameters;
 mod quorum_status;
 mod status;
 mod user_limits;
@@ -124,6 +125,31 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
         CtlCommand::ListUserLimits { user, global } => {
             user_limits::list_user_limits(&ctx, user.as_deref(), global)
         }
+        CtlCommand::SetVhostLimits { definition } => {
+            parameters::set_vhost_limits(&ctx, &definition)
+        }
+        CtlCommand::ClearVhostLimits => parameters::clear_vhost_limits(&ctx),
+        CtlCommand::ListVhostLimits { global } => parameters::list_vhost_limits(&ctx, global),
+        CtlCommand::ListUserPermissions { user } => access::list_user_permissions(&ctx, &user),
+        CtlCommand::AuthenticateUser { user, password } => {
+            access::authenticate_user(&ctx, &user, &password)
+        }
+        CtlCommand::SetParameter {
+            component,
+            name,
+            value,
+        } => parameters::set_parameter(&ctx, &component, &name, &value),
+        CtlCommand::ClearParameter { component, name } => {
+            parameters::clear_parameter(&ctx, &component, &name)
+        }
+        CtlCommand::ListParameters => parameters::list_parameters(&ctx),
+        CtlCommand::SetGlobalParameter { name, value } => {
+            parameters::set_global_parameter(&ctx, &name, &value)
+        }
+        CtlCommand::ClearGlobalParameter { name } => {
+            parameters::clear_global_parameter(&ctx, &name)
+        }
+        CtlCommand::ListGlobalParameters => parameters::list_global_parameters(&ctx),
         CtlCommand::AddVhost {
             name,
             description,

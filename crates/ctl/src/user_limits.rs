@@ -58,25 +58,32 @@ pub fn clear_user_limits(ctx: &Context, user: &str, limit: &str) -> Result<(), C
     })
 }
 
+/// Every object with limits (`owner`: "user" or "vhost") from the API's list at `path`, a
+/// row each: the owner and its limits as JSON.
+pub(crate) fn print_limits_table(ctx: &Context, path: &str, owner: &str) -> Result<(), CtlError> {
+    let rows: Vec<Vec<Value>> = ctx
+        .api
+        .get(path)?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| {
+            vec![
+                item[owner].clone(),
+                Value::String(item["value"].to_string()),
+            ]
+        })
+        .collect();
+    print!("{}", output::render(&ctx.style, &[owner, "limits"], &rows));
+    Ok(())
+}
+
 /// One user's limits as a JSON object (rabbitmqctl's default user is guest), or with
 /// `global` a table of every user that has any.
 pub fn list_user_limits(ctx: &Context, user: Option<&str>, global: bool) -> Result<(), CtlError> {
     if global {
         ctx.style.banner("Listing limits for all users ...");
-        let items = ctx.api.get("/api/user-limits")?;
-        let rows: Vec<Vec<Value>> = items
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|item| {
-                vec![
-                    item["user"].clone(),
-                    Value::String(item["value"].to_string()),
-                ]
-            })
-            .collect();
-        print!("{}", output::render(&ctx.style, &["user", "limits"], &rows));
-        return Ok(());
+        return print_limits_table(ctx, "/api/user-limits", "user");
     }
     let user = user.unwrap_or("guest");
     ctx.style

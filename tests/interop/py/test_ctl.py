@@ -326,6 +326,50 @@ def test_set_list_and_clear_user_limits(vhost, user):
     assert ctl("list_user_limits", "--user", "nobody-" + user).returncode == EX_UNAVAILABLE
 
 
+def test_vhost_limits_parameters_user_permissions_and_authentication(vhost, user):
+    """rabbitmqctl's set/clear/list_vhost_limits, list_user_permissions, authenticate_user
+    and the runtime parameter commands, each checked by what it changes (a connection over
+    the vhost's limit refused) and its exit codes as rabbitmqctl 3.10.8's."""
+    ok("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+    ok("set_vhost_limits", "-p", vhost, '{"max-connections": 1}')
+    assert json.loads(ok("list_vhost_limits", "-p", vhost, "-q")) == {"max-connections": 1}
+    [row] = [r for r in listing("list_vhost_limits", "--global") if r["vhost"] == vhost]
+    assert json.loads(row["limits"]) == {"max-connections": 1}
+    with connect(amqp_url(user, "pw-" + user, vhost)):
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            connect(amqp_url(user, "pw-" + user, vhost))
+    ok("clear_vhost_limits", "-p", vhost)
+    assert json.loads(ok("list_vhost_limits", "-p", vhost, "-q")) == {}
+    connect(amqp_url(user, "pw-" + user, vhost)).close()
+    assert ctl("set_vhost_limits", "-p", vhost, "{bad").returncode == EX_UNAVAILABLE
+    assert ctl("set_vhost_limits", "-p", uname("none"), '{"max-queues": 1}').returncode == \
+        EX_DATAERR
+    assert ctl("clear_vhost_limits", "-p", uname("none")).returncode == EX_UNAVAILABLE
+
+    rows = [r for r in listing("list_user_permissions", user) if r["vhost"] == vhost]
+    assert rows == [{"vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}]
+    assert ctl("list_user_permissions", uname("nobody")).returncode == EX_UNAVAILABLE
+
+    assert "Success" in ok("authenticate_user", user, "pw-" + user)
+    wrong = ctl("authenticate_user", user, "wrong")
+    assert wrong.returncode == EX_DATAERR and "failed to authenticate" in wrong.stderr
+
+    name = uname("gp")
+    ok("set_global_parameter", name, '{"a": 1}')
+    assert {"name": name, "value": '{"a":1}'} in listing("list_global_parameters")
+    ok("clear_global_parameter", name)
+    assert ctl("clear_global_parameter", name).returncode == EX_UNAVAILABLE
+    assert ctl("set_global_parameter", name, "{bad").returncode == EX_UNAVAILABLE
+    ok("set_parameter", "-p", vhost, "federation-upstream", "up", '{"uri": "amqp://x"}')
+    rows = listing("list_parameters", "-p", vhost)
+    assert rows == [{"component": "federation-upstream", "name": "up",
+                     "value": '{"uri":"amqp://x"}'}], rows
+    ok("clear_parameter", "-p", vhost, "federation-upstream", "up")
+    assert listing("list_parameters", "-p", vhost) == []
+    assert ctl("clear_parameter", "-p", vhost, "federation-upstream", "up").returncode == \
+        EX_UNAVAILABLE
+
+
 def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path):
     q = uname("dq")
     c = connect(amqp_url("guest", "guest", vhost))
