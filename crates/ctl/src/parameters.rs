@@ -73,24 +73,7 @@ pub fn clear_vhost_limits(ctx: &Context) -> Result<(), CtlError> {
 pub fn list_vhost_limits(ctx: &Context, global: bool) -> Result<(), CtlError> {
     if global {
         ctx.style.banner("Listing limits for all vhosts ...");
-        let rows: Vec<Vec<Value>> = ctx
-            .api
-            .get("/api/vhost-limits")?
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|item| {
-                vec![
-                    item["vhost"].clone(),
-                    Value::String(item["value"].to_string()),
-                ]
-            })
-            .collect();
-        print!(
-            "{}",
-            output::render(&ctx.style, &["vhost", "limits"], &rows)
-        );
-        return Ok(());
+        return crate::user_limits::print_limits_table(ctx, "/api/vhost-limits", "vhost");
     }
     let vhost = &ctx.vhost;
     ctx.style
