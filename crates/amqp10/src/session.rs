@@ -20,12 +20,13 @@
 mod deliver;
 mod dynamic;
 mod link_pair;
+mod pair;
 mod publish;
 
 pub use deliver::return_delivery;
 use deliver::{settle_all, Settle};
-pub use link_pair::LaterAnswer;
-use link_pair::{is_management, LinkPair, ReplyLink};
+pub use pair::LaterAnswer;
+use pair::{is_management, LinkPair, ReplyLink};
 use publish::check_destination;
 
 use crate::address::{self, TargetAddress};

@@ -5,44 +5,14 @@
 //! within that link's credit and the session window; answers wait on the link for credit.
 
 use super::deliver::{first_transfer, frames_for, max_payload, write_transfer};
+use super::pair::{LaterAnswer, LinkPair, ReplyLink};
 use super::{Env, Fail, IncomingLink, Link, Session, INCOMING_LINK_CREDIT};
 use crate::address::TargetAddress;
 use crate::codec::{self, *};
-use crate::management::{self, Answer, LaterResponse, Response};
+use crate::management::{self, Answer, Response};
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::MessageId;
 use std::collections::VecDeque;
-
-/// The client's two links of one pair, by handle, under the name they share.
-pub(super) struct LinkPair {
-    name: String,
-    incoming: Option<u32>,
-    outgoing: Option<u32>,
-}
-
-/// The receiving half: answers waiting for credit.
-pub(super) struct ReplyLink {
-    delivery_count: u32,
-    credit: u32,
-    drain: bool,
-    pending: VecDeque<Bytes>,
-    next_tag: u64,
-}
-
-/// A request whose answer waits for a definitions change: the connection awaits `response`
-/// before it reads the client's next frame, then hands it to `Session::answer`.
-pub struct LaterAnswer {
-    pub channel: u16,
-    /// The request's link (its pair's sender).
-    pub handle: u32,
-    pub correlation_id: Option<MessageId>,
-    pub response: LaterResponse,
-}
-
-/// Whether an attach is for the management node: `address` is its terminus address.
-pub(super) fn is_management(address: Option<&str>) -> bool {
-    address == Some(management::NODE_ADDRESS)
-}
 
 /// RabbitMQ 4 requires the `paired` link property set to true on both halves.
 fn is_paired(a: &Attach) -> bool {
