@@ -3,8 +3,10 @@
 # integration tests, resource tests, then a real broker process driven by real clients (pika,
 # amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client) and by `warren perf`; beside those
 # (they mostly wait) a short fuzz run of every decoder, the pika tests that start brokers of
-# their own, and the kill -9 crash runs. Installs what it needs (Python venv, Go modules,
-# PerfTest and amqp-client from Maven Central). Usage: ./test.sh
+# their own, and the kill -9 crash runs; last the Debian package (packaging/test_package.sh:
+# built from the release binary, installed, run as its systemd unit would run it, purged).
+# Installs what it needs (Python venv, Go modules, PerfTest and amqp-client from Maven
+# Central). Usage: ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
@@ -224,6 +226,9 @@ finish_job kill9 || status=1
 phase "the web console in headless Chromium (tests/console)"
 WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port/" WARREN_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/" \
   tests/console/run.sh || status=1
+
+phase "the Debian package (packaging/test_package.sh: README and man pages against --help; built, installed, started as its unit's ExecStart, stopped, purged)"
+packaging/test_package.sh "$warren" || status=1
 
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1

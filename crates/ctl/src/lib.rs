@@ -26,6 +26,12 @@ use exit::CtlError;
 use output::Style;
 use std::time::Duration;
 
+/// `warren ctl`'s command line as clap defines it, named `ctl` (for its man page and shell
+/// completions: crates/cli-docs).
+pub fn command() -> clap::Command {
+    <CtlCli as clap::CommandFactory>::command().name("ctl")
+}
+
 /// Runs `warren ctl ARGS` and returns the process's exit code.
 pub fn main_with_args(args: Vec<String>) -> i32 {
     let cli = match CtlCli::try_parse_from(std::iter::once("warren ctl".to_owned()).chain(args)) {

@@ -24,6 +24,16 @@ pub mod stats;
 pub use flags::PerfArgs;
 pub use output::{IntervalRecord, RunResult};
 
+/// `warren perf`'s command line as clap defines it, named `perf`, with `scenario` under it
+/// (for its man pages and shell completions: crates/cli-docs). PerfTest's multi-letter short
+/// options (`-qa`) are rewritten to these long ones before parsing, so only those show.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    PerfArgs::command()
+        .name("perf")
+        .subcommand(scenario::ScenarioArgs::command().name("scenario"))
+}
+
 /// Runs `warren perf ARGS` on a fresh multi-threaded tokio runtime. `args` excludes the
 /// program name and the word `perf`.
 pub fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {

@@ -29,7 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the broker. (Boxed: its flags make this variant far larger than the others.)
+    /// Run the broker.
+    // Boxed: its flags make this variant far larger than the others.
     Server(Box<ServerArgs>),
     /// Load-test any AMQP broker with PerfTest's flags, or run a seed scenario
     /// (`warren perf scenario --help`).
@@ -45,6 +46,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Write the man pages (`warren.1`, `warren-server.1`, …) into DIR (packaging:
+    /// crates/cli-docs).
+    #[command(hide = true)]
+    GenerateManpage { dir: PathBuf },
+    /// Print the completion script of SHELL (bash, zsh, fish, …) (packaging).
+    #[command(hide = true)]
+    GenerateCompletions { shell: warren_cli_docs::Shell },
 }
 
 #[derive(Args)]
@@ -81,7 +89,8 @@ struct ServerArgs {
     /// Largest message body accepted, in bytes.
     #[arg(long, env = "WARREN_MAX_MESSAGE_SIZE_BYTES", default_value_t = 128 * 1024 * 1024)]
     max_message_size_bytes: u64,
-    /// Queued bytes above which publishers are blocked (default: 40% of RAM, as RabbitMQ).
+    /// Memory use (the process's RSS, or bytes held in queues) above which publishing
+    /// connections are blocked (default: 40% of RAM, as RabbitMQ's vm_memory_high_watermark).
     #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
     memory_high_watermark_bytes: Option<usize>,
     /// `always`: a publisher confirm for a persistent message means it was fsync'd (group
@@ -434,6 +443,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
+        notify_systemd(&[sd_notify::NotifyState::Stopping]);
         let _ = stop_tx.send(true);
     });
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -500,6 +510,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let management = start_management(&args, &config, &broker, management_listeners, listening);
     let prometheus = start_prometheus(&broker, prometheus_listeners);
+    // Recovered, definitions loaded, every listener bound (connections queue in the kernel
+    // until served): a Type=notify unit (packaging/debian/warren.service) is started now.
+    let status = format!("listening for AMQP on {addr}");
+    notify_systemd(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&status),
+    ]);
     warren_server::run_shared(listener, broker.clone(), config, stopped(stop_rx)).await;
     if let Some(amqps) = amqps {
         let _ = amqps.await;
@@ -527,6 +544,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "Warren stopped"
     );
     Ok(())
+}
+
+/// Tells systemd the broker's state when it runs as a Type=notify service (`NOTIFY_SOCKET` is
+/// set); otherwise does nothing.
+fn notify_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "could not notify systemd");
+    }
 }
 
 /// What a client is told when the broker stops (RabbitMQ's words for an application stop).
@@ -703,6 +728,16 @@ fn main() -> anyhow::Result<()> {
         // rabbitmqctl's exit codes (64 usage, 69 unavailable…) are part of its interface.
         std::process::exit(warren_ctl::main_with_args(args));
     }
+    if let Command::GenerateManpage { dir } = &cli.command {
+        let pages = warren_cli_docs::write_man_pages(&Cli::command(), dir)
+            .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+        eprintln!("{} man pages written into {}", pages.len(), dir.display());
+        return Ok(());
+    }
+    if let Command::GenerateCompletions { shell } = cli.command {
+        warren_cli_docs::write_completions(&Cli::command(), shell, &mut std::io::stdout());
+        return Ok(());
+    }
     // Colours only on a terminal: log files and CI logs stay plain text.
     tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -718,6 +753,30 @@ fn main() -> anyhow::Result<()> {
             allocator::spawn_idle_trimmer();
             runtime.block_on(server(*args))
         }
-        Command::Perf { .. } | Command::Ctl { .. } => unreachable!("handled above"),
+        Command::Perf { .. }
+        | Command::Ctl { .. }
+        | Command::GenerateManpage { .. }
+        | Command::GenerateCompletions { .. } => unreachable!("handled above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The man pages and completions are made from this command line (crates/cli-docs):
+    /// every visible subcommand, the hidden ones left out, the version the binary reports.
+    #[test]
+    fn documented_command_line_is_the_binarys() {
+        let cli = Cli::command();
+        let tree = warren_cli_docs::documented(&cli);
+        tree.clone().debug_assert();
+        assert_eq!(tree.get_version(), cli.get_version());
+        let names: Vec<&str> = tree.get_subcommands().map(|s| s.get_name()).collect();
+        assert_eq!(names, ["server", "perf", "ctl"]);
+        let server = tree.find_subcommand("server").unwrap();
+        assert!(server
+            .get_arguments()
+            .any(|a| a.get_long() == Some("config")));
     }
 }
