@@ -278,19 +278,26 @@ fn count_body(message_count: u64) -> Value {
 
 /// Where the queue runs, as RabbitMQ 4 lists it: the leader (a classic queue's node) and
 /// every replica.
-fn topology(q: &Queue, names: &NodeNames, own: &str) -> (Option<String>, Vec<String>) {
+fn topology(q: &Queue, names: &NodeNames, own: &str) -> (String, Vec<String>) {
     match q.replicas() {
         // While the group elects, the member it started with (the declaring node, listed
-        // first): RabbitMQ's record keeps a leader at all times, and its clients read one.
-        Some(r) => (
-            r.leader
-                .or(r.members.first().copied())
-                .map(|id| names.name(id)),
-            r.members.iter().map(|id| names.name(*id)).collect(),
-        ),
+        // first); a single node's group, whose members are not recorded, is this node's.
+        // RabbitMQ's record keeps a leader at all times, and its clients read one (the
+        // Python client fails on a queue info without `leader`).
+        Some(r) => {
+            let mut members: Vec<String> = r.members.iter().map(|id| names.name(*id)).collect();
+            if members.is_empty() {
+                members.push(own.to_owned());
+            }
+            let leader = match r.leader {
+                Some(id) => names.name(id),
+                None => members[0].clone(),
+            };
+            (leader, members)
+        }
         None => {
             let node = q.home_node().unwrap_or(own).to_owned();
-            (Some(node.clone()), vec![node])
+            (node.clone(), vec![node])
         }
     }
 }
@@ -315,9 +322,7 @@ fn queue_value(q: &Queue, vhost: &str, messages: u64, consumers: u32, nodes: &No
             )),
         ),
     ];
-    if let Some(leader) = leader {
-        entries.push(("leader", Value::String(leader)));
-    }
+    entries.push(("leader", Value::String(leader)));
     map(entries)
 }
 
