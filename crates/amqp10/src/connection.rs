@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use warren_broker::admission::{Admission, ConnectionRefusal};
 use warren_broker::alarm::AlarmSet;
 use warren_broker::auth_attempts::AuthProtocol;
-use warren_broker::registry::{ConnectionFacts, ConnectionInfo};
+use warren_broker::registry::{connection_name, ConnectionFacts, ConnectionInfo};
 use warren_broker::server_properties::amqp10_server_properties;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
@@ -433,7 +433,13 @@ where
     /// conditions and RabbitMQ 4's texts.
     fn open_vhost(&self, name: &str) -> Result<Admission, Error> {
         self.broker
-            .admit_connection(name, &self.user, self.id, self.events_tx.clone())
+            .admit_connection(
+                name,
+                &self.user,
+                self.id,
+                connection_name(self.peer, self.local),
+                self.events_tx.clone(),
+            )
             .map_err(|refusal| match refusal {
                 ConnectionRefusal::NoSuchVhost(vhost) => codec::error(
                     AmqpError::UnauthorizedAccess,

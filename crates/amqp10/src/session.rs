@@ -40,7 +40,7 @@ use warren_broker::confirm::Confirm;
 use warren_broker::consumer::ChannelFlow;
 use warren_broker::queue::QueueHandle;
 use warren_broker::queue::QueuedMessage;
-use warren_broker::vhost::PublishScratch;
+use warren_broker::vhost::{PublishScratch, TraceOrigin};
 use warren_broker::EventSender;
 use warren_broker::{Broker, ConnectionEvent, ConnectionId, Consumer, Delivery, VHost};
 use warren_codec::ShortStr;
@@ -74,6 +74,17 @@ pub struct Env<'a> {
     /// A management request whose answer waits for a change (`link_pair.rs`): the
     /// connection reads nothing more until it is answered.
     pub later: &'a mut Option<Box<LaterAnswer>>,
+}
+
+impl<'a> Env<'a> {
+    /// Who publishes or consumes on the session at `channel`, for the firehose's copies.
+    pub fn trace_origin(&self, channel: u16) -> TraceOrigin<'a> {
+        TraceOrigin {
+            connection: self.connection,
+            channel,
+            user: self.user,
+        }
+    }
 }
 
 /// How a handler failed: the link, the session or the whole connection ends with the error.

@@ -43,19 +43,21 @@ pub struct Admission {
 
 impl Broker {
     /// connection.open: the vhost exists and its connection limit is not reached, the user's
-    /// connection limit is not reached, the user has access to the vhost.
+    /// connection limit is not reached, the user has access to the vhost. `name`: RabbitMQ's
+    /// name of the connection (`registry::connection_name`).
     pub fn admit_connection(
         &self,
         vhost: &str,
         user: &str,
         connection: ConnectionId,
+        name: String,
         events: EventSender<ConnectionEvent>,
     ) -> Result<Admission, ConnectionRefusal> {
         let Some(found) = self.vhost(vhost) else {
             return Err(ConnectionRefusal::NoSuchVhost(vhost.to_owned()));
         };
         found
-            .open_connection(connection, user, events)
+            .open_connection(connection, user, name, events)
             .map_err(|e| ConnectionRefusal::LimitReached(e.text.to_string()))?;
         let limits = self.access.user(user).map(|u| u.limits).unwrap_or_default();
         let slot = match self

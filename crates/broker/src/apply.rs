@@ -72,6 +72,11 @@ impl Broker {
                 });
                 Ok(Outcome::Done)
             }
+            VhostSetTracing { name, tracing } => {
+                self.live_vhost(&name)?
+                    .set_tracing(tracing, self.node_name());
+                Ok(Outcome::Done)
+            }
             VhostDelete { name } => Ok(Outcome::Removed {
                 existed: self.delete_vhost(&name),
             }),

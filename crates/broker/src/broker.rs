@@ -279,6 +279,7 @@ impl Broker {
                 name: v.name.clone(),
                 metadata: v.metadata(),
                 limits: v.limits(),
+                tracing: v.tracing(),
                 definitions: self.with_homes(v.durable_definitions()),
             })
             .collect();
@@ -382,6 +383,8 @@ impl Broker {
             };
             vhost.set_limits(v.limits);
             vhost.set_metadata(v.metadata);
+            // `v.tracing` is left: the firehose is off at boot, as RabbitMQ's is (a cluster
+            // node gets the cluster's flag from the metadata group after this).
             vhost.restore_definitions(v.definitions, self.node_name());
         }
         self.parameters
@@ -723,7 +726,7 @@ mod tests {
             .set_permission("v1", "guest", crate::access::Permission::full())
             .unwrap();
         let (tx, mut rx) = crate::event_channel::event_channel();
-        v.open_connection(7, "guest", tx).unwrap();
+        v.open_connection(7, "guest", String::new(), tx).unwrap();
         assert!(broker.delete_vhost("v1"));
         assert!(!broker.delete_vhost("v1"));
         assert!(broker.vhost("v1").is_none());
@@ -737,7 +740,10 @@ mod tests {
             other => panic!("expected a close, got {other:?}"),
         }
         let (tx, _rx) = crate::event_channel::event_channel();
-        assert!(v.open_connection(8, "guest", tx).is_err(), "deleted vhost");
+        assert!(
+            v.open_connection(8, "guest", String::new(), tx).is_err(),
+            "deleted vhost"
+        );
     }
 
     #[test]
@@ -789,14 +795,17 @@ mod tests {
             max_queues: None,
         });
         let (tx, _rx) = crate::event_channel::event_channel();
-        v.open_connection(1, "u", tx.clone()).unwrap();
-        let refused = v.open_connection(2, "u", tx.clone()).unwrap_err();
+        v.open_connection(1, "u", String::new(), tx.clone())
+            .unwrap();
+        let refused = v
+            .open_connection(2, "u", String::new(), tx.clone())
+            .unwrap_err();
         assert_eq!(refused.code, ReplyCode::NotAllowed);
         assert_eq!(
             refused.text,
             "access to vhost 'v1' refused for user 'u': connection limit (1) is reached"
         );
         v.close_connection(1);
-        v.open_connection(2, "u", tx).unwrap();
+        v.open_connection(2, "u", String::new(), tx).unwrap();
     }
 }

@@ -67,6 +67,14 @@ pub enum DefinitionOp {
         max_connections: Option<u32>,
         max_queues: Option<u32>,
     },
+    /// Turns the vhost's firehose on or off (`rabbitmqctl trace_on`/`trace_off`, the HTTP
+    /// API's `tracing`). RabbitMQ's flag is per node; as an op every node of a cluster
+    /// applies, it is the cluster's. (Added after version 1's first ops: older logs simply
+    /// hold none.)
+    VhostSetTracing {
+        name: String,
+        tracing: bool,
+    },
     /// Deletes the vhost with everything in it; each node closes its own connections to it.
     VhostDelete {
         name: String,
@@ -358,6 +366,7 @@ impl DefinitionOp {
             VhostAdd { name, .. }
             | VhostSetMetadata { name, .. }
             | VhostSetLimits { name, .. }
+            | VhostSetTracing { name, .. }
             | VhostDelete { name } => Some(name),
             PermissionSet { vhost, .. }
             | PermissionClear { vhost, .. }

@@ -25,6 +25,9 @@ pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
 /// Prefix of the per-channel reply address the broker writes into `reply_to`.
 pub const DIRECT_REPLY_TO_PREFIX: &str = "amq.rabbitmq.reply-to.";
 
+/// The exchange every vhost has for the firehose (topic, durable, internal: `vhost/trace.rs`).
+pub const TRACE_EXCHANGE: &str = "amq.rabbitmq.trace";
+
 /// A queue's name in the store's queue table. The default vhost's queues keep their own name
 /// (as before vhosts existed); another vhost's are padded past 255 bytes — longer than any
 /// name a client can declare — and carry the vhost's length, so no two can collide.

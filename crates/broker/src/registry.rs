@@ -190,6 +190,11 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
+/// RabbitMQ's name of a connection: "peer -> local" ("127.0.0.1:5555 -> 127.0.0.1:5672").
+pub fn connection_name(peer: SocketAddr, local: SocketAddr) -> String {
+    format!("{} -> {}", canonical(peer), canonical(local))
+}
+
 impl ConnectionInfo {
     pub fn new(facts: ConnectionFacts) -> Arc<ConnectionInfo> {
         let peer = canonical(facts.peer);
@@ -199,7 +204,7 @@ impl ConnectionInfo {
             .map_or(0, |d| d.as_millis() as u64);
         Arc::new(ConnectionInfo {
             id: facts.id,
-            name: format!("{peer} -> {local}"),
+            name: connection_name(peer, local),
             peer,
             local,
             user: facts.user,

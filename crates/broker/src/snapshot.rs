@@ -5,6 +5,10 @@
 //! Runtime parameters (vhost-scoped and global, the cluster name among them) are kept too; a
 //! blob from before they were has none.
 //!
+//! A vhost's firehose flag is kept too, for the cluster's metadata snapshots (which are
+//! these blobs): a node brought to one traces as the others do. A node's boot from its own
+//! blob leaves tracing off, as RabbitMQ's does (`Broker::recover`).
+//!
 //! Version 1 blobs (before vhosts) held one vhost's `Definitions`; they decode as vhost "/"
 //! with no user database, which the broker then treats as a first boot for users.
 
@@ -22,6 +26,9 @@ pub struct VHostSnapshot {
     pub name: String,
     pub metadata: VHostMetadata,
     pub limits: VHostLimits,
+    /// The firehose is on (written only when it is, so blobs of untraced vhosts are those of
+    /// before the flag existed).
+    pub tracing: bool,
     pub definitions: Definitions,
 }
 
@@ -95,6 +102,9 @@ impl Snapshot {
                 }
                 if let Some(n) = v.limits.max_queues {
                     t.insert("max_queues", FieldValue::I64(n.into()));
+                }
+                if v.tracing {
+                    t.insert("tracing", FieldValue::Bool(true));
                 }
                 t.insert("definitions", FieldValue::Table(v.definitions.to_table()));
                 FieldValue::Table(t)
@@ -187,6 +197,7 @@ impl Snapshot {
                     name: "/".into(),
                     metadata: VHostMetadata::default(),
                     limits: VHostLimits::default(),
+                    tracing: false,
                     definitions: Definitions::from_table(&top),
                 }],
                 access: None,
@@ -206,6 +217,7 @@ impl Snapshot {
                         max_connections: limit(t, "max_connections"),
                         max_queues: limit(t, "max_queues"),
                     },
+                    tracing: matches!(t.get("tracing"), Some(FieldValue::Bool(true))),
                     definitions: Definitions::from_table(&get_table(t, "definitions")),
                 })
             })
@@ -291,6 +303,7 @@ mod tests {
                     max_connections: Some(3),
                     max_queues: None,
                 },
+                tracing: true,
                 definitions: Definitions {
                     queues: vec![QueueDefinition {
                         name: "q".into(),

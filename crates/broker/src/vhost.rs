@@ -14,9 +14,12 @@ mod remote_queues;
 pub use remote_queues::Serving;
 #[cfg(test)]
 mod route_tests;
+mod trace;
+#[cfg(test)]
+mod trace_tests;
 
 pub use properties::{VHostLimits, VHostMetadata};
 
-pub use publish::{publish_to_queue, Publish, PublishScratch, Routed};
+pub use publish::{publish_to_queue, Publish, PublishScratch, Routed, TraceOrigin};
 
 pub use namespace::{ExchangeDeclaration, QueueDeclaration, VHost, LINK_WAIT};

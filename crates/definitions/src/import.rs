@@ -71,6 +71,13 @@ pub async fn apply(broker: &Broker, plan: Plan) -> Result<ImportSummary, String>
             let op = DefinitionOp::vhost_set_limits(&v.name, limits);
             change(broker, op).await.map_err(|e| deleted(&v.name, e))?;
         }
+        if let Some(tracing) = v.tracing {
+            let op = DefinitionOp::VhostSetTracing {
+                name: v.name.clone(),
+                tracing,
+            };
+            change(broker, op).await.map_err(|e| deleted(&v.name, e))?;
+        }
         summary.vhosts += 1;
     }
     for (vhost, user, p) in plan.permissions {

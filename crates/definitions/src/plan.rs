@@ -39,6 +39,9 @@ pub struct VHostDef {
     /// (description, tags) when the document gives either.
     pub metadata: Option<(String, Vec<String>)>,
     pub limits: Option<VHostLimits>,
+    /// The firehose on or off (`"tracing"`), when the document says: RabbitMQ's import
+    /// turns it on or off then (its exports never say).
+    pub tracing: Option<bool>,
 }
 
 pub struct ParameterDef {
@@ -327,10 +330,15 @@ fn vhost(entry: &Entry) -> Result<VHostDef, String> {
         None | Some(Value::Null) => None,
         Some(v) => Some(limits_from(v, &what)?).filter(|l| *l != VHostLimits::default()),
     };
+    let tracing = match entry.get("tracing") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(boolean(entry, "tracing", false, &what)?),
+    };
     Ok(VHostDef {
         name,
         metadata,
         limits,
+        tracing,
     })
 }
 

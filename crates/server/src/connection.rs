@@ -43,7 +43,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warren_broker::admission::Admission;
 use warren_broker::auth_attempts::AuthProtocol;
-use warren_broker::registry::{ConnectionFacts, ConnectionState};
+use warren_broker::registry::{connection_name, ConnectionFacts, ConnectionState};
 use warren_broker::remote::PeerLink;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
@@ -577,6 +577,7 @@ where
             &open.virtual_host,
             &self.user,
             self.id,
+            connection_name(self.peer, self.local),
             self.events_tx.clone(),
         );
         let Admission { vhost, slot } = match admitted {

@@ -1,5 +1,6 @@
 //! The consume side of a channel: basic.consume/cancel/get, turning queue deliveries into
-//! frames with delivery tags, and settling them (ack, nack, reject, recover, channel close).
+//! frames with delivery tags (each traced when the vhost's firehose is on), and settling
+//! them (ack, nack, reject, recover, channel close).
 
 use crate::channel::{Channel, ChannelState, ConsumerEntry};
 use crate::context::Ctx;
@@ -13,6 +14,7 @@ use warren_broker::names::{generated_consumer_tag, DIRECT_REPLY_TO};
 use warren_broker::queue::QueueHandle;
 use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
+use warren_broker::vhost::TraceOrigin;
 use warren_broker::{
     AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, MessageStats, Queue,
 };
@@ -255,6 +257,10 @@ impl Channel {
             &msg.properties_raw,
             &msg.body,
         );
+        if ctx.vhost.tracing() {
+            ctx.vhost
+                .trace_deliver(&queue.name, &message, self.trace_origin(ctx));
+        }
         if !no_ack {
             self.unacked.push_back(Unacked {
                 tag,
@@ -303,6 +309,9 @@ impl Channel {
             ctx.frame_max,
         );
         consumer.delivered(pipeline_cost(msg));
+        if ctx.vhost.tracing() {
+            self.trace_delivery(d.queue.as_ref(), &d.message, ctx);
+        }
         let counter = |s: &MessageStats| match consumer.no_ack {
             true => MessageStats::add(&s.deliver_no_ack, 1),
             false => MessageStats::add(&s.deliver, 1),
@@ -336,6 +345,27 @@ impl Channel {
         }
         // Written and settled: the message's allocation serves a later publish.
         message_pool::recycle(d.message.message);
+    }
+
+    /// The firehose's copy of a delivery, out of line: with tracing off the delivery path
+    /// carries only the check. A direct reply-to delivery (no queue) is not traced, as
+    /// RabbitMQ's is not.
+    #[cold]
+    #[inline(never)]
+    fn trace_delivery(&self, queue: Option<&QueueHandle>, message: &QueuedMessage, ctx: &Ctx) {
+        if let Some(queue) = queue {
+            ctx.vhost
+                .trace_deliver(queue.name(), message, self.trace_origin(ctx));
+        }
+    }
+
+    /// Who this channel is, for the firehose's copies of its publishes and deliveries.
+    pub fn trace_origin<'a>(&self, ctx: &Ctx<'a>) -> TraceOrigin<'a> {
+        TraceOrigin {
+            connection: ctx.connection,
+            channel: self.id,
+            user: ctx.user,
+        }
     }
 
     /// Keeps the API's unacked gauge current (a relaxed store, nothing more).

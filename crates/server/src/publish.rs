@@ -246,6 +246,7 @@ impl Channel {
                     routing_keys,
                     headers: props.headers.as_ref(),
                     confirm_to,
+                    origin: self.trace_origin(ctx),
                 },
                 &mut self.publish_scratch,
             )

@@ -113,6 +113,10 @@ impl Session {
             let consumer = d.consumer;
             consumer.delivered(pipeline_cost(&d.message.message));
             let Some(queue) = d.queue else { continue };
+            if env.vhost.tracing() {
+                env.vhost
+                    .trace_deliver(queue.name(), &d.message, env.trace_origin(channel));
+            }
             MessageStats::add(&queue.stats().deliver, 1);
             if d.message.redelivered {
                 MessageStats::add(&queue.stats().redeliver, 1);

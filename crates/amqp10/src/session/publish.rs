@@ -194,6 +194,7 @@ impl Session {
             &link.target,
             &payload,
             settled,
+            self.channel,
             &mut self.publish_scratch,
             env,
         );
@@ -326,6 +327,7 @@ fn route_and_enqueue(
     target: &TargetAddress,
     payload: &Bytes,
     settled: bool,
+    channel: u16,
     scratch: &mut PublishScratch,
     env: &mut Env,
 ) -> PublishOutcome {
@@ -424,6 +426,7 @@ fn route_and_enqueue(
         routing_keys: keys.all(),
         headers: props.headers.as_ref(),
         confirm_to,
+        origin: env.trace_origin(channel),
     };
     let confirm = match env.vhost.publish(publish, scratch) {
         Ok(routed) if routed.queues == 0 => {

@@ -39,6 +39,10 @@ fn every_op() -> Vec<DefinitionOp> {
             max_connections: Some(3),
             max_queues: None,
         },
+        VhostSetTracing {
+            name: s("v"),
+            tracing: true,
+        },
         VhostDelete { name: s("v") },
         UserPut {
             name: s("u"),
@@ -486,4 +490,37 @@ fn user_limits_survive_a_restart_and_a_new_password() {
     assert_eq!(broker.user_usage.of("other").channels, 1);
     drop(taken);
     assert_eq!(broker.user_usage.of("other").channels, 0);
+}
+
+#[test]
+fn tracing_is_replicated_state_and_off_after_a_restart() {
+    use warren_store::{Store, StoreOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let on = DefinitionOp::VhostSetTracing {
+        name: s("/"),
+        tracing: true,
+    };
+    let snapshot = {
+        let (store, recovered) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let broker = crate::Broker::new(usize::MAX, Some(store));
+        broker.recover(recovered);
+        broker.apply(on.clone()).unwrap();
+        assert!(broker.vhost("/").unwrap().tracing());
+        let refused = broker.apply(DefinitionOp::VhostSetTracing {
+            name: s("nope"),
+            tracing: true,
+        });
+        assert_eq!(refused.unwrap_err().code, ReplyCode::NotFound);
+        broker.persist();
+        broker.snapshot()
+    };
+    assert!(snapshot.vhosts.iter().any(|v| v.name == "/" && v.tracing));
+    // A boot from the node's own blob: off, as RabbitMQ's firehose is at start.
+    let (store, recovered) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let broker = crate::Broker::new(usize::MAX, Some(store));
+    broker.recover(recovered);
+    assert!(!broker.vhost("/").unwrap().tracing());
+    // A node brought to the cluster's metadata snapshot traces as the cluster does.
+    broker.restore_replicated(&snapshot.encode()).unwrap();
+    assert!(broker.vhost("/").unwrap().tracing());
 }

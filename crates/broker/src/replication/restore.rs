@@ -53,6 +53,10 @@ fn reconcile(current: &Snapshot, target: &Snapshot) -> Vec<DefinitionOp> {
             v.metadata.clone(),
         ));
         ops.push(DefinitionOp::vhost_set_limits(&v.name, v.limits));
+        ops.push(DefinitionOp::VhostSetTracing {
+            name: v.name.clone(),
+            tracing: v.tracing,
+        });
     }
     for u in &target_access.users {
         ops.push(DefinitionOp::UserPut {
@@ -351,6 +355,7 @@ mod tests {
                 name: "/".into(),
                 metadata: Default::default(),
                 limits: Default::default(),
+                tracing: false,
                 definitions: Definitions {
                     queues: vec![crate::definitions::QueueDefinition {
                         name: "qq".into(),

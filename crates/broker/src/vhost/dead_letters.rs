@@ -3,7 +3,7 @@
 //! through its one publish (`VHost::route_and_enqueue`) — the queue itself never reaches
 //! into the vhost.
 
-use super::publish::{Publish, PublishScratch};
+use super::publish::{Publish, PublishScratch, TraceOrigin};
 use super::VHost;
 use crate::churn::DeadLettered;
 use crate::confirm::{ConfirmTo, QueueAnswers};
@@ -63,6 +63,7 @@ impl QueueHome for VHost {
                 routing_keys: keys.all(),
                 headers: Some(&headers),
                 confirm_to,
+                origin: TraceOrigin::BROKER,
             };
             match self.route_and_enqueue(&publish, &mut scratch, Some(&keep)) {
                 Ok(r) => {

@@ -1,5 +1,6 @@
 //! A vhost's life beside its entities: the connections open on it (so they can be closed
-//! when the vhost or their user is deleted, and counted against `max-connections`), its
+//! when the vhost or their user is deleted, counted against `max-connections`, and named in
+//! the firehose's copies), its
 //! limits and metadata, and its shutdown when deleted.
 
 use super::properties::{VHostLimits, VHostMetadata};
@@ -14,6 +15,8 @@ use warren_codec::ReplyCode;
 #[derive(Debug)]
 pub(super) struct OpenConnection {
     user: String,
+    /// RabbitMQ's name of the connection, for the firehose's copies (`vhost/trace.rs`).
+    name: String,
     events: EventSender<ConnectionEvent>,
 }
 
@@ -52,11 +55,13 @@ impl VHost {
     }
 
     /// Registers a connection that opened this vhost, enforcing `max-connections` (530 with
-    /// RabbitMQ's text) and refusing a vhost deleted meanwhile.
+    /// RabbitMQ's text) and refusing a vhost deleted meanwhile. `name`: RabbitMQ's name of
+    /// it ("peer -> local", `registry::connection_name`).
     pub fn open_connection(
         &self,
         connection: ConnectionId,
         user: &str,
+        name: String,
         events: EventSender<ConnectionEvent>,
     ) -> Result<(), AmqpError> {
         let mut connections = self.connections.lock();
@@ -81,10 +86,17 @@ impl VHost {
             connection,
             OpenConnection {
                 user: user.to_owned(),
+                name,
                 events,
             },
         );
         Ok(())
+    }
+
+    /// The name of an open connection of the vhost.
+    pub(super) fn connection_name(&self, connection: ConnectionId) -> Option<String> {
+        let connections = self.connections.lock();
+        connections.get(&connection).map(|open| open.name.clone())
     }
 
     /// Forgets a closed connection and drops the exclusive queues it owned.

@@ -1,7 +1,8 @@
 //! `VHost` itself: the namespace of exchanges and queues with their bindings and policies,
 //! and the declare, delete, bind, unbind and route operations clients run on them, with
 //! RabbitMQ's checks and reply codes. The rest of the vhost's work is in the sibling files
-//! (publish, dead letters, policies, durability, lifecycle, remote queues, mirroring).
+//! (publish, dead letters, policies, durability, lifecycle, remote queues, mirroring, the
+//! firehose's trace).
 
 use super::properties::{VHostLimits, VHostMetadata};
 use crate::churn::{self, NodeCounters};
@@ -84,6 +85,11 @@ pub struct VHost {
     pub(super) limits: RwLock<VHostLimits>,
     pub(super) metadata: RwLock<VHostMetadata>,
     pub(super) deleted: AtomicBool,
+    /// The firehose (`vhost/trace.rs`): off unless an operator turned it on; the one check
+    /// the publish and deliver paths make.
+    pub(super) tracing: AtomicBool,
+    /// The node name a traced copy's `node` header gives, set when tracing is turned on.
+    pub(super) trace_node: RwLock<Arc<str>>,
     /// The broker's monitoring counters: queue churn and publish sizes are counted here.
     pub counters: Arc<NodeCounters>,
 }
@@ -130,17 +136,22 @@ impl VHost {
             limits: RwLock::new(VHostLimits::default()),
             metadata: RwLock::new(VHostMetadata::default()),
             deleted: AtomicBool::new(false),
+            tracing: AtomicBool::new(false),
+            trace_node: RwLock::new(Arc::from("")),
             counters,
         };
         {
             let mut ex = vhost.exchanges.write();
-            for (name, kind) in [
-                ("", ExchangeKind::Direct),
-                ("amq.direct", ExchangeKind::Direct),
-                ("amq.fanout", ExchangeKind::Fanout),
-                ("amq.topic", ExchangeKind::Topic),
-                ("amq.headers", ExchangeKind::Headers),
-                ("amq.match", ExchangeKind::Headers),
+            // (name, kind, internal): RabbitMQ's predeclared exchanges. The firehose's
+            // is internal, so that only the broker publishes to it (`vhost/trace.rs`).
+            for (name, kind, internal) in [
+                ("", ExchangeKind::Direct, false),
+                ("amq.direct", ExchangeKind::Direct, false),
+                ("amq.fanout", ExchangeKind::Fanout, false),
+                ("amq.topic", ExchangeKind::Topic, false),
+                ("amq.headers", ExchangeKind::Headers, false),
+                ("amq.match", ExchangeKind::Headers, false),
+                (names::TRACE_EXCHANGE, ExchangeKind::Topic, true),
             ] {
                 let name = ShortStr::from_static(name);
                 ex.insert(
@@ -150,7 +161,7 @@ impl VHost {
                         kind,
                         true,
                         false,
-                        false,
+                        internal,
                         FieldTable::new(),
                     )),
                 );

@@ -5,6 +5,9 @@
 //! queue it reached, enqueues it in each queue whatever its type, and hands back the
 //! [`Confirm`] that completes when every queue has it safe (`crate::confirm`).
 //!
+//! With the firehose on in the vhost, the publish is also copied to its trace exchange
+//! (`vhost/trace.rs`); off, that costs one load of a flag.
+//!
 //! Callers check what their protocol checks before (permissions, user-id, sizes) and
 //! translate the outcome after (basic.ack or basic.return, accepted or released, the API's
 //! `routed`); none of them routes or enqueues by itself.
@@ -16,6 +19,7 @@ use warren_store::{QueueId, Store, StoreError};
 
 use super::VHost;
 use crate::confirm::{Confirm, ConfirmTo, RoutedConfirm};
+use crate::connection_id::ConnectionId;
 use crate::consumer::{pipeline_cost, ConnectionEvent, Delivery};
 use crate::exchange::Exchange;
 use crate::message::Message;
@@ -34,6 +38,40 @@ pub struct Publish<'a> {
     /// The headers a headers exchange matches: the message's, without BCC.
     pub headers: Option<&'a FieldTable>,
     pub confirm_to: ConfirmTo<'a>,
+    /// Who publishes, for the firehose's copy (`vhost/trace.rs`).
+    pub origin: TraceOrigin<'a>,
+}
+
+/// Who published or consumed a message, as a traced copy's headers name them. What the
+/// publish and deliver paths already hold, so that building one costs them nothing: the
+/// connection's name is looked up only when a copy is made (`vhost/trace.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct TraceOrigin<'a> {
+    /// The connection, open on the vhost; 0 is none (the HTTP API, `http_api`).
+    pub connection: ConnectionId,
+    /// The 0-9-1 channel or AMQP 1.0 session channel; 0 where there is none.
+    pub channel: u16,
+    pub user: &'a str,
+}
+
+impl TraceOrigin<'_> {
+    /// A message the broker itself moves (a dead-lettered copy): never traced, as RabbitMQ
+    /// traces client publishes only.
+    pub const BROKER: TraceOrigin<'static> = TraceOrigin {
+        connection: 0,
+        channel: 0,
+        user: "",
+    };
+
+    /// The HTTP API's own publishes and gets, as `user`: RabbitMQ's API makes them through a
+    /// channel of a connection inside the broker.
+    pub fn http_api(user: &str) -> TraceOrigin<'_> {
+        TraceOrigin {
+            connection: 0,
+            channel: 0,
+            user,
+        }
+    }
 }
 
 /// What became of a publish.
@@ -57,7 +95,19 @@ pub struct PublishScratch {
     last_queue: LastLookup<Queue>,
 }
 
-/// A filter on the routed queues ahead of the enqueue (dead-lettering's cycle rule).
+/// A reply to a direct reply-to requester: a publish to the default exchange with a key
+/// the broker handed out in `reply_to`.
+#[inline]
+pub(super) fn is_direct_reply(publish: &Publish<'_>) -> bool {
+    publish.exchange.name.is_empty()
+        && publish
+            .message
+            .routing_key
+            .starts_with(DIRECT_REPLY_TO_PREFIX)
+}
+
+/// A filter on the routed queues ahead of the enqueue (dead-lettering's cycle rule; the
+/// firehose's, which keeps all and notes their names).
 pub(crate) type KeepQueue<'a> = &'a dyn Fn(&Queue) -> bool;
 
 impl VHost {
@@ -73,7 +123,10 @@ impl VHost {
         scratch: &mut PublishScratch,
     ) -> Result<Routed, StoreError> {
         MessageStats::add(&publish.exchange.stats.publish_in, 1);
-        let routed = self.route_and_enqueue(&publish, scratch, None)?;
+        let routed = match self.tracing() {
+            false => self.route_and_enqueue(&publish, scratch, None)?,
+            true => self.publish_traced(&publish, scratch)?,
+        };
         if routed.queues > 0 {
             MessageStats::add(&publish.exchange.stats.publish_out, 1);
         }
@@ -90,7 +143,7 @@ impl VHost {
         keep: Option<KeepQueue<'_>>,
     ) -> Result<Routed, StoreError> {
         let (exchange, message) = (publish.exchange, publish.message);
-        if exchange.name.is_empty() && message.routing_key.starts_with(DIRECT_REPLY_TO_PREFIX) {
+        if is_direct_reply(publish) {
             return Ok(self.reply(message));
         }
         let PublishScratch {

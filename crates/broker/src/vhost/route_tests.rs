@@ -8,9 +8,10 @@ use crate::{ExchangeDeclaration, QueueDeclaration, VHost};
 use std::sync::Arc;
 use warren_codec::{FieldTable, FieldValue, ShortStr};
 
-const CONN: ConnectionId = 1;
+pub(super) const CONN: ConnectionId = 1;
 
-fn vhost() -> Arc<VHost> {
+/// A vhost of its own, without a store (the firehose's tests use it too).
+pub(super) fn vhost() -> Arc<VHost> {
     VHost::new(
         "/",
         Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
@@ -32,7 +33,7 @@ fn exchange(v: &Arc<VHost>, name: &str, kind: &str, arguments: FieldTable) {
     .unwrap();
 }
 
-fn queue(v: &Arc<VHost>, name: &str) {
+pub(super) fn queue(v: &Arc<VHost>, name: &str) {
     v.declare_queue(
         QueueDeclaration {
             name: name.into(),

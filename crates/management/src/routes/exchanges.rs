@@ -21,7 +21,7 @@ use warren_broker::access::{required, AccessKind};
 use warren_broker::confirm::ConfirmTo;
 use warren_broker::policy::EntityKind;
 use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
-use warren_broker::vhost::{Publish, PublishScratch};
+use warren_broker::vhost::{Publish, PublishScratch, TraceOrigin};
 use warren_broker::{event_channel, DefinitionOp, Exchange, Message, VHost};
 use warren_codec::{BasicProperties, ContentHeader, ShortStr, BASIC_CLASS_ID};
 
@@ -267,6 +267,7 @@ pub async fn publish_message(
     routing_keys: &[&str],
     mut properties: BasicProperties,
     body: Bytes,
+    user: &str,
 ) -> ApiResult<bool> {
     strip_bcc(&mut properties);
     let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &properties).properties;
@@ -286,6 +287,7 @@ pub async fn publish_message(
                 routing_keys,
                 headers: properties.headers.as_ref(),
                 confirm_to: ConfirmTo::Connection(&wake),
+                origin: TraceOrigin::http_api(user),
             },
             &mut PublishScratch::default(),
         )
@@ -357,6 +359,6 @@ pub async fn publish(
     for key in keys.all() {
         acting.topic(&x, AccessKind::Write, key)?;
     }
-    let routed = publish_message(&vhost, &x, keys.all(), properties, payload).await?;
+    let routed = publish_message(&vhost, &x, keys.all(), properties, payload, &who.name).await?;
     Ok(Json(json!({"routed": routed})).into_response())
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use warren_broker::access::AccessKind;
 use warren_broker::alarm::Alarm;
 use warren_broker::version::{PRODUCT_VERSION, RABBITMQ_VERSION};
+use warren_broker::vhost::TraceOrigin;
 use warren_broker::AlarmSet;
 use warren_broker::DefinitionOp;
 
@@ -387,11 +388,16 @@ pub async fn aliveness(
         &[name],
         Default::default(),
         Bytes::from_static(b"test_message"),
+        &who.name,
     )
     .await?;
-    let got = vhost
-        .queue(name)
-        .and_then(|q| q.get(true).map(|(m, _)| m.message.body.clone()));
+    let got = vhost.queue(name).and_then(|q| {
+        let (m, _) = q.get(true)?;
+        if vhost.tracing() {
+            vhost.trace_deliver(&q.name, &m, TraceOrigin::http_api(&who.name));
+        }
+        Some(m.message.body.clone())
+    });
     if routed && got.as_deref() == Some(b"test_message".as_slice()) {
         Ok(Json(json!({"status": "ok"})).into_response())
     } else {

@@ -23,6 +23,7 @@ use warren_broker::access::{required, AccessKind};
 use warren_broker::policy::EntityKind;
 use warren_broker::queue_type::Replicas;
 use warren_broker::quorum::status::{GroupStatus, NodeId, NodeNames};
+use warren_broker::vhost::TraceOrigin;
 use warren_broker::{DefinitionOp, Queue, VHost};
 use warren_codec::{BasicProperties, FieldTable, Reader};
 
@@ -383,6 +384,9 @@ pub async fn get_messages(
             break;
         };
         warren_broker::MessageStats::add(&q.stats.get, 1);
+        if vhost.tracing() {
+            vhost.trace_deliver(&q.name, &m, TraceOrigin::http_api(&who.name));
+        }
         let msg = &m.message;
         let properties = BasicProperties::decode(&mut Reader::new(msg.properties_raw.clone()))
             .map(|p| super::exchanges::properties_to_json(&p))

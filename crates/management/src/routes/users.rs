@@ -3,7 +3,7 @@
 //! and `tags`; DELETE), /api/users/NAME/permissions, /api/permissions[/VHOST/USER],
 //! /api/vhosts/VHOST/permissions and the same for topic permissions.
 
-use super::{body_json, created_or_updated, no_content};
+use super::{body_bool, body_json, created_or_updated, no_content};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::list::{respond, respond_one, respond_sorted, Query};
@@ -399,7 +399,8 @@ pub async fn clear_topic_permission_on(
 }
 
 /// PUT /api/vhosts/NAME: creates the vhost (201) or leaves it (204). As RabbitMQ, the user
-/// who creates it gets every permission on it.
+/// who creates it gets every permission on it, and a `tracing` field turns its firehose on
+/// or off, new vhost or not.
 pub async fn put_vhost(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -407,13 +408,24 @@ pub async fn put_vhost(
     body: Bytes,
 ) -> ApiResult {
     who.require_admin()?;
-    body_json(&body)?;
+    let body = body_json(&body)?;
+    let tracing = match body.get("tracing") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(body_bool(&body, "tracing", false)?),
+    };
     let outcome = api
         .change(DefinitionOp::VhostAdd {
-            name: vhost,
+            name: vhost.clone(),
             grant_full_to: Some(who.name.clone()),
         })
         .await?;
+    if let Some(tracing) = tracing {
+        api.change(DefinitionOp::VhostSetTracing {
+            name: vhost,
+            tracing,
+        })
+        .await?;
+    }
     Ok(created_or_updated(!outcome.created()))
 }
 

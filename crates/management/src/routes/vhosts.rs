@@ -30,7 +30,7 @@ fn vhost_json(api: &Api, vhost: &VHost) -> Value {
         "tags": [],
         "metadata": {"description": description, "tags": []},
         "default_queue_type": "classic",
-        "tracing": false,
+        "tracing": vhost.tracing(),
         "cluster_state": cluster_state(api),
         "message_stats": message_stats(&counts, rates.as_deref(), CHANNEL_STATS),
     });
