@@ -279,6 +279,11 @@ pub enum CtlCommand {
     },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },
+    /// Turns on the firehose of a vhost: a copy of every message published in it or
+    /// delivered from it goes to its amq.rabbitmq.trace exchange.
+    TraceOn,
+    /// Turns off the firehose of a vhost.
+    TraceOff,
     /// Writes the definitions (users, vhosts, permissions, policies, topology) as JSON to a
     /// file, or to stdout with "-".
     ExportDefinitions { path: String },
@@ -340,6 +345,17 @@ mod tests {
         assert!(cli.global.quiet);
         assert_eq!(cli.global.vhost, "v2");
         assert!(matches!(cli.command, CtlCommand::PurgeQueue { queue } if queue == "q1"));
+    }
+
+    #[test]
+    fn trace_on_and_off_take_the_vhost_option_and_no_argument() {
+        let cli = parse(&["trace_on", "-p", "v1"]).unwrap();
+        assert!(matches!(cli.command, CtlCommand::TraceOn));
+        assert_eq!(cli.global.vhost, "v1");
+        let cli = parse(&["trace_off"]).unwrap();
+        assert!(matches!(cli.command, CtlCommand::TraceOff));
+        assert_eq!(cli.global.vhost, "/");
+        assert!(parse(&["trace_on", "v1"]).is_err());
     }
 
     #[test]

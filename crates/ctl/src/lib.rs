@@ -16,6 +16,7 @@ mod output;
 mod parameters;
 mod quorum_status;
 mod status;
+mod trace;
 mod user_limits;
 
 use api::Api;
@@ -191,6 +192,8 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             operations::set_vm_memory_high_watermark(&ctx, &args)
         }
         CtlCommand::PurgeQueue { queue } => operations::purge_queue(&ctx, &queue),
+        CtlCommand::TraceOn => trace::trace(&ctx, true),
+        CtlCommand::TraceOff => trace::trace(&ctx, false),
         CtlCommand::ExportDefinitions { path } => operations::export_definitions(&ctx, &path),
         CtlCommand::ImportDefinitions { path } => operations::import_definitions(&ctx, &path),
         CtlCommand::Status => status::status(&ctx),
