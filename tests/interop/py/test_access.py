@@ -430,7 +430,8 @@ def test_deleting_a_vhost_closes_its_connections(tenant):
 @needs_api
 def test_a_fresh_vhost_has_the_predeclared_exchanges(tenant):
     with tenant.admin() as conn:
-        for name in ("amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"):
+        for name in ("amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match",
+                     "amq.rabbitmq.trace"):
             conn.channel().exchange_declare(name, passive=True)
 
 

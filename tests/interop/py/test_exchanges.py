@@ -46,7 +46,7 @@ def test_default_exchange_declare_is_403(ch):
 
 
 @pytest.mark.parametrize("name", ["amq.direct", "amq.fanout", "amq.topic",
-                                  "amq.headers", "amq.match"])
+                                  "amq.headers", "amq.match", "amq.rabbitmq.trace"])
 def test_predeclared_exchanges_exist(ch, name):
     ch.exchange_declare(name, passive=True)
 
