@@ -4,8 +4,8 @@
 
 use crate::context::Ctx;
 use std::collections::{HashMap, HashSet};
-use warren_broker::access::required::Required;
 pub use warren_broker::access::required::Resource;
+use warren_broker::access::required::{self, Required};
 use warren_broker::access::{self, AccessKind};
 use warren_broker::{AmqpError, AmqpResult, Exchange, ExchangeKind};
 use warren_codec::ShortStr;
@@ -49,16 +49,9 @@ pub fn check_read_queue(ctx: &Ctx, queue: &str) -> AmqpResult<()> {
     check(ctx, AccessKind::Read, Resource::Queue, queue)
 }
 
-/// Passive declares need any one permission on the resource (RabbitMQ 3.13.x/4.x,
-/// rabbitmq-server#16085; 3.x checked nothing); refused, they report like a regular declare.
+/// Passive declares need any one permission on the resource (`required::check_any`).
 pub fn check_any(ctx: &Ctx, resource: Resource, name: &str) -> AmqpResult<()> {
-    let any = [AccessKind::Read, AccessKind::Write]
-        .into_iter()
-        .any(|kind| check(ctx, kind, resource, name).is_ok());
-    match any {
-        true => Ok(()),
-        false => check(ctx, AccessKind::Configure, resource, name),
-    }
+    required::check_any(resource, name, |r| check(ctx, r.kind, r.resource, r.name))
 }
 
 /// A topic permission on a routing key of a topic exchange (other kinds have none).

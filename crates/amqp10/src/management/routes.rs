@@ -112,13 +112,9 @@ fn one(kind: AccessKind, resource: Resource, name: &str) -> [Required<'_>; 1] {
 
 /// A queue's GET needs any one permission on it, as a passive queue.declare.
 fn check_any(cx: &Ctx, name: &str) -> Result<(), Error> {
-    let any = [AccessKind::Read, AccessKind::Write]
-        .into_iter()
-        .any(|kind| check(cx, &one(kind, Resource::Queue, name)).is_ok());
-    match any {
-        true => Ok(()),
-        false => check(cx, &one(AccessKind::Configure, Resource::Queue, name)),
-    }
+    required::check_any(Resource::Queue, name, |r| {
+        check(cx, std::slice::from_ref(r))
+    })
 }
 
 // ---- names -------------------------------------------------------------------------------

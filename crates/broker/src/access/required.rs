@@ -104,6 +104,24 @@ pub fn binding<'a>(destination: (Resource, &'a str), source: &'a str) -> Vec<Req
     required
 }
 
+/// A passive declare (and the management node's queue GET) needs any one permission on
+/// the resource (RabbitMQ 3.13.x/4.x, rabbitmq-server#16085; 3.x checked nothing). `check`
+/// is the caller's own check of one permission; refused, the refusal reported is the one a
+/// regular declare gets (configure), in the caller's protocol's words.
+pub fn check_any<E>(
+    resource: Resource,
+    name: &str,
+    check: impl Fn(&Required<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let any = [AccessKind::Read, AccessKind::Write]
+        .into_iter()
+        .any(|kind| check(&Required::new(kind, resource, name)).is_ok());
+    match any {
+        true => Ok(()),
+        false => check(&Required::new(AccessKind::Configure, resource, name)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
