@@ -14,6 +14,26 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// The components whose parameters Warren keeps: those of RabbitMQ's federation and shovel
+/// plugins, which definitions exported from RabbitMQ carry. Any other component is refused,
+/// as RabbitMQ refuses a component no plugin registered (`rabbit_runtime_parameters`).
+pub const KEPT_COMPONENTS: [&str; 4] = [
+    "federation",
+    "federation-upstream",
+    "federation-upstream-set",
+    "shovel",
+];
+
+/// RabbitMQ's refusal of a parameter whose component nothing registered.
+pub fn check_component(component: &str) -> Result<(), String> {
+    match KEPT_COMPONENTS.contains(&component) {
+        true => Ok(()),
+        false => Err(format!(
+            "Validation failed\n\ncomponent {component} not found\n"
+        )),
+    }
+}
+
 type ChangeHook = Box<dyn Fn() + Send + Sync>;
 
 /// A vhost-scoped runtime parameter.

@@ -108,3 +108,12 @@ def test_runtime_parameters(api):
         assert api.get(path).status_code == 404
     finally:
         api.delete(path)
+
+
+def test_a_parameter_of_an_unknown_component_is_refused(api):
+    """RabbitMQ refuses a component no plugin registered: 400 with its validation text."""
+    path = "/api/parameters/no-such-component/%2F/" + q(uid("p"))
+    r = api.put(path, {"value": {"a": 1}})
+    assert r.status_code == 400, r.text
+    assert "component no-such-component not found" in r.json()["reason"]
+    assert api.get(path).status_code == 404

@@ -368,6 +368,11 @@ def test_vhost_limits_parameters_user_permissions_and_authentication(vhost, user
     assert listing("list_parameters", "-p", vhost) == []
     assert ctl("clear_parameter", "-p", vhost, "federation-upstream", "up").returncode == \
         EX_UNAVAILABLE
+    # A component nothing registered is refused, as RabbitMQ refuses it (exit 69, its text).
+    typo = ctl("set_parameter", "-p", vhost, "federation-upstreams", "up", '{"uri": "amqp://x"}')
+    assert typo.returncode == EX_UNAVAILABLE
+    assert "component federation-upstreams not found" in typo.stderr, typo.stderr
+    assert listing("list_parameters", "-p", vhost) == []
 
 
 def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path):

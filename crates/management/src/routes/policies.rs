@@ -16,6 +16,7 @@ use axum::Extension;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
+use warren_broker::parameters;
 use warren_broker::policy::PolicyKind;
 use warren_broker::{DefinitionOp, Outcome, Policy, PolicyList, VHost, VHostLimits};
 
@@ -284,6 +285,7 @@ pub async fn put_parameter(
             "component {component} is set through its own endpoint"
         )));
     }
+    parameters::check_component(&component).map_err(ApiError::bad_request)?;
     let body = body_json(&body)?;
     let value = body
         .get("value")
