@@ -14,6 +14,7 @@ pub mod confirm;
 pub mod connection_id;
 pub mod consumer;
 pub mod consumer_set;
+pub mod consumer_use;
 pub mod dead_letter;
 pub mod definition_op;
 pub mod definitions;

@@ -43,7 +43,7 @@ pub type GetLater<'a> = Pin<Box<dyn Future<Output = Got> + Send + 'a>>;
 /// tail, RabbitMQ's "paged out"). One consistent reading for the monitoring endpoints
 /// (Prometheus, the HTTP API); it expires nothing (a scrape must not change the queue), so
 /// it may count messages whose TTL has passed but which nothing has dropped yet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct QueueDepth {
     pub ready: u64,
     pub ready_bytes: u64,
@@ -64,6 +64,9 @@ pub struct QueueDepth {
     /// has one (RabbitMQ's `head_message_timestamp`).
     pub head_timestamp_s: Option<u64>,
     pub consumers: u64,
+    /// The share of recent time the consumers had room for what was ready, 0 to 1, 0
+    /// without consumers (`consumer_use.rs`); None where this node does not measure it.
+    pub consumer_capacity: Option<f64>,
 }
 
 /// A replicated queue's members as this node knows them (RabbitMQ's `members`, `leader`),

@@ -199,6 +199,32 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool
             }
         }
     }
+    // Consumer capacity where the queue measures it (RabbitMQ's two names for one value;
+    // aggregated, RabbitMQ sums it over the queues).
+    for (name, help) in [
+        ("rabbitmq_queue_consumer_capacity", "Consumer capacity"),
+        (
+            "rabbitmq_queue_consumer_utilisation",
+            "Same as consumer capacity",
+        ),
+    ] {
+        out.family(name, Kind::Gauge, help);
+        let capacities = readings
+            .queues
+            .iter()
+            .filter_map(|q| q.depth.consumer_capacity.map(|c| (q, c)));
+        if per_object {
+            for (q, capacity) in capacities {
+                let labels = [
+                    ("vhost", q.vhost.as_str()),
+                    ("queue", q.queue.name.as_str()),
+                ];
+                out.sample(name, &labels, capacity);
+            }
+        } else {
+            out.sample(name, &[], capacities.map(|(_, c)| c).sum::<f64>());
+        }
+    }
     out.group(Some(&["queue_delivery_metrics"]));
     for &(name, help, read) in QUEUE_COUNTERS {
         out.family(name, Kind::Counter, help);

@@ -68,6 +68,8 @@ RABBITMQ_FAMILIES = {
     "rabbitmq_queue_messages_unacked": ("gauge", "Messages delivered to consumers but not yet acknowledged"),
     "rabbitmq_queue_messages": ("gauge", "Sum of ready and unacknowledged messages - total queue depth"),
     "rabbitmq_queue_consumers": ("gauge", "Consumers on a queue"),
+    "rabbitmq_queue_consumer_capacity": ("gauge", "Consumer capacity"),
+    "rabbitmq_queue_consumer_utilisation": ("gauge", "Same as consumer capacity"),
     "rabbitmq_queue_messages_ready_ram": ("gauge", "Ready messages stored in memory"),
     "rabbitmq_queue_messages_unacked_ram": ("gauge", "Unacknowledged messages stored in memory"),
     "rabbitmq_queue_messages_ram": ("gauge", "Ready and unacknowledged messages stored in memory"),
@@ -441,6 +443,53 @@ def test_the_head_message_timestamp_is_the_heads():
     finally:
         try:
             c.channel().queue_delete(q)
+        finally:
+            c.close()
+
+
+def test_consumer_capacity_falls_while_consumers_are_full():
+    """RabbitMQ's consumer capacity: 0 without consumers, 1 while they keep up, falling
+    while messages wait behind a consumer whose prefetch is full."""
+    idle, busy = uname("cap-idle"), uname("cap-busy")
+    c = connect()
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for q in (idle, busy):
+            ch.queue_declare(q)
+
+        def capacity(q):
+            scrape = Scrape("/metrics/per-object")
+            (value,) = scrape.values("rabbitmq_queue_consumer_capacity", vhost="/", queue=q)
+            (same,) = scrape.values("rabbitmq_queue_consumer_utilisation", vhost="/", queue=q)
+            assert value == same
+            return value
+
+        assert capacity(idle) == 0 and capacity(busy) == 0
+        # A consumer with room and nothing waiting: full capacity.
+        ch.basic_consume(idle, lambda *a: None, auto_ack=True)
+        # A consumer that takes one message and never acknowledges it.
+        stuck = c.channel()
+        stuck.basic_qos(prefetch_count=1)
+        stuck.basic_consume(busy, lambda *a: None, auto_ack=False)
+        for _ in range(10):
+            ch.basic_publish("", busy, b"x")
+        # Full for a few half-lives (1 s each), the average falls toward the share of the
+        # time the consumer had room (RabbitMQ's moving average).
+        def falls():
+            assert capacity(busy) < 0.5, capacity(busy)
+        wait_until(falls, timeout=15)
+        c.process_data_events(0)
+        assert capacity(idle) > 0.999, capacity(idle)
+        if MGMT_URL:
+            api = requests.get(MGMT_URL + "/api/queues/%2F/" + busy, auth=("guest", "guest"),
+                               timeout=5).json()
+            assert api["consumer_capacity"] < 0.5 and api["consumer_utilisation"] < 0.5, api
+    finally:
+        try:
+            ch = c.channel()
+            ch.queue_delete(idle)
+            ch.queue_delete(busy)
         finally:
             c.close()
 

@@ -18,6 +18,7 @@ use super::paging::{Placed, SpillPlace};
 use crate::confirm::RoutedConfirm;
 use crate::consumer::{ConnectionEvent, ConnectionId, Consumer, Delivery};
 use crate::consumer_set::ConsumerSet;
+use crate::consumer_use::ConsumerUse;
 use crate::dead_letter::DeathReason;
 use crate::error::{AmqpError, AmqpResult};
 use crate::memory::MemoryMonitor;
@@ -88,6 +89,8 @@ pub(super) struct ClassicState {
     pub(super) tail: PagedTail,
     unacked: UnackedTally,
     consumers: ConsumerSet,
+    /// How much of the time the consumers had room (`consumer_capacity`).
+    consumer_use: ConsumerUse,
     pub(super) next_message_id: u64,
     had_consumer: bool,
     /// A task is watching this queue's message expiry.
@@ -139,6 +142,7 @@ impl ClassicQueue {
                 tail: PagedTail::default(),
                 unacked: UnackedTally::default(),
                 consumers: ConsumerSet::new(limits.single_active_consumer),
+                consumer_use: ConsumerUse::default(),
                 next_message_id: 0,
                 had_consumer: false,
                 expiry_timer: false,
@@ -390,7 +394,11 @@ impl ClassicQueue {
     }
 
     fn dispatch_ready(&self, q: &Arc<Queue>, st: &mut ClassicState, dead: &mut DeadLetters) {
-        if st.consumers.is_empty() || (st.ready.is_empty() && st.tail.is_empty()) {
+        if st.consumers.is_empty() {
+            return;
+        }
+        if st.ready.is_empty() && st.tail.is_empty() {
+            st.consumer_use.active();
             return;
         }
         loop {
@@ -399,15 +407,20 @@ impl ClassicQueue {
             // hands out an expired message; a look at the head's expiry is all it costs).
             self.expire(st, dead);
             if !self.ensure_ready(q, st, dead) {
+                st.consumer_use.active();
                 return;
             }
             match self.hand_to_consumer(q, st, None) {
                 Ok(()) => {}
-                Err(None) => return,
+                Err(None) => {
+                    st.consumer_use.inactive();
+                    return;
+                }
                 Err(Some(taken)) => {
                     // Taken from the head, then its consumer's connection was found gone
                     // and no other could take it.
                     self.insert_ready(st, taken);
+                    st.consumer_use.inactive();
                     return;
                 }
             }
@@ -744,6 +757,10 @@ impl QueueType for ClassicQueue {
             persistent_bytes,
             head_timestamp_s: st.ready.front().and_then(|m| timestamp_s(&m.message)),
             consumers: st.consumers.len() as u64,
+            consumer_capacity: match st.consumers.is_empty() {
+                true => Some(0.0),
+                false => Some(st.consumer_use.capacity_at(Instant::now())),
+            },
         }
     }
 

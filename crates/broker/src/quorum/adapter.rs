@@ -142,6 +142,9 @@ impl QueueType for QuorumQueue {
             persistent_bytes: ready_bytes + unacked_bytes,
             head_timestamp_s: None,
             consumers: u64::from(QuorumQueue::consumer_count(self)),
+            // Whether consumers had room is decided inside the group's machine, which does
+            // not track it over time yet.
+            consumer_capacity: None,
         }
     }
 

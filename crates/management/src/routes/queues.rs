@@ -106,6 +106,10 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
             shown[key] = json!(value);
         }
         shown["head_message_timestamp"] = json!(d.head_timestamp_s);
+        if let Some(capacity) = d.consumer_capacity {
+            shown["consumer_capacity"] = json!(capacity);
+            shown["consumer_utilisation"] = json!(capacity);
+        }
     }
     if let Some(Replicas {
         members, leader, ..
