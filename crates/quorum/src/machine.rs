@@ -214,6 +214,10 @@ pub enum Effect {
         reason: DeadLetterReason,
         message: Message,
     },
+    /// Delivery stopped with messages ready because every consumer was full (true), or
+    /// handed out all that was ready again (false): what the queue's consumer capacity
+    /// averages. Only on a change.
+    ConsumersFull(bool),
 }
 
 /// The answer to the proposer of a command.
@@ -282,7 +286,24 @@ pub struct QueueState {
     /// existed must still decode): [`QueueState::to_snapshot`] appends it.
     #[serde(skip)]
     dead_letters: DeadLetterHold,
+    /// Whether this member last told its owner that every consumer was full with messages
+    /// ready (`Effect::ConsumersFull`). Not replicated state: no snapshot carries it.
+    #[serde(skip)]
+    reported_full: ReportedFull,
 }
+
+/// What a member last reported of its consumers' room; equal in every state, since it is
+/// not part of what the group replicates (a restored member reports afresh).
+#[derive(Clone, Copy, Debug, Default)]
+struct ReportedFull(bool);
+
+impl PartialEq for ReportedFull {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ReportedFull {}
 
 /// The at-least-once dead-lettering state, encoded after the rest of a snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -333,6 +354,7 @@ impl QueueState {
             service_order: VecDeque::new(),
             publishers: BTreeMap::new(),
             dead_letters: DeadLetterHold::default(),
+            reported_full: ReportedFull::default(),
         }
     }
 
@@ -758,11 +780,19 @@ impl QueueState {
         Reply::Handled { count }
     }
 
+    fn report_full(&mut self, full: bool, effects: &mut Vec<Effect>) {
+        if self.reported_full.0 != full {
+            self.reported_full.0 = full;
+            effects.push(Effect::ConsumersFull(full));
+        }
+    }
+
     /// Hands ready messages to consumers with spare prefetch, round-robin.
     fn deliver(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
         loop {
             self.expire_heads(now_ms, effects);
             if self.head().is_none() {
+                self.report_full(false, effects);
                 return;
             }
             let mut chosen = None;
@@ -788,7 +818,11 @@ impl QueueState {
                     break;
                 }
             }
-            let Some(key) = chosen else { return };
+            let Some(key) = chosen else {
+                let full = !self.consumers.is_empty();
+                self.report_full(full, effects);
+                return;
+            };
             let Some(mut message) = self.pop_head() else {
                 return;
             };
@@ -1440,6 +1474,39 @@ mod tests {
     }
 
     #[test]
+    fn consumers_full_is_reported_on_each_change_only() {
+        let mut q = QueueState::new(QueueConfig::default());
+        let full = |effects: &[Effect]| -> Vec<bool> {
+            effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::ConsumersFull(full) => Some(*full),
+                    _ => None,
+                })
+                .collect()
+        };
+        let consumer: ConsumerKey = 1;
+        q.apply(
+            0,
+            Command::Checkout {
+                consumer,
+                prefetch: 1,
+            },
+        );
+        assert_eq!(full(&q.apply(1, enqueue("a")).1), Vec::<bool>::new());
+        assert_eq!(full(&q.apply(2, enqueue("b")).1), vec![true]);
+        assert_eq!(full(&q.apply(3, enqueue("c")).1), Vec::<bool>::new());
+        let settle = |id| Command::Settle {
+            consumer,
+            msg_ids: vec![id],
+        };
+        // Each settle lets the consumer take the next; the last one empties the queue.
+        assert_eq!(full(&q.apply(4, settle(0)).1), Vec::<bool>::new());
+        assert_eq!(full(&q.apply(5, settle(1)).1), vec![false]);
+        assert_eq!(full(&q.apply(6, settle(2)).1), Vec::<bool>::new());
+    }
+
+    #[test]
     fn expired_messages_are_not_delivered() {
         let mut q = QueueState::new(QueueConfig::default());
         q.apply(
@@ -1477,7 +1544,8 @@ mod tests {
         );
         let (reply, effects) = q.apply(0, Command::Purge);
         assert_eq!(reply, Reply::Purged { count: 2 });
-        assert!(effects.is_empty());
+        // Nothing delivered or dead-lettered; the full consumer has nothing waiting now.
+        assert_eq!(effects, vec![Effect::ConsumersFull(false)]);
         assert_eq!(q.checked_out_ids(1), Some(vec![0]));
         assert_eq!(q.ready_bytes(), 0);
     }

@@ -447,7 +447,8 @@ def test_the_head_message_timestamp_is_the_heads():
             c.close()
 
 
-def test_consumer_capacity_falls_while_consumers_are_full():
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_consumer_capacity_falls_while_consumers_are_full(queue_type):
     """RabbitMQ's consumer capacity: 0 without consumers, 1 while they keep up, falling
     while messages wait behind a consumer whose prefetch is full."""
     idle, busy = uname("cap-idle"), uname("cap-busy")
@@ -456,7 +457,7 @@ def test_consumer_capacity_falls_while_consumers_are_full():
         ch = c.channel()
         ch.confirm_delivery()
         for q in (idle, busy):
-            ch.queue_declare(q)
+            ch.queue_declare(q, durable=True, arguments={"x-queue-type": queue_type})
 
         def capacity(q):
             scrape = Scrape("/metrics/per-object")

@@ -14,6 +14,7 @@ use crate::queue::{Enqueued, Queue, QueueLimits, QueuedMessage};
 use crate::queue_type::{GetLater, QueueDepth, QueueType, Replicas};
 use crate::stats::MessageStats;
 use std::sync::Arc;
+use std::time::Instant;
 use warren_store::Appended;
 
 impl QueueType for QuorumQueue {
@@ -128,6 +129,7 @@ impl QueueType for QuorumQueue {
         let ready_bytes = self.ready_bytes();
         let unacked = QuorumQueue::unacked_count(self);
         let unacked_bytes = self.unacked_bytes();
+        let consumers = QuorumQueue::consumer_count(self);
         QueueDepth {
             ready,
             ready_bytes,
@@ -141,10 +143,11 @@ impl QueueType for QuorumQueue {
             persistent: ready + u64::from(unacked),
             persistent_bytes: ready_bytes + unacked_bytes,
             head_timestamp_s: None,
-            consumers: u64::from(QuorumQueue::consumer_count(self)),
-            // Whether consumers had room is decided inside the group's machine, which does
-            // not track it over time yet.
-            consumer_capacity: None,
+            consumers: u64::from(consumers),
+            consumer_capacity: Some(match consumers {
+                0 => 0.0,
+                _ => self.consumer_use.lock().capacity_at(Instant::now()),
+            }),
         }
     }
 

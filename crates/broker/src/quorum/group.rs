@@ -729,6 +729,8 @@ async fn apply_effects(weak: Weak<Queue>, mut effects: UnboundedReceiver<Applied
                         unattached.entry(consumer).or_default().push(id);
                     }
                 }
+                Effect::ConsumersFull(true) => qq.consumer_use.lock().inactive(),
+                Effect::ConsumersFull(false) => qq.consumer_use.lock().active(),
                 Effect::DeadLetter { .. } if !leading => {}
                 Effect::DeadLetter { message, reason }
                     if *at_least_once.get_or_insert_with(|| {

@@ -8,6 +8,7 @@ use super::host::QuorumHost;
 use super::{codec, status};
 use crate::confirm::QueueAnswers;
 use crate::consumer::Consumer;
+use crate::consumer_use::ConsumerUse;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::queue::{Queue, QueuedMessage};
@@ -148,6 +149,9 @@ pub struct QuorumQueue {
     /// message.
     pub(super) commit_latency_us: Arc<AtomicU64>,
     pub(super) tick_wake: Arc<tokio::sync::Notify>,
+    /// How much of the time the group's consumers had room (`consumer_capacity`), fed by
+    /// this member's `Effect::ConsumersFull`.
+    pub(super) consumer_use: Mutex<ConsumerUse>,
     pub(super) consumers: Mutex<Consumers>,
     /// While another node leads: the record through which this node's clients consume, get,
     /// settle and purge on the leader (`crate::remote`, the leader's serving side acting on
@@ -228,6 +232,7 @@ impl QuorumQueue {
             tick_asleep: AtomicBool::new(false),
             commit_latency_us: Arc::new(AtomicU64::new(NO_COMMIT_YET)),
             tick_wake: Arc::new(tokio::sync::Notify::new()),
+            consumer_use: Mutex::new(ConsumerUse::default()),
             consumers: Mutex::new(Consumers::default()),
             delegate: Mutex::new(None),
             retired_delegates: Mutex::new(Vec::new()),
