@@ -298,7 +298,7 @@ try {
     await upload({ exchanges: [{ name: `bad ${run}`, type: "no-such-type", durable: true, auto_delete: false, internal: false, arguments: {} }] });
     await waitForText(form.locator(".import-outcome"), (t) => t.includes("Nothing was imported") && t.includes("no-such-type"), "the import's refusal");
     // A stream queue Warren does not serve is left out, and each such entry is listed.
-    const stream = `stream ${run}`;
+    const stream = "stream from a file"; // no `run`: the queues page filters on it
     await upload({
       queues: [
         { name: importedQueue, durable: true, auto_delete: false, arguments: {} },
@@ -306,8 +306,14 @@ try {
       ],
     });
     const outcome = await waitForText(form.locator(".import-outcome"), (t) => t.includes("left out") || t.includes("successfully"), "the import's outcome");
-    assert.match(outcome, /1 entry was left out/);
-    assert.ok(outcome.includes(stream), outcome);
+    const overview = await (await fetch(new URL("api/overview", base), { headers: { Authorization: adminAuth } })).json();
+    if (overview.product_name === "Warren") {
+      assert.match(outcome, /1 entry was left out/);
+      assert.ok(outcome.includes(stream), outcome);
+    } else {
+      // RabbitMQ serves stream queues: everything is imported.
+      assert.match(outcome, /imported successfully/);
+    }
     const imported = await fetch(new URL(`api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(importedQueue)}`, base), { headers: { Authorization: adminAuth } });
     assert.equal(imported.status, 200, "the imported queue exists");
   });
