@@ -42,6 +42,8 @@ const QUEUED_SERIES = [
  */
 const points = new Map();
 let sampled = false;
+/** When (browser clock) samples were last merged: after a longer absence, ask for all again. */
+let mergedAt = 0;
 
 /** Merges the answer's `samples` into `points`; false when the API gave none. */
 function mergeSamples(overview) {
@@ -130,13 +132,16 @@ export async function render(main, context) {
   async function refresh() {
     // Node facts and alarms are for monitoring users (RabbitMQ refuses /api/nodes to others).
     const monitoring = hasTag("monitoring");
-    const age = points.size && sampled ? LATER_AGE_S : FIRST_AGE_S;
+    const recent = sampled && Date.now() - mergedAt < (LATER_AGE_S - SAMPLE_INCR_S) * 1000;
+    const age = recent ? LATER_AGE_S : FIRST_AGE_S;
     const ranges = query({ lengths_age: age, lengths_incr: SAMPLE_INCR_S, msg_rates_age: age, msg_rates_incr: SAMPLE_INCR_S });
     const [overview, nodeList] = await Promise.all([get("/overview" + ranges), monitoring ? get("/nodes") : null]);
     if (!context.isCurrent()) return;
     nodeName = overview.node;
-    if (mergeSamples(overview)) sampled = true;
-    else {
+    if (mergeSamples(overview)) {
+      sampled = true;
+      mergedAt = Date.now();
+    } else {
       if (sampled) points.clear();
       sampled = false;
       recordLive(overview);
