@@ -1,5 +1,6 @@
 // Just enough AMQP 0-9-1 to hold a connection open for the console test: the handshake
-// (PLAIN), then waiting for the broker's connection.close (e.g. after "Close" in the console).
+// (PLAIN), a channel with a prefetch and a consumer on a queue of its own (for the channel's
+// page), then waiting for the broker's connection.close (e.g. after "Close" in the console).
 
 import net from "node:net";
 
@@ -25,18 +26,40 @@ function table(entries) {
   return longStr(body);
 }
 
-function method(classId, methodId, args) {
+function short(n) {
+  const bytes = Buffer.alloc(2);
+  bytes.writeUInt16BE(n);
+  return bytes;
+}
+
+function method(classId, methodId, args, channel = 0) {
   const payload = Buffer.concat([Buffer.from([classId >> 8, classId & 255, methodId >> 8, methodId & 255]), args]);
   const header = Buffer.alloc(7);
   header.writeUInt8(FRAME_METHOD, 0);
-  header.writeUInt16BE(0, 1);
+  header.writeUInt16BE(channel, 1);
   header.writeUInt32BE(payload.length, 3);
   return Buffer.concat([header, payload, Buffer.from([FRAME_END])]);
 }
 
 /**
+ * Opens channel `number` on `socket` with basic.qos `prefetch`, declares the exclusive queue
+ * `queue` and consumes from it with manual acks as `tag`. Nothing is awaited: the broker
+ * handles a channel's methods in order.
+ */
+function consumeOn(socket, number, { prefetch, queue, tag }) {
+  socket.write(method(20, 10, shortStr(""), number));
+  const qos = Buffer.alloc(7);
+  qos.writeUInt16BE(prefetch, 4);
+  socket.write(method(60, 10, qos, number));
+  // queue.declare: exclusive and auto-delete (bits passive, durable, exclusive, auto-delete).
+  socket.write(method(50, 10, Buffer.concat([short(0), shortStr(queue), Buffer.from([0b1100]), table({})]), number));
+  socket.write(method(60, 20, Buffer.concat([short(0), shortStr(queue), shortStr(tag), Buffer.from([0]), table({})]), number));
+}
+
+/**
  * Opens a connection to `url` (amqp://user:pass@host:port/vhost). Resolves once open, to
- * {localPort, closed: Promise<{code, text}> (the broker's connection.close), end()}.
+ * {localPort, closed: Promise<{code, text}> (the broker's connection.close), end(),
+ * consume(channelNumber, {prefetch, queue, tag})}.
  */
 export function connect(url, clientProperties = {}) {
   const parsed = new URL(url);
@@ -84,7 +107,12 @@ export function connect(url, clientProperties = {}) {
         socket.write(method(10, 31, tuneOk));
         socket.write(method(10, 40, Buffer.concat([shortStr(vhost), shortStr(""), Buffer.from([0])])));
       } else if (methodId === 41) {
-        opened({ localPort: socket.localPort, closed, end: () => socket.destroy() });
+        opened({
+          localPort: socket.localPort,
+          closed,
+          end: () => socket.destroy(),
+          consume: (number, options) => consumeOn(socket, number, options),
+        });
       } else if (methodId === 50) {
         const code = args.readUInt16BE(0);
         const text = args.subarray(3, 3 + args.readUInt8(2)).toString("utf8");

@@ -288,7 +288,13 @@ pub fn import_definitions(ctx: &Context, path: &str) -> Result<(), CtlError> {
             ))
         }
     }
-    ctx.api.post_text("/api/definitions", text)?;
+    let answer = ctx.api.post_text("/api/definitions", text)?;
+    // Warren answers 200 {"skipped": [why, …]} when it left entries out (RabbitMQ: 204).
+    let skipped = serde_json::from_str::<Value>(&answer).ok();
+    let skipped = skipped.as_ref().and_then(|a| a.get("skipped")?.as_array());
+    for why in skipped.into_iter().flatten().filter_map(Value::as_str) {
+        eprintln!("Warning: not imported: {why}");
+    }
     Ok(())
 }
 

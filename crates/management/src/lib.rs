@@ -4,7 +4,8 @@
 //!
 //! One axum router over the broker core; nothing here is on the message path. Object
 //! listings read the broker's maps and the connection registry when asked; message rates
-//! come from a sampler task (`rates.rs`) that reads the counters every 5 s. In a cluster,
+//! come from a sampler task (`rates.rs`) that reads the counters every 5 s and keeps the
+//! overview's and vhosts' last ten minutes of them (`history.rs`). In a cluster,
 //! connections, channels, consumers, node figures and message counters are gathered from
 //! every node (`cluster_view.rs`).
 
@@ -13,6 +14,7 @@ mod acting;
 mod auth;
 mod cluster_view;
 mod error;
+mod history;
 mod json;
 mod list;
 mod peer_answers;
@@ -86,6 +88,8 @@ pub struct Api {
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
     pub rates: rates::Rates,
+    /// The overview's and each vhost's last minutes of counters, for range queries.
+    pub history: history::History,
 }
 
 impl Api {
@@ -136,6 +140,7 @@ pub async fn run(
         data_dir: config.data_dir,
         disk_free_limit_bytes: config.disk_free_limit_bytes,
         rates: rates::Rates::default(),
+        history: history::History::default(),
     });
     let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));
     api.broker

@@ -400,6 +400,19 @@ def test_export_then_import_definitions_restores_a_deleted_vhost(vhost, tmp_path
     assert [p["name"] for p in listing("list_policies", "-p", vhost)] == ["keep"]
 
 
+def test_import_definitions_warns_about_what_it_left_out(vhost, tmp_path):
+    if "Product name: Warren" not in ok("status"):
+        pytest.skip("RabbitMQ imports stream queues")
+    stream = uname("stream")
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps({"queues": [{"name": stream, "vhost": vhost, "durable": True,
+                                            "auto_delete": False,
+                                            "arguments": {"x-queue-type": "stream"}}]}))
+    r = ctl("import_definitions", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "not imported" in r.stderr and stream in r.stderr, r.stderr
+
+
 def test_status_reports_the_node_and_totals(vhost):
     text = ok("status")
     assert text.startswith("Status of node ")

@@ -60,7 +60,10 @@ export async function api(method, path, body, { headers = {}, authorization } = 
   // credentials "omit": the Authorization header below is all the API needs, and without
   // browser-managed credentials a 401 carrying "WWW-Authenticate: Basic" (RabbitMQ sends it)
   // cannot make the browser pop up its own login dialog over the console's.
-  const init = { method, headers: { Accept: "application/json", ...headers }, cache: "no-store", credentials: "omit" };
+  // Accept: application/json on reads only: RabbitMQ (3.10) answers 406 to a PUT or DELETE of
+  // /api/vhost-limits or /api/user-limits that sends it, and every answer is JSON anyway.
+  const accept = method === "GET" ? { Accept: "application/json" } : {};
+  const init = { method, headers: { ...accept, ...headers }, cache: "no-store", credentials: "omit" };
   if (auth) init.headers.Authorization = auth;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";

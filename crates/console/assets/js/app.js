@@ -4,15 +4,24 @@
 import { get, hasTag, signedInUser, signOut, whenUnauthorized } from "./api.js";
 import { el, fill, flash } from "./dom.js";
 import * as admin from "./pages/admin.js";
+import * as channelPage from "./pages/channel.js";
 import * as channels from "./pages/channels.js";
 import * as cluster from "./pages/cluster.js";
+import * as connectionPage from "./pages/connection.js";
 import * as connections from "./pages/connections.js";
 import * as exchange from "./pages/exchange.js";
 import * as exchanges from "./pages/exchanges.js";
 import * as login from "./pages/login.js";
+import * as nodePage from "./pages/node.js";
 import * as overview from "./pages/overview.js";
+import { pageOf } from "./pages/policy.js";
 import * as queue from "./pages/queue.js";
 import * as queues from "./pages/queues.js";
+import * as userPage from "./pages/user.js";
+import * as vhostPage from "./pages/vhost.js";
+
+const policyPage = pageOf("policies");
+const operatorPolicyPage = pageOf("operator-policies");
 
 const REFRESH_MS = 5000;
 
@@ -24,9 +33,9 @@ function pageFor(segments) {
     case "overview":
       return ["overview", overview];
     case "connections":
-      return ["connections", connections];
+      return rest.length >= 1 ? ["connections", connectionPage] : ["connections", connections];
     case "channels":
-      return ["channels", channels];
+      return rest.length >= 1 ? ["channels", channelPage] : ["channels", channels];
     case "exchanges":
       return rest.length >= 2 ? ["exchanges", exchange] : ["exchanges", exchanges];
     case "queues":
@@ -35,6 +44,17 @@ function pageFor(segments) {
       return ["cluster", cluster];
     case "admin":
       return ["admin", admin];
+    // One object's page, reached from its list; users, vhosts and policies are under Admin.
+    case "users":
+      return rest.length >= 1 ? ["admin", userPage] : [null, null];
+    case "vhosts":
+      return rest.length >= 1 ? ["admin", vhostPage] : [null, null];
+    case "policy":
+      return rest.length >= 2 ? ["admin", policyPage] : [null, null];
+    case "operator-policy":
+      return rest.length >= 2 ? ["admin", operatorPolicyPage] : [null, null];
+    case "nodes":
+      return rest.length >= 1 ? ["overview", nodePage] : [null, null];
     case "login":
       return ["login", login];
     default:

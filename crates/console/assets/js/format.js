@@ -62,3 +62,14 @@ export function json(value) {
   if (typeof value === "object" && Object.keys(value).length === 0) return "";
   return JSON.stringify(value);
 }
+
+/** Tags as a list: RabbitMQ 3.10+ answers a list, older versions a comma-separated string. */
+export function tagList(tags) {
+  if (Array.isArray(tags)) return tags;
+  return String(tags || "").split(",").map((t) => t.trim()).filter(Boolean);
+}
+
+/** A channel's mode: "confirm", "transactional", both or "". */
+export function channelMode(channel) {
+  return [channel.confirm ? "confirm" : "", channel.transactional ? "transactional" : ""].filter(Boolean).join(", ");
+}

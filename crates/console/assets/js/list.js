@@ -1,9 +1,9 @@
 // Tables of API objects. `pagedList` asks the API for one page at a time with RabbitMQ's list
 // parameters (page, page_size, name, use_regex, sort, sort_reverse, pagination=true) so long
-// lists stay cheap; `table` draws an array already fetched.
+// lists stay cheap; `table` draws an array already fetched, `deleteColumn` its rows' Delete button.
 
-import { get, query } from "./api.js";
-import { el, fill, flash } from "./dom.js";
+import { api, get, query } from "./api.js";
+import { actionButton, el, fill, flash } from "./dom.js";
 import { count } from "./format.js";
 
 /** columns: [{title, cell: item => node|text, num?: bool, sort?: "api_field"}] */
@@ -132,4 +132,34 @@ export function pagedList({ path, columns, sort = "name", pageSize = 100, noun =
     tableHolder,
   );
   return { node, refresh };
+}
+
+/**
+ * A last column whose button (`label`) asks `question(row)`, sends DELETE `apiPath(row)`,
+ * says `done(row)` and calls `refreshAll`.
+ */
+export function deleteColumn(label, question, apiPath, done, refreshAll) {
+  return {
+    title: "",
+    cell: (row) =>
+      actionButton(
+        label,
+        async () => {
+          await api("DELETE", apiPath(row));
+          flash(done(row));
+          await refreshAll();
+        },
+        { danger: true, small: true, question: question(row) },
+      ),
+  };
+}
+
+/** A permissions table's columns: `whose` (the user, the vhost or both), then the regexps. */
+export function permissionColumns(...whose) {
+  return [
+    ...whose,
+    { title: "Configure regexp", name: true, cell: (x) => x.configure },
+    { title: "Write regexp", name: true, cell: (x) => x.write },
+    { title: "Read regexp", name: true, cell: (x) => x.read },
+  ];
 }

@@ -6,9 +6,10 @@ use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::Api;
 use axum::extract::{Path, State};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
+use serde_json::json;
 use std::sync::Arc;
 
 pub async fn export(State(api): State<Arc<Api>>, Extension(who): Extension<Identity>) -> ApiResult {
@@ -28,7 +29,7 @@ pub async fn export_vhost(
 }
 
 /// POST: the document is checked whole before anything changes; a bad one is 400 with the
-/// reason. 204 on success, as RabbitMQ.
+/// reason. 204 on success, as RabbitMQ (200 listing what was left out, see `answer`).
 pub async fn import(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -39,8 +40,7 @@ pub async fn import(
     let summary = warren_definitions::import(&api.broker, &document)
         .await
         .map_err(ApiError::bad_request)?;
-    log_skipped(&summary);
-    Ok(no_content())
+    Ok(answer(&summary))
 }
 
 pub async fn import_vhost(
@@ -55,14 +55,18 @@ pub async fn import_vhost(
     let summary = warren_definitions::import_vhost(&api.broker, &vhost, &document)
         .await
         .map_err(ApiError::bad_request)?;
-    log_skipped(&summary);
-    Ok(no_content())
+    Ok(answer(&summary))
 }
 
-/// What an import left out, each with why, in the broker's log (the answer is RabbitMQ's
-/// 204, which has no body).
-fn log_skipped(summary: &warren_definitions::ImportSummary) {
+/// 204 as RabbitMQ when everything was imported; when entries were left out (a stream
+/// queue, which RabbitMQ would have imported, and what depends on it), 200 with
+/// `{"skipped": [why, …]}` so that the console and scripts can show them. Each is logged too.
+fn answer(summary: &warren_definitions::ImportSummary) -> Response {
     for skipped in &summary.skipped {
         tracing::warn!(%skipped, "definitions entry not imported");
     }
+    if summary.skipped.is_empty() {
+        return no_content();
+    }
+    Json(json!({"skipped": summary.skipped})).into_response()
 }

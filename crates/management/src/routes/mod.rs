@@ -441,6 +441,11 @@ pub async fn sample_forever(api: Weak<Api>) {
         let mut values = counts_vec(&api.broker.registry.message_totals(None));
         values.extend(all_queues);
         samples.push((rate_key("overview", "", ""), values));
+        let kept = samples
+            .iter()
+            .filter(|(key, _)| key.starts_with("overview\0") || key.starts_with("vhost\0"))
+            .cloned();
+        api.history.record(crate::history::now_ms(), kept);
         api.rates.sample(samples);
     }
 }
@@ -498,6 +503,10 @@ pub(crate) fn stats_of_this_node(api: &Api) -> Value {
         "exchanges": exchanges,
     })
 }
+
+/// Where a queue's, vhost's or the overview's sampled values hold messages, messages_ready
+/// and messages_unacknowledged: after the counters of `MessageCounts::fields`.
+pub(crate) const QUEUE_TOTALS_COLUMN: usize = 14;
 
 /// A snapshot's counters in `MessageCounts::fields` order.
 fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {

@@ -1,11 +1,12 @@
 //! The node and the whole broker: /api/overview, /api/nodes, /api/cluster-name,
 //! /api/whoami, /api/extensions and the health checks.
 
-use super::{body_json, connections, queues, rate_key};
+use super::{body_json, connections, queues, rate_key, QUEUE_TOTALS_COLUMN};
 use crate::acting::Report;
 use crate::auth::Identity;
 use crate::cluster_view::{other_nodes, OtherStats};
 use crate::error::{ApiError, ApiResult};
+use crate::history::{self, Range};
 use crate::json::{details, message_stats, CHANNEL_STATS};
 use crate::list::{respond_one, Query};
 use crate::Api;
@@ -40,7 +41,10 @@ fn exchange_types() -> Value {
 /// messages, messages_ready, messages_unacknowledged with their rates (the last three
 /// sampled values after the message counters).
 pub fn queue_totals(totals: [u64; 3], rates: Option<&[f64]>) -> Value {
-    let rate = |i: usize| rates.and_then(|r| r.get(14 + i)).copied().unwrap_or(0.0);
+    let rate = |i: usize| {
+        let rate = rates.and_then(|r| r.get(QUEUE_TOTALS_COLUMN + i));
+        rate.copied().unwrap_or(0.0)
+    };
     json!({
         "messages": totals[0], "messages_details": details(rate(0)),
         "messages_ready": totals[1], "messages_ready_details": details(rate(1)),
@@ -90,6 +94,8 @@ pub async fn overview(
     if who.is_monitor() {
         object_totals["consumers"] = consumers.into();
     }
+    let mut queue_totals = queue_totals(totals, rates.as_deref());
+    add_overview_samples(&api, &vhosts, &query, &mut message_stats, &mut queue_totals)?;
     let body = json!({
         "management_version": API_VERSION,
         "rabbitmq_version": API_VERSION,
@@ -102,13 +108,56 @@ pub async fn overview(
         "disable_stats": false,
         "enable_queue_totals": false,
         "message_stats": message_stats,
-        "queue_totals": queue_totals(totals, rates.as_deref()),
+        "queue_totals": queue_totals,
         "object_totals": object_totals,
         "statistics_db_event_queue": 0,
         "listeners": listeners(&api),
         "contexts": contexts(&api),
     });
     Ok(respond_one(body, &query))
+}
+
+/// With `msg_rates_age`/`msg_rates_incr`, each counter's `samples` in `message_stats` (this
+/// node's counters: the history holds what this node sampled); with
+/// `lengths_age`/`lengths_incr`, the queued messages' in `queue_totals`, over the vhosts the
+/// user sees.
+fn add_overview_samples(
+    api: &Api,
+    vhosts: &[Arc<warren_broker::VHost>],
+    query: &Query,
+    message_stats: &mut Value,
+    queue_totals: &mut Value,
+) -> ApiResult<()> {
+    let now_ms = history::now_ms();
+    if let Some(range) = Range::from_query(query, "msg_rates", now_ms)? {
+        let rounds = api.history.of(&rate_key("overview", "", ""));
+        let names = warren_broker::MessageCounts::default()
+            .fields()
+            .map(|(name, _)| name);
+        for (column, name) in names.iter().enumerate() {
+            if let Some(details) = message_stats.get_mut(format!("{name}_details")) {
+                history::add_samples(details, &range.samples(&rounds, column));
+            }
+        }
+    }
+    if let Some(range) = Range::from_query(query, "lengths", now_ms)? {
+        let keys: Vec<String> = vhosts
+            .iter()
+            .map(|v| rate_key("vhost", &v.name, ""))
+            .collect();
+        let rounds = api.history.sum_of(keys.iter().map(String::as_str));
+        // The vhost rounds hold the message counters, then messages, ready, unacked.
+        let first = QUEUE_TOTALS_COLUMN;
+        for (column, name) in ["messages", "messages_ready", "messages_unacknowledged"]
+            .iter()
+            .enumerate()
+        {
+            if let Some(details) = queue_totals.get_mut(format!("{name}_details")) {
+                history::add_samples(details, &range.samples(&rounds, first + column));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn listeners(api: &Api) -> Value {

@@ -53,7 +53,7 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
     let rate = |i: usize| {
         rates
             .as_ref()
-            .and_then(|r| r.get(14 + i))
+            .and_then(|r| r.get(super::QUEUE_TOTALS_COLUMN + i))
             .copied()
             .unwrap_or(0.0)
     };

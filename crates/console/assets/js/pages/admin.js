@@ -1,23 +1,22 @@
-// Admin: users (with tags), virtual hosts, permissions and policies.
+// Admin: users (with tags), virtual hosts, permissions, policies, operator policies, vhost and
+// user limits, and feature flags; each user, vhost and policy links to its own page.
 
 import { api, get, hasTag, p } from "../api.js";
-import { actionButton, el, field, fill, flash, form, route, select, tags, textInput } from "../dom.js";
-import { count, json } from "../format.js";
-import { jsonObject, vhostSelect } from "../forms.js";
-import { table } from "../list.js";
+import { el, field, fill, flash, form, route, select, tags, textInput } from "../dom.js";
+import { count, tagList } from "../format.js";
+import { vhostSelect } from "../forms.js";
+import { policyColumns, policyForm } from "../policies.js";
+import { deleteColumn, permissionColumns, table } from "../list.js";
 
 const TABS = [
   ["users", "Users"],
   ["vhosts", "Virtual hosts"],
   ["permissions", "Permissions"],
   ["policies", "Policies"],
+  ["operator-policies", "Operator policies"],
+  ["limits", "Limits"],
+  ["feature-flags", "Feature flags"],
 ];
-
-/** RabbitMQ 3.10+ answers tags as a list; older versions as a comma-separated string. */
-function tagList(tags) {
-  if (Array.isArray(tags)) return tags;
-  return (tags || "").split(",").map((t) => t.trim()).filter(Boolean);
-}
 
 function tagsCell(userTags) {
   return tags(tagList(userTags));
@@ -32,28 +31,11 @@ function fetchedTable(path, columns, emptyText) {
   return { node, refresh };
 }
 
-/** A last column whose button asks `question(row)`, sends DELETE `apiPath(row)`, says `done(row)`. */
-function deleteColumn(label, question, apiPath, done, refreshAll) {
-  return {
-    title: "",
-    cell: (row) =>
-      actionButton(
-        label,
-        async () => {
-          await api("DELETE", apiPath(row));
-          flash(done(row));
-          await refreshAll();
-        },
-        { danger: true, small: true, question: question(row) },
-      ),
-  };
-}
-
 async function users(refreshAll) {
   const list = fetchedTable(
     "/users",
     [
-      { title: "Name", name: true, cell: (u) => u.name },
+      { title: "Name", name: true, cell: (u) => el("a", { href: route("users", u.name) }, u.name) },
       { title: "Tags", cell: (u) => tagsCell(u.tags) },
       { title: "Can log in with password", cell: (u) => (u.password_hash ? "yes" : "no") },
       deleteColumn("Delete", (u) => `Delete user ${u.name}?`, (u) => p("users", u.name), (u) => `User ${u.name} deleted.`, refreshAll),
@@ -106,7 +88,7 @@ async function vhosts(refreshAll) {
   const list = fetchedTable(
     "/vhosts",
     [
-      { title: "Name", name: true, cell: (v) => v.name },
+      { title: "Name", name: true, cell: (v) => el("a", { href: route("vhosts", v.name) }, v.name) },
       { title: "Description", cell: (v) => v.description || "" },
       { title: "Tags", cell: (v) => tagsCell(v.tags) },
       { title: "Ready", num: true, cell: (v) => count(v.messages_ready || 0) },
@@ -145,11 +127,10 @@ async function permissions(refreshAll) {
   const list = fetchedTable(
     "/permissions",
     [
-      { title: "User", name: true, cell: (x) => x.user },
-      { title: "Virtual host", name: true, cell: (x) => x.vhost },
-      { title: "Configure regexp", name: true, cell: (x) => x.configure },
-      { title: "Write regexp", name: true, cell: (x) => x.write },
-      { title: "Read regexp", name: true, cell: (x) => x.read },
+      ...permissionColumns(
+        { title: "User", name: true, cell: (x) => x.user },
+        { title: "Virtual host", name: true, cell: (x) => x.vhost },
+      ),
       deleteColumn(
         "Clear",
         (x) => `Clear ${x.user}'s permissions in ${x.vhost}?`,
@@ -185,55 +166,116 @@ async function permissions(refreshAll) {
   return { nodes: [list.node, setForm], refresh: list.refresh };
 }
 
-async function policies(refreshAll) {
-  const list = fetchedTable(
-    "/policies",
-    [
-      { title: "Virtual host", name: true, cell: (x) => x.vhost },
-      { title: "Name", name: true, cell: (x) => x.name },
-      { title: "Pattern", name: true, cell: (x) => x.pattern },
-      { title: "Apply to", cell: (x) => x["apply-to"] },
-      { title: "Definition", name: true, cell: (x) => json(x.definition) },
-      { title: "Priority", num: true, cell: (x) => String(x.priority) },
-      deleteColumn(
-        "Delete",
-        (x) => `Delete policy ${x.name} in ${x.vhost}?`,
-        (x) => p("policies", x.vhost, x.name),
-        (x) => `Policy ${x.name} deleted.`,
-        refreshAll,
-      ),
-    ],
-    "No policies.",
-  );
-  const addForm = form(
-    "Add or update a policy",
-    [
-      field("Virtual host", await vhostSelect()),
-      field("Name", textInput("name", { required: true })),
-      field("Pattern", textInput("pattern", { required: true, placeholder: "^orders\\." })),
-      field("Apply to", select("apply-to", [["all", "Exchanges and queues"], ["queues", "Queues"], ["exchanges", "Exchanges"]], "all")),
-      field("Priority", el("input", { type: "number", name: "priority", value: "0" })),
-      field("Definition", el("textarea", { name: "definition", required: true, placeholder: '{"max-length": 1000, "overflow": "reject-publish"}' })),
-    ],
-    "Add policy",
-    async (values, node) => {
-      const definition = jsonObject(values.definition, "Definition");
-      await api("PUT", p("policies", values.vhost, values.name), {
-        pattern: values.pattern,
-        "apply-to": values["apply-to"],
-        priority: Number(values.priority) || 0,
-        definition,
-      });
-      flash(`Policy ${values.name} set.`);
-      node.querySelector("input[name=name]").value = "";
-      await refreshAll();
-    },
-  );
-  await list.refresh();
-  return { nodes: [list.node, addForm], refresh: list.refresh };
+/** Policies or operator policies (`kind`, see policies.js). */
+function policySection(kind, emptyText) {
+  return async (refreshAll) => {
+    const list = fetchedTable("/" + kind, policyColumns(kind, refreshAll), emptyText);
+    const addForm = await policyForm(kind, { done: refreshAll });
+    await list.refresh();
+    return { nodes: [list.node, addForm], refresh: list.refresh };
+  };
 }
 
-const SECTIONS = { users, vhosts, permissions, policies };
+const LIMIT_NAMES = {
+  vhost: [["max-connections", "max-connections"], ["max-queues", "max-queues"]],
+  user: [["max-connections", "max-connections"], ["max-channels", "max-channels"]],
+};
+
+/**
+ * Virtual host limits and user limits (RabbitMQ's Admin › Limits): one row per limit set,
+ * cleared with its button, and a form each to set one.
+ */
+async function limits(refreshAll) {
+  /** [{vhost|user, value: {name: number}}] → one row per limit. */
+  const rows = (answer, owner) =>
+    answer.flatMap((entry) => Object.entries(entry.value || {}).map(([name, value]) => ({ owner: entry[owner], name, value })));
+  const columns = (ownerTitle, collection) => [
+    { title: ownerTitle, name: true, cell: (x) => x.owner },
+    { title: "Limit", cell: (x) => x.name },
+    { title: "Value", num: true, cell: (x) => count(x.value) },
+    deleteColumn("Clear", (x) => `Clear ${x.name} of ${x.owner}?`, (x) => p(collection, x.owner, x.name), (x) => `Limit ${x.name} of ${x.owner} cleared.`, refreshAll),
+  ];
+  const vhostList = el("div", { class: "vhost-limits" });
+  const userList = el("div", { class: "user-limits" });
+  async function refresh() {
+    const [vhostLimits, userLimits] = await Promise.all([get("/vhost-limits"), get("/user-limits")]);
+    fill(vhostList, table(columns("Virtual host", "vhost-limits"), rows(vhostLimits, "vhost"), { emptyText: "No virtual host limits." }));
+    fill(userList, table(columns("User", "user-limits"), rows(userLimits, "user"), { emptyText: "No user limits." }));
+  }
+  const userNames = (await get("/users")).map((u) => [u.name, u.name]);
+  const limitForm = (title, owner, collection) =>
+    form(
+      title,
+      [
+        owner,
+        field("Limit", select("name", LIMIT_NAMES[collection === "vhost-limits" ? "vhost" : "user"], "max-connections")),
+        field("Value", el("input", { type: "number", name: "value", min: "-1", required: true })),
+      ],
+      "Set limit",
+      async (values) => {
+        const who = collection === "vhost-limits" ? values.vhost : values.user;
+        await api("PUT", p(collection, who, values.name), { value: Number(values.value) });
+        flash(`Limit ${values.name} of ${who} set.`);
+        await refreshAll();
+      },
+    );
+  await refresh();
+  return {
+    nodes: [
+      el("h3", {}, "Virtual host limits"),
+      vhostList,
+      limitForm("Set virtual host limit", field("Virtual host", await vhostSelect()), "vhost-limits"),
+      el("h3", {}, "User limits"),
+      userList,
+      limitForm("Set user limit", field("User", select("user", userNames, userNames.length ? userNames[0][0] : "")), "user-limits"),
+    ],
+    refresh,
+  };
+}
+
+/**
+ * Feature flags as RabbitMQ lists them (/api/feature-flags). Warren's API has none: it has
+ * no feature flags to enable, as it has no mixed-version clusters to protect; the tab says
+ * so rather than inventing a list.
+ */
+async function featureFlags() {
+  const holder = el("div", {});
+  async function refresh() {
+    let flags;
+    try {
+      flags = await get("/feature-flags");
+    } catch (error) {
+      if (error.status !== 404) throw error;
+      fill(holder, el("p", { class: "muted feature-flags-missing" }, "This broker has no feature flags: its API has no /api/feature-flags."));
+      return;
+    }
+    fill(
+      holder,
+      table(
+        [
+          { title: "Name", name: true, cell: (f) => f.name },
+          { title: "State", cell: (f) => el("span", { class: `state-${f.state}` }, f.state) },
+          { title: "Stability", cell: (f) => f.stability || "" },
+          { title: "Description", cell: (f) => f.desc || "" },
+        ],
+        flags,
+        { emptyText: "No feature flags." },
+      ),
+    );
+  }
+  await refresh();
+  return { nodes: [holder], refresh };
+}
+
+const SECTIONS = {
+  users,
+  vhosts,
+  permissions,
+  policies: policySection("policies", "No policies."),
+  "operator-policies": policySection("operator-policies", "No operator policies."),
+  limits,
+  "feature-flags": featureFlags,
+};
 
 export async function render(main, context) {
   // Policymakers who are not administrators only manage policies.

@@ -1,12 +1,8 @@
 // Channels: every open channel with its mode, prefetch, unacknowledged messages and rates.
 
-import { el, fill } from "../dom.js";
-import { count, path, rate } from "../format.js";
+import { el, fill, route } from "../dom.js";
+import { channelMode, count, path, rate } from "../format.js";
 import { pagedList } from "../list.js";
-
-function mode(channel) {
-  return [channel.confirm ? "confirm" : "", channel.transactional ? "transactional" : ""].filter(Boolean).join(", ");
-}
 
 export async function render(main) {
   const list = pagedList({
@@ -14,10 +10,10 @@ export async function render(main) {
     noun: "channels",
     emptyText: "No channels.",
     columns: [
-      { title: "Channel", name: true, sort: "name", cell: (c) => c.name },
+      { title: "Channel", name: true, sort: "name", cell: (c) => el("a", { href: route("channels", c.name) }, c.name) },
       { title: "Virtual host", sort: "vhost", cell: (c) => c.vhost },
       { title: "User", sort: "user", cell: (c) => c.user },
-      { title: "Mode", cell: mode },
+      { title: "Mode", cell: channelMode },
       { title: "State", sort: "state", cell: (c) => el("span", { class: `state-${c.state}` }, c.state) },
       { title: "Consumers", num: true, sort: "consumer_count", cell: (c) => count(c.consumer_count) },
       { title: "Prefetch", num: true, sort: "prefetch_count", cell: (c) => count(c.prefetch_count) },

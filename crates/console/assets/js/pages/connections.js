@@ -1,7 +1,7 @@
 // Connections: every client connection, and closing one with a reason the client is told.
 
 import { api, p } from "../api.js";
-import { actionButton, el, fill, flash } from "../dom.js";
+import { actionButton, el, fill, flash, route } from "../dom.js";
 import { byteRate, count, path } from "../format.js";
 import { pagedList } from "../list.js";
 
@@ -16,7 +16,7 @@ export async function render(main) {
         name: true,
         sort: "name",
         // The name a client gives its connection (client_properties.connection_name) under the peer.
-        cell: (c) => [c.name, path(c, "client_properties.connection_name") ? el("div", { class: "muted" }, path(c, "client_properties.connection_name")) : null],
+        cell: (c) => [el("a", { href: route("connections", c.name) }, c.name), path(c, "client_properties.connection_name") ? el("div", { class: "muted" }, path(c, "client_properties.connection_name")) : null],
       },
       { title: "Virtual host", sort: "vhost", cell: (c) => c.vhost },
       { title: "User", sort: "user", cell: (c) => c.user },
