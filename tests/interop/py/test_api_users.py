@@ -100,6 +100,30 @@ def test_vhost_crud_and_permissions(api, vhost, user):
     assert api.get(path).status_code == 404
 
 
+def test_a_vhosts_description_and_tags_are_kept(api):
+    """As RabbitMQ's API (rabbit_vhost:put_vhost): set at creation, shown in the vhost and
+    its metadata, exported; each PUT sets both, what it leaves out becoming empty."""
+    name = uid("vhost-meta")
+    path = "/api/vhosts/" + q(name)
+    try:
+        r = api.put(path, {"description": "orders", "tags": "eu,prod"})
+        assert r.status_code == 201, r.text
+        v = api.json(path)
+        assert v["description"] == "orders" and v["tags"] == ["eu", "prod"], v
+        assert v["metadata"] == {"description": "orders", "tags": ["eu", "prod"]}, v
+        exported = [x for x in api.json("/api/definitions")["vhosts"] if x["name"] == name]
+        assert exported and exported[0].get("metadata", {}).get("description") == "orders", \
+            exported
+        assert api.put(path, {"description": "orders", "tags": ["us"]}).status_code == 204
+        v = api.json(path)
+        assert v["description"] == "orders" and v["tags"] == ["us"], v
+        assert api.put(path, {"tags": ["us"]}).status_code == 204
+        assert api.json(path)["description"] == ""
+        assert api.put(path, {"tags": 3}).status_code == 400
+    finally:
+        api.delete(path)
+
+
 def test_topic_permissions(api, vhost, user):
     path = "/api/topic-permissions/%s/%s" % (q(vhost), q(user))
     r = api.put(path, {"exchange": "amq.topic", "write": "^a", "read": ".*"})

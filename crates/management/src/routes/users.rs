@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::access::{Hashing, Permission, TopicPermission, User, SHA256};
-use warren_broker::{DefinitionOp, Outcome};
+use warren_broker::{DefinitionOp, Outcome, VHostMetadata};
 
 fn user_json(u: &User) -> Value {
     json!({
@@ -401,6 +401,36 @@ pub async fn clear_topic_permission_on(
 /// PUT /api/vhosts/NAME: creates the vhost (201) or leaves it (204). As RabbitMQ, the user
 /// who creates it gets every permission on it, and a `tracing` field turns its firehose on
 /// or off, new vhost or not.
+/// A vhost PUT's `description` and `tags` (a list, or RabbitMQ's comma-separated text). As
+/// RabbitMQ's, every PUT sets both: what the body leaves out becomes empty.
+fn vhost_metadata(body: &Value) -> Result<VHostMetadata, ApiError> {
+    let description = match body.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => return Err(ApiError::bad_request("description must be a string")),
+    };
+    let tags = match body.get("tags") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| t.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("tags must be strings"))?,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "tags must be a list or a comma-separated string",
+            ))
+        }
+    };
+    Ok(VHostMetadata { description, tags })
+}
+
 pub async fn put_vhost(
     State(api): State<Arc<Api>>,
     Extension(who): Extension<Identity>,
@@ -413,12 +443,21 @@ pub async fn put_vhost(
         None | Some(Value::Null) => None,
         Some(_) => Some(body_bool(&body, "tracing", false)?),
     };
+    let metadata = vhost_metadata(&body)?;
     let outcome = api
         .change(DefinitionOp::VhostAdd {
             name: vhost.clone(),
             grant_full_to: Some(who.name.clone()),
         })
         .await?;
+    let unchanged = api
+        .broker
+        .vhost(&vhost)
+        .is_some_and(|v| v.metadata() == metadata);
+    if !unchanged {
+        api.change(DefinitionOp::vhost_set_metadata(&vhost, metadata))
+            .await?;
+    }
     if let Some(tracing) = tracing {
         api.change(DefinitionOp::VhostSetTracing {
             name: vhost,

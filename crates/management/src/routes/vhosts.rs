@@ -13,22 +13,23 @@ use axum::extract::{Path, Query as Q, State};
 use axum::Extension;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use warren_broker::VHost;
+use warren_broker::{VHost, VHostMetadata};
 
 fn vhost_json(api: &Api, vhost: &VHost) -> Value {
     let rates = api.rates.get(&rate_key("vhost", &vhost.name, ""));
     let (totals, _) = queues::vhost_totals(vhost);
     let counts = api.broker.registry.message_totals(Some(&vhost.name));
-    let description = if vhost.name == "/" {
-        "Default virtual host"
-    } else {
-        ""
+    let VHostMetadata { description, tags } = vhost.metadata();
+    // RabbitMQ describes the default vhost so when it makes it.
+    let description = match (vhost.name.as_str(), description.is_empty()) {
+        ("/", true) => "Default virtual host".to_owned(),
+        _ => description,
     };
     let mut body = json!({
         "name": vhost.name,
         "description": description,
-        "tags": [],
-        "metadata": {"description": description, "tags": []},
+        "tags": tags,
+        "metadata": {"description": description, "tags": tags},
         "default_queue_type": "classic",
         "tracing": vhost.tracing(),
         "cluster_state": cluster_state(api),
