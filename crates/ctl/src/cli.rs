@@ -271,6 +271,11 @@ pub enum CtlCommand {
         )]
         per_connection_delay: u64,
     },
+    /// Stops the AMQP side (rabbitmqctl stop_app): closes every client connection and the
+    /// AMQP listeners; the broker process and its HTTP API keep running.
+    StopApp,
+    /// Starts the AMQP side again after stop_app (rabbitmqctl start_app).
+    StartApp,
     /// Sets the memory alarm's threshold: a fraction of the machine's memory, or `absolute`
     /// and a value with units (1GB, 512MiB, 1000000).
     SetVmMemoryHighWatermark {
@@ -279,6 +284,16 @@ pub enum CtlCommand {
     },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },
+    /// Deletes a queue, with its messages.
+    DeleteQueue {
+        queue: String,
+        /// Only if it has no ready messages.
+        #[arg(short = 'e', long)]
+        if_empty: bool,
+        /// Only if it has no consumers.
+        #[arg(short = 'u', long)]
+        if_unused: bool,
+    },
     /// Writes the definitions (users, vhosts, permissions, policies, topology) as JSON to a
     /// file, or to stdout with "-".
     ExportDefinitions { path: String },

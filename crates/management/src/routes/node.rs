@@ -321,6 +321,39 @@ pub async fn set_memory_high_watermark(
     Ok(super::no_content())
 }
 
+/// How long PUT /api/nodes/NODE/app waits for the AMQP side to stop or start (a stop waits
+/// up to 3 s for clients to answer connection.close).
+const APP_SWITCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// PUT /api/nodes/NODE/app, `{"running": false}` or `{"running": true}`: Warren's own path
+/// for rabbitmqctl's stop_app / start_app (RabbitMQ's CLI asks the node directly). Stopping
+/// closes every client connection with 320 CONNECTION_FORCED and stops the AMQP listeners;
+/// starting binds them again. The process, its definitions and messages and this API stay.
+/// Answers once done: 204, or 503 when the listeners did not follow in time.
+pub async fn set_app_running(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    if node != api.node {
+        return Err(ApiError::not_found());
+    }
+    let running = body_json(&body)?
+        .get("running")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| ApiError::bad_request("running must be true or false"))?;
+    api.broker.app.request(running);
+    if !api.broker.app.wait_for(running, APP_SWITCH_WAIT).await {
+        return Err(ApiError::unavailable(match running {
+            true => "the AMQP listeners did not start",
+            false => "the AMQP listeners did not stop",
+        }));
+    }
+    Ok(super::no_content())
+}
+
 pub async fn extensions() -> Json<Value> {
     Json(json!([]))
 }
