@@ -282,6 +282,11 @@ pub enum CtlCommand {
         #[arg(num_args = 1..=2, required = true, value_names = ["FRACTION | absolute", "VALUE"])]
         args: Vec<String>,
     },
+    /// Sets the disk alarm's free-space limit: bytes, or a value with units (1GB, 512MiB).
+    SetDiskFreeLimit {
+        #[arg(value_name = "DISK_LIMIT")]
+        limit: String,
+    },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },
     /// Deletes a queue, with its messages.

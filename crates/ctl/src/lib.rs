@@ -192,6 +192,7 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
         CtlCommand::SetVmMemoryHighWatermark { args } => {
             operations::set_vm_memory_high_watermark(&ctx, &args)
         }
+        CtlCommand::SetDiskFreeLimit { limit } => operations::set_disk_free_limit(&ctx, &limit),
         CtlCommand::PurgeQueue { queue } => operations::purge_queue(&ctx, &queue),
         CtlCommand::DeleteQueue {
             queue,

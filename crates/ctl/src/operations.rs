@@ -227,6 +227,33 @@ pub fn set_vm_memory_high_watermark(ctx: &Context, args: &[String]) -> Result<()
     }
 }
 
+/// rabbitmqctl set_disk_free_limit: bytes, or a value with rabbitmqctl's units, through
+/// Warren's PUT /api/nodes/NODE/disk-free-limit.
+pub fn set_disk_free_limit(ctx: &Context, limit: &str) -> Result<(), CtlError> {
+    let bytes = absolute_bytes(limit).ok_or_else(|| {
+        CtlError::new(
+            ExitCode::DataErr,
+            format!("'{limit}': the limit should be an integer with optional units (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
+        )
+    })?;
+    let node = ctx.api.get("/api/overview")?["node"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ctx.style.banner(&format!(
+        "Setting disk free limit on {node} to {limit} bytes ..."
+    ));
+    let path = format!("/api/nodes/{}/disk-free-limit", segment(&node));
+    match ctx.api.put(&path, &json!({ "bytes": bytes })) {
+        // RabbitMQ's API has no such path: say what to use there.
+        Err(e) if e.status() == Some(404) => Err(CtlError::new(
+            ExitCode::Unavailable,
+            "set_disk_free_limit needs Warren's API (against RabbitMQ, use rabbitmqctl)",
+        )),
+        other => Ok(other?),
+    }
+}
+
 /// rabbitmqctl's absolute memory value: an integer and one of its units (none: bytes).
 fn absolute_bytes(value: &str) -> Option<u64> {
     let digits = value

@@ -51,6 +51,10 @@ pub fn api_routes() -> Router<Arc<Api>> {
             axum::routing::put(node::set_memory_high_watermark),
         )
         .route(
+            "/api/nodes/{node}/disk-free-limit",
+            axum::routing::put(node::set_disk_free_limit),
+        )
+        .route(
             "/api/nodes/{node}/app",
             axum::routing::put(node::set_app_running),
         )

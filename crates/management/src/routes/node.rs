@@ -206,7 +206,10 @@ pub(crate) fn node_json(api: &Api) -> Value {
         "mem_calculation_strategy": "rss",
         "disk_free": disk_free,
         "disk_free_details": details(0.0),
-        "disk_free_limit": api.disk_free_limit_bytes,
+        "disk_free_limit": api
+            .broker
+            .disk_monitor()
+            .map_or(api.disk_free_limit_bytes, |disk| disk.limit_bytes()),
         "disk_free_alarm": alarms.contains(Alarm::Disk),
         "fd_used": fd_used,
         "fd_total": fd_total,
@@ -318,6 +321,31 @@ pub async fn set_memory_high_watermark(
     api.broker
         .memory
         .set_high_watermark_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    Ok(super::no_content())
+}
+
+/// PUT /api/nodes/NODE/disk-free-limit, `{"bytes": N}`: Warren's own path for rabbitmqctl's
+/// set_disk_free_limit. This node only; the disk alarm is raised or cleared at once against
+/// the new limit. Not kept across a restart, as in RabbitMQ.
+pub async fn set_disk_free_limit(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    who.require_admin()?;
+    if node != api.node {
+        return Err(ApiError::not_found());
+    }
+    let bytes = body_json(&body)?
+        .get("bytes")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::bad_request("bytes must be a non-negative integer"))?;
+    let disk = api
+        .broker
+        .disk_monitor()
+        .ok_or_else(|| ApiError::unavailable("this node watches no disk"))?;
+    disk.set_limit_bytes(bytes);
     Ok(super::no_content())
 }
 
