@@ -158,26 +158,41 @@ pub fn close_all_connections(
     Ok(())
 }
 
-/// rabbitmqctl stop_app (`running` false) / start_app (true), through Warren's
-/// PUT /api/nodes/NODE/app, which answers once the AMQP side has stopped or started.
-pub fn switch_app(ctx: &Context, running: bool) -> Result<(), CtlError> {
+/// A node setting through one of Warren's own paths, /api/nodes/NODE/`setting`: prints
+/// `banner` (given the node's name) and PUTs `body`. RabbitMQ's API has no such path (404):
+/// then the error says that `command` needs Warren's API.
+fn put_node_setting(
+    ctx: &Context,
+    command: &str,
+    setting: &str,
+    banner: impl FnOnce(&str) -> String,
+    body: &serde_json::Value,
+) -> Result<(), CtlError> {
     let node = ctx.api.get("/api/overview")?["node"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    ctx.style.banner(&match running {
-        true => format!("Starting node {node} ..."),
-        false => format!("Stopping rabbit application on node {node} ..."),
-    });
-    let path = format!("/api/nodes/{}/app", segment(&node));
-    match ctx.api.put(&path, &json!({ "running": running })) {
-        // RabbitMQ's API has no such path: say what to use there.
+    ctx.style.banner(&banner(&node));
+    let path = format!("/api/nodes/{}/{setting}", segment(&node));
+    match ctx.api.put(&path, body) {
         Err(e) if e.status() == Some(404) => Err(CtlError::new(
             ExitCode::Unavailable,
-            "stop_app and start_app need Warren's API (against RabbitMQ, use rabbitmqctl)",
+            format!("{command} needs Warren's API (against RabbitMQ, use rabbitmqctl)"),
         )),
         other => Ok(other?),
     }
+}
+
+/// rabbitmqctl stop_app (`running` false) / start_app (true), through Warren's
+/// PUT /api/nodes/NODE/app, which answers once the AMQP side has stopped or started.
+pub fn switch_app(ctx: &Context, running: bool) -> Result<(), CtlError> {
+    let (command, banner): (_, fn(&str) -> String) = match running {
+        true => ("start_app", |node| format!("Starting node {node} ...")),
+        false => ("stop_app", |node| {
+            format!("Stopping rabbit application on node {node} ...")
+        }),
+    };
+    put_node_setting(ctx, command, "app", banner, &json!({ "running": running }))
 }
 
 /// rabbitmqctl set_vm_memory_high_watermark: `FRACTION` (0.0–1.0 of the machine's memory) or
@@ -209,22 +224,13 @@ pub fn set_vm_memory_high_watermark(ctx: &Context, args: &[String]) -> Result<()
             ))
         }
     };
-    let node = ctx.api.get("/api/overview")?["node"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    ctx.style.banner(&format!(
-        "Setting memory threshold on {node} to {shown} ..."
-    ));
-    let path = format!("/api/nodes/{}/memory-high-watermark", segment(&node));
-    match ctx.api.put(&path, &body) {
-        // RabbitMQ's API has no such path: say what to use there.
-        Err(e) if e.status() == Some(404) => Err(CtlError::new(
-            ExitCode::Unavailable,
-            "set_vm_memory_high_watermark needs Warren's API (against RabbitMQ, use rabbitmqctl)",
-        )),
-        other => Ok(other?),
-    }
+    put_node_setting(
+        ctx,
+        "set_vm_memory_high_watermark",
+        "memory-high-watermark",
+        |node| format!("Setting memory threshold on {node} to {shown} ..."),
+        &body,
+    )
 }
 
 /// rabbitmqctl set_disk_free_limit: bytes, or a value with rabbitmqctl's units, through
@@ -236,22 +242,13 @@ pub fn set_disk_free_limit(ctx: &Context, limit: &str) -> Result<(), CtlError> {
             format!("'{limit}': the limit should be an integer with optional units (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
         )
     })?;
-    let node = ctx.api.get("/api/overview")?["node"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    ctx.style.banner(&format!(
-        "Setting disk free limit on {node} to {limit} bytes ..."
-    ));
-    let path = format!("/api/nodes/{}/disk-free-limit", segment(&node));
-    match ctx.api.put(&path, &json!({ "bytes": bytes })) {
-        // RabbitMQ's API has no such path: say what to use there.
-        Err(e) if e.status() == Some(404) => Err(CtlError::new(
-            ExitCode::Unavailable,
-            "set_disk_free_limit needs Warren's API (against RabbitMQ, use rabbitmqctl)",
-        )),
-        other => Ok(other?),
-    }
+    put_node_setting(
+        ctx,
+        "set_disk_free_limit",
+        "disk-free-limit",
+        |node| format!("Setting disk free limit on {node} to {limit} bytes ..."),
+        &json!({ "bytes": bytes }),
+    )
 }
 
 /// rabbitmqctl's absolute memory value: an integer and one of its units (none: bytes).

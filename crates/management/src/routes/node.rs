@@ -286,6 +286,16 @@ pub async fn one_node(
     Ok(respond_one(one, &query))
 }
 
+/// The node settings' PUTs (Warren's own paths): an administrator's, for this node only
+/// (another node's name is 404, as a node that is not there).
+fn require_admin_on_this_node(api: &Api, who: &Identity, node: &str) -> Result<(), ApiError> {
+    who.require_admin()?;
+    match node == api.node {
+        true => Ok(()),
+        false => Err(ApiError::not_found()),
+    }
+}
+
 /// PUT /api/nodes/NODE/memory-high-watermark, `{"bytes": N}` or `{"fraction": F}` (of the
 /// machine's memory): Warren's own path for rabbitmqctl's set_vm_memory_high_watermark
 /// (RabbitMQ's API has none; its CLI asks the node directly). This node only; the alarm is
@@ -297,10 +307,7 @@ pub async fn set_memory_high_watermark(
     Path(node): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_admin()?;
-    if node != api.node {
-        return Err(ApiError::not_found());
-    }
+    require_admin_on_this_node(&api, &who, &node)?;
     let body = body_json(&body)?;
     let bytes = match (body.get("bytes"), body.get("fraction")) {
         (Some(bytes), None) => bytes
@@ -333,10 +340,7 @@ pub async fn set_disk_free_limit(
     Path(node): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_admin()?;
-    if node != api.node {
-        return Err(ApiError::not_found());
-    }
+    require_admin_on_this_node(&api, &who, &node)?;
     let bytes = body_json(&body)?
         .get("bytes")
         .and_then(Value::as_u64)
@@ -364,10 +368,7 @@ pub async fn set_app_running(
     Path(node): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_admin()?;
-    if node != api.node {
-        return Err(ApiError::not_found());
-    }
+    require_admin_on_this_node(&api, &who, &node)?;
     let running = body_json(&body)?
         .get("running")
         .and_then(Value::as_bool)
