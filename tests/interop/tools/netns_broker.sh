@@ -43,11 +43,15 @@ case "$broker" in
     export RABBITMQ_NODE=rabbit5672@localhost RABBITMQCTL="$work/rabbitmqctl"
     printf '#!/bin/sh\nexec rabbitmqctl -n %s "$@"\n' "$RABBITMQ_NODE" >"$RABBITMQCTL"
     chmod +x "$RABBITMQCTL"
-    stop_broker() { bash "$rabbitmq_sh" stop 5672; } ;;
+    # The namespace's own epmd (RabbitMQ starts one) would outlive it.
+    stop_broker() { bash "$rabbitmq_sh" stop 5672; epmd -kill; } ;;
   *) echo "netns_broker.sh: unknown broker $broker" >&2; exit 2 ;;
 esac
+# The broker goes with the namespace even when COMMAND is interrupted.
+trap 'stop_broker >/dev/null 2>&1' INT TERM
 "$@"
 rc=$?
+trap - INT TERM
 stop_broker >/dev/null 2>&1
 # The broker's log outlives the namespace for whoever asks (BROKER_LOG_COPY).
 [ -n "${BROKER_LOG_COPY:-}" ] && cp "$BROKER_LOG" "$BROKER_LOG_COPY"
