@@ -3,7 +3,8 @@
 # integration tests, resource tests, then a real broker process driven by real clients (pika,
 # amqp091-go, RabbitMQ PerfTest, RabbitMQ's Java client) and by `warren perf`; beside those
 # (they mostly wait) a short fuzz run of every decoder, the pika tests that start brokers of
-# their own, and the kill -9 crash runs; last the Debian package (packaging/test_package.sh:
+# their own, the Java client's and amqp091-go's own test suites against Warrens of their own,
+# and the kill -9 crash runs; last the Debian package (packaging/test_package.sh:
 # built from the release binary, installed, run as its systemd unit would run it, purged).
 # Installs what it needs (Python venv, Go modules, PerfTest and amqp-client from Maven
 # Central). Usage: ./test.sh
@@ -202,6 +203,15 @@ start_job pika-own-single "pika: other tests with brokers of their own (-m own_b
   env -C tests/interop .venv/bin/python -m pytest -m own_brokers -k "not cluster"
 start_job fuzz "fuzzing every decoder for a short while (docs/FUZZING.md; the long run is 'just fuzz')" \
   fuzz/run.sh 20
+# RabbitMQ's Java client's own suites (functional, client, server) and amqp091-go's own test
+# run, each beside a Warren of its own in a network namespace of its own (they hard-code
+# localhost:5672 and rabbitmqctl, which tests/interop/tools/rabbitmqctl answers with `warren
+# ctl`); failures RabbitMQ shares or Warren's listed differences are in their
+# known-failures.txt, anything else fails the job.
+start_job java-suite "RabbitMQ's Java client's own test suites (tests/interop/java-suite)" \
+  tests/interop/java-suite/run.sh warren
+start_job go-suite "amqp091-go's own test suite, connection recovery included (tests/interop/go-suite)" \
+  tests/interop/go-suite/run.sh warren
 # The HTTP API tests (test_api_*.py, rabbitmqadmin) and the `warren ctl` tests (test_ctl.py)
 # read WARREN_MGMT_URL, the Prometheus test (test_prometheus.py) WARREN_PROMETHEUS_URL; each
 # skips without its URL.
@@ -211,6 +221,8 @@ AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" WARREN_MGMT_URL="http://127.0.
 finish_job pika-own-single || status=1
 finish_job pika-own || status=1
 finish_job fuzz || { echo "fuzzing found a crash"; status=1; }
+finish_job java-suite || status=1
+finish_job go-suite || status=1
 
 phase "warren perf against the broker"
 # The kill -9 runs start brokers of their own (free ports, own data directories): beside it.

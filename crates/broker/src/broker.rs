@@ -51,6 +51,8 @@ pub struct Broker {
     pub memory: Arc<MemoryMonitor>,
     /// Memory and disk alarms; every connection watches them.
     pub alarms: Arc<Alarms>,
+    /// Whether the AMQP side runs (rabbitmqctl's stop_app / start_app).
+    pub app: crate::app_switch::AppSwitch,
     next_connection_id: AtomicU64,
     /// Open connections, their channels and consumers (the HTTP API's view).
     pub registry: Registry,
@@ -105,6 +107,7 @@ impl Broker {
             store: store.clone(),
             memory,
             alarms,
+            app: Default::default(),
             next_connection_id: AtomicU64::new(1),
             persisting: AtomicBool::new(false),
             definitions_writer: Arc::default(),

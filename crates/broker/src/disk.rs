@@ -26,7 +26,8 @@ const ASSUMED_WRITE_BYTES_PER_S: u64 = 250_000_000;
 #[derive(Debug)]
 pub struct DiskMonitor {
     path: PathBuf,
-    limit_bytes: u64,
+    /// The configured limit, or the one rabbitmqctl's set_disk_free_limit set since.
+    limit_bytes: AtomicU64,
     /// Last measured free bytes (u64::MAX before the first measure).
     free_bytes: AtomicU64,
     alarms: Arc<Alarms>,
@@ -36,14 +37,22 @@ impl DiskMonitor {
     pub fn new(path: &Path, limit_bytes: u64, alarms: Arc<Alarms>) -> Arc<DiskMonitor> {
         Arc::new(DiskMonitor {
             path: path.to_owned(),
-            limit_bytes,
+            limit_bytes: AtomicU64::new(limit_bytes),
             free_bytes: AtomicU64::new(u64::MAX),
             alarms,
         })
     }
 
     pub fn limit_bytes(&self) -> u64 {
-        self.limit_bytes
+        self.limit_bytes.load(Relaxed)
+    }
+
+    /// rabbitmqctl set_disk_free_limit: a new limit, checked against at once (the alarm is
+    /// raised or cleared now). Not kept across a restart, as in RabbitMQ.
+    pub fn set_limit_bytes(&self, limit_bytes: u64) {
+        self.limit_bytes.store(limit_bytes, Relaxed);
+        tracing::info!(limit_bytes, "disk free limit set");
+        self.check();
     }
 
     pub fn free_bytes(&self) -> u64 {
@@ -57,17 +66,18 @@ impl DiskMonitor {
             return MAX_INTERVAL;
         };
         self.free_bytes.store(free, Relaxed);
-        let alarm = free < self.limit_bytes;
+        let limit_bytes = self.limit_bytes();
+        let alarm = free < limit_bytes;
         if alarm && !self.alarms.local().contains(Alarm::Disk) {
             tracing::warn!(
                 free_bytes = free,
-                limit_bytes = self.limit_bytes,
+                limit_bytes,
                 path = %self.path.display(),
                 "disk alarm: free space below the limit"
             );
         }
         self.alarms.set(Alarm::Disk, alarm);
-        let margin = free.abs_diff(self.limit_bytes);
+        let margin = free.abs_diff(limit_bytes);
         let interval_ms = margin.saturating_mul(1000) / ASSUMED_WRITE_BYTES_PER_S;
         Duration::from_millis(interval_ms).clamp(MIN_INTERVAL, MAX_INTERVAL)
     }

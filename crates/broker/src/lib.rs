@@ -5,6 +5,7 @@
 pub mod access;
 pub mod admission;
 pub mod alarm;
+pub mod app_switch;
 mod apply;
 pub mod auth_attempts;
 pub mod broker;

@@ -271,11 +271,21 @@ pub enum CtlCommand {
         )]
         per_connection_delay: u64,
     },
+    /// Stops the AMQP side (rabbitmqctl stop_app): closes every client connection and the
+    /// AMQP listeners; the broker process and its HTTP API keep running.
+    StopApp,
+    /// Starts the AMQP side again after stop_app (rabbitmqctl start_app).
+    StartApp,
     /// Sets the memory alarm's threshold: a fraction of the machine's memory, or `absolute`
     /// and a value with units (1GB, 512MiB, 1000000).
     SetVmMemoryHighWatermark {
         #[arg(num_args = 1..=2, required = true, value_names = ["FRACTION | absolute", "VALUE"])]
         args: Vec<String>,
+    },
+    /// Sets the disk alarm's free-space limit: bytes, or a value with units (1GB, 512MiB).
+    SetDiskFreeLimit {
+        #[arg(value_name = "DISK_LIMIT")]
+        limit: String,
     },
     /// Removes all ready messages from a queue.
     PurgeQueue { queue: String },
@@ -284,6 +294,16 @@ pub enum CtlCommand {
     TraceOn,
     /// Turns off the firehose of a vhost.
     TraceOff,
+    /// Deletes a queue, with its messages.
+    DeleteQueue {
+        queue: String,
+        /// Only if it has no ready messages.
+        #[arg(short = 'e', long)]
+        if_empty: bool,
+        /// Only if it has no consumers.
+        #[arg(short = 'u', long)]
+        if_unused: bool,
+    },
     /// Writes the definitions (users, vhosts, permissions, policies, topology) as JSON to a
     /// file, or to stdout with "-".
     ExportDefinitions { path: String },

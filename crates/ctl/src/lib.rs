@@ -188,12 +188,20 @@ fn run(cli: CtlCli) -> Result<(), CtlError> {
             limit,
             std::time::Duration::from_millis(per_connection_delay),
         ),
+        CtlCommand::StopApp => operations::switch_app(&ctx, false),
+        CtlCommand::StartApp => operations::switch_app(&ctx, true),
         CtlCommand::SetVmMemoryHighWatermark { args } => {
             operations::set_vm_memory_high_watermark(&ctx, &args)
         }
+        CtlCommand::SetDiskFreeLimit { limit } => operations::set_disk_free_limit(&ctx, &limit),
         CtlCommand::PurgeQueue { queue } => operations::purge_queue(&ctx, &queue),
         CtlCommand::TraceOn => trace::trace(&ctx, true),
         CtlCommand::TraceOff => trace::trace(&ctx, false),
+        CtlCommand::DeleteQueue {
+            queue,
+            if_empty,
+            if_unused,
+        } => operations::delete_queue(&ctx, &queue, if_empty, if_unused),
         CtlCommand::ExportDefinitions { path } => operations::export_definitions(&ctx, &path),
         CtlCommand::ImportDefinitions { path } => operations::import_definitions(&ctx, &path),
         CtlCommand::Status => status::status(&ctx),

@@ -158,6 +158,43 @@ pub fn close_all_connections(
     Ok(())
 }
 
+/// A node setting through one of Warren's own paths, /api/nodes/NODE/`setting`: prints
+/// `banner` (given the node's name) and PUTs `body`. RabbitMQ's API has no such path (404):
+/// then the error says that `command` needs Warren's API.
+fn put_node_setting(
+    ctx: &Context,
+    command: &str,
+    setting: &str,
+    banner: impl FnOnce(&str) -> String,
+    body: &serde_json::Value,
+) -> Result<(), CtlError> {
+    let node = ctx.api.get("/api/overview")?["node"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ctx.style.banner(&banner(&node));
+    let path = format!("/api/nodes/{}/{setting}", segment(&node));
+    match ctx.api.put(&path, body) {
+        Err(e) if e.status() == Some(404) => Err(CtlError::new(
+            ExitCode::Unavailable,
+            format!("{command} needs Warren's API (against RabbitMQ, use rabbitmqctl)"),
+        )),
+        other => Ok(other?),
+    }
+}
+
+/// rabbitmqctl stop_app (`running` false) / start_app (true), through Warren's
+/// PUT /api/nodes/NODE/app, which answers once the AMQP side has stopped or started.
+pub fn switch_app(ctx: &Context, running: bool) -> Result<(), CtlError> {
+    let (command, banner): (_, fn(&str) -> String) = match running {
+        true => ("start_app", |node| format!("Starting node {node} ...")),
+        false => ("stop_app", |node| {
+            format!("Stopping rabbit application on node {node} ...")
+        }),
+    };
+    put_node_setting(ctx, command, "app", banner, &json!({ "running": running }))
+}
+
 /// rabbitmqctl set_vm_memory_high_watermark: `FRACTION` (0.0–1.0 of the machine's memory) or
 /// `absolute VALUE` (bytes, or with rabbitmqctl's units: k kiB M MiB G GiB kB MB GB), through
 /// Warren's PUT /api/nodes/NODE/memory-high-watermark.
@@ -187,22 +224,31 @@ pub fn set_vm_memory_high_watermark(ctx: &Context, args: &[String]) -> Result<()
             ))
         }
     };
-    let node = ctx.api.get("/api/overview")?["node"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    ctx.style.banner(&format!(
-        "Setting memory threshold on {node} to {shown} ..."
-    ));
-    let path = format!("/api/nodes/{}/memory-high-watermark", segment(&node));
-    match ctx.api.put(&path, &body) {
-        // RabbitMQ's API has no such path: say what to use there.
-        Err(e) if e.status() == Some(404) => Err(CtlError::new(
-            ExitCode::Unavailable,
-            "set_vm_memory_high_watermark needs Warren's API (against RabbitMQ, use rabbitmqctl)",
-        )),
-        other => Ok(other?),
-    }
+    put_node_setting(
+        ctx,
+        "set_vm_memory_high_watermark",
+        "memory-high-watermark",
+        |node| format!("Setting memory threshold on {node} to {shown} ..."),
+        &body,
+    )
+}
+
+/// rabbitmqctl set_disk_free_limit: bytes, or a value with rabbitmqctl's units, through
+/// Warren's PUT /api/nodes/NODE/disk-free-limit.
+pub fn set_disk_free_limit(ctx: &Context, limit: &str) -> Result<(), CtlError> {
+    let bytes = absolute_bytes(limit).ok_or_else(|| {
+        CtlError::new(
+            ExitCode::DataErr,
+            format!("'{limit}': the limit should be an integer with optional units (k, kiB, M, MiB, G, GiB, kB, MB, GB)"),
+        )
+    })?;
+    put_node_setting(
+        ctx,
+        "set_disk_free_limit",
+        "disk-free-limit",
+        |node| format!("Setting disk free limit on {node} to {limit} bytes ..."),
+        &json!({ "bytes": bytes }),
+    )
 }
 
 /// rabbitmqctl's absolute memory value: an integer and one of its units (none: bytes).
@@ -234,6 +280,62 @@ pub fn purge_queue(ctx: &Context, queue: &str) -> Result<(), CtlError> {
         let missing = format!("queue '{queue}' does not exist in vhost '{vhost}'");
         missing_in_vhost(ctx, vhost, missing)
     })
+}
+
+/// rabbitmqctl delete_queue: its banner, the API's DELETE (with `if-empty` / `if-unused`),
+/// and rabbitmqctl's result line with the ready messages the queue held. A missing queue
+/// and a refused condition are rabbitmqctl's usage errors (64).
+pub fn delete_queue(
+    ctx: &Context,
+    queue: &str,
+    if_empty: bool,
+    if_unused: bool,
+) -> Result<(), CtlError> {
+    let vhost = &ctx.vhost;
+    let conditions: Vec<&str> = [
+        (if_empty, "if queue is empty "),
+        (if_unused, "if queue is unused "),
+    ]
+    .into_iter()
+    .filter_map(|(set, words)| set.then_some(words))
+    .collect();
+    ctx.style.banner(&format!(
+        "Deleting queue '{queue}' on vhost '{vhost}' {}...",
+        conditions.join("and ")
+    ));
+    let path = format!("/api/queues/{}/{}", segment(vhost), segment(queue));
+    let ready = match ctx.api.get(&path) {
+        Ok(info) => info["messages_ready"].as_u64().unwrap_or(0),
+        Err(e) if e.status() == Some(404) => {
+            return Err(CtlError::new(ExitCode::Usage, "Queue not found"))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut query = Vec::new();
+    if if_empty {
+        query.push("if-empty=true");
+    }
+    if if_unused {
+        query.push("if-unused=true");
+    }
+    let path = match query.is_empty() {
+        true => path,
+        false => format!("{path}?{}", query.join("&")),
+    };
+    match ctx.api.delete(&path, &[]) {
+        Err(e) if e.status() == Some(404) => Err(CtlError::new(ExitCode::Usage, "Queue not found")),
+        Err(e) if e.status() == Some(400) && if_empty && ready > 0 => {
+            Err(CtlError::new(ExitCode::Usage, "Queue is not empty"))
+        }
+        Err(e) if e.status() == Some(400) && if_unused => {
+            Err(CtlError::new(ExitCode::Usage, "Queue is in use"))
+        }
+        Err(e) => Err(e.into()),
+        Ok(_) => {
+            println!("Queue was successfully deleted with {ready} ready messages");
+            Ok(())
+        }
+    }
 }
 
 /// "-" means stdout (export) or stdin (import), as in rabbitmqctl.

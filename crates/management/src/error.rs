@@ -42,6 +42,15 @@ impl ApiError {
         }
     }
 
+    /// The broker cannot do what was asked now (503).
+    pub fn unavailable(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            error: "unavailable",
+            reason: reason.into(),
+        }
+    }
+
     /// Wrong credentials. RabbitMQ spells this one "not_authorized" (and the others
     /// "not_authorised").
     pub fn login_failed() -> ApiError {

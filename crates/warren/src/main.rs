@@ -446,9 +446,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         notify_systemd(&[sd_notify::NotifyState::Stopping]);
         let _ = stop_tx.send(true);
     });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     // Every listener is bound before any serves, so that the API lists them all.
     let amqps_listener = match tls_config.is_some() && args.amqps_port != 0 {
         true => Some(
@@ -498,13 +495,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let amqps = match (amqps_listener, tls_config) {
         (Some(listener), Some(tls_config)) => {
             tracing::info!(addr = %listener.local_addr()?, "listening for AMQPS (AMQP over TLS)");
-            Some(tokio::spawn(warren_server::run_tls(
-                listener,
-                tls_config,
-                broker.clone(),
-                config.clone(),
-                stopped(stop_rx.clone()),
-            )))
+            Some((listener, tls_config))
         }
         _ => None,
     };
@@ -517,10 +508,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status(&status),
     ]);
-    warren_server::run_shared(listener, broker.clone(), config, stopped(stop_rx)).await;
-    if let Some(amqps) = amqps {
-        let _ = amqps.await;
-    }
+    let listeners = AmqpListeners {
+        bind: args.bind.clone(),
+        amqp: listener,
+        amqps,
+    };
+    serve_amqp(listeners, &broker, &config, stop_rx).await;
     close_client_connections(&broker).await;
     for http in [prometheus, management].into_iter().flatten() {
         http.stop().await;
@@ -544,6 +537,131 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "Warren stopped"
     );
     Ok(())
+}
+
+/// The AMQP listeners (0-9-1 and AMQP 1.0 share each port): plain and, with TLS, AMQPS.
+struct AmqpListeners {
+    /// The address they are bound on, to bind them again after stop_app.
+    bind: String,
+    amqp: tokio::net::TcpListener,
+    amqps: Option<(tokio::net::TcpListener, Arc<rustls::ServerConfig>)>,
+}
+
+/// Where the AMQP listeners were bound: the ports they got (a port 0 keeps what it got).
+struct AmqpPorts {
+    bind: String,
+    amqp: u16,
+    amqps: Option<(u16, Arc<rustls::ServerConfig>)>,
+}
+
+impl AmqpListeners {
+    fn ports(&self) -> std::io::Result<AmqpPorts> {
+        Ok(AmqpPorts {
+            bind: self.bind.clone(),
+            amqp: self.amqp.local_addr()?.port(),
+            amqps: match &self.amqps {
+                Some((listener, tls)) => Some((listener.local_addr()?.port(), tls.clone())),
+                None => None,
+            },
+        })
+    }
+}
+
+impl AmqpPorts {
+    /// Binds the same ports again (start_app).
+    fn rebind(&self) -> std::io::Result<AmqpListeners> {
+        let amqps = match &self.amqps {
+            Some((port, tls)) => Some((
+                warren_listener::bind_listener(&self.bind, *port)?,
+                tls.clone(),
+            )),
+            None => None,
+        };
+        Ok(AmqpListeners {
+            bind: self.bind.clone(),
+            amqp: warren_listener::bind_listener(&self.bind, self.amqp)?,
+            amqps,
+        })
+    }
+}
+
+/// Serves the AMQP listeners until the broker stops (`stop` turns true), through any number
+/// of rabbitmqctl stop_app / start_app (`Broker::app`): a stop closes the listeners, so new
+/// connections are refused, and tells every client 320 CONNECTION_FORCED; a start binds the
+/// same ports again. Definitions and messages stay in the process meanwhile.
+async fn serve_amqp(
+    mut listeners: AmqpListeners,
+    broker: &Arc<warren_broker::Broker>,
+    config: &Arc<ServerConfig>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let wanted = broker.app.wanted();
+    let stopping = || *stop.borrow();
+    loop {
+        let again = match listeners.ports() {
+            Ok(ports) => Some(ports),
+            Err(e) => {
+                // Without its address a listener cannot come back: stop_app is refused.
+                tracing::error!(error = %e, "the AMQP listener's address");
+                None
+            }
+        };
+        // Completes on the broker's stop or on stop_app.
+        let until_paused = || {
+            let (mut stop, mut wanted) = (stop.clone(), wanted.clone());
+            let can_pause = again.is_some();
+            async move {
+                tokio::select! {
+                    _ = stop.wait_for(|stop| *stop) => {}
+                    _ = wanted.wait_for(|running| !*running), if can_pause => {}
+                }
+            }
+        };
+        let amqps = listeners.amqps.map(|(listener, tls)| {
+            tokio::spawn(warren_server::run_tls(
+                listener,
+                tls,
+                broker.clone(),
+                config.clone(),
+                until_paused(),
+            ))
+        });
+        warren_server::run_shared(
+            listeners.amqp,
+            broker.clone(),
+            config.clone(),
+            until_paused(),
+        )
+        .await;
+        if let Some(amqps) = amqps {
+            let _ = amqps.await;
+        }
+        let Some(again) = again.filter(|_| !stopping()) else {
+            return;
+        };
+        close_client_connections(broker).await;
+        broker.app.reached(false);
+        tracing::info!("AMQP stopped (stop_app): listeners closed, clients disconnected");
+        listeners = loop {
+            let mut wanted = wanted.clone();
+            let mut stop = stop.clone();
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => return,
+                _ = wanted.wait_for(|running| *running) => {}
+            }
+            match again.rebind() {
+                Ok(listeners) => break listeners,
+                Err(e) => {
+                    // The port taken meanwhile by another process: keep trying, as the
+                    // operator's start_app waits (and says so when it gives up).
+                    tracing::error!(error = %e, "start_app: binding the AMQP listeners");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        broker.app.reached(true);
+        tracing::info!("AMQP started again (start_app)");
+    }
 }
 
 /// Tells systemd the broker's state when it runs as a Type=notify service (`NOTIFY_SOCKET` is

@@ -192,3 +192,48 @@ def test_set_vm_memory_high_watermark_raises_and_clears_the_alarm(tmp_path):
         conn.close()
     finally:
         broker.stop()
+
+
+def test_set_disk_free_limit_raises_and_clears_the_disk_alarm(tmp_path):
+    """`warren ctl set_disk_free_limit` (the Java client's suites raise the disk alarm through
+    rabbitmqctl, tools/rabbitmqctl maps it here): a limit above the disk's size blocks a
+    publishing connection with the disk alarm; the old limit back unblocks it, and the API's
+    node says the limit in force."""
+    from own_broker import free_port
+    import json
+    import urllib.request
+    port = free_port()
+    broker = Broker(str(tmp_path), "--management-port", str(port))
+    api = "http://127.0.0.1:%d" % port
+    ctl = lambda *args: subprocess.run(  # noqa: E731
+        [os.environ["WARREN_BIN"], "ctl", "--url", api, *args],
+        capture_output=True, text=True, timeout=20)
+
+    def node_limit():
+        request = urllib.request.Request(api + "/api/nodes")
+        request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+        return json.load(urllib.request.urlopen(request))[0]["disk_free_limit"]
+    try:
+        conn = connect(broker.url, blocked_connection_timeout=None)
+        notified = Notified(conn)
+        ch = conn.channel()
+        ch.queue_declare("disk-limit", auto_delete=True)
+        r = ctl("set_disk_free_limit", "1000000GB")
+        assert r.returncode == 0, r.stderr
+        assert "Setting disk free limit on" in r.stdout and "to 1000000GB bytes" in r.stdout
+        assert node_limit() == 1000000 * 10**9
+        ch.basic_publish("", "disk-limit", b"during")
+        deadline = time.monotonic() + 10
+        while not notified.blocked.is_set() and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert notified.blocked.is_set() and notified.reasons == ["low on disk"]
+        assert ctl("set_disk_free_limit", "50000000").returncode == 0
+        deadline = time.monotonic() + 10
+        while not notified.unblocked.is_set() and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert notified.unblocked.is_set(), "no connection.unblocked"
+        assert node_limit() == 50000000
+        assert ctl("set_disk_free_limit", "lots").returncode == 65
+        conn.close()
+    finally:
+        broker.stop()

@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
 import tempfile
 import time
 
@@ -248,3 +249,31 @@ def test_stalled_tls_handshake_is_dropped(certs, started):
     assert 4 < waited < 8, waited  # the 5 s TLS handshake timeout
     # The broker still serves TLS clients.
     pika.BlockingConnection(tls_params(broker.amqps_port, certs)).close()
+
+
+@needs_own_broker
+def test_stop_app_closes_the_tls_listener_and_start_app_opens_it_again(certs, started):
+    mgmt_port = free_port()
+    broker = started(certs, "--management-port", str(mgmt_port))
+
+    def ctl(command):
+        r = subprocess.run([WARREN_BIN, "ctl", "--url", "http://127.0.0.1:%d" % mgmt_port,
+                            command], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+    conn = pika.BlockingConnection(tls_params(broker.amqps_port, certs))
+    ctl("stop_app")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+    assert closed.value.reply_code == 320
+    for port in (broker.amqps_port, broker.warren.port):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    ctl("start_app")
+    conn = pika.BlockingConnection(tls_params(broker.amqps_port, certs))
+    try:
+        assert round_trip(conn) == b"over tls"
+    finally:
+        conn.close()

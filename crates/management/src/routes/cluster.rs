@@ -11,7 +11,6 @@ use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::Api;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::{Extension, Json};
 use bytes::Bytes;
@@ -69,14 +68,6 @@ pub async fn status(
     }))
 }
 
-fn unavailable(reason: String) -> ApiError {
-    ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        error: "unavailable",
-        reason,
-    }
-}
-
 fn single_node() -> ApiError {
     ApiError::bad_request("this node is not a cluster node: start it with --cluster-port")
 }
@@ -100,7 +91,7 @@ pub async fn add_node(
     cluster
         .add_node(&name, &address)
         .await
-        .map_err(unavailable)?;
+        .map_err(ApiError::unavailable)?;
     Ok(no_content())
 }
 
@@ -120,7 +111,7 @@ pub async fn forget_node(
     cluster
         .forget_node(&name, api.broker.as_ref(), &groups)
         .await
-        .map_err(unavailable)?;
+        .map_err(ApiError::unavailable)?;
     Ok(no_content())
 }
 
@@ -136,7 +127,7 @@ pub async fn grow_quorum_queues(
     let changes = cluster
         .grow_quorum_queues(&node, api.broker.as_ref(), &groups)
         .await
-        .map_err(unavailable)?;
+        .map_err(ApiError::unavailable)?;
     let listed: Vec<Value> = changes
         .iter()
         .map(|change| {

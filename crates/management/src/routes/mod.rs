@@ -50,6 +50,14 @@ pub fn api_routes() -> Router<Arc<Api>> {
             "/api/nodes/{node}/memory-high-watermark",
             axum::routing::put(node::set_memory_high_watermark),
         )
+        .route(
+            "/api/nodes/{node}/disk-free-limit",
+            axum::routing::put(node::set_disk_free_limit),
+        )
+        .route(
+            "/api/nodes/{node}/app",
+            axum::routing::put(node::set_app_running),
+        )
         .route("/api/extensions", get(node::extensions))
         .route("/api/whoami", get(node::whoami))
         .route("/api/health/checks/alarms", get(node::alarms))

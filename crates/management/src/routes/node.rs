@@ -256,7 +256,10 @@ pub(crate) fn node_json(api: &Api) -> Value {
         "mem_calculation_strategy": "rss",
         "disk_free": disk_free,
         "disk_free_details": details(0.0),
-        "disk_free_limit": api.disk_free_limit_bytes,
+        "disk_free_limit": api
+            .broker
+            .disk_monitor()
+            .map_or(api.disk_free_limit_bytes, |disk| disk.limit_bytes()),
         "disk_free_alarm": alarms.contains(Alarm::Disk),
         "fd_used": fd_used,
         "fd_total": fd_total,
@@ -333,6 +336,16 @@ pub async fn one_node(
     Ok(respond_one(one, &query))
 }
 
+/// The node settings' PUTs (Warren's own paths): an administrator's, for this node only
+/// (another node's name is 404, as a node that is not there).
+fn require_admin_on_this_node(api: &Api, who: &Identity, node: &str) -> Result<(), ApiError> {
+    who.require_admin()?;
+    match node == api.node {
+        true => Ok(()),
+        false => Err(ApiError::not_found()),
+    }
+}
+
 /// PUT /api/nodes/NODE/memory-high-watermark, `{"bytes": N}` or `{"fraction": F}` (of the
 /// machine's memory): Warren's own path for rabbitmqctl's set_vm_memory_high_watermark
 /// (RabbitMQ's API has none; its CLI asks the node directly). This node only; the alarm is
@@ -344,10 +357,7 @@ pub async fn set_memory_high_watermark(
     Path(node): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    who.require_admin()?;
-    if node != api.node {
-        return Err(ApiError::not_found());
-    }
+    require_admin_on_this_node(&api, &who, &node)?;
     let body = body_json(&body)?;
     let bytes = match (body.get("bytes"), body.get("fraction")) {
         (Some(bytes), None) => bytes
@@ -368,6 +378,58 @@ pub async fn set_memory_high_watermark(
     api.broker
         .memory
         .set_high_watermark_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    Ok(super::no_content())
+}
+
+/// PUT /api/nodes/NODE/disk-free-limit, `{"bytes": N}`: Warren's own path for rabbitmqctl's
+/// set_disk_free_limit. This node only; the disk alarm is raised or cleared at once against
+/// the new limit. Not kept across a restart, as in RabbitMQ.
+pub async fn set_disk_free_limit(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    require_admin_on_this_node(&api, &who, &node)?;
+    let bytes = body_json(&body)?
+        .get("bytes")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::bad_request("bytes must be a non-negative integer"))?;
+    let disk = api
+        .broker
+        .disk_monitor()
+        .ok_or_else(|| ApiError::unavailable("this node watches no disk"))?;
+    disk.set_limit_bytes(bytes);
+    Ok(super::no_content())
+}
+
+/// How long PUT /api/nodes/NODE/app waits for the AMQP side to stop or start (a stop waits
+/// up to 3 s for clients to answer connection.close).
+const APP_SWITCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// PUT /api/nodes/NODE/app, `{"running": false}` or `{"running": true}`: Warren's own path
+/// for rabbitmqctl's stop_app / start_app (RabbitMQ's CLI asks the node directly). Stopping
+/// closes every client connection with 320 CONNECTION_FORCED and stops the AMQP listeners;
+/// starting binds them again. The process, its definitions and messages and this API stay.
+/// Answers once done: 204, or 503 when the listeners did not follow in time.
+pub async fn set_app_running(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    require_admin_on_this_node(&api, &who, &node)?;
+    let running = body_json(&body)?
+        .get("running")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| ApiError::bad_request("running must be true or false"))?;
+    api.broker.app.request(running);
+    if !api.broker.app.wait_for(running, APP_SWITCH_WAIT).await {
+        return Err(ApiError::unavailable(match running {
+            true => "the AMQP listeners did not start",
+            false => "the AMQP listeners did not stop",
+        }));
+    }
     Ok(super::no_content())
 }
 

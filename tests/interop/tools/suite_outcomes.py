@@ -1,0 +1,114 @@
+"""The outcome of a client library's own test suite run against a broker (java-suite,
+go-suite): reads each test's result (surefire's XML reports, or `go test -v` output), prints
+the totals and the failures, and says whether the run passes: every failing test must be
+listed in the suite's known-failures.txt for this broker (a line `Class#method BROKERS
+reason`, or `TestName BROKERS reason` for Go; BROKERS `both` or `warren`; `Class#*` covers a
+whole class). Listed tests that passed are printed, so the list can shrink.
+
+    suite_outcomes.py surefire|go-test REPORTS KNOWN_FAILURES BROKER LABEL
+"""
+
+import glob
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+
+def known_failures(path, broker):
+    known = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            test, brokers, reason = (line.split(None, 2) + ["", ""])[:3]
+            if brokers == "both" or brokers == broker:
+                known[test] = reason
+    return known
+
+
+def surefire_outcomes(reports):
+    """(Class#method, outcome, message) for every test case, outcome one of passed /
+    failed / error / skipped."""
+    cases = []
+    for report in sorted(glob.glob(f"{reports}/TEST-*.xml")):
+        for case in ET.parse(report).getroot().iter("testcase"):
+            name = case.get("classname", "").rsplit(".", 1)[-1] + "#" + case.get("name", "")
+            outcome, message = "passed", ""
+            for kind in ("failure", "error", "skipped"):
+                found = case.find(kind)
+                if found is not None:
+                    outcome = {"failure": "failed"}.get(kind, kind)
+                    message = (found.get("message") or found.get("type") or "").splitlines()
+                    message = message[0][:160] if message else ""
+                    break
+            cases.append((name, outcome, message))
+    return cases
+
+
+def go_test_outcomes(log):
+    """(TestName, outcome, message) for every top-level test of a `go test -v` run (subtests
+    count in their parent); a test the binary was killed in (timeout, panic) is an error."""
+    cases, running, last_output = [], [], {}
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = re.match(r"^=== RUN\s+(\S+)$", line)
+            if m and "/" not in m.group(1):
+                running.append(m.group(1))
+                continue
+            m = re.match(r"^--- (PASS|FAIL|SKIP): (\S+) ", line)
+            if m:
+                outcome = {"PASS": "passed", "FAIL": "failed", "SKIP": "skipped"}[m.group(1)]
+                cases.append((m.group(2), outcome, last_output.get(m.group(2), "")))
+                if m.group(2) in running:
+                    running.remove(m.group(2))
+                continue
+            m = re.match(r"^\s+(\S+_test\.go:\d+: .*)", line)
+            if m and running:
+                last_output.setdefault(running[-1], m.group(1)[:160])
+    for name in running:
+        cases.append((name, "error", "did not finish (the test binary stopped)"))
+    with open(log, errors="replace") as f:
+        text = f.read()
+    # amqp091-go's TestMain runs goleak after every test passed: a connection left open
+    # (its reader and heartbeater goroutines) fails the binary.
+    if "goleak: Errors on successful test run" in text:
+        cases.append(("goleak", "error", "goroutines left running after the tests"))
+    return cases
+
+
+def listed(known, name):
+    return name in known or name.split("#")[0] + "#*" in known
+
+
+def main():
+    kind, reports, known_path, broker, label = sys.argv[1:6]
+    known = known_failures(known_path, broker)
+    cases = {"surefire": surefire_outcomes, "go-test": go_test_outcomes}[kind](reports)
+    count = {k: sum(1 for _, o, _ in cases if o == k) for k in ("passed", "failed", "error", "skipped")}
+    unexpected, expected = [], []
+    for name, outcome, message in cases:
+        if outcome in ("failed", "error"):
+            (expected if listed(known, name) else unexpected).append((name, outcome, message))
+    for name, outcome, message in expected:
+        print(f"{label}: known ({known.get(name) or known.get(name.split('#')[0] + '#*')}): {name} {outcome}")
+    for name, outcome, message in unexpected:
+        print(f"{label}: UNEXPECTED {outcome}: {name}: {message}")
+    now_passing = sorted(
+        name for name, outcome, _ in cases if outcome == "passed" and name in known
+    )
+    for name in now_passing:
+        print(f"{label}: listed in known-failures.txt but passed: {name}")
+    print(
+        f"{label} ({broker}): {count['passed']} passed, {count['failed']} failed, "
+        f"{count['error']} errors, {count['skipped']} skipped; "
+        f"{len(expected)} of the failures known, {len(unexpected)} unexpected"
+    )
+    if not cases:
+        print(f"{label}: no test ran")
+        return 1
+    return 1 if unexpected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
