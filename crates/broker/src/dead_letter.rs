@@ -4,7 +4,8 @@
 //! published over AMQP 1.0 keeps its sections; an AMQP 1.0 consumer reads the history as
 //! RabbitMQ 4's `x-opt-deaths` annotations (`warren_amqp10::convert`).
 //!
-//! History: `x-death` holds one table per (queue, reason), most recent first. A death that
+//! History: `x-death` holds one table per (queue, reason), most recent first; entries a
+//! message arrives with are kept only when complete, as RabbitMQ 3.13 keeps them. A death that
 //! repeats one bumps its `count` and moves it to the front; the rest of the entry (`time`,
 //! `exchange`, `routing-keys`, `original-expiration`) stays that of its first death.
 //! `x-first-death-{queue,reason,exchange}` are written on a message's first death only,
@@ -63,36 +64,44 @@ fn death_routing_keys(message: &Message, headers: &FieldTable) -> FieldValue {
     FieldValue::Array(keys)
 }
 
-/// Folds a history that holds one (queue, reason) more than once (written by RabbitMQ before
-/// 3.5.5, one entry per death, without `count`) into one entry per pair, as RabbitMQ does: the
-/// pair's first (most recent) entry stays where it is, with `count` set to the number of
-/// entries when it had none. (RabbitMQ 3.13 also reverses the order of the other entries
-/// here; Warren keeps the most recent first, as RabbitMQ documents the header.)
-fn group_by_queue_and_reason(deaths: &mut Vec<FieldValue>) {
+/// Whether a history entry a message arrived with is one RabbitMQ 3.13 keeps
+/// (`mc_amqpl:recover_deaths`): a table with `exchange`, `queue`, `routing-keys`, a known
+/// `reason`, `count` and an integer `time`. Others, such as the entries without `count` that
+/// RabbitMQ wrote before 3.5.5, are dropped (RabbitMQ before 3.13 merged those instead).
+fn is_complete_death(entry: &FieldValue) -> bool {
+    let FieldValue::Table(t) = entry else {
+        return false;
+    };
+    let known_reason = matches!(
+        field(entry, "reason"),
+        Some("rejected" | "expired" | "maxlen" | "delivery_limit")
+    );
+    known_reason
+        && field(entry, "exchange").is_some()
+        && field(entry, "queue").is_some()
+        && matches!(t.get("routing-keys"), Some(FieldValue::Array(_)))
+        && t.get("count").and_then(FieldValue::as_i64).is_some()
+        && matches!(t.get("time"), Some(FieldValue::Timestamp(_)))
+}
+
+/// Keeps one entry per (queue, reason), the first (most recent), as RabbitMQ's map of deaths
+/// keyed by the pair does.
+fn one_per_queue_and_reason(deaths: &mut Vec<FieldValue>) {
     let key = |d: &FieldValue| {
         (
             field(d, "queue").map(str::to_owned),
             field(d, "reason").map(str::to_owned),
         )
     };
-    let mut grouped: Vec<(FieldValue, i64)> = Vec::with_capacity(deaths.len());
-    for death in deaths.drain(..) {
-        match grouped
-            .iter_mut()
-            .find(|(kept, _)| key(kept) == key(&death))
-        {
-            Some((_, entries)) => *entries += 1,
-            None => grouped.push((death, 1)),
+    let mut seen = Vec::with_capacity(deaths.len());
+    deaths.retain(|d| {
+        let k = key(d);
+        let new = !seen.contains(&k);
+        if new {
+            seen.push(k);
         }
-    }
-    for (mut death, entries) in grouped {
-        if let FieldValue::Table(t) = &mut death {
-            if t.get("count").is_none() {
-                t.insert("count", FieldValue::I64(entries));
-            }
-        }
-        deaths.push(death);
-    }
+        new
+    });
 }
 
 /// The dead-lettered copy of `message` leaving `queue`, with its new headers (for routing by
@@ -111,16 +120,12 @@ pub fn dead_lettered(
     };
     let mut props: BasicProperties = header.properties().unwrap_or_default();
     let mut headers = props.headers.take().unwrap_or_default();
-    // Entries that are not tables are not a death history (RabbitMQ 3.13 drops them too).
     let mut deaths: Vec<FieldValue> = match headers.remove("x-death") {
-        Some(FieldValue::Array(a)) => a
-            .into_iter()
-            .filter(|d| matches!(d, FieldValue::Table(_)))
-            .collect(),
+        Some(FieldValue::Array(a)) => a.into_iter().filter(is_complete_death).collect(),
         _ => Vec::new(),
     };
     let first_death = deaths.is_empty();
-    group_by_queue_and_reason(&mut deaths);
+    one_per_queue_and_reason(&mut deaths);
     let same = deaths.iter().position(|d| {
         field(d, "queue") == Some(queue) && field(d, "reason") == Some(reason.as_str())
     });
@@ -319,9 +324,10 @@ mod tests {
     }
 
     #[test]
-    fn a_legacy_history_is_grouped_by_queue_and_reason() {
+    fn a_legacy_history_is_dropped_and_a_complete_one_kept() {
         // The Java client's XDeathHeaderGrowth.handlingOfXDeathHeadersFromEarlierVersions:
-        // four entries per queue, q97 three times over, none with a count.
+        // four entries per queue, q97 three times over, none with a count (RabbitMQ before
+        // 3.5.5): 3.13 keeps none of them.
         let legacy = |queue: &str| {
             let mut t = FieldTable::new();
             t.insert("reason", FieldValue::string("expired"));
@@ -336,15 +342,20 @@ mod tests {
         let mut headers = FieldTable::new();
         headers.insert("x-death", FieldValue::Array(deaths));
         let (_, h) = die(&message(Some(headers)), "q1", DeathReason::Expired);
+        assert_eq!(history(&h), [("q1".to_owned(), "expired".to_owned(), 1)]);
         assert_eq!(
-            history(&h),
-            [
-                ("q1", "expired", 1),
-                ("q97", "expired", 12),
-                ("q98", "expired", 4),
-                ("q99", "expired", 4)
-            ]
-            .map(|(q, r, n)| (q.to_owned(), r.to_owned(), n))
+            h.get("x-first-death-queue").and_then(|v| v.as_str()),
+            Some("q1")
+        );
+        // A complete entry (a message dead-lettered by a broker, republished) is kept.
+        let (_, h2) = die(&message(Some(h)), "q2", DeathReason::Rejected);
+        assert_eq!(
+            history(&h2),
+            [("q2", "rejected", 1), ("q1", "expired", 1)].map(|(q, r, n)| (
+                q.to_owned(),
+                r.to_owned(),
+                n
+            ))
         );
     }
 

@@ -751,8 +751,9 @@ where
         self.events_rx.shrink_idle();
     }
 
-    /// Handles every whole frame in the read buffer, up to the publish that blocks the
-    /// connection under an alarm (the rest waits in the buffer until it is unblocked).
+    /// Handles every whole frame in the read buffer, up to the content frame of the publish
+    /// that blocks the connection under an alarm (the rest waits in the buffer until it is
+    /// unblocked).
     async fn on_input(&mut self) -> io::Result<Next> {
         while !self.throttle.is_blocked() && !self.waiting() {
             let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
@@ -765,17 +766,13 @@ where
                 }
             };
             let content = matches!(frame.kind, FrameKind::Header | FrameKind::Body);
-            let ch = frame.channel;
             match self.on_frame(frame) {
                 Ok(Next::Continue) => {
-                    // A publish blocks the connection once its message is whole, so no
-                    // half-assembled message waits out the alarm.
-                    let published = content
-                        && self
-                            .channels
-                            .get(&ch)
-                            .is_none_or(|c| !c.expecting_content());
-                    if published {
+                    // As rabbit_reader's post_process_frame: a publish's content header (or
+                    // body) frame blocks a blocking connection, so the message that meets
+                    // the alarm waits out the alarm with the rest (its body frames stay
+                    // unread) instead of being routed.
+                    if content {
                         self.throttle.publish_received(&mut self.wbuf);
                     }
                 }

@@ -3,8 +3,9 @@
 //! - while no alarm is on a connection is *running*;
 //! - when an alarm goes on every connection becomes *blocking*: it carries on as before, and
 //!   one that only consumes, acks, gets, declares or deletes is never held up or told;
-//! - a blocking connection that publishes becomes *blocked*: the message it was sending is
-//!   taken whole, then nothing more is read from the socket, and a client that
+//! - a blocking connection that publishes becomes *blocked* at the publish's content header:
+//!   nothing more is read from the socket (the rest of that message included, so it is not
+//!   routed until the alarm clears), and a client that
 //!   advertised the `connection.blocked` capability is sent `connection.blocked` — once, even
 //!   if another alarm goes on while it is blocked;
 //! - when every alarm has cleared, blocked connections are read again and those notified get
@@ -85,7 +86,7 @@ impl Throttle {
         self.blocked
     }
 
-    /// A published message was taken whole. Returns true when the connection is now blocked
+    /// A publish's content frame was read. Returns true when the connection is now blocked
     /// and the caller must stop taking frames.
     pub fn publish_received(&mut self, out: &mut BytesMut) -> bool {
         let alarms = *self.alarms.borrow();

@@ -3,6 +3,7 @@
 first death's); x-first-death-* from the first death, x-last-death-* from the latest (3.13+);
 a message is dropped only when it would reach a queue it already died in through a fully
 automatic cycle (no rejection between), and delivered otherwise."""
+import datetime
 import time
 
 import pika
@@ -122,10 +123,11 @@ def test_automatic_cycle_after_an_old_rejection_is_dropped(ch, names):
     assert _ready(ch, a) == 0 and _ready(ch, b) == 0
 
 
-def test_a_legacy_history_is_grouped_by_queue_and_reason(ch, names):
+def test_a_legacy_history_is_dropped_and_a_complete_one_kept(ch, names):
     """The Java client's XDeathHeaderGrowth.handlingOfXDeathHeadersFromEarlierVersions: a
-    history written one entry per death without counts (RabbitMQ before 3.5.5) is folded into
-    one entry per (queue, reason), counted, when the message dies again."""
+    history written one entry per death without counts (RabbitMQ before 3.5.5) is dropped
+    when the message dies again, as RabbitMQ 3.13 drops it (3.10 merged it); a complete entry
+    (count and time) is kept."""
     q, dlq = names.queue("legacy"), names.queue("legacy-dlq")
     x = _fanout(ch, names)
     ch.queue_declare(q, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 1})
@@ -133,10 +135,14 @@ def test_a_legacy_history_is_grouped_by_queue_and_reason(ch, names):
     ch.queue_bind(dlq, x)
     legacy = [{"reason": "expired", "queue": old, "exchange": "fanout0",
                "routing-keys": ["routing-key-1"]} for old in ["q97"] * 12 + ["q98"] * 4]
-    ch.basic_publish("", q, b"old", pika.BasicProperties(headers={"x-death": legacy}))
+    complete = {"reason": "rejected", "queue": "q99", "exchange": "fanout0",
+                "routing-keys": ["routing-key-1"], "count": 3,
+                "time": datetime.datetime(2024, 1, 1)}
+    ch.basic_publish("", q, b"old",
+                     pika.BasicProperties(headers={"x-death": legacy + [complete]}))
     _, props, _ = get_one(ch, dlq)
     counts = sorted((d["queue"], d["reason"], d["count"]) for d in props.headers["x-death"])
-    assert counts == sorted([(q, "expired", 1), ("q97", "expired", 12), ("q98", "expired", 4)])
+    assert counts == sorted([(q, "expired", 1), ("q99", "rejected", 3)])
 
 
 def test_without_a_dead_letter_routing_key_cc_keys_route_the_copy(ch, names):
