@@ -38,6 +38,9 @@ pub fn default_node_name() -> String {
 /// The user a fresh broker has (password "guest", loopback only: see the server's config).
 pub const DEFAULT_USER: &str = "guest";
 
+/// RabbitMQ's default `channel_max`.
+pub const DEFAULT_CHANNEL_MAX: u16 = 2047;
+
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     /// Users, permissions and topic permissions (RabbitMQ's internal auth backend).
@@ -53,6 +56,10 @@ pub struct Broker {
     pub alarms: Arc<Alarms>,
     /// Whether the AMQP side runs (rabbitmqctl's stop_app / start_app).
     pub app: crate::app_switch::AppSwitch,
+    /// The most channels an AMQP 0-9-1 connection may open, offered in connection.tune to
+    /// the connections that start from now on (RabbitMQ's `channel_max`, 2047; 0: no limit).
+    /// Set at start (`--channel-max`) and at runtime (PUT /api/nodes/NODE/channel-max).
+    pub channel_max: std::sync::atomic::AtomicU16,
     next_connection_id: AtomicU64,
     /// Open connections, their channels and consumers (the HTTP API's view).
     pub registry: Registry,
@@ -108,6 +115,7 @@ impl Broker {
             memory,
             alarms,
             app: Default::default(),
+            channel_max: std::sync::atomic::AtomicU16::new(DEFAULT_CHANNEL_MAX),
             next_connection_id: AtomicU64::new(1),
             persisting: AtomicBool::new(false),
             definitions_writer: Arc::default(),

@@ -9,8 +9,6 @@ use std::time::Duration;
 pub struct ServerConfig {
     /// Largest frame we accept and offer in connection.tune.
     pub frame_max: u32,
-    /// Highest channel number a client may open.
-    pub channel_max: u16,
     /// Heartbeat interval we suggest; the client's choice wins (0 disables).
     pub heartbeat_s: u16,
     /// Bodies larger than this close the channel with 406, as RabbitMQ's max_message_size.
@@ -32,7 +30,6 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             frame_max: 131_072,
-            channel_max: 2047,
             heartbeat_s: 60,
             max_message_size_bytes: 128 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),

@@ -191,6 +191,8 @@ where
     ) -> Connection<R, W> {
         let (events_tx, events_rx) = event_channel();
         let throttle = Throttle::new(broker.alarms.subscribe(), false, peer);
+        // What this connection offers in connection.tune: the broker's at its start.
+        let channel_max = broker.channel_max.load(Relaxed);
         Connection {
             id: broker.next_connection_id(),
             peer,
@@ -204,7 +206,7 @@ where
             // Until tune-ok, and so before authentication, frames are limited to the
             // protocol's minimum: an unauthenticated peer cannot make us buffer more.
             frame_max: FRAME_MIN_SIZE,
-            channel_max: config.channel_max,
+            channel_max,
             heartbeat: None,
             user: String::new(),
             vhost: None,
@@ -549,14 +551,14 @@ where
         write_method(
             &mut self.wbuf,
             0,
-            &handshake::connection_tune(&self.config).into(),
+            &handshake::connection_tune(&self.config, self.channel_max).into(),
         );
         self.flush().await?;
         let tune_ok = match self.read_handshake_method().await? {
             Ok(Method::ConnectionTuneOk(m)) => m,
             other => return self.handshake_error(other, "connection.tune-ok").await,
         };
-        match handshake::negotiate(&self.config, &tune_ok) {
+        match handshake::negotiate(&self.config, self.channel_max, &tune_ok) {
             Ok((frame_max, channel_max, heartbeat_s)) => {
                 self.frame_max = frame_max;
                 self.channel_max = channel_max;
@@ -1025,6 +1027,27 @@ where
             })
     }
 
+    /// A channel.open when as many channels as the negotiated channel_max are open closes the
+    /// connection with 530, as rabbit_reader's create_channel.
+    fn check_channel_count(&self, (class_id, method_id): (u16, u16)) -> Result<(), Failure> {
+        let open = self.channels.len();
+        if open >= usize::from(self.channel_max) {
+            return Err(Failure {
+                error: AmqpError::new(
+                    ReplyCode::NotAllowed,
+                    format!(
+                        "number of channels opened ({open}) has reached the negotiated channel_max ({})",
+                        self.channel_max
+                    ),
+                ),
+                channel: 0,
+                class_id,
+                method_id,
+            });
+        }
+        Ok(())
+    }
+
     /// A channel number above the negotiated channel_max closes the connection.
     fn check_channel_max(&self, ch: u16, (class_id, method_id): (u16, u16)) -> Result<(), Failure> {
         if ch > self.channel_max {
@@ -1090,6 +1113,9 @@ where
             class_id,
             method_id,
         };
+        if let Method::ChannelOpen(_) = method {
+            self.check_channel_count((class_id, method_id))?;
+        }
         self.check_channel_max(ch, (class_id, method_id))?;
         match method {
             Method::ChannelOpen(_) => {

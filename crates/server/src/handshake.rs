@@ -43,9 +43,10 @@ pub fn connection_start(
     }
 }
 
-pub fn connection_tune(config: &ServerConfig) -> ConnectionTune {
+/// connection.tune, offering `channel_max` (the broker's at the time: see `negotiate`).
+pub fn connection_tune(config: &ServerConfig, channel_max: u16) -> ConnectionTune {
     ConnectionTune {
-        channel_max: config.channel_max,
+        channel_max,
         frame_max: config.frame_max,
         heartbeat: config.heartbeat_s,
     }
@@ -76,7 +77,14 @@ impl ClientCapabilities {
 }
 
 /// The limits both sides agreed on, or why the client's tune-ok is unacceptable.
-pub fn negotiate(config: &ServerConfig, ok: &ConnectionTuneOk) -> Result<(u32, u16, u16), String> {
+/// `channel_max` is what connection.tune offered (0: no limit). As rabbit_reader's
+/// validate_negotiated_integer_value, a client's channel_max above it, or 0 (no limit)
+/// against a limit, is refused; the channel_max agreed is the client's (0: 65,535).
+pub fn negotiate(
+    config: &ServerConfig,
+    channel_max: u16,
+    ok: &ConnectionTuneOk,
+) -> Result<(u32, u16, u16), String> {
     let frame_max = if ok.frame_max == 0 {
         config.frame_max
     } else {
@@ -91,9 +99,58 @@ pub fn negotiate(config: &ServerConfig, ok: &ConnectionTuneOk) -> Result<(u32, u
             config.frame_max
         ));
     }
-    let channel_max = match ok.channel_max {
-        0 => config.channel_max,
-        n => n.min(config.channel_max),
+    if channel_max != 0 && (ok.channel_max == 0 || ok.channel_max > channel_max) {
+        let detail = match ok.channel_max {
+            0 => " (no limit)",
+            _ => "",
+        };
+        return Err(format!(
+            "negotiated channel_max = {}{detail} is higher than the maximum allowed value ({channel_max})",
+            ok.channel_max
+        ));
+    }
+    let agreed = match ok.channel_max {
+        0 => u16::MAX,
+        n => n,
     };
-    Ok((frame_max, channel_max, ok.heartbeat))
+    Ok((frame_max, agreed, ok.heartbeat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tune_ok(channel_max: u16) -> ConnectionTuneOk {
+        ConnectionTuneOk {
+            channel_max,
+            frame_max: 131_072,
+            heartbeat: 60,
+        }
+    }
+
+    #[test]
+    fn a_channel_max_above_the_offer_is_refused_as_rabbitmq_refuses_it() {
+        let config = ServerConfig::default();
+        assert_eq!(
+            negotiate(&config, 2047, &tune_ok(64)),
+            Ok((131_072, 64, 60))
+        );
+        assert_eq!(
+            negotiate(&config, 2048, &tune_ok(4096)),
+            Err(
+                "negotiated channel_max = 4096 is higher than the maximum allowed value (2048)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            negotiate(&config, 2048, &tune_ok(0)),
+            Err(
+                "negotiated channel_max = 0 (no limit) is higher than the maximum allowed value (2048)"
+                    .to_owned()
+            )
+        );
+        // No limit offered: the client's, 0 meaning all channel numbers.
+        assert_eq!(negotiate(&config, 0, &tune_ok(4096)).unwrap().1, 4096);
+        assert_eq!(negotiate(&config, 0, &tune_ok(0)).unwrap().1, u16::MAX);
+    }
 }

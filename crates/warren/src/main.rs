@@ -80,7 +80,8 @@ struct ServerArgs {
     /// Largest frame offered in connection.tune.
     #[arg(long, env = "WARREN_FRAME_MAX", default_value_t = 131_072)]
     frame_max: u32,
-    /// Highest channel number offered in connection.tune.
+    /// Highest channel number offered in connection.tune (0: no limit); changeable at
+    /// runtime through PUT /api/nodes/NODE/channel-max.
     #[arg(long, env = "WARREN_CHANNEL_MAX", default_value_t = 2047)]
     channel_max: u16,
     /// Heartbeat interval offered in connection.tune, in seconds (0 disables).
@@ -278,7 +279,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
     let mut config = ServerConfig {
         frame_max: args.frame_max.max(4096),
-        channel_max: args.channel_max,
         heartbeat_s: args.heartbeat_s,
         max_message_size_bytes: args.max_message_size_bytes,
         handshake_timeout: Duration::from_secs(10),
@@ -343,6 +343,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let (store, recovered) = warren_store::Store::open(&args.data_dir.join("store"), store_options)
         .with_context(|| format!("opening the message store in {}", args.data_dir.display()))?;
     let broker = warren_broker::Broker::new(watermark, Some(store.clone()));
+    broker
+        .channel_max
+        .store(args.channel_max, std::sync::atomic::Ordering::Relaxed);
     // Quorum queues' Raft groups share one write-ahead log; open it before the definitions
     // come back, so each recovered quorum queue finds its group's log and snapshot.
     let quorum_dir = args.data_dir.join("quorum");

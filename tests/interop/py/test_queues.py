@@ -278,6 +278,31 @@ def test_an_expired_message_behind_a_live_head_is_never_delivered(ch, names):
     assert got == [b"head"]
 
 
+def test_a_requeued_message_expires_on_time_before_a_later_head(ch, names):
+    """The Java client's DeadLetterExchange.deadLetterQueueTTLPromptExpiry: a message taken
+    with basic.get and requeued expires when its TTL says (queue TTL 3 s from its publish),
+    not when the broker next looks at the message that was the head while it was out."""
+    dlx, dlq, q = names.exchange("dlx"), names.queue("dlq"), names.queue()
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    ch.queue_declare(q, arguments={"x-dead-letter-exchange": dlx, "x-message-ttl": 3000})
+    start = time.monotonic()
+
+    def until(t):
+        ch.connection.sleep(max(0.0, start + t - time.monotonic()))
+    ch.basic_publish("", q, b"first")  # due at 3.0 s
+    m, _, _ = get_one(ch, q, auto_ack=False)
+    until(1.9)
+    ch.basic_publish("", q, b"second")  # the head now, due at 4.9 s
+    until(2.95)
+    ch.basic_reject(m.delivery_tag, requeue=True)  # back at the head, due at 3.0 s
+    _, _, body = get_one(ch, dlq, timeout=5)
+    arrived = time.monotonic() - start
+    assert body == b"first"
+    assert 2.8 < arrived < 3.5, arrived
+
+
 def test_dead_letter_on_reject(ch, names):
     dlx = names.exchange("dlx")
     ch.exchange_declare(dlx, "fanout")

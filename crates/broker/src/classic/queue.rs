@@ -95,6 +95,9 @@ pub(super) struct ClassicState {
     had_consumer: bool,
     /// A task is watching this queue's message expiry.
     expiry_timer: bool,
+    /// When that task wakes next (None while it runs or there is none): a message that
+    /// comes back or arrives expiring before then wakes it (`expiry_wake`).
+    expiry_wake_at: Option<Instant>,
     /// A task will give back the ready list's buffer if it is still empty (`shrink.rs`).
     pub(super) shrink_timer: bool,
     /// What the queue acts on: the record's limits (arguments combined with policies),
@@ -115,6 +118,8 @@ pub struct ClassicQueue {
     /// Its record has a place in the store: persistent messages are kept there (what
     /// `messages_persistent` counts).
     durable_in_store: bool,
+    /// Wakes the expiry task before its time (see `ClassicState::expiry_wake_at`).
+    expiry_wake: Arc<tokio::sync::Notify>,
     pub(super) state: Mutex<ClassicState>,
 }
 
@@ -137,6 +142,7 @@ impl ClassicQueue {
             spill,
             pageable,
             durable_in_store,
+            expiry_wake: Arc::default(),
             state: Mutex::new(ClassicState {
                 ready: ReadyList::new(limits.max_priority.unwrap_or(0)),
                 tail: PagedTail::default(),
@@ -146,6 +152,7 @@ impl ClassicQueue {
                 next_message_id: 0,
                 had_consumer: false,
                 expiry_timer: false,
+                expiry_wake_at: None,
                 shrink_timer: false,
                 limits,
             }),
@@ -263,7 +270,7 @@ impl ClassicQueue {
             dead.push((queued, DeathReason::Expired));
             return Enqueued::Accepted;
         }
-        let expiring = queued.expires_at.is_some();
+        let expires_at = queued.expires_at;
         match self.page_out(q, st, queued, append_seq) {
             Placed::InMemory(queued) => {
                 self.memory.add(queued.message.memory_bytes());
@@ -273,11 +280,23 @@ impl ClassicQueue {
             Placed::Refused => return Enqueued::Rejected,
         }
         self.drop_head_over_limit(q, st, dead);
-        if expiring && !st.expiry_timer {
-            st.expiry_timer = true;
-            watch_message_expiry(q);
+        if let Some(at) = expires_at {
+            self.watch_expiry_by(q, st, at);
         }
         Enqueued::Accepted
+    }
+
+    /// A ready message expires at `at`: starts the expiry task, or wakes it when it sleeps
+    /// past `at` (a requeued message, or a shorter per-message TTL, can expire before the
+    /// message the task waits for). A queue-wide TTL never wakes it on publish.
+    fn watch_expiry_by(&self, q: &Arc<Queue>, st: &mut ClassicState, at: Instant) {
+        if !st.expiry_timer {
+            st.expiry_timer = true;
+            watch_message_expiry(q, self.expiry_wake.clone());
+        } else if st.expiry_wake_at.is_some_and(|wake| at < wake) {
+            st.expiry_wake_at = None;
+            self.expiry_wake.notify_one();
+        }
     }
 
     /// `x-overflow=drop-head` (the default): while the queue is over `x-max-length(-bytes)`,
@@ -484,7 +503,7 @@ impl ClassicQueue {
 
 /// A task that expires messages at the head when their time comes, so TTL'd messages leave
 /// (and dead-letter) without waiting for a consumer or a publish to notice.
-fn watch_message_expiry(q: &Arc<Queue>) {
+fn watch_message_expiry(q: &Arc<Queue>, wake: Arc<tokio::sync::Notify>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -505,13 +524,17 @@ fn watch_message_expiry(q: &Arc<Queue>) {
                     let now = Instant::now();
                     if queue.is_deleted() || st.ready.is_empty() {
                         st.expiry_timer = false;
+                        st.expiry_wake_at = None;
                         None
                     } else {
                         // Heads without expiry may still have expiring messages behind
                         // them: look again in a second.
-                        Some(st.ready.next_expiry().map_or(Duration::from_secs(1), |t| {
+                        let wait = st.ready.next_expiry().map_or(Duration::from_secs(1), |t| {
                             t.saturating_duration_since(now).min(Duration::from_secs(1))
-                        }))
+                        });
+                        let wait = wait.max(Duration::from_millis(1));
+                        st.expiry_wake_at = Some(now + wait);
+                        Some(wait)
                     }
                 };
                 classic.dead_letter(&queue, dead);
@@ -519,7 +542,14 @@ fn watch_message_expiry(q: &Arc<Queue>) {
             };
             match wait {
                 None => return,
-                Some(wait) => tokio::time::sleep(wait.max(Duration::from_millis(1))).await,
+                // A wake-up given while the task was busy is kept by the Notify and ends
+                // this sleep at once: the task looks again, nothing is missed.
+                Some(wait) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = wake.notified() => {}
+                    }
+                }
             }
         }
     });
@@ -575,10 +605,14 @@ impl QueueType for ClassicQueue {
                 return;
             }
             let any_requeued = !requeued.is_empty();
+            let soonest = requeued.iter().filter_map(|m| m.expires_at).min();
             for mut m in requeued {
                 m.redelivered = true;
                 Self::persist_delivery_count(queue, &m);
                 self.insert_ready(st, m);
+            }
+            if let Some(at) = soonest {
+                self.watch_expiry_by(queue, st, at);
             }
             if any_requeued {
                 self.drop_head_over_limit(queue, st, dead);
@@ -606,8 +640,12 @@ impl QueueType for ClassicQueue {
             if queue.is_deleted() {
                 return;
             }
+            let soonest = messages.iter().filter_map(|m| m.expires_at).min();
             for m in messages {
                 self.insert_ready(st, m);
+            }
+            if let Some(at) = soonest {
+                self.watch_expiry_by(queue, st, at);
             }
             self.drop_head_over_limit(queue, st, dead);
             self.dispatch(queue, st, dead);

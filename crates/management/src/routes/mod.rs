@@ -55,6 +55,10 @@ pub fn api_routes() -> Router<Arc<Api>> {
             axum::routing::put(node::set_disk_free_limit),
         )
         .route(
+            "/api/nodes/{node}/channel-max",
+            axum::routing::put(node::set_channel_max),
+        )
+        .route(
             "/api/nodes/{node}/app",
             axum::routing::put(node::set_app_running),
         )

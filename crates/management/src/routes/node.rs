@@ -403,6 +403,28 @@ pub async fn set_disk_free_limit(
     Ok(super::no_content())
 }
 
+/// PUT /api/nodes/NODE/channel-max, `{"channel_max": N}`: the channel_max AMQP 0-9-1
+/// connections that start from now on are offered (0: no limit), as RabbitMQ's
+/// `application:set_env(rabbit, channel_max, N)`; open connections keep theirs. Warren's own
+/// path (RabbitMQ has only the Erlang call).
+pub async fn set_channel_max(
+    State(api): State<Arc<Api>>,
+    Extension(who): Extension<Identity>,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    require_admin_on_this_node(&api, &who, &node)?;
+    let channel_max = body_json(&body)?
+        .get("channel_max")
+        .and_then(Value::as_u64)
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or_else(|| ApiError::bad_request("channel_max must be an integer from 0 to 65535"))?;
+    api.broker
+        .channel_max
+        .store(channel_max, std::sync::atomic::Ordering::Relaxed);
+    Ok(super::no_content())
+}
+
 /// How long PUT /api/nodes/NODE/app waits for the AMQP side to stop or start (a stop waits
 /// up to 3 s for clients to answer connection.close).
 const APP_SWITCH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
