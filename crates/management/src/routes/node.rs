@@ -346,6 +346,14 @@ fn require_admin_on_this_node(api: &Api, who: &Identity, node: &str) -> Result<(
     }
 }
 
+/// The non-negative integer `key` of a node setting's JSON body.
+fn integer_field(body: &Bytes, key: &str) -> Result<u64, ApiError> {
+    body_json(body)?
+        .get(key)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::bad_request(format!("{key} must be a non-negative integer")))
+}
+
 /// PUT /api/nodes/NODE/memory-high-watermark, `{"bytes": N}` or `{"fraction": F}` (of the
 /// machine's memory): Warren's own path for rabbitmqctl's set_vm_memory_high_watermark
 /// (RabbitMQ's API has none; its CLI asks the node directly). This node only; the alarm is
@@ -391,10 +399,7 @@ pub async fn set_disk_free_limit(
     body: Bytes,
 ) -> ApiResult {
     require_admin_on_this_node(&api, &who, &node)?;
-    let bytes = body_json(&body)?
-        .get("bytes")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| ApiError::bad_request("bytes must be a non-negative integer"))?;
+    let bytes = integer_field(&body, "bytes")?;
     let disk = api
         .broker
         .disk_monitor()
@@ -414,11 +419,8 @@ pub async fn set_channel_max(
     body: Bytes,
 ) -> ApiResult {
     require_admin_on_this_node(&api, &who, &node)?;
-    let channel_max = body_json(&body)?
-        .get("channel_max")
-        .and_then(Value::as_u64)
-        .and_then(|n| u16::try_from(n).ok())
-        .ok_or_else(|| ApiError::bad_request("channel_max must be an integer from 0 to 65535"))?;
+    let channel_max = u16::try_from(integer_field(&body, "channel_max")?)
+        .map_err(|_| ApiError::bad_request("channel_max must be at most 65535"))?;
     api.broker
         .channel_max
         .store(channel_max, std::sync::atomic::Ordering::Relaxed);
