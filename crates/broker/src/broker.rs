@@ -7,6 +7,7 @@ use crate::churn::NodeCounters;
 use crate::connection_id::ConnectionId;
 use crate::definition_op::DefinitionOp;
 use crate::definitions::Definitions;
+use crate::definitions_journal::{DurableChange, PendingChanges, QueueRecord};
 use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
@@ -22,6 +23,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
+use warren_codec::ShortStr;
 use warren_store::{RoaringTreemap, Store};
 
 /// The global runtime parameter holding the cluster's name, where RabbitMQ keeps it too.
@@ -70,6 +72,8 @@ pub struct Broker {
     /// When the definitions blob is written (`persist.rs`): shared by concurrent changes, in
     /// the background in a cluster.
     definitions_writer: Arc<DefinitionsWriter>,
+    /// Changes the next definitions write records (`definitions_journal.rs`).
+    pending_changes: parking_lot::Mutex<PendingChanges>,
     /// Handed to vhosts and the access database for their change hooks.
     self_ref: OnceLock<Weak<Broker>>,
     /// Connections, channels and queues opened and closed, and what was published (the
@@ -119,6 +123,7 @@ impl Broker {
             next_connection_id: AtomicU64::new(1),
             persisting: AtomicBool::new(false),
             definitions_writer: Arc::default(),
+            pending_changes: Default::default(),
             self_ref: OnceLock::new(),
             registry: Registry::default(),
             started_at: std::time::Instant::now(),
@@ -241,9 +246,17 @@ impl Broker {
     /// A durable change was made: written now, or (`Urgency::Soon` on a cluster node, whose
     /// metadata log holds every change) shortly, by the background writer (`persist.rs`).
     pub fn persist_with(&self, urgency: Urgency) {
+        self.persist_change(urgency, DurableChange::Whole);
+    }
+
+    /// As `persist_with`, for a change the definitions journal can record on its own.
+    pub fn persist_change(&self, urgency: Urgency, change: DurableChange) {
         if self.store.is_none() || !self.persisting.load(Ordering::Acquire) {
             return;
         }
+        // Noted before the change takes its number, so the write that covers the number
+        // records it.
+        self.pending_changes.lock().add(change);
         self.definitions_writer
             .changed(urgency, &|| self.write_definitions());
     }
@@ -272,12 +285,45 @@ impl Broker {
         });
     }
 
+    /// Records the changes made since the last write: a journal record per changed queue
+    /// as it now stands, or the whole blob (`definitions_journal.rs`).
     fn write_definitions(&self) {
         let Some(store) = &self.store else {
             return;
         };
-        if let Err(e) = store.save_definitions(&self.snapshot().encode()) {
+        let pending = std::mem::take(&mut *self.pending_changes.lock());
+        let written = if pending.whole {
+            store.save_definitions(&self.snapshot().encode())
+        } else {
+            let records: Vec<Vec<u8>> = pending
+                .queues
+                .iter()
+                .map(|(vhost, name)| self.queue_record(vhost, name).encode())
+                .collect();
+            store.append_definitions(&records, &|| self.snapshot().encode().to_vec())
+        };
+        if let Err(e) = written {
             tracing::error!(error = %e, "saving definitions failed");
+            // What this write should have recorded is written whole next time.
+            self.pending_changes.lock().add(DurableChange::Whole);
+        }
+    }
+
+    /// Durable queue `name` of `vhost` as the blob would hold it now, or its absence.
+    fn queue_record(&self, vhost: &str, name: &ShortStr) -> QueueRecord {
+        let entry = self
+            .vhost(vhost)
+            .and_then(|v| v.queue(name))
+            .and_then(|q| crate::vhost::durable_queue_definition(&q));
+        match entry {
+            Some(queue) => QueueRecord::Present {
+                vhost: vhost.to_owned(),
+                queue,
+            },
+            None => QueueRecord::Absent {
+                vhost: vhost.to_owned(),
+                name: name.clone(),
+            },
         }
     }
 
@@ -367,7 +413,7 @@ impl Broker {
     /// database (a first boot, or a data directory from before vhosts): the caller then
     /// seeds the configured defaults (`seed_defaults`).
     pub fn recover(&self, recovered: warren_store::Recovered) -> bool {
-        let snapshot = match recovered.definitions.as_deref().map(Snapshot::decode) {
+        let mut snapshot = match recovered.definitions.as_deref().map(Snapshot::decode) {
             None => Snapshot::default(),
             Some(Ok(s)) => s,
             Some(Err(e)) => {
@@ -375,6 +421,7 @@ impl Broker {
                 Snapshot::default()
             }
         };
+        crate::definitions_journal::replay(&mut snapshot, &recovered.definitions_changes);
         let first_boot = snapshot.access.is_none();
         if let Some(access) = snapshot.access {
             self.restore_access(access);
@@ -522,9 +569,9 @@ impl Broker {
                     }
                     vhost.set_forward_peers(self.forward_peers.clone());
                     let weak = self.weak();
-                    vhost.set_durable_change_hook(move |urgency| {
+                    vhost.set_durable_change_hook(move |urgency, change| {
                         if let Some(broker) = weak.upgrade() {
-                            broker.persist_with(urgency);
+                            broker.persist_change(urgency, change);
                         }
                     });
                     vhosts.insert(name.to_owned(), vhost.clone());
@@ -789,7 +836,7 @@ mod tests {
         broker.seed_defaults("admin", "pw", "prod").unwrap();
         assert!(broker.vhost("/").unwrap().queue("legacy").is_some());
         assert!(broker.vhost("prod").is_some());
-        let stored = store.load_definitions().unwrap().unwrap();
+        let stored = store.load_definitions().unwrap().0.unwrap();
         let snapshot = crate::snapshot::Snapshot::decode(&stored).unwrap();
         let access = snapshot.access.expect("rewritten as version 2");
         assert_eq!(access.users.len(), 1);

@@ -33,6 +33,48 @@ pub struct QueueDefinition {
     pub home: Option<String>,
 }
 
+impl QueueDefinition {
+    /// The queue's entry in the definitions blob (and in a journaled change).
+    pub fn to_table(&self) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert("name", text(&self.name));
+        t.insert("auto_delete", FieldValue::Bool(self.auto_delete));
+        t.insert("arguments", FieldValue::Table(self.arguments.clone()));
+        if !self.members.is_empty() {
+            // Node ids are u64; the table keeps them as i64 bit for bit.
+            let members = self.members.iter().map(|id| FieldValue::I64(*id as i64));
+            t.insert("members", FieldValue::Array(members.collect()));
+        }
+        if let Some(home) = &self.home {
+            t.insert("home", text(home));
+        }
+        t
+    }
+
+    /// The queue in an entry `to_table` wrote; None without a name.
+    pub fn from_table(t: &FieldTable) -> Option<QueueDefinition> {
+        Some(QueueDefinition {
+            name: get_str(t, "name")?,
+            auto_delete: get_bool(t, "auto_delete"),
+            arguments: get_table(t, "arguments"),
+            members: match t.get("members") {
+                Some(FieldValue::Array(ids)) => ids
+                    .iter()
+                    .filter_map(|id| match id {
+                        FieldValue::I64(id) => Some(*id as u64),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            },
+            home: t
+                .get("home")
+                .and_then(FieldValue::as_str)
+                .map(str::to_owned),
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct BindingDefinition {
     pub source: ShortStr,
@@ -117,21 +159,7 @@ impl Definitions {
         let queues = self
             .queues
             .iter()
-            .map(|q| {
-                let mut t = FieldTable::new();
-                t.insert("name", text(&q.name));
-                t.insert("auto_delete", FieldValue::Bool(q.auto_delete));
-                t.insert("arguments", FieldValue::Table(q.arguments.clone()));
-                if !q.members.is_empty() {
-                    // Node ids are u64; the table keeps them as i64 bit for bit.
-                    let members = q.members.iter().map(|id| FieldValue::I64(*id as i64));
-                    t.insert("members", FieldValue::Array(members.collect()));
-                }
-                if let Some(home) = &q.home {
-                    t.insert("home", text(home));
-                }
-                FieldValue::Table(t)
-            })
+            .map(|q| FieldValue::Table(q.to_table()))
             .collect();
         let bindings = self
             .bindings
@@ -171,27 +199,7 @@ impl Definitions {
             .collect();
         let queues = tables(top, "queues")
             .iter()
-            .filter_map(|t| {
-                Some(QueueDefinition {
-                    name: get_str(t, "name")?,
-                    auto_delete: get_bool(t, "auto_delete"),
-                    arguments: get_table(t, "arguments"),
-                    members: match t.get("members") {
-                        Some(FieldValue::Array(ids)) => ids
-                            .iter()
-                            .filter_map(|id| match id {
-                                FieldValue::I64(id) => Some(*id as u64),
-                                _ => None,
-                            })
-                            .collect(),
-                        _ => Vec::new(),
-                    },
-                    home: t
-                        .get("home")
-                        .and_then(FieldValue::as_str)
-                        .map(str::to_owned),
-                })
-            })
+            .filter_map(QueueDefinition::from_table)
             .collect();
         let bindings = tables(top, "bindings")
             .iter()

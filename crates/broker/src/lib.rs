@@ -19,6 +19,7 @@ pub mod consumer_use;
 pub mod dead_letter;
 pub mod definition_op;
 pub mod definitions;
+pub mod definitions_journal;
 pub mod disk;
 mod equivalence;
 pub mod error;

@@ -1,8 +1,11 @@
-//! When the definitions blob is written. The blob is the whole durable state (`Snapshot`), so
+//! When the definitions are written. The blob is the whole durable state (`Snapshot`), so
 //! one write costs as much as the definitions are large: with 10,000 queues, writing it for
-//! every declaration made each declaration cost O(queues) and declaring N queues O(N²).
+//! every declaration made each declaration cost O(queues) and declaring N queues O(N²). A
+//! durable queue declared or deleted is now a journal record instead
+//! (`definitions_journal.rs`); what a write records is the broker's business, this file only
+//! decides when writes happen.
 //!
-//! Two ways bound that:
+//! Two ways bound how often:
 //!
 //! - **Group commit.** Every durable change takes a number (`requested`); a write covers every
 //!   number taken before it started building its snapshot. A change whose number a finished

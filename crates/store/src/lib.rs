@@ -26,6 +26,7 @@ mod durable;
 mod error;
 mod failure;
 mod index;
+mod journal;
 mod lock;
 mod meta;
 mod reader;

@@ -1,11 +1,14 @@
 //! Small metadata files replaced atomically: the broker's definitions blob
-//! and the queue table (docs/STORAGE.md §2).
+//! and the queue table (docs/STORAGE.md §2), each followed by a journal of the
+//! changes since (`journal.rs`, §2.2).
 //!
 //! Both use one envelope (magic, length, CRC, payload) and one replace
 //! protocol: write `<name>.tmp`, fsync it, rename over `<name>`, fsync the
 //! directory. A reader sees the complete old or the complete new file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use crate::journal::Journal;
 
 use tracing::error;
 
@@ -107,12 +110,25 @@ pub struct QueueTable {
 }
 
 impl QueueTable {
-    /// Id of a registered queue name.
-    pub fn find(&self, name: &str) -> Option<QueueId> {
-        self.queues
-            .iter()
-            .find(|(_, n)| n.as_str() == name)
-            .map(|(id, _)| *id)
+    /// Applies a journaled change; a record that does not parse is logged and skipped.
+    fn replay(&mut self, record: &[u8]) {
+        let parsed = (|| {
+            let kind = *record.first()?;
+            let id = QueueId(u32::from_le_bytes(record.get(1..5)?.try_into().ok()?));
+            let len = u16::from_le_bytes(record.get(5..7)?.try_into().ok()?) as usize;
+            let name = std::str::from_utf8(record.get(7..7 + len)?).ok()?;
+            Some((kind, id, name))
+        })();
+        match parsed {
+            Some((REGISTERED, id, name)) => {
+                self.next_queue_id = self.next_queue_id.max(id.0.saturating_add(1));
+                self.queues.insert(id, name.to_string());
+            }
+            Some((DELETED, id, _)) => {
+                self.queues.remove(&id);
+            }
+            _ => error!("ignoring an unreadable queue table journal record"),
+        }
     }
 
     /// Payload bytes (docs/STORAGE.md §2).
@@ -158,21 +174,152 @@ impl QueueTable {
             queues,
         })
     }
+}
 
-    /// Loads the table (absent or corrupt → empty, corrupt is logged).
-    pub fn load(backend: &dyn Backend) -> Result<Self> {
-        match read_envelope(backend, QUEUES_FILE, QUEUES_MAGIC)? {
-            None => Ok(QueueTable::default()),
-            Some(payload) => Ok(QueueTable::decode(&payload).unwrap_or_else(|why| {
+/// A queue table change as its journal keeps it: kind, queue id, name (register only).
+const REGISTERED: u8 = 1;
+const DELETED: u8 = 2;
+
+fn table_change(kind: u8, id: QueueId, name: &str) -> Vec<u8> {
+    let mut record = Vec::with_capacity(7 + name.len());
+    record.push(kind);
+    record.extend_from_slice(&id.0.to_le_bytes());
+    record.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    record.extend_from_slice(name.as_bytes());
+    record
+}
+
+/// The store's metadata: the queue table (with an index by name) and the two journals, kept
+/// under one lock so that their files are written one change at a time.
+pub struct Metadata {
+    pub table: QueueTable,
+    names: HashMap<String, QueueId>,
+    table_journal: Journal,
+    definitions_journal: Journal,
+}
+
+/// What the metadata files held at open.
+pub struct LoadedMetadata {
+    pub metadata: Metadata,
+    /// The definitions snapshot and the changes journaled after it, in order.
+    pub definitions: Option<Vec<u8>>,
+    pub definitions_changes: Vec<Vec<u8>>,
+}
+
+impl Metadata {
+    /// Loads both files and their journals (a corrupt file is logged and read as absent).
+    pub fn load(backend: &dyn Backend) -> Result<LoadedMetadata> {
+        let table_bytes = read_envelope(backend, QUEUES_FILE, QUEUES_MAGIC)?;
+        let mut table = match &table_bytes {
+            None => QueueTable::default(),
+            Some(payload) => QueueTable::decode(payload).unwrap_or_else(|why| {
                 error!("ignoring corrupt queue table: {why}");
                 QueueTable::default()
-            })),
+            }),
+        };
+        let (table_journal, changes) = Journal::open(backend, QUEUES_FILE, table_bytes.as_deref())?;
+        for change in changes {
+            table.replay(&change);
         }
+        let names = table
+            .queues
+            .iter()
+            .map(|(id, name)| (name.clone(), *id))
+            .collect();
+        let definitions = read_envelope(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC)?;
+        let (definitions_journal, definitions_changes) =
+            Journal::open(backend, DEFINITIONS_FILE, definitions.as_deref())?;
+        Ok(LoadedMetadata {
+            metadata: Metadata {
+                table,
+                names,
+                table_journal,
+                definitions_journal,
+            },
+            definitions,
+            definitions_changes,
+        })
     }
 
-    /// Durably replaces the table on disk.
-    pub fn save(&self, backend: &dyn Backend) -> Result<()> {
-        write_atomic(backend, QUEUES_FILE, QUEUES_MAGIC, &self.encode())
+    /// Id of a registered queue name.
+    pub fn find(&self, name: &str) -> Option<QueueId> {
+        self.names.get(name).copied()
+    }
+
+    /// Registers `name` under a new id, durably (a journal record, or a new table when the
+    /// journal has outgrown it).
+    pub fn register(&mut self, backend: &dyn Backend, name: &str) -> Result<QueueId> {
+        let id = QueueId(self.table.next_queue_id);
+        let next_queue_id = self
+            .table
+            .next_queue_id
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Invalid("queue ids exhausted".into()))?;
+        let record = table_change(REGISTERED, id, name);
+        self.change_table(backend, record, |table| {
+            table.next_queue_id = next_queue_id;
+            table.queues.insert(id, name.to_string());
+        })?;
+        self.names.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// Removes a registered queue durably.
+    pub fn delete(&mut self, backend: &dyn Backend, id: QueueId) -> Result<()> {
+        let record = table_change(DELETED, id, "");
+        let mut name = None;
+        self.change_table(backend, record, |table| {
+            name = table.queues.remove(&id);
+        })?;
+        if let Some(name) = name {
+            self.names.remove(&name);
+        }
+        Ok(())
+    }
+
+    /// Makes `change` durable (its record journaled, or the changed table written whole)
+    /// and only then applies it to the table in memory.
+    fn change_table(
+        &mut self,
+        backend: &dyn Backend,
+        record: Vec<u8>,
+        change: impl FnOnce(&mut QueueTable),
+    ) -> Result<()> {
+        if self.table_journal.wants_snapshot() {
+            let mut next = self.table.clone();
+            change(&mut next);
+            let payload = next.encode();
+            write_atomic(backend, QUEUES_FILE, QUEUES_MAGIC, &payload)?;
+            self.table = next;
+            // The table is durable; a journal that fails to restart is retried next time.
+            if let Err(e) = self.table_journal.snapshot_written(backend, &payload) {
+                error!(error = %e, "starting the queue table's journal failed");
+            }
+            return Ok(());
+        }
+        self.table_journal.append(backend, &[record])?;
+        change(&mut self.table);
+        Ok(())
+    }
+
+    /// Durably replaces the definitions blob; its journal starts afresh.
+    pub fn save_definitions(&mut self, backend: &dyn Backend, bytes: &[u8]) -> Result<()> {
+        write_atomic(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC, bytes)?;
+        self.definitions_journal.snapshot_written(backend, bytes)
+    }
+
+    /// Journals definitions changes (one fsync), or, when the journal has outgrown the blob
+    /// (or an append failed), writes the blob `snapshot` builds instead, which holds them.
+    pub fn append_definitions(
+        &mut self,
+        backend: &dyn Backend,
+        changes: &[Vec<u8>],
+        snapshot: &dyn Fn() -> Vec<u8>,
+    ) -> Result<()> {
+        if self.definitions_journal.wants_snapshot() {
+            return self.save_definitions(backend, &snapshot());
+        }
+        self.definitions_journal.append(backend, changes)
     }
 }
 
@@ -237,7 +384,6 @@ mod tests {
         table.queues.insert(QueueId(9), "üñí".into());
         let decoded = QueueTable::decode(&table.encode()).unwrap();
         assert_eq!(decoded, table);
-        assert_eq!(decoded.find("orders"), Some(QueueId(3)));
         let mut bad = table.encode();
         bad.truncate(bad.len() - 1);
         assert!(QueueTable::decode(&bad).is_err());

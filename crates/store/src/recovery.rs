@@ -19,7 +19,8 @@ use tracing::{info, warn};
 use crate::backend::{Backend, BackendFile};
 use crate::error::Result;
 use crate::index::{add_base, forget_base, refs_per_segment, segment_of, Bases};
-use crate::meta::{read_envelope, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC, QUEUES_FILE};
+use crate::journal::Journal;
+use crate::meta::{Metadata, DEFINITIONS_FILE, QUEUES_FILE};
 use crate::reader::{read_header, scan_segment, RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded};
 use crate::segment::{parse_segment_name, segment_path, SEGMENT_DIR, SEGMENT_HEADER_BYTES};
@@ -87,8 +88,8 @@ pub enum Carry {
 
 /// The in-memory index a freshly opened store starts from.
 pub struct RecoveredState {
-    /// Queue table as loaded.
-    pub table: QueueTable,
+    /// Queue table (as loaded, its journal applied) and the metadata journals.
+    pub metadata: Metadata,
     /// Segments on disk that the store manages (skipped corrupt-header files
     /// are not included). All are sealed: the first append starts a new one.
     pub segments: BTreeMap<u32, SegmentInfo>,
@@ -161,9 +162,12 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     backend.create_dir_all(SEGMENT_DIR)?;
     remove_if_exists(backend, &format!("{DEFINITIONS_FILE}.tmp"))?;
     remove_if_exists(backend, &format!("{QUEUES_FILE}.tmp"))?;
-    let table = QueueTable::load(backend)?;
+    for file in [DEFINITIONS_FILE, QUEUES_FILE] {
+        remove_if_exists(backend, &format!("{}.tmp", Journal::path_for(file)))?;
+    }
+    let loaded = Metadata::load(backend)?;
+    let table = loaded.metadata.table.clone();
     let mut undelivered = crate::undelivered::take(backend)?;
-    let definitions = read_envelope(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC)?;
 
     let mut numbers: Vec<u32> = backend
         .list(SEGMENT_DIR)?
@@ -401,7 +405,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
 
     Ok((
         RecoveredState {
-            table,
+            metadata: loaded.metadata,
             segments,
             files,
             queues: live,
@@ -413,7 +417,8 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             next_message_id,
         },
         Recovered {
-            definitions,
+            definitions: loaded.definitions,
+            definitions_changes: loaded.definitions_changes,
             queues: recovered_queues,
             report,
         },

@@ -45,7 +45,7 @@ use crate::durable::{DurableState, FailedPublishes, Outcome};
 use crate::error::{Result, StoreError};
 use crate::index::{add_base, refs_per_segment, segment_of, Bases};
 use crate::lock::DirLock;
-use crate::meta::{read_envelope, write_atomic, QueueTable, DEFINITIONS_FILE, DEFINITIONS_MAGIC};
+use crate::meta::Metadata;
 use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{
     decode, encode_ack, encode_delivery_count, encode_publish, publish_record_bytes,
@@ -150,7 +150,7 @@ pub(crate) struct Shared {
     pub failed_publishes_tx: Mutex<Option<UnboundedSender<FailedPublishes>>>,
     pub files: Mutex<HashMap<u32, Arc<dyn BackendFile>>>,
     pub stats: Counters,
-    pub meta: Mutex<QueueTable>,
+    pub meta: Mutex<Metadata>,
 }
 
 /// Appends need a store that is open and can write now.
@@ -478,7 +478,7 @@ impl Store {
             failed_publishes_tx: Mutex::new(None),
             files: Mutex::new(state.files),
             stats,
-            meta: Mutex::new(state.table),
+            meta: Mutex::new(state.metadata),
         });
         let writer_shared = shared.clone();
         let handle = std::thread::Builder::new()
@@ -508,19 +508,11 @@ impl Store {
             ));
         }
         let shared = self.shared();
-        let mut table = shared.meta.lock();
-        if let Some(id) = table.find(name) {
+        let mut meta = shared.meta.lock();
+        if let Some(id) = meta.find(name) {
             return Ok(id);
         }
-        let mut next = table.clone();
-        let id = QueueId(next.next_queue_id);
-        next.next_queue_id = next
-            .next_queue_id
-            .checked_add(1)
-            .ok_or_else(|| StoreError::Invalid("queue ids exhausted".into()))?;
-        next.queues.insert(id, name.to_string());
-        next.save(shared.backend.as_ref())?;
-        *table = next;
+        let id = meta.register(shared.backend.as_ref(), name)?;
         shared.log.lock().queues.insert(id, RoaringTreemap::new());
         Ok(id)
     }
@@ -530,14 +522,11 @@ impl Store {
     /// its references no longer pin segments. Blocking (fsync).
     pub fn delete_queue(&self, queue: QueueId) -> Result<()> {
         let shared = self.shared();
-        let mut table = shared.meta.lock();
-        if !table.queues.contains_key(&queue) {
+        let mut meta = shared.meta.lock();
+        if !meta.table.queues.contains_key(&queue) {
             return Err(StoreError::UnknownQueue(queue));
         }
-        let mut next = table.clone();
-        next.queues.remove(&queue);
-        next.save(shared.backend.as_ref())?;
-        *table = next;
+        meta.delete(shared.backend.as_ref(), queue)?;
         let mut st = shared.log.lock();
         if let Some(ids) = st.queues.remove(&queue) {
             let mut pins = Vec::new();
@@ -572,8 +561,8 @@ impl Store {
 
     /// Registered queues (id, name).
     pub fn queues(&self) -> Vec<(QueueId, String)> {
-        let table = self.shared().meta.lock();
-        table
+        let meta = self.shared().meta.lock();
+        meta.table
             .queues
             .iter()
             .map(|(id, n)| (*id, n.clone()))
@@ -1047,20 +1036,31 @@ impl Store {
     /// the old or the new blob). Blocking (fsync).
     pub fn save_definitions(&self, bytes: &[u8]) -> Result<()> {
         let shared = self.shared();
-        let _serialise = shared.meta.lock();
-        write_atomic(
-            shared.backend.as_ref(),
-            DEFINITIONS_FILE,
-            DEFINITIONS_MAGIC,
-            bytes,
-        )
+        let mut meta = shared.meta.lock();
+        meta.save_definitions(shared.backend.as_ref(), bytes)
     }
 
-    /// Reads the definitions blob back (`None` if never saved or corrupt).
-    pub fn load_definitions(&self) -> Result<Option<Vec<u8>>> {
+    /// Durably records definitions changes made since the blob was saved (one journal
+    /// append and fsync for all of them, docs/STORAGE.md §2.2); recovery returns them after
+    /// the blob, in order. When the journal has outgrown the blob, the blob `snapshot`
+    /// builds (which must hold these changes) is saved instead. Blocking (fsync).
+    pub fn append_definitions(
+        &self,
+        changes: &[Vec<u8>],
+        snapshot: &dyn Fn() -> Vec<u8>,
+    ) -> Result<()> {
+        let shared = self.shared();
+        let mut meta = shared.meta.lock();
+        meta.append_definitions(shared.backend.as_ref(), changes, snapshot)
+    }
+
+    /// Reads the definitions blob back (`None` if never saved or corrupt), with the
+    /// changes journaled after it.
+    pub fn load_definitions(&self) -> Result<(Option<Vec<u8>>, Vec<Vec<u8>>)> {
         let shared = self.shared();
         let _serialise = shared.meta.lock();
-        read_envelope(shared.backend.as_ref(), DEFINITIONS_FILE, DEFINITIONS_MAGIC)
+        let loaded = Metadata::load(shared.backend.as_ref())?;
+        Ok((loaded.definitions, loaded.definitions_changes))
     }
 
     /// Counters and gauges.

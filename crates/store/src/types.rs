@@ -201,8 +201,10 @@ pub struct RecoveryReport {
 /// Everything [`crate::Store::open`] recovered.
 #[derive(Debug, Clone, Default)]
 pub struct Recovered {
-    /// The last blob passed to `save_definitions`, if any.
+    /// The last blob passed to `save_definitions`, if any...
     pub definitions: Option<Vec<u8>>,
+    /// ...and the changes passed to `append_definitions` after it, in order.
+    pub definitions_changes: Vec<Vec<u8>>,
     /// Every registered queue, with its live messages.
     pub queues: HashMap<QueueId, RecoveredQueue>,
     /// Scan statistics.

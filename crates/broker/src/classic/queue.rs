@@ -272,7 +272,11 @@ impl ClassicQueue {
         }
         let expires_at = queued.expires_at;
         match self.page_out(q, st, queued, append_seq) {
-            Placed::InMemory(queued) => {
+            Placed::InMemory(mut queued) => {
+                // Kept, maybe for long: a small message no longer pins its read buffer.
+                if let Some(compact) = queued.message.compacted() {
+                    queued.message = crate::message_pool::shared(compact);
+                }
                 self.memory.add(queued.message.memory_bytes());
                 st.ready.push_back(queued);
             }

@@ -4,12 +4,14 @@
 
 use super::VHost;
 use crate::definitions::{BindingDefinition, Definitions, ExchangeDefinition, QueueDefinition};
+use crate::definitions_journal::DurableChange;
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::names;
 use crate::persist::Urgency;
 use crate::queue::Queue;
 use crate::quorum::QuorumQueue;
 use std::sync::Arc;
+use warren_codec::ShortStr;
 
 /// Where a durable classic queue another node serves is served: its record's node (None
 /// for a queue served here, a quorum queue's record, and a transient queue's).
@@ -22,6 +24,25 @@ fn classic_home(q: &Queue) -> Option<&str> {
 /// record of a durable classic queue served elsewhere.
 pub(super) fn is_durable_queue(q: &Queue) -> bool {
     q.stored.is_some() || QuorumQueue::of(q).is_some() || classic_home(q).is_some()
+}
+
+/// Queue `q`'s entry in the durable definitions, None when it is not durable. A durable
+/// classic queue another node serves is kept with where it is, so that a restart or a
+/// snapshot install forwards there rather than forgetting it or making a local queue of its
+/// own.
+pub fn durable_queue_definition(q: &Queue) -> Option<QueueDefinition> {
+    if !is_durable_queue(q) {
+        return None;
+    }
+    Some(QueueDefinition {
+        name: q.name.clone(),
+        auto_delete: q.auto_delete,
+        arguments: q.arguments.clone(),
+        members: QuorumQueue::of(q)
+            .map(|qq| qq.members())
+            .unwrap_or_default(),
+        home: classic_home(q).map(str::to_owned),
+    })
 }
 
 impl VHost {
@@ -56,24 +77,8 @@ impl VHost {
                 });
             }
         }
-        for q in queues {
-            // A durable classic queue another node serves is kept with where it is, so that
-            // a restart or a snapshot install forwards there rather than forgetting it or
-            // making a local queue of its own. (A quorum queue's record is left out: its
-            // group's members, which recreate it, are not in the record.)
-            if is_durable_queue(&q) {
-                let home = classic_home(&q).map(str::to_owned);
-                defs.queues.push(QueueDefinition {
-                    name: q.name.clone(),
-                    auto_delete: q.auto_delete,
-                    arguments: q.arguments.clone(),
-                    members: QuorumQueue::of(&q)
-                        .map(|qq| qq.members())
-                        .unwrap_or_default(),
-                    home,
-                });
-            }
-        }
+        defs.queues
+            .extend(queues.iter().filter_map(|q| durable_queue_definition(q)));
         defs.policies = self.policies();
         defs.policies.extend(self.operator_policies());
         for e in exchanges.iter().filter(|e| e.durable && !e.name.is_empty()) {
@@ -97,25 +102,35 @@ impl VHost {
     /// metadata log holds the change, `persist.rs`). A vhost outside a broker (tests) keeps
     /// nothing.
     pub(super) fn persist_definitions(&self) {
-        self.persist_definitions_with(Urgency::Soon);
+        self.persist_change(Urgency::Soon, DurableChange::Whole);
     }
 
-    /// As `persist_definitions`, written before this returns on every node.
-    pub(super) fn persist_definitions_now(&self) {
-        self.persist_definitions_with(Urgency::Now);
+    /// After durable queue `name` was declared or deleted with nothing else (no binding but
+    /// its own, no auto-delete exchange): recorded on its own, at `urgency` (`Now` for a
+    /// queue whose messages go to the store: recovery drops a stored queue the definitions
+    /// do not name, with its messages).
+    pub(super) fn persist_queue(&self, name: &ShortStr, urgency: Urgency) {
+        let change = DurableChange::Queue {
+            vhost: self.name.to_string(),
+            name: name.clone(),
+        };
+        self.persist_change(urgency, change);
     }
 
-    fn persist_definitions_with(&self, urgency: Urgency) {
+    fn persist_change(&self, urgency: Urgency, change: DurableChange) {
         if self.store.is_none() {
             return;
         }
         if let Some(persist) = self.on_durable_change.get() {
-            persist(urgency);
+            persist(urgency, change);
         }
     }
 
     /// Called once by the broker that owns this vhost: how durable changes are persisted.
-    pub(crate) fn set_durable_change_hook(&self, hook: impl Fn(Urgency) + Send + Sync + 'static) {
+    pub(crate) fn set_durable_change_hook(
+        &self,
+        hook: impl Fn(Urgency, DurableChange) + Send + Sync + 'static,
+    ) {
         let _ = self.on_durable_change.set(Box::new(hook));
     }
 

@@ -14,6 +14,7 @@ use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
 use crate::names;
+use crate::persist::Urgency;
 use crate::policy::{EntityKind, Policies};
 use crate::queue::{Queue, QueueHome, StoredQueue};
 use crate::queue_args::{
@@ -80,7 +81,14 @@ pub struct VHost {
     /// The node's forwarding links by peer, for remote queue records (set by the broker).
     pub(super) forward_peers: OnceLock<Arc<crate::remote::ForwardPeers>>,
     /// How durable changes reach the store: the owning broker's snapshot writer.
-    pub(super) on_durable_change: OnceLock<Box<dyn Fn(crate::persist::Urgency) + Send + Sync>>,
+    #[allow(clippy::type_complexity)]
+    pub(super) on_durable_change: OnceLock<
+        Box<
+            dyn Fn(crate::persist::Urgency, crate::definitions_journal::DurableChange)
+                + Send
+                + Sync,
+        >,
+    >,
     pub(super) connections: Mutex<HashMap<ConnectionId, super::lifecycle::OpenConnection>>,
     pub(super) limits: RwLock<VHostLimits>,
     pub(super) metadata: RwLock<VHostMetadata>,
@@ -541,9 +549,9 @@ impl VHost {
         churn::bump(&self.counters.queues.created);
         if queue.stored.is_some() {
             // Recovery drops a stored queue the definitions do not name, with its messages.
-            self.persist_definitions_now();
+            self.persist_queue(&queue.name, Urgency::Now);
         } else if super::durability::is_durable_queue(&queue) {
-            self.persist_definitions();
+            self.persist_queue(&queue.name, Urgency::Soon);
         }
         Ok((queue.name.clone(), 0, 0))
     }
@@ -782,14 +790,18 @@ impl VHost {
             });
         }
         let dest = Destination::Queue(queue.clone());
-        let mut durable_changed = super::durability::is_durable_queue(queue);
+        // A deleted queue's record takes its bindings with it; an auto-delete exchange it
+        // leaves without bindings needs the whole blob.
+        let mut cascaded = false;
         for exchange in self.exchanges() {
             if exchange.unbind_destination(&dest) > 0 {
-                durable_changed |= self.source_lost_bindings(&exchange);
+                cascaded |= self.source_lost_bindings(&exchange);
             }
         }
-        if durable_changed {
+        if cascaded {
             self.persist_definitions();
+        } else if super::durability::is_durable_queue(queue) {
+            self.persist_queue(&queue.name, Urgency::Soon);
         }
         count
     }
