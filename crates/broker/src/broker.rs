@@ -836,7 +836,7 @@ mod tests {
         broker.seed_defaults("admin", "pw", "prod").unwrap();
         assert!(broker.vhost("/").unwrap().queue("legacy").is_some());
         assert!(broker.vhost("prod").is_some());
-        let stored = store.load_definitions().unwrap().0.unwrap();
+        let stored = store.load_definitions().unwrap().blob.unwrap();
         let snapshot = crate::snapshot::Snapshot::decode(&stored).unwrap();
         let access = snapshot.access.expect("rewritten as version 2");
         assert_eq!(access.users.len(), 1);

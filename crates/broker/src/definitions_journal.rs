@@ -204,6 +204,7 @@ mod tests {
                 name: "/".into(),
                 metadata: Default::default(),
                 limits: Default::default(),
+                tracing: false,
                 definitions: Definitions {
                     queues: vec![queue("a", false), queue("b", false)],
                     bindings: vec![binding("a"), binding("b")],

@@ -44,5 +44,5 @@ pub use error::{Result, StoreError};
 pub use store::Store;
 pub use types::{
     Appended, Location, LogPosition, MessageId, QueueId, Recovered, RecoveredQueue, RecoveryReport,
-    Scan, ScannedMessage, StoreOptions, StoreStats, StoredMessage, SyncPolicy,
+    Scan, ScannedMessage, StoreOptions, StoreStats, StoredDefinitions, StoredMessage, SyncPolicy,
 };

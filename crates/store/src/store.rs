@@ -55,7 +55,7 @@ use crate::recovery::{recover, Carry, SegmentInfo};
 use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::types::{
     Appended, Location, LogPosition, MessageId, QueueId, Recovered, Scan, ScannedMessage,
-    StoreOptions, StoreStats, StoredMessage,
+    StoreOptions, StoreStats, StoredDefinitions, StoredMessage,
 };
 use crate::writer;
 
@@ -1056,11 +1056,14 @@ impl Store {
 
     /// Reads the definitions blob back (`None` if never saved or corrupt), with the
     /// changes journaled after it.
-    pub fn load_definitions(&self) -> Result<(Option<Vec<u8>>, Vec<Vec<u8>>)> {
+    pub fn load_definitions(&self) -> Result<StoredDefinitions> {
         let shared = self.shared();
         let _serialise = shared.meta.lock();
         let loaded = Metadata::load(shared.backend.as_ref())?;
-        Ok((loaded.definitions, loaded.definitions_changes))
+        Ok(StoredDefinitions {
+            blob: loaded.definitions,
+            changes: loaded.definitions_changes,
+        })
     }
 
     /// Counters and gauges.

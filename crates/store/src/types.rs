@@ -198,6 +198,15 @@ pub struct RecoveryReport {
     pub segments_removed: u64,
 }
 
+/// The definitions as [`crate::Store::load_definitions`] reads them back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredDefinitions {
+    /// The last blob saved (None if never saved or corrupt)...
+    pub blob: Option<Vec<u8>>,
+    /// ...and the changes journaled after it, in order.
+    pub changes: Vec<Vec<u8>>,
+}
+
 /// Everything [`crate::Store::open`] recovered.
 #[derive(Debug, Clone, Default)]
 pub struct Recovered {

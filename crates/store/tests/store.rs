@@ -891,7 +891,10 @@ fn definitions_survive_restart_and_replace_atomically() {
     assert_eq!(recovered.definitions, None);
     store.save_definitions(b"{\"v\":1}").unwrap();
     store.save_definitions(b"{\"v\":2}").unwrap();
-    assert_eq!(store.load_definitions().unwrap().0.unwrap(), b"{\"v\":2}");
+    assert_eq!(
+        store.load_definitions().unwrap().blob.unwrap(),
+        b"{\"v\":2}"
+    );
     drop(store);
     let after = disk.crash(CrashMode::Torn);
     let (_store, recovered) = open(&after, StoreOptions::default());
