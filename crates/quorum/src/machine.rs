@@ -220,6 +220,15 @@ pub enum Effect {
     ConsumersFull(bool),
 }
 
+impl Effect {
+    /// Whether every member computes this effect alike for the same entry: all but
+    /// `ConsumersFull`, which follows what this member reported before (not replicated
+    /// state: a member restored from a snapshot reports afresh).
+    pub fn is_replicated(&self) -> bool {
+        !matches!(self, Effect::ConsumersFull(_))
+    }
+}
+
 /// The answer to the proposer of a command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {

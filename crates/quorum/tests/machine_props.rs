@@ -424,7 +424,7 @@ proptest! {
             // What a member reports of its consumers' room follows what it reported before
             // (not replicated state, so not in a snapshot): compare the rest.
             let replicated = |effects: Vec<Effect>| -> Vec<Effect> {
-                effects.into_iter().filter(|e| !matches!(e, Effect::ConsumersFull(_))).collect()
+                effects.into_iter().filter(Effect::is_replicated).collect()
             };
             prop_assert_eq!(replicated(restored_effects), replicated(effects));
         }

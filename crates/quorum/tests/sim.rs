@@ -230,8 +230,10 @@ impl World {
         }
     }
 
-    /// Every member must compute the same effects for the same committed entry, in every boot.
-    fn check_applied(&self, node: NodeId, applied: Applied) {
+    /// Every member must compute the same effects for the same committed entry, in every boot
+    /// (those that are replicated: `Effect::is_replicated`).
+    fn check_applied(&self, node: NodeId, mut applied: Applied) {
+        applied.effects.retain(Effect::is_replicated);
         let mut seen = self.applied.lock();
         match seen.get(&applied.log_id.index) {
             Some((first, log_id, effects)) => {
