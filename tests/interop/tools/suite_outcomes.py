@@ -2,8 +2,10 @@
 go-suite): reads each test's result (surefire's XML reports, or `go test -v` output), prints
 the totals and the failures, and says whether the run passes: every failing test must be
 listed in the suite's known-failures.txt for this broker (a line `Class#method BROKERS
-reason`, or `TestName BROKERS reason` for Go; BROKERS `both` or `warren`; `Class#*` covers a
-whole class). Listed tests that passed are printed, so the list can shrink.
+reason`, or `TestName BROKERS reason` for Go; BROKERS `both` or `warren`, or `race` for a test
+whose own race fails it now and then on any broker; an entry ending in `*` covers the tests
+whose names start with the rest, `Class#*` a whole class). Listed
+tests that passed are printed (races aside: they usually pass), so the list can shrink.
 
     suite_outcomes.py surefire|go-test REPORTS KNOWN_FAILURES BROKER LABEL
 """
@@ -22,9 +24,23 @@ def known_failures(path, broker):
             if not line or line.startswith("#"):
                 continue
             test, brokers, reason = (line.split(None, 2) + ["", ""])[:3]
-            if brokers == "both" or brokers == broker:
-                known[test] = reason
+            if brokers in ("both", "race", broker):
+                known[test] = (brokers, reason)
     return known
+
+
+def failure_summary(found, classname):
+    """The failure's message (AssertJ's start with a blank line, so the first lines that have
+    text, joined) and where in the test class it was raised, to tell one assertion from
+    another in a test that has several."""
+    lines = [l.strip() for l in (found.get("message") or found.get("type") or "").splitlines()]
+    summary = " ".join(l for l in lines if l)[:240]
+    simple = classname.rsplit(".", 1)[-1]
+    for line in (found.text or "").splitlines():
+        line = line.strip()
+        if line.startswith(f"at {classname}.") and f"({simple}.java:" in line:
+            return f"{summary} ({line[3:]})"
+    return summary
 
 
 def surefire_outcomes(reports):
@@ -39,8 +55,7 @@ def surefire_outcomes(reports):
                 found = case.find(kind)
                 if found is not None:
                     outcome = {"failure": "failed"}.get(kind, kind)
-                    message = (found.get("message") or found.get("type") or "").splitlines()
-                    message = message[0][:160] if message else ""
+                    message = failure_summary(found, case.get("classname", ""))
                     break
             cases.append((name, outcome, message))
     return cases
@@ -77,8 +92,15 @@ def go_test_outcomes(log):
     return cases
 
 
-def listed(known, name):
-    return name in known or name.split("#")[0] + "#*" in known
+def listing(known, name):
+    """The known-failures entry for test `name`: itself, or an entry ending in `*` that
+    starts it (`Class#*`, `Class#method*` for every case of a parameterised test)."""
+    if name in known:
+        return known[name]
+    for entry, value in known.items():
+        if entry.endswith("*") and name.startswith(entry[:-1]):
+            return value
+    return None
 
 
 def main():
@@ -89,13 +111,16 @@ def main():
     unexpected, expected = [], []
     for name, outcome, message in cases:
         if outcome in ("failed", "error"):
-            (expected if listed(known, name) else unexpected).append((name, outcome, message))
+            (expected if listing(known, name) else unexpected).append((name, outcome, message))
     for name, outcome, message in expected:
-        print(f"{label}: known ({known.get(name) or known.get(name.split('#')[0] + '#*')}): {name} {outcome}")
+        _, reason = listing(known, name)
+        print(f"{label}: known ({reason}): {name} {outcome}")
     for name, outcome, message in unexpected:
         print(f"{label}: UNEXPECTED {outcome}: {name}: {message}")
     now_passing = sorted(
-        name for name, outcome, _ in cases if outcome == "passed" and name in known
+        name
+        for name, outcome, _ in cases
+        if outcome == "passed" and name in known and known[name][0] != "race"
     )
     for name in now_passing:
         print(f"{label}: listed in known-failures.txt but passed: {name}")
