@@ -257,8 +257,21 @@ impl Broker {
         // Noted before the change takes its number, so the write that covers the number
         // records it.
         self.pending_changes.lock().add(change);
-        self.definitions_writer
+        let written = self
+            .definitions_writer
             .changed(urgency, &|| self.write_definitions());
+        if written && !crate::persist::defer_sync() {
+            self.sync_definitions();
+        }
+    }
+
+    /// Fsyncs the definitions (and queue table) written so far: blocking.
+    fn sync_definitions(&self) {
+        if let Some(store) = &self.store {
+            if let Err(e) = store.sync_metadata(store.metadata_ticket()) {
+                tracing::error!(error = %e, "syncing definitions failed");
+            }
+        }
     }
 
     /// Writes every change not written yet (at shutdown, before the store closes).
@@ -267,6 +280,7 @@ impl Broker {
             return;
         }
         self.definitions_writer.flush(&|| self.write_definitions());
+        self.sync_definitions();
     }
 
     /// From now on changes the metadata log holds are written in the background: once this
@@ -281,6 +295,7 @@ impl Broker {
                 return false;
             };
             broker.write_definitions();
+            broker.sync_definitions();
             true
         });
     }

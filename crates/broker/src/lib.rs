@@ -70,6 +70,8 @@ pub use message::Message;
 pub use policy::{AppliedPolicies, Policy, PolicyKind};
 pub use queue::{Enqueued, Queue, QueuedMessage};
 pub use registry::{ChannelInfo, ConnectionInfo, ConsumerInfo, Registry};
-pub use replication::{Change, PendingChange, ReplicationError, Replicator, Submitted};
+pub use replication::{
+    Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
+};
 pub use stats::{MessageCounts, MessageStats};
 pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost, VHostLimits, VHostMetadata};

@@ -23,6 +23,7 @@
 //!   recovery drops a stored queue the blob does not name, with its messages.
 
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -31,6 +32,43 @@ use std::time::Duration;
 /// burst of declarations costs a write per pause, not one per declaration. A pause is at
 /// least nine times the last write, so writing takes at most a tenth of a core.
 pub const BACKGROUND_PAUSE: Duration = Duration::from_millis(100);
+
+thread_local! {
+    /// Set while this thread runs a definitions change for a caller that fsyncs it after
+    /// (`deferring_sync`)...
+    static DEFERRING_SYNC: Cell<bool> = const { Cell::new(false) };
+    /// ...and whether the change wrote something it left unsynced.
+    static SYNC_DEFERRED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `change` (synchronous: nothing else runs on this thread meanwhile) so that the
+/// durable changes it writes are not fsync'd before it returns; answers whether one was. The
+/// caller then fsyncs them off the async thread (`Store::sync_metadata`) before it answers
+/// for the change: declares in flight side by side share the fsync.
+pub(crate) fn deferring_sync<T>(change: impl FnOnce() -> T) -> (T, bool) {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFERRING_SYNC.set(self.0);
+        }
+    }
+    let _reset = Reset(DEFERRING_SYNC.replace(true));
+    let outer_deferred = SYNC_DEFERRED.replace(false);
+    let out = change();
+    let deferred = SYNC_DEFERRED.replace(outer_deferred);
+    (out, deferred)
+}
+
+/// A durable change was written: true when its fsync is left to a `deferring_sync` caller,
+/// false when the writer must fsync it now.
+pub(crate) fn defer_sync() -> bool {
+    if DEFERRING_SYNC.get() {
+        SYNC_DEFERRED.set(true);
+        true
+    } else {
+        false
+    }
+}
 
 /// How soon a durable change must be in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,16 +126,18 @@ impl DefinitionsWriter {
         *written = covering;
     }
 
-    /// A change was made: it is in the store when this returns, unless it is `Soon` and a
-    /// background writer runs, which then writes it shortly.
-    pub fn changed(&self, urgency: Urgency, write: &dyn Fn()) {
+    /// A change was made: it is written when this returns (true; durable once the store
+    /// syncs its metadata), unless it is `Soon` and a background writer runs, which then
+    /// writes it shortly (false).
+    pub fn changed(&self, urgency: Urgency, write: &dyn Fn()) -> bool {
         let wanted = self.announce();
         if urgency == Urgency::Soon && self.background_running.load(Ordering::Acquire) {
             *self.waiting.lock() = true;
             self.wake.notify_one();
-            return;
+            return false;
         }
         self.write_covering(wanted, write);
+        true
     }
 
     /// Writes whatever changes a write has not covered yet (at shutdown).

@@ -31,4 +31,4 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub use change::{Change, PendingChange, ReplicationError, Replicator, Submitted};
+pub use change::{Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted};

@@ -48,7 +48,7 @@ use warren_broker::remote::PeerLink;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo,
-    EventReceiver, EventSender, VHost,
+    DurableWait, EventReceiver, EventSender, VHost,
 };
 use warren_codec::socket_buffer::{
     new_socket_buffer, new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
@@ -160,6 +160,9 @@ pub struct Connection<R, W> {
     /// A channel method waiting for its definitions change (`pending.rs`): no frame is
     /// handled until it is answered.
     pending: Option<PendingReply>,
+    /// Output held back until the store has fsync'd a change it answers for (`pending.rs`):
+    /// nothing is written to the socket while set.
+    unsynced: Option<DurableWait>,
     /// A channel method waiting for the link to its queue's node (`pending.rs`): no frame is
     /// handled until it is.
     held: Option<Box<HeldForLink>>,
@@ -223,6 +226,7 @@ where
             tls: None,
             forced_close: None,
             pending: None,
+            unsynced: None,
             held: None,
             local: SocketAddr::from(([0, 0, 0, 0], 0)),
             mechanism: String::new(),
@@ -386,6 +390,9 @@ where
     // ---- socket helpers ----------------------------------------------------------------
 
     async fn flush(&mut self) -> io::Result<()> {
+        if let Some(durable) = self.unsynced.take() {
+            durable.await;
+        }
         if !self.wbuf.is_empty() {
             self.writer.write_all(&self.wbuf).await?;
             // A TLS writer sends what it still holds only on flush (free on plain TCP).
@@ -659,7 +666,7 @@ where
                     }
                 }
                 written = write_or_flush(&mut self.writer, &self.wbuf),
-                    if !self.wbuf.is_empty() || self.unflushed => {
+                    if (!self.wbuf.is_empty() || self.unflushed) && self.unsynced.is_none() => {
                     match written? {
                         Some(n) => {
                             info.send_oct.fetch_add(n as u64, Relaxed);
@@ -704,6 +711,9 @@ where
                             write_heartbeat(&mut self.wbuf);
                         }
                     }
+                }
+                _ = synced(&mut self.unsynced), if self.unsynced.is_some() => {
+                    self.unsynced = None;
                 }
                 _ = durable_advanced(&mut self.durable), if confirms_waiting => {
                     self.flush_confirms();
@@ -870,6 +880,7 @@ where
             access: &self.broker.access,
             cancel_notify: self.caps.consumer_cancel_notify,
             pending: &mut self.pending,
+            unsynced: &mut self.unsynced,
         };
         (&mut self.channels, ctx)
     }
@@ -1318,6 +1329,14 @@ async fn link_waited(held: &mut Option<Box<HeldForLink>>) {
 
 /// Resolves when the waiting channel method's definitions change is made (never when none
 /// waits: the select branch is off then).
+/// Resolves when the held output's change is durable (never without one).
+async fn synced(unsynced: &mut Option<DurableWait>) {
+    match unsynced {
+        Some(durable) => durable.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn change_made(
     pending: &mut Option<PendingReply>,
 ) -> Result<warren_broker::Outcome, AmqpError> {

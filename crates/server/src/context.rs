@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use std::sync::Arc;
 use warren_broker::access::AccessControl;
 use warren_broker::EventSender;
-use warren_broker::{Broker, ConnectionEvent, ConnectionId, VHost};
+use warren_broker::{Broker, ConnectionEvent, ConnectionId, DurableWait, VHost};
 use warren_codec::{write_body_frames, write_content_header, write_method, Method, BASIC_CLASS_ID};
 
 pub struct Ctx<'a> {
@@ -27,9 +27,19 @@ pub struct Ctx<'a> {
     /// Where a method whose definitions change waits for the metadata log leaves itself
     /// (`pending.rs`); the connection awaits it before its next frame.
     pub pending: &'a mut Option<PendingReply>,
+    /// While set, nothing in `out` may reach the client: it answers for a change the store
+    /// has written but not yet fsync'd (`Change::Unsynced`). The connection awaits it before
+    /// it writes, and reads on meanwhile.
+    pub unsynced: &'a mut Option<DurableWait>,
 }
 
 impl Ctx<'_> {
+    /// Holds the output back until `durable` resolves; it covers any wait held before (a
+    /// later wait syncs every earlier write).
+    pub fn hold_output_until(&mut self, durable: DurableWait) {
+        *self.unsynced = Some(durable);
+    }
+
     pub fn send(&mut self, channel: u16, method: impl Into<Method>) {
         write_method(self.out, channel, &method.into());
     }

@@ -1,7 +1,9 @@
 //! Channel methods that change definitions (exchange.declare/delete/bind/unbind,
 //! queue.declare/bind/unbind/delete) make their change through `Broker::change`. On a single
-//! node the change is done at once and the method answers as it always did, within the
-//! same call. In a cluster the change waits for the metadata log: the method leaves a
+//! node the change is done at once and the method answers within the same call; when the
+//! change wrote to the store, the answer is held back with the rest of the connection's
+//! output until the store has fsync'd it (`Ctx::hold_output_until`), while the connection
+//! reads on, so pipelined changes share an fsync. In a cluster the change waits for the metadata log: the method leaves a
 //! `PendingReply` in its context and the connection awaits it before it handles this
 //! connection's next frame (deliveries and writes go on meanwhile), then answers — the ok
 //! method, or the channel or connection error the change was refused with.
@@ -31,6 +33,11 @@ impl Channel {
         match ctx.broker.change(op) {
             Change::Done(result) => {
                 self.finish_change(reply, result?, ctx);
+                Ok(())
+            }
+            Change::Unsynced { result, durable } => {
+                self.finish_change(reply, result?, ctx);
+                ctx.hold_output_until(durable);
                 Ok(())
             }
             Change::Pending(change) => {

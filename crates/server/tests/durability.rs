@@ -1,7 +1,8 @@
 //! Durability through the whole server, on the store's fault-injecting disk: a publisher
 //! confirm for a persistent message is withheld until its fsync completes, and every confirmed
 //! message is back, redelivered, after a crash that drops all unsynced writes; on a full
-//! disk, unconfirmed publishes are nacked, consumers carry on and publishing resumes.
+//! disk, unconfirmed publishes are nacked, consumers carry on and publishing resumes; a
+//! declare-ok waits for the fsync of its definitions, which pipelined declares share.
 
 mod client;
 
@@ -649,4 +650,77 @@ async fn a_lazy_queue_forgets_messages_whose_store_write_failed() {
     let mut want: Vec<Bytes> = (1..=10u64).map(|i| Bytes::from(format!("m{i}"))).collect();
     want.extend(acked.iter().map(|i| Bytes::from(big(*i))));
     assert_eq!(got, want);
+}
+
+/// `count` durable declares (passive ones to check) of `q0`..: encoded back to back and sent
+/// in one write, so the broker reads them together.
+async fn send_declares(c: &mut Client, count: usize, passive: bool) {
+    let mut frames = bytes::BytesMut::new();
+    for i in 0..count {
+        let declare = QueueDeclare {
+            queue: format!("q{i}").as_str().into(),
+            durable: true,
+            passive,
+            ..Default::default()
+        };
+        write_method(&mut frames, 1, &Method::QueueDeclare(declare));
+    }
+    c.send_raw(&frames).await;
+    for i in 0..count {
+        match c.method().await {
+            (1, Method::QueueDeclareOk(ok)) => assert_eq!(ok.queue.as_str(), format!("q{i}")),
+            other => panic!("declare of q{i}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declare_ok_waits_for_the_fsync_and_pipelined_declares_share_one() {
+    let disk = Arc::new(FaultyBackend::new(11));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    // The first change after a start begins each metadata journal (a file of its own,
+    // written and synced before it is renamed into place).
+    declare_durable(&mut c, "first").await;
+
+    // While the disk does not finish an fsync, the declare-ok does not come.
+    disk.set_stall_syncs(true);
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "held".into(),
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.expect_silence(300).await;
+    disk.set_stall_syncs(false);
+    assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
+
+    // 200 declares read together: each answered, in order, after fsyncs they share (a sync
+    // is one fsync of each metadata journal; one per declare would be 400).
+    let syncs_before = disk.sync_count();
+    send_declares(&mut c, 200, false).await;
+    let syncs = disk.sync_count() - syncs_before;
+    assert!(syncs <= 20, "200 pipelined declares took {syncs} fsyncs");
+
+    // Power cut right after the last declare-ok: every queue declared is back.
+    let after = Arc::new(disk.crash(CrashMode::DropUnsynced));
+    let port = start_on(after).await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    send_declares(&mut c, 200, true).await;
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "held".into(),
+            durable: true,
+            passive: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
 }

@@ -1,6 +1,7 @@
 //! A metadata file's change journal (docs/STORAGE.md §2.2): `<name>.log` beside `<name>`,
 //! holding the changes made since `<name>` was last replaced, so that one change costs a
-//! record and one fsync instead of a rewrite of the whole file.
+//! record (and a share of a grouped fsync, `metadata_sync.rs`) instead of a rewrite of the
+//! whole file.
 //!
 //! Why: the queue table and the definitions blob were rewritten whole for every durable
 //! declare and delete, so declaring N queues wrote O(N²) bytes (one pika client: 336
@@ -43,6 +44,8 @@ pub struct Journal {
     /// An append failed: where it left the file is unknown, so nothing more is appended
     /// until a new snapshot (which holds every change) starts a new journal.
     failed: bool,
+    /// Records were appended since the last `take_unsynced` (`metadata_sync.rs` fsyncs them).
+    unsynced: bool,
 }
 
 impl Journal {
@@ -68,6 +71,7 @@ impl Journal {
             records_bytes: 0,
             snapshot_bytes: snapshot.map_or(0, |s| s.len() as u64),
             failed: false,
+            unsynced: false,
         };
         let handle = match backend.open(&path, false) {
             Ok(handle) => handle,
@@ -112,7 +116,8 @@ impl Journal {
         Ok((journal, records))
     }
 
-    /// Appends `records` and fsyncs once: durable when this returns.
+    /// Appends `records` (one write): they survive a crash of the process at once, a crash of
+    /// the machine once the file `take_unsynced` hands out next is fsync'd.
     pub fn append(&mut self, backend: &dyn Backend, records: &[Vec<u8>]) -> Result<()> {
         if self.failed {
             return Err(StoreError::Invalid(
@@ -132,14 +137,29 @@ impl Journal {
             buf.extend_from_slice(record);
         }
         let file = self.file.as_ref().expect("started above");
-        let appended = file.append(&buf).and_then(|()| file.sync());
-        if let Err(e) = appended {
+        if let Err(e) = file.append(&buf) {
             self.file = None;
             self.failed = true;
             return Err(e.into());
         }
+        self.unsynced = true;
         self.records_bytes += buf.len() as u64;
         Ok(())
+    }
+
+    /// The file appended to since the last call, to fsync (outside the metadata lock).
+    pub fn take_unsynced(&mut self) -> Option<Arc<dyn BackendFile>> {
+        if !std::mem::take(&mut self.unsynced) {
+            return None;
+        }
+        self.file.clone()
+    }
+
+    /// An fsync of what was appended failed: the records may be lost, so the next change
+    /// writes a snapshot (which holds them) instead of appending.
+    pub fn sync_failed(&mut self) {
+        self.file = None;
+        self.failed = true;
     }
 
     /// Whether the owner should write a new snapshot (then `snapshot_written`): the journal
@@ -155,6 +175,8 @@ impl Journal {
         self.snapshot_bytes = snapshot.len() as u64;
         self.records_bytes = 0;
         self.file = None;
+        // The snapshot (fsync'd) holds what the old journal's unsynced records said.
+        self.unsynced = false;
         self.file = Some(self.start(backend)?);
         self.failed = false;
         Ok(())
@@ -212,10 +234,30 @@ mod tests {
         assert!(none.is_empty());
         journal.append(&disk, &records(3)).unwrap();
         journal.append(&disk, &records(5)[3..]).unwrap();
+        journal.take_unsynced().expect("appended").sync().unwrap();
+        assert!(journal.take_unsynced().is_none(), "synced already");
         for mode in [CrashMode::KeepUnsynced, CrashMode::Torn, CrashMode::BitFlip] {
             let after = disk.crash(mode);
             let (_, back) = Journal::open(&after, "m.bin", Some(b"base")).unwrap();
             assert_eq!(back, records(5), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn records_not_synced_yet_survive_a_process_crash_and_may_be_lost_in_a_machine_crash() {
+        let disk = FaultyBackend::new(4);
+        let (mut journal, _) = Journal::open(&disk, "m.bin", None).unwrap();
+        journal.append(&disk, &records(2)).unwrap();
+        journal.take_unsynced().expect("appended").sync().unwrap();
+        journal.append(&disk, &records(4)[2..]).unwrap();
+        let (_, back) = Journal::open(&disk.crash(CrashMode::KeepUnsynced), "m.bin", None).unwrap();
+        assert_eq!(back, records(4), "a process crash keeps what was written");
+        for mode in [CrashMode::DropUnsynced, CrashMode::Torn, CrashMode::BitFlip] {
+            let (_, back) = Journal::open(&disk.crash(mode), "m.bin", None).unwrap();
+            assert!(
+                back.len() >= 2 && back[..] == records(4)[..back.len()],
+                "{mode:?}: the synced records, then a prefix of the rest: {back:?}"
+            );
         }
     }
 

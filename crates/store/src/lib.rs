@@ -29,6 +29,7 @@ mod index;
 mod journal;
 mod lock;
 mod meta;
+mod metadata_sync;
 mod reader;
 pub mod record;
 mod recovery;

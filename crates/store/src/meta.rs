@@ -12,9 +12,10 @@ use crate::journal::Journal;
 
 use tracing::error;
 
-use crate::backend::{parent_dir, read_all, Backend};
+use crate::backend::{parent_dir, read_all, Backend, BackendFile};
 use crate::error::{Result, StoreError};
 use crate::types::QueueId;
+use std::sync::Arc;
 
 /// File holding the broker's definitions.
 pub const DEFINITIONS_FILE: &str = "definitions.bin";
@@ -246,8 +247,8 @@ impl Metadata {
         self.names.get(name).copied()
     }
 
-    /// Registers `name` under a new id, durably (a journal record, or a new table when the
-    /// journal has outgrown it).
+    /// Registers `name` under a new id: a journal record (durable once synced,
+    /// `metadata_sync.rs`), or a new table when the journal has outgrown it.
     pub fn register(&mut self, backend: &dyn Backend, name: &str) -> Result<QueueId> {
         let id = QueueId(self.table.next_queue_id);
         let next_queue_id = self
@@ -264,7 +265,7 @@ impl Metadata {
         Ok(id)
     }
 
-    /// Removes a registered queue durably.
+    /// Removes a registered queue (as `register`, durable once synced).
     pub fn delete(&mut self, backend: &dyn Backend, id: QueueId) -> Result<()> {
         let record = table_change(DELETED, id, "");
         let mut name = None;
@@ -277,8 +278,8 @@ impl Metadata {
         Ok(())
     }
 
-    /// Makes `change` durable (its record journaled, or the changed table written whole)
-    /// and only then applies it to the table in memory.
+    /// Writes `change` (its record journaled, or the changed table written whole) and only
+    /// then applies it to the table in memory.
     fn change_table(
         &mut self,
         backend: &dyn Backend,
@@ -302,13 +303,27 @@ impl Metadata {
         Ok(())
     }
 
+    /// The journal files appended to since the last call, for `metadata_sync.rs` to fsync.
+    pub fn take_unsynced(&mut self) -> Vec<Arc<dyn BackendFile>> {
+        [&mut self.table_journal, &mut self.definitions_journal]
+            .into_iter()
+            .filter_map(|journal| journal.take_unsynced())
+            .collect()
+    }
+
+    /// Syncing the journals failed: both write a snapshot at their next change.
+    pub fn sync_failed(&mut self) {
+        self.table_journal.sync_failed();
+        self.definitions_journal.sync_failed();
+    }
+
     /// Durably replaces the definitions blob; its journal starts afresh.
     pub fn save_definitions(&mut self, backend: &dyn Backend, bytes: &[u8]) -> Result<()> {
         write_atomic(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC, bytes)?;
         self.definitions_journal.snapshot_written(backend, bytes)
     }
 
-    /// Journals definitions changes (one fsync), or, when the journal has outgrown the blob
+    /// Journals definitions changes (one write, synced later), or, when the journal has outgrown the blob
     /// (or an append failed), writes the blob `snapshot` builds instead, which holds them.
     pub fn append_definitions(
         &mut self,

@@ -46,6 +46,7 @@ use crate::error::{Result, StoreError};
 use crate::index::{add_base, refs_per_segment, segment_of, Bases};
 use crate::lock::DirLock;
 use crate::meta::Metadata;
+use crate::metadata_sync::MetadataSync;
 use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{
     decode, encode_ack, encode_delivery_count, encode_publish, publish_record_bytes,
@@ -55,7 +56,7 @@ use crate::recovery::{recover, Carry, SegmentInfo};
 use crate::segment::{encode_header, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::types::{
     Appended, Location, LogPosition, MessageId, QueueId, Recovered, Scan, ScannedMessage,
-    StoreOptions, StoreStats, StoredDefinitions, StoredMessage,
+    StoreOptions, StoreStats, StoredDefinitions, StoredMessage, SyncPolicy,
 };
 use crate::writer;
 
@@ -151,6 +152,44 @@ pub(crate) struct Shared {
     pub files: Mutex<HashMap<u32, Arc<dyn BackendFile>>>,
     pub stats: Counters,
     pub meta: Mutex<Metadata>,
+    /// Which metadata writes are fsync'd (`metadata_sync.rs`).
+    pub metadata_sync: MetadataSync,
+}
+
+/// `Store::sync_metadata`, for the writer thread too: fsyncs the journal files written since
+/// the last sync (none under `SyncPolicy::Never`: written is durable there, as for messages);
+/// a failure leaves the journals to write snapshots at their next change.
+pub(crate) fn sync_metadata(shared: &Shared, ticket: u64) -> Result<()> {
+    shared.metadata_sync.sync(ticket, || {
+        let files = shared.meta.lock().take_unsynced();
+        if shared.opts.sync == SyncPolicy::Never {
+            return Ok(());
+        }
+        shared
+            .stats
+            .fsyncs
+            .fetch_add(files.len() as u64, Ordering::Relaxed);
+        // A declare writes both journals (queue table and definitions): fsync'd side by
+        // side, a sync costs one fsync's latency, not two (measured here: 2.9 ms against
+        // 6.2-8.8 ms one after the other).
+        let synced = match files.as_slice() {
+            [first, second] => std::thread::scope(|scope| {
+                let second = scope.spawn(|| second.sync());
+                let first = first.sync();
+                first.and(
+                    second
+                        .join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked"))),
+                )
+            }),
+            _ => files.iter().try_for_each(|file| file.sync()),
+        };
+        if let Err(e) = synced {
+            shared.meta.lock().sync_failed();
+            return Err(StoreError::from(e));
+        }
+        Ok(())
+    })
 }
 
 /// Appends need a store that is open and can write now.
@@ -479,6 +518,7 @@ impl Store {
             files: Mutex::new(state.files),
             stats,
             meta: Mutex::new(state.metadata),
+            metadata_sync: MetadataSync::default(),
         });
         let writer_shared = shared.clone();
         let handle = std::thread::Builder::new()
@@ -498,9 +538,10 @@ impl Store {
         &self.inner.shared
     }
 
-    /// Returns the id of queue `name`, registering it (durably, before
-    /// returning) if it is new. Blocking: does file I/O and fsyncs; call it
-    /// from `spawn_blocking` in async code.
+    /// Returns the id of queue `name`, registering it if it is new: written
+    /// before returning, durable once [`Store::sync_metadata`] covers
+    /// [`Store::metadata_ticket`] (messages appended to it wait for that by
+    /// themselves). Does file I/O (one write, no fsync).
     pub fn register_queue(&self, name: &str) -> Result<QueueId> {
         if name.len() > usize::from(u16::MAX) {
             return Err(StoreError::Invalid(
@@ -513,13 +554,33 @@ impl Store {
             return Ok(id);
         }
         let id = meta.register(shared.backend.as_ref(), name)?;
+        shared.metadata_sync.wrote();
         shared.log.lock().queues.insert(id, RoaringTreemap::new());
         Ok(id)
     }
 
-    /// Deletes a queue and, logically, all its messages: the queue table is
-    /// rewritten durably first; its records are then ignored by recovery and
-    /// its references no longer pin segments. Blocking (fsync).
+    /// The ticket of the last metadata write (a queue registered or deleted, definitions
+    /// saved or journaled): durable once [`Store::metadata_durable`] reaches it.
+    pub fn metadata_ticket(&self) -> u64 {
+        self.shared().metadata_sync.written()
+    }
+
+    /// Every metadata write up to this ticket is fsync'd.
+    pub fn metadata_durable(&self) -> u64 {
+        self.shared().metadata_sync.durable()
+    }
+
+    /// Makes every metadata write up to `ticket` durable, with one fsync per journal for all
+    /// the writes made since the last sync (`metadata_sync.rs`). Blocking (fsync): async
+    /// code calls it from `spawn_blocking`.
+    pub fn sync_metadata(&self, ticket: u64) -> Result<()> {
+        sync_metadata(self.shared(), ticket)
+    }
+
+    /// Deletes a queue and, logically, all its messages: the queue table's
+    /// change is written first (durable with the next metadata sync); its
+    /// records are then ignored by recovery and its references no longer pin
+    /// segments. Does file I/O (one write, no fsync).
     pub fn delete_queue(&self, queue: QueueId) -> Result<()> {
         let shared = self.shared();
         let mut meta = shared.meta.lock();
@@ -527,6 +588,7 @@ impl Store {
             return Err(StoreError::UnknownQueue(queue));
         }
         meta.delete(shared.backend.as_ref(), queue)?;
+        shared.metadata_sync.wrote();
         let mut st = shared.log.lock();
         if let Some(ids) = st.queues.remove(&queue) {
             let mut pins = Vec::new();
@@ -1037,13 +1099,16 @@ impl Store {
     pub fn save_definitions(&self, bytes: &[u8]) -> Result<()> {
         let shared = self.shared();
         let mut meta = shared.meta.lock();
-        meta.save_definitions(shared.backend.as_ref(), bytes)
+        meta.save_definitions(shared.backend.as_ref(), bytes)?;
+        shared.metadata_sync.wrote();
+        Ok(())
     }
 
-    /// Durably records definitions changes made since the blob was saved (one journal
-    /// append and fsync for all of them, docs/STORAGE.md §2.2); recovery returns them after
-    /// the blob, in order. When the journal has outgrown the blob, the blob `snapshot`
-    /// builds (which must hold these changes) is saved instead. Blocking (fsync).
+    /// Records definitions changes made since the blob was saved (one journal append for
+    /// all of them, docs/STORAGE.md §2.2; durable once [`Store::sync_metadata`] covers
+    /// [`Store::metadata_ticket`]); recovery returns them after the blob, in order. When the
+    /// journal has outgrown the blob, the blob `snapshot` builds (which must hold these
+    /// changes) is saved instead, durably. Does file I/O.
     pub fn append_definitions(
         &self,
         changes: &[Vec<u8>],
@@ -1051,7 +1116,9 @@ impl Store {
     ) -> Result<()> {
         let shared = self.shared();
         let mut meta = shared.meta.lock();
-        meta.append_definitions(shared.backend.as_ref(), changes, snapshot)
+        meta.append_definitions(shared.backend.as_ref(), changes, snapshot)?;
+        shared.metadata_sync.wrote();
+        Ok(())
     }
 
     /// Reads the definitions blob back (`None` if never saved or corrupt), with the

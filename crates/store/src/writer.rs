@@ -30,13 +30,16 @@ use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
 use crate::backend::BackendFile;
+use crate::error::StoreError;
 use crate::failure::{clean_up, fail_unwritten};
 use crate::index::forget_base;
 use crate::reader::{RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded, ACK_RECORD_BYTES};
 use crate::recovery::Carry;
 use crate::segment::{segment_path, SEGMENT_DIR, SEGMENT_HEADER_BYTES};
-use crate::store::{append_carried_ack, complete_below, roll_over, Chunk, LogState, Shared};
+use crate::store::{
+    append_carried_ack, complete_below, roll_over, sync_metadata, Chunk, LogState, Shared,
+};
 use crate::types::{MessageId, QueueId, SyncPolicy};
 
 /// Carried ACKs appended per acquisition of the log lock, so producers are
@@ -53,6 +56,9 @@ enum Next {
     Write {
         records: u64,
         last_seq: u64,
+        /// The metadata written before the batch's records (their queues registered):
+        /// synced with the batch, before its records count as durable.
+        metadata_ticket: u64,
         written_to: (u32, u64),
         next_message_id: u64,
         reclaim: bool,
@@ -111,6 +117,7 @@ pub fn run(shared: Arc<Shared>) {
                     break Next::Write {
                         records: std::mem::take(&mut st.records_pending),
                         last_seq: st.next_seq - 1,
+                        metadata_ticket: shared.metadata_sync.written(),
                         written_to: (st.active_segment, st.active_offset_bytes),
                         next_message_id: st.next_message_id,
                         reclaim: std::mem::take(&mut st.reclaim_dirty),
@@ -137,13 +144,17 @@ pub fn run(shared: Arc<Shared>) {
             Next::Write {
                 records,
                 last_seq,
+                metadata_ticket,
                 written_to,
                 next_message_id,
                 reclaim,
             } => {
                 shared.space_cv.notify_all();
                 shared.space_notify.notify_waiters();
-                match write_batch(&shared, &spare_buf, &spare_chunks) {
+                let written = write_batch(&shared, &spare_buf, &spare_chunks)
+                    .map_err(StoreError::from)
+                    .and_then(|()| sync_metadata(&shared, metadata_ticket));
+                match written {
                     Ok(()) => {
                         let stats = &shared.stats;
                         stats.records_written.fetch_add(records, Ordering::Relaxed);

@@ -170,6 +170,9 @@ impl Harness {
         let backend = FaultyBackend::new(seed);
         let (store, _) = Store::open_with_backend(Arc::new(backend.clone()), opts()).unwrap();
         let queue_ids = [0, 1, 2].map(|i| store.register_queue(&format!("q{i}")).unwrap());
+        // As the broker does before it answers the declares: the queues are durable even
+        // with no message in them.
+        store.sync_metadata(store.metadata_ticket()).unwrap();
         Harness {
             backend,
             store: Some(store),

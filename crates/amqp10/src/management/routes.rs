@@ -61,6 +61,10 @@ fn change(
 ) -> Routed {
     Ok(match cx.broker.change(op) {
         Change::Done(result) => Answer::Now(answer(result)),
+        Change::Unsynced { result, durable } => Answer::Later(Box::pin(async move {
+            durable.await;
+            answer(result)
+        })),
         Change::Pending(pending) => Answer::Later(Box::pin(async move { answer(pending.await) })),
     })
 }

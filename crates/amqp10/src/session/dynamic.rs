@@ -64,13 +64,16 @@ impl Session {
             members: Vec::new(),
             home: None,
         };
-        // An exclusive queue's declaration is this node's alone: done at once.
+        // An exclusive queue's declaration is this node's alone (and writes nothing to the
+        // store): done at once.
         match env.broker.change(declare) {
             Change::Done(Ok(Outcome::QueueDeclared { .. })) => Ok(name),
-            Change::Done(Ok(_)) | Change::Pending(_) => Err(codec::error(
-                AmqpError::InternalError,
-                "the temporary queue was not declared",
-            )),
+            Change::Done(Ok(_)) | Change::Unsynced { .. } | Change::Pending(_) => {
+                Err(codec::error(
+                    AmqpError::InternalError,
+                    "the temporary queue was not declared",
+                ))
+            }
             Change::Done(Err(e)) => Err(codec::error(
                 AmqpError::ResourceLimitExceeded,
                 e.text.to_string(),

@@ -45,17 +45,33 @@ const GROUPS_PER_NODE_RECOUNT: std::time::Duration = std::time::Duration::from_s
 
 pub type PendingChange = Pin<Box<dyn Future<Output = Result<Outcome, AmqpError>> + Send>>;
 
-/// A change made: done at once, or waiting for the metadata log.
+/// Resolves once what a change wrote to the store is durable (fsync'd).
+pub type DurableWait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A change made: done at once, made with its durability to wait for, or waiting for the
+/// metadata log.
 pub enum Change {
     Done(Result<Outcome, AmqpError>),
+    /// Made here; what it wrote to the store is durable once `durable` resolves. The answer
+    /// may be prepared now, but must not reach the client before (a connection holds its
+    /// output back meanwhile and goes on reading: pipelined declares share one fsync). A
+    /// later wait covers every earlier one.
+    Unsynced {
+        result: Result<Outcome, AmqpError>,
+        durable: DurableWait,
+    },
     Pending(PendingChange),
 }
 
 impl Change {
-    /// The result, however it comes.
+    /// The result, however it comes (once durable).
     pub async fn result(self) -> Result<Outcome, AmqpError> {
         match self {
             Change::Done(result) => result,
+            Change::Unsynced { result, durable } => {
+                durable.await;
+                result
+            }
             Change::Pending(pending) => pending.await,
         }
     }
@@ -65,6 +81,7 @@ impl std::fmt::Debug for Change {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Change::Done(result) => f.debug_tuple("Done").field(result).finish(),
+            Change::Unsynced { result, .. } => f.debug_tuple("Unsynced").field(result).finish(),
             Change::Pending(_) => f.write_str("Pending"),
         }
     }
@@ -75,10 +92,10 @@ impl Broker {
     /// the metadata log when the broker has a replicator (see the module's comment).
     pub fn change(&self, mut op: DefinitionOp) -> Change {
         let Some(replicator) = self.replicator() else {
-            return Change::Done(self.apply(op));
+            return self.apply_here(op);
         };
         if self.is_node_local(&op) {
-            return Change::Done(self.apply(op));
+            return self.apply_here(op);
         }
         self.mirror_new_queue_as_quorum(&mut op);
         if self.needs_quorum_members(&op) {
@@ -100,6 +117,35 @@ impl Broker {
             }
         }
         Change::Pending(Box::pin(submit(replicator.as_ref(), op)))
+    }
+
+    /// Applies `op` on this node now. What it wrote to the store is fsync'd after, off the
+    /// async thread, and answered for once that is done (`Change::Unsynced`): changes made
+    /// side by side (declares in flight on many channels and connections) share the fsync
+    /// (`persist::deferring_sync`). A change that wrote nothing answers at once.
+    fn apply_here(&self, op: DefinitionOp) -> Change {
+        let (result, unsynced) = crate::persist::deferring_sync(|| self.apply(op));
+        let store = match self.store() {
+            Some(store) if unsynced && result.is_ok() => store.clone(),
+            _ => return Change::Done(result),
+        };
+        let ticket = store.metadata_ticket();
+        if store.metadata_durable() >= ticket {
+            return Change::Done(result);
+        }
+        // Lazy: nothing is spawned until the wait is polled, so a connection that replaces
+        // it with a later one (the next declare of the same read) never spawns this one.
+        let durable = Box::pin(async move {
+            let synced = tokio::task::spawn_blocking(move || store.sync_metadata(ticket)).await;
+            match synced {
+                Ok(Ok(())) => {}
+                // As a failed write of the definitions: logged, and the change stands (it is
+                // written whole at the next change, `Journal::sync_failed`).
+                Ok(Err(e)) => tracing::error!(error = %e, "syncing definitions failed"),
+                Err(e) => tracing::error!(error = %e, "syncing definitions failed"),
+            }
+        });
+        Change::Unsynced { result, durable }
     }
 
     /// A new quorum queue's declaration in a cluster: its group's members are chosen among
