@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub enum Unit {
     /// Shown as "1.23 ms"; values are ms.
     Ms,
+    /// Shown as "12.3 µs"; values are µs.
+    Us,
     /// Whole numbers (msg/s, message counts).
     Count,
     Percent,
@@ -32,6 +34,7 @@ impl Unit {
                     format!("{v:.2} ms")
                 }
             }
+            Unit::Us => format!("{v:.1} µs"),
             Unit::Count => format!("{v:.0}"),
             Unit::Percent => format!("{v:.1}"),
             Unit::MiB => format!("{v:.1}"),

@@ -1,0 +1,69 @@
+//! Where scenario scale reads a broker's memory: the RSS of its process from /proc when the
+//! process is known (`--broker-pid`, or the local process listening on the URI's port), else
+//! the management API's `/api/nodes` `mem_used` (which Warren and RabbitMQ both answer; for
+//! RabbitMQ it is the Erlang VM's own count, close to but not the same as RSS). The report
+//! says which one each broker's figures are.
+
+use crate::broker_http::BrokerHttp;
+use crate::broker_proc::BrokerProcess;
+use crate::client::BrokerUris;
+use crate::scenario::Target;
+
+#[derive(Debug, Clone)]
+pub enum MemorySource {
+    Process(BrokerProcess),
+    Management(String),
+    Unknown,
+}
+
+impl MemorySource {
+    pub fn for_target(target: &Target) -> MemorySource {
+        if let Some(pid) = target.pid {
+            return MemorySource::Process(BrokerProcess { pid });
+        }
+        let local = BrokerUris::parse(&target.uri)
+            .ok()
+            .map(|u| u.first().clone())
+            .filter(|u| u.is_local())
+            .and_then(|u| BrokerProcess::find_by_port(u.port));
+        match (local, &target.management_url) {
+            (Some(process), _) => MemorySource::Process(process),
+            (None, Some(url)) => MemorySource::Management(url.clone()),
+            (None, None) => MemorySource::Unknown,
+        }
+    }
+
+    /// The process, when memory is read from /proc (its descriptor limit is read too).
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            MemorySource::Process(p) => Some(p.pid),
+            _ => None,
+        }
+    }
+
+    /// Bytes in use now; None when unknown or the read failed.
+    pub async fn sample(&self, http: &BrokerHttp) -> Option<u64> {
+        match self {
+            MemorySource::Process(p) => p.sample().map(|s| s.rss_bytes),
+            MemorySource::Management(url) => http.mem_used(url).await.ok(),
+            MemorySource::Unknown => None,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            MemorySource::Process(p) => format!("RSS of process {} (/proc)", p.pid),
+            MemorySource::Management(_) => "`mem_used` from the management API's /api/nodes".into(),
+            MemorySource::Unknown => {
+                "unknown (not a local process; give --broker-pid or --management-url)".into()
+            }
+        }
+    }
+}
+
+/// Bytes per object between two memory samples; None when either is unknown. Can be negative
+/// when the broker gave memory back in between (a garbage collection, the allocator).
+pub fn per_object(before: Option<u64>, after: Option<u64>, objects: u64) -> Option<f64> {
+    let (before, after) = (before?, after?);
+    (objects > 0).then(|| (after as f64 - before as f64) / objects as f64)
+}
