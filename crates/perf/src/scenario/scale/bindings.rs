@@ -7,10 +7,10 @@
 //! binding" column takes it off. Memory per binding is (memory at the step − memory with the
 //! exchange and queues but no bindings) / bindings.
 
-use super::first_node;
 use super::in_flight;
-use super::memory::{per_object, MemorySource};
+use super::memory::{mib, per_object, MemorySource};
 use super::Ctx;
+use super::{broker_readers, first_node};
 use crate::broker_http::BrokerHttp;
 use crate::client::{Channel, Connection, QueueOptions};
 use crate::report::{Metric, PlotSpec, Section, Table, Unit};
@@ -203,9 +203,7 @@ pub async fn section(
     let probe_time = Duration::from_secs_f64(ctx.step_s);
     let mut per_broker = vec![];
     for t in &ctx.targets {
-        let node = first_node(&t.uri)?;
-        let http = BrokerHttp::new(&node.user, &node.password);
-        let memory = MemorySource::for_target(t);
+        let (http, memory) = broker_readers(t)?;
         per_broker.push(sweep(t, counts, probe_time, &memory, &http).await?);
     }
     let mut table = Table::new(&["Bindings"], &metrics);
@@ -225,7 +223,7 @@ pub async fn section(
                         .zip(b.one_binding)
                         .map(|(r, one)| r.median_us - one.median_us),
                     s.bytes_per_binding,
-                    s.memory_bytes.map(|b| b as f64 / (1u64 << 20) as f64),
+                    mib(s.memory_bytes),
                 ]
             })
             .collect();

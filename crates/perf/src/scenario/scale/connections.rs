@@ -4,9 +4,9 @@
 //! the descriptor limits (the tool's, raised to its hard limit, and a local broker's, read
 //! from /proc); the report says where a count was capped.
 
-use super::first_node;
-use super::memory::{per_object, MemorySource};
+use super::memory::{mib, per_object, MemorySource};
 use super::Ctx;
+use super::{broker_readers, first_node};
 use crate::broker_http::BrokerHttp;
 use crate::client::Connection;
 use crate::fd_limit;
@@ -156,9 +156,7 @@ pub async fn section(
     ];
     let mut per_broker = vec![];
     for t in &ctx.targets {
-        let node = first_node(&t.uri)?;
-        let http = BrokerHttp::new(&node.user, &node.password);
-        let memory = MemorySource::for_target(t);
+        let (http, memory) = broker_readers(t)?;
         per_broker.push(sweep(t, counts, &memory, &http).await?);
     }
     let mut table = Table::new(&["Connections asked"], &metrics);
@@ -173,7 +171,7 @@ pub async fn section(
                     Some(s.connections as f64),
                     s.opened_per_s,
                     s.bytes_per_connection,
-                    s.memory_bytes.map(|b| b as f64 / (1u64 << 20) as f64),
+                    mib(s.memory_bytes),
                 ],
                 None => vec![None; metrics.len()],
             })
@@ -191,10 +189,7 @@ pub async fn section(
         text += &format!(
             "\n- {}: broker memory {}, {} per connection of the largest step still held.",
             t.label,
-            b.after_close_bytes.map_or("unknown".into(), |m| format!(
-                "{:.1} MiB",
-                m as f64 / (1u64 << 20) as f64
-            )),
+            mib(b.after_close_bytes).map_or("unknown".into(), |m| format!("{m:.1} MiB")),
             b.retained_per_connection
                 .map_or("unknown".into(), |r| format!("{r:.0} bytes")),
         );

@@ -61,6 +61,11 @@ impl MemorySource {
     }
 }
 
+/// Bytes in MiB, for the tables' "Broker memory, MiB" columns.
+pub fn mib(bytes: Option<u64>) -> Option<f64> {
+    bytes.map(|b| b as f64 / (1u64 << 20) as f64)
+}
+
 /// Bytes per object between two memory samples; None when either is unknown. Can be negative
 /// when the broker gave memory back in between (a garbage collection, the allocator).
 pub fn per_object(before: Option<u64>, after: Option<u64>, objects: u64) -> Option<f64> {

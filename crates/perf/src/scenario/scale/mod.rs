@@ -17,7 +17,8 @@ mod memory;
 pub mod queues;
 mod targets;
 
-use super::Ctx;
+use super::{Ctx, Target};
+use crate::broker_http::BrokerHttp;
 use crate::client::{AmqpUri, BrokerUris};
 use crate::report::Report;
 use anyhow::{bail, Result};
@@ -65,6 +66,15 @@ pub(crate) fn first_node(uri: &str) -> Result<AmqpUri> {
         .map_err(anyhow::Error::msg)?
         .first()
         .clone())
+}
+
+/// How a sweep reads a broker: its HTTP endpoints (with the URI's credentials) and its memory.
+pub(crate) fn broker_readers(target: &Target) -> Result<(BrokerHttp, MemorySource)> {
+    let node = first_node(&target.uri)?;
+    Ok((
+        BrokerHttp::new(&node.user, &node.password),
+        MemorySource::for_target(target),
+    ))
 }
 
 fn modes(ctx: &Ctx) -> Result<Vec<&'static str>> {

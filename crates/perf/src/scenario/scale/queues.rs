@@ -4,10 +4,10 @@
 //! with that many queues: a page of /api/queues, /api/overview, /api/definitions and
 //! Prometheus /metrics (time to the last byte, and size).
 
-use super::first_node;
 use super::in_flight;
-use super::memory::{per_object, MemorySource};
+use super::memory::{mib, per_object, MemorySource};
 use super::Ctx;
+use super::{broker_readers, first_node};
 use crate::broker_http::BrokerHttp;
 use crate::client::{Channel, QueueOptions};
 use crate::report::{Metric, PlotSpec, Section, Table, Unit};
@@ -200,9 +200,7 @@ pub async fn section(
     let mut per_broker = vec![];
     let mut notes = vec![];
     for t in &ctx.targets {
-        let node = first_node(&t.uri)?;
-        let http = BrokerHttp::new(&node.user, &node.password);
-        let memory = MemorySource::for_target(t);
+        let (http, memory) = broker_readers(t)?;
         per_broker.push(sweep(t, counts, &memory, &http, &mut notes).await?);
     }
     let mut table = Table::new(&["Queues"], &metrics);
@@ -217,7 +215,7 @@ pub async fn section(
                     s.one_at_a_time_per_s,
                     s.pipelined_per_s,
                     s.bytes_per_queue,
-                    s.memory_bytes.map(|b| b as f64 / (1u64 << 20) as f64),
+                    mib(s.memory_bytes),
                 ];
                 v.extend(
                     endpoints
