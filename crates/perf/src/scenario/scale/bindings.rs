@@ -132,7 +132,7 @@ pub async fn sweep(
     prober.confirm_select().await?;
     let result = async {
         tokio::time::sleep(super::queues::SETTLE).await;
-        let baseline = memory.sample(http).await;
+        let baseline = memory.settled_sample(http).await;
         bind(control.clone(), 0).await?;
         // A first probe warms the path (the channel's first confirms, the queue's first
         // messages) and is dropped: it ran several times slower than the ones after it.

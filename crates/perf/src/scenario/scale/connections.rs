@@ -14,7 +14,7 @@ use crate::report::{Metric, PlotSpec, Section, Table, Unit};
 use crate::scenario::Target;
 use anyhow::{Context, Result};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -24,8 +24,6 @@ const TOOL_RESERVE_FDS: u64 = 64;
 const BROKER_RESERVE_FDS: u64 = 128;
 /// Connections opened at once.
 const OPENING_AT_ONCE: usize = 64;
-/// How long the broker is left after the clients close before its memory is read again.
-const AFTER_CLOSE_SETTLE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Default)]
 pub struct ConnectionStep {
@@ -76,7 +74,7 @@ pub async fn sweep(
 ) -> Result<ConnectionSweep> {
     let uri = first_node(&target.uri)?;
     let (room, limits) = room(memory);
-    let baseline = memory.sample(http).await;
+    let baseline = memory.settled_sample(http).await;
     let mut open: Vec<Connection> = vec![];
     let mut steps = vec![];
     let mut capped = None;
@@ -133,8 +131,7 @@ pub async fn sweep(
         c.close().await;
     }
     result?;
-    tokio::time::sleep(AFTER_CLOSE_SETTLE).await;
-    let after_close_bytes = memory.sample(http).await;
+    let after_close_bytes = memory.settled_sample(http).await;
     Ok(ConnectionSweep {
         steps,
         after_close_bytes,
@@ -182,8 +179,8 @@ pub async fn section(
         "Idle AMQP 0-9-1 connections (opened, no channel, heartbeats off), added up to each \
          count ({OPENING_AT_ONCE} opening at once; the connections of one step stay for the \
          next). Memory per connection is (memory at the step − memory before the sweep) / \
-         connections. {memory_text}\n\nAfter every client closed ({:.0} s later):",
-        AFTER_CLOSE_SETTLE.as_secs_f64()
+         connections. {memory_text}\n\nAfter every client closed, once the broker's memory \
+         settled (two readings 1 s apart within 1%):"
     );
     for (t, b) in ctx.targets.iter().zip(&per_broker) {
         text += &format!(

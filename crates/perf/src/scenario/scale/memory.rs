@@ -9,6 +9,16 @@ use crate::broker_proc::BrokerProcess;
 use crate::client::BrokerUris;
 use crate::scenario::Target;
 
+const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const SETTLE_TRIES: usize = 20;
+/// Two samples this close (a fraction of the larger) count as settled.
+const SETTLED_WITHIN: f64 = 0.01;
+
+/// Whether memory moved less than `SETTLED_WITHIN` between two samples.
+fn settled(before: u64, after: u64) -> bool {
+    before.abs_diff(after) as f64 <= SETTLED_WITHIN * before.max(after) as f64
+}
+
 #[derive(Debug, Clone)]
 pub enum MemorySource {
     Process(BrokerProcess),
@@ -50,6 +60,24 @@ impl MemorySource {
         }
     }
 
+    /// Bytes in use once the figure stops moving: sampled each `SETTLE_EVERY` until two
+    /// samples in a row are within `SETTLED_WITHIN` of each other (at most `SETTLE_TRIES`
+    /// times). For the baselines and the after-close figure: a broker that has just deleted
+    /// thousands of objects gives memory back for seconds (RabbitMQ's garbage collection), and
+    /// a baseline read in that fall made the next sweep's per-object figures negative.
+    pub async fn settled_sample(&self, http: &BrokerHttp) -> Option<u64> {
+        let mut last = self.sample(http).await?;
+        for _ in 0..SETTLE_TRIES {
+            tokio::time::sleep(SETTLE_EVERY).await;
+            let now = self.sample(http).await?;
+            if settled(last, now) {
+                return Some(now);
+            }
+            last = now;
+        }
+        Some(last)
+    }
+
     pub fn describe(&self) -> String {
         match self {
             MemorySource::Process(p) => format!("RSS of process {} (/proc)", p.pid),
@@ -71,4 +99,26 @@ pub fn mib(bytes: Option<u64>) -> Option<f64> {
 pub fn per_object(before: Option<u64>, after: Option<u64>, objects: u64) -> Option<f64> {
     let (before, after) = (before?, after?);
     (objects > 0).then(|| (after as f64 - before as f64) / objects as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settled_within_one_percent_either_way() {
+        assert!(settled(1000 << 20, 1005 << 20));
+        assert!(settled(1005 << 20, 1000 << 20));
+        assert!(!settled(919 << 20, 543 << 20));
+        assert!(settled(0, 0));
+    }
+
+    #[test]
+    fn per_object_is_the_difference_over_the_count() {
+        assert_eq!(per_object(Some(1000), Some(5000), 2), Some(2000.0));
+        assert_eq!(per_object(Some(5000), Some(1000), 2), Some(-2000.0));
+        assert_eq!(per_object(None, Some(1000), 2), None);
+        assert_eq!(per_object(Some(1), Some(2), 0), None);
+        assert_eq!(mib(Some(3 << 20)), Some(3.0));
+    }
 }

@@ -89,7 +89,7 @@ pub async fn sweep(
     notes: &mut Vec<String>,
 ) -> Result<Vec<QueueStep>> {
     let uri = first_node(&target.uri)?;
-    let baseline = memory.sample(http).await;
+    let baseline = memory.settled_sample(http).await;
     let mut declared = 0u64;
     let mut steps = vec![];
     let result = async {
