@@ -6,6 +6,7 @@
 //! or `scenario NAME ...`.
 
 mod accounting;
+mod broker_http;
 mod broker_proc;
 pub mod client;
 pub mod fd_limit;

@@ -2,6 +2,7 @@
 //! project's test script starts Warren and sets it); without it every test prints
 //! "skipped: no broker" and passes.
 
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use warren_perf::scenario::many_pairs::{self, step::default_worker_exe, StepConfig};
 use warren_perf::scenario::{self, oslo, Amqp10Address, Protocol, ScenarioArgs};
@@ -368,25 +369,23 @@ fn numbers(md: &str) -> Vec<f64> {
 }
 
 fn quick_args(name: &str, uri: &str, out: &std::path::Path) -> ScenarioArgs {
-    ScenarioArgs {
-        name: name.to_string(),
-        uri: uri.to_owned(),
-        compare: None,
-        label: Some("warren".into()),
-        compare_label: None,
-        duration: Some(2.0),
-        out: out.to_owned(),
-        quick: true,
-        steps: None,
-        credit_label: "server default".into(),
-        progress: false,
-        protocol: Protocol::Amqp091,
-        amqp10_address: Amqp10Address::Auto,
-        senders_per_receiver: 1,
-        workers: None,
-        drain_timeout: None,
-        modes: None,
-    }
+    use clap::Parser;
+    ScenarioArgs::try_parse_from([
+        "scenario",
+        name,
+        "--uri",
+        uri,
+        "--label",
+        "warren",
+        "--duration",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--quick",
+        "--progress",
+        "false",
+    ])
+    .unwrap()
 }
 
 /// The cells of the table whose header row starts with `first_header`.
@@ -475,5 +474,229 @@ async fn every_scenario_runs_quick() {
         );
         println!("{name}: ok ({} numbers)", nums.len());
     }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// `n` ports free right now, below the kernel's ephemeral range (a port `bind(0)` handed out
+/// may be taken by an outgoing connection before the broker binds it).
+fn free_ports(n: usize) -> Vec<u16> {
+    let low = 20000 + (std::process::id() % 5000) as u16;
+    let ports: Vec<u16> = (low..32767)
+        .filter(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .take(n)
+        .collect();
+    assert_eq!(ports.len(), n, "free ports");
+    ports
+}
+
+/// A Warren of the test's own with its management API and Prometheus endpoint (the shared
+/// broker's HTTP ports are not known here); killed when dropped.
+struct OwnWarren {
+    child: Child,
+    amqp_port: u16,
+    management_port: u16,
+    prometheus_port: u16,
+    data_dir: std::path::PathBuf,
+}
+
+impl OwnWarren {
+    fn start(bin: &str) -> OwnWarren {
+        let [amqp_port, management_port, prometheus_port] = free_ports(3)[..] else {
+            unreachable!("free_ports returns three")
+        };
+        let data_dir =
+            std::env::temp_dir().join(format!("warren-perf-scale-data-{}", std::process::id()));
+        let child = Command::new(bin)
+            .args(["server", "--bind", "127.0.0.1", "--amqp-port"])
+            .arg(amqp_port.to_string())
+            .arg("--management-port")
+            .arg(management_port.to_string())
+            .arg("--prometheus-port")
+            .arg(prometheus_port.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("WARREN_BIN starts");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", management_port)).is_err()
+            || std::net::TcpStream::connect(("127.0.0.1", amqp_port)).is_err()
+        {
+            assert!(std::time::Instant::now() < deadline, "Warren did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        OwnWarren {
+            child,
+            amqp_port,
+            management_port,
+            prometheus_port,
+            data_dir,
+        }
+    }
+}
+
+impl Drop for OwnWarren {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// `warren perf scenario scale --quick` as a user runs it, against a Warren of the test's own
+/// whose HTTP endpoints it is given: the report has the targets table, each sweep's table with a row per count
+/// and measured figures, and the plots it links to exist.
+#[test]
+fn scale_scenario_reports_tables_and_plots() {
+    let Some(bin) = std::env::var("WARREN_BIN").ok().filter(|b| !b.is_empty()) else {
+        println!("skipped: no WARREN_BIN");
+        return;
+    };
+    let broker = OwnWarren::start(&bin);
+    let out = std::env::temp_dir().join(format!("warren-perf-scale-{}", std::process::id()));
+    // `warren perf scenario scale ...` through the entry point the `warren` binary calls
+    // (this build's code; WARREN_BIN may be an older build, it only runs the broker).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let argv: Vec<String> = [
+        "scenario",
+        "scale",
+        "--quick",
+        "--progress",
+        "false",
+        "--label",
+        "warren",
+        "--uri",
+        &format!("amqp://guest:guest@127.0.0.1:{}", broker.amqp_port),
+        "--management-url",
+        &format!("http://127.0.0.1:{}", broker.management_port),
+        "--prometheus-url",
+        &format!("http://127.0.0.1:{}", broker.prometheus_port),
+        "--out",
+        out.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .into();
+    runtime.block_on(warren_perf::run(argv)).unwrap();
+    let md = std::fs::read_to_string(out.join("scale.md")).unwrap();
+    assert!(
+        md.starts_with("# warren perf scenario scale\n\n**Summary.**"),
+        "{md}"
+    );
+    // The targets table, with the queue sweep's figures filled in.
+    let targets = table_rows(&md, "Figure");
+    assert_eq!(targets[0], ["Figure", "Target", "warren"], "{md}");
+    let declare = targets
+        .iter()
+        .find(|r| r[0] == "Declare rate, pipelined")
+        .unwrap();
+    assert!(declare[2].starts_with("lowest "), "{md}");
+    let overview = targets
+        .iter()
+        .find(|r| r[0] == "GET /api/overview")
+        .unwrap();
+    assert!(overview[2].contains(" ms at 200 queues ("), "{md}");
+
+    let queues = table_rows(&md, "Queues");
+    let header = &queues[0];
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("{name} in {header:?}"))
+    };
+    let counts: Vec<&str> = queues[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(counts, ["50", "200"], "{md}");
+    for row in &queues[1..] {
+        let number = |name: &str| -> f64 {
+            row[column(name)]
+                .trim_end_matches(" ms")
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {row:?}"))
+        };
+        assert!(number("Declares/s, one at a time") > 0.0, "{row:?}");
+        assert!(
+            number("Declares/s, pipelined (32 in flight)") > 0.0,
+            "{row:?}"
+        );
+        // The broker is this test's child: its RSS is read from /proc.
+        assert!(number("Broker memory, MiB") > 1.0, "{row:?}");
+        for endpoint in [
+            "GET /api/queues page",
+            "GET /api/overview",
+            "GET /api/definitions",
+            "GET /metrics",
+        ] {
+            assert!(number(endpoint) > 0.0, "{endpoint}: {row:?}");
+        }
+        // Every queue is in the definitions: at least 30 bytes each.
+        let definitions_kib = number("/api/definitions size, KiB");
+        let queues: f64 = row[0].parse().unwrap();
+        assert!(definitions_kib * 1024.0 >= queues * 30.0, "{row:?}");
+    }
+    assert!(md.contains("RSS of process"), "{md}");
+    // Route times through the topic exchange at each count of bindings.
+    let bindings = table_rows(&md, "Bindings");
+    assert_eq!(bindings.len(), 3, "a header and two quick rows:\n{md}");
+    for row in &bindings[1..] {
+        let us = |i: usize| -> f64 { row[i].trim_end_matches(" µs").parse().unwrap() };
+        // Binds/s, then the publish→confirm median and p99.
+        assert!(row[1].parse::<f64>().unwrap() > 0.0, "{row:?}");
+        assert!(us(2) > 0.0 && us(3) >= us(2), "{row:?}");
+    }
+    // Every idle connection asked for was opened (two hundred are far below any limit).
+    let connections = table_rows(&md, "Connections asked");
+    assert_eq!(connections.len(), 3, "{md}");
+    for row in &connections[1..] {
+        assert_eq!(row[0], row[1], "{row:?}");
+        assert!(row[4].parse::<f64>().unwrap() > 1.0, "{row:?}");
+    }
+    assert!(md.contains("After every client closed"), "{md}");
+    for figure in [
+        "Median route time at 1M bindings",
+        "Memory per idle connection",
+    ] {
+        let row = targets.iter().find(|r| r[0] == figure).unwrap();
+        assert_ne!(row[2], "not measured", "{figure}: {md}");
+    }
+    for plot in [
+        "scale_queues_declare_rate",
+        "scale_queues_memory",
+        "scale_queues_http",
+        "scale_bindings_route",
+        "scale_bindings_memory",
+        "scale_connections_memory",
+    ] {
+        assert!(
+            md.contains(&format!("]({plot}.svg)")),
+            "{plot} linked:\n{md}"
+        );
+        let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).unwrap();
+        assert!(svg.contains("<svg"), "{plot}");
+        assert!(
+            std::fs::metadata(out.join(format!("{plot}.png")))
+                .unwrap()
+                .len()
+                > 1000
+        );
+    }
+    // The sweep deleted its queues: the broker holds none of them.
+    let queues_left = warren_perf::client::AmqpUri::parse(&format!(
+        "amqp://guest:guest@127.0.0.1:{}",
+        broker.amqp_port
+    ))
+    .unwrap();
+    let left = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let conn = warren_perf::client::Connection::open(&queues_left)
+                .await
+                .unwrap();
+            let ch = conn.channel().await.unwrap();
+            let gone = ch.queue_message_count("scale-q-0000000").await.is_err();
+            conn.close().await;
+            gone
+        });
+    assert!(left, "scale-q-0000000 still exists");
     let _ = std::fs::remove_dir_all(out);
 }

@@ -5,6 +5,7 @@
 //! better (latency, CPU, memory) — so above 1 always means the first broker did better; the
 //! report opens with a one-paragraph summary of the headline ratios.
 
+pub mod axis;
 pub mod plot;
 
 use std::fmt::Write as _;
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub enum Unit {
     /// Shown as "1.23 ms"; values are ms.
     Ms,
+    /// Shown as "12.3 µs"; values are µs.
+    Us,
     /// Whole numbers (msg/s, message counts).
     Count,
     Percent,
@@ -31,6 +34,7 @@ impl Unit {
                     format!("{v:.2} ms")
                 }
             }
+            Unit::Us => format!("{v:.1} µs"),
             Unit::Count => format!("{v:.0}"),
             Unit::Percent => format!("{v:.1}"),
             Unit::MiB => format!("{v:.1}"),
@@ -276,7 +280,8 @@ impl Table {
     }
 }
 
-/// Which metrics of a table a plot draws, and how.
+/// Which metrics of a table a plot draws, and how. The axes' scales (linear or log) and tick
+/// labels follow from the data drawn (`axis`), the same way for every scenario.
 #[derive(Debug, Clone)]
 pub struct PlotSpec {
     pub file_stem: String,
@@ -284,7 +289,6 @@ pub struct PlotSpec {
     pub x_label: String,
     pub y_label: String,
     pub metric_indexes: Vec<usize>,
-    pub log_x: bool,
     /// Rows with a larger x are left out (a second plot without the points that change the
     /// scale, as seed 004 draws it).
     pub x_max: Option<f64>,
@@ -405,8 +409,11 @@ impl Report {
             if !s.text.is_empty() {
                 let _ = writeln!(md, "{}\n", s.text);
             }
-            md += &s.table.markdown(&self.brokers);
-            md += "\n";
+            // A section of text alone (a table written out in its text) has no rows.
+            if !s.table.rows.is_empty() {
+                md += &s.table.markdown(&self.brokers);
+                md += "\n";
+            }
             for p in &s.plots {
                 match plot::draw(dir, p, &s.table, &self.brokers) {
                     Ok(files) => {

@@ -2,8 +2,10 @@
 //! so no fonts are needed), PNG when a TrueType font is found on the machine (plotters'
 //! pure-Rust ab_glyph renderer needs the font bytes; Debian's fonts-dejavu-core provides one).
 //! With two brokers a metric keeps one color: solid for the first broker, dashed for the
-//! compared one, whose ratio the first broker's legend entry carries.
+//! compared one, whose ratio the first broker's legend entry carries. Each axis is linear or
+//! log and labels its ticks as `axis` decides from the values drawn.
 
+use super::axis::Axis;
 use super::{PlotSpec, Row, Table};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -107,18 +109,22 @@ where
         .iter()
         .flat_map(|l| l.points.iter().map(|(_, y)| *y))
         .collect();
-    let (x0, x1) = xs
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-    let y1 = ys.iter().cloned().fold(0.0, f64::max).max(1e-3) * 1.1;
-    if xs.is_empty() {
+    let (Some(x_axis), Some(y_axis)) = (Axis::for_values(&xs, false), Axis::for_values(&ys, true))
+    else {
         return Ok(());
-    }
-    let (x0, x1) = if x1 > x0 {
-        (x0, x1)
-    } else {
-        (x0 - 1.0, x1 + 1.0)
     };
+    // The axis names say when they are log scales: a reader of a straight line needs to know.
+    let describe = |name: &str, axis: &Axis| {
+        if axis.log {
+            format!("{name} (log scale)")
+        } else {
+            name.to_owned()
+        }
+    };
+    let (x_desc, y_desc) = (
+        describe(&spec.x_label, &x_axis),
+        describe(&spec.y_label, &y_axis),
+    );
     let colors = [&BLUE, &RED, &GREEN, &MAGENTA, &CYAN, &BLACK];
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e:?}");
     macro_rules! draw_with {
@@ -126,8 +132,10 @@ where
             let mut chart = $chart;
             chart
                 .configure_mesh()
-                .x_desc(spec.x_label.as_str())
-                .y_desc(spec.y_label.as_str())
+                .x_desc(x_desc.as_str())
+                .y_desc(y_desc.as_str())
+                .x_label_formatter(&|v| x_axis.tick_label(*v))
+                .y_label_formatter(&|v| y_axis.tick_label(*v))
                 .draw()
                 .map_err(err)?;
             for line in data {
@@ -186,12 +194,18 @@ where
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70);
-    if spec.log_x && x0 > 0.0 {
-        draw_with!(builder
-            .build_cartesian_2d((x0 * 0.8..x1 * 1.2).log_scale(), 0.0..y1)
-            .map_err(err)?);
-    } else {
-        draw_with!(builder.build_cartesian_2d(x0..x1, 0.0..y1).map_err(err)?);
+    let (xr, yr) = (x_axis.low..x_axis.high, y_axis.low..y_axis.high);
+    match (x_axis.log, y_axis.log) {
+        (false, false) => draw_with!(builder.build_cartesian_2d(xr, yr).map_err(err)?),
+        (true, false) => draw_with!(builder
+            .build_cartesian_2d(xr.log_scale(), yr)
+            .map_err(err)?),
+        (false, true) => draw_with!(builder
+            .build_cartesian_2d(xr, yr.log_scale())
+            .map_err(err)?),
+        (true, true) => draw_with!(builder
+            .build_cartesian_2d(xr.log_scale(), yr.log_scale())
+            .map_err(err)?),
     }
     root.present().map_err(err)?;
     Ok(())
@@ -255,7 +269,6 @@ mod tests {
             x_label: "msg/s".into(),
             y_label: "ms".into(),
             metric_indexes: vec![0, 1],
-            log_x: true,
             x_max: None,
         };
         let Ok(files) = draw(&dir, &spec, &t, &["warren".into()]) else {
@@ -282,7 +295,6 @@ mod tests {
             x_label: "N".into(),
             y_label: "ms".into(),
             metric_indexes: vec![0],
-            log_x: false,
             x_max: Some(9000.0),
         };
         let xs = |spec: &PlotSpec| -> Vec<f64> {
@@ -322,7 +334,6 @@ mod tests {
             x_label: "msg/s".into(),
             y_label: "ms".into(),
             metric_indexes: vec![0, 1],
-            log_x: false,
             x_max: None,
         };
         let names: Vec<String> = series(&spec, &t, &["warren".into(), "rabbitmq".into()])
@@ -345,5 +356,66 @@ mod tests {
         };
         let legend = &series(&first, &t, &["warren".into(), "rabbitmq".into()])[0].name;
         assert!(legend.contains("warren: 4.00× better"), "{legend}");
+    }
+
+    /// docs/reports/many-pairs.md's figures (N 1,000 and 2,000): Warren's 3 ms beside
+    /// RabbitMQ's 922 ms were drawn flat on zero, with x ticks "1100.0"; on a log y axis with
+    /// whole-number ticks both brokers' lines read.
+    #[test]
+    fn many_pairs_figures_draw_on_a_log_y_with_whole_ticks() {
+        let mut t = Table::new(
+            &["N"],
+            &[
+                Metric::lower("Mean", Unit::Ms),
+                Metric::lower("99th", Unit::Ms),
+            ],
+        );
+        t.push(
+            vec!["1000".into()],
+            1000.0,
+            vec![
+                vec![Some(3.02), Some(10.72)],
+                vec![Some(474.0), Some(922.0)],
+            ],
+        );
+        t.push(
+            vec!["2000".into()],
+            2000.0,
+            vec![
+                vec![Some(37.81), Some(170.0)],
+                vec![Some(9082.0), Some(18317.0)],
+            ],
+        );
+        let spec = PlotSpec {
+            file_stem: "many_pairs_latency".into(),
+            title: "mean and 99th percentile flight time, every N".into(),
+            x_label: "N (senders)".into(),
+            y_label: "ms".into(),
+            metric_indexes: vec![0, 1],
+            x_max: None,
+        };
+        let dir = std::env::temp_dir().join(format!("warren-perf-axes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let Ok(files) = draw(&dir, &spec, &t, &["warren".into(), "rabbitmq".into()]) else {
+            assert!(!font_available(), "drawing failed although a font exists");
+            return;
+        };
+        let svg = std::fs::read_to_string(dir.join(&files.svg)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        // The SVG's text elements, trimmed: axis names, tick labels, legend.
+        let texts: Vec<&str> = svg
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim()))
+            .collect();
+        assert!(texts.contains(&"ms (log scale)"), "y is log: {texts:?}");
+        assert!(
+            texts.contains(&"N (senders)"),
+            "x spans 2x: linear: {texts:?}"
+        );
+        for tick in ["10", "100", "1000", "1100", "2000"] {
+            assert!(texts.contains(&tick), "{tick}: {texts:?}");
+        }
+        assert!(!texts.iter().any(|t| t.ends_with(".0")), "{texts:?}");
     }
 }

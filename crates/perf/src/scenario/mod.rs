@@ -7,6 +7,7 @@
 pub mod many_pairs;
 pub mod mqperf;
 pub mod oslo;
+pub mod scale;
 mod sweeps;
 
 use crate::flags::PerfArgs;
@@ -29,6 +30,7 @@ pub const SCENARIOS: &[&str] = &[
     "mqperf",
     "oslo-rpc",
     "many-pairs",
+    "scale",
 ];
 
 #[derive(Parser, Debug, Clone)]
@@ -38,7 +40,7 @@ pub const SCENARIOS: &[&str] = &[
 )]
 pub struct ScenarioArgs {
     /// publish-rate, credit-flow, consumers, producers, queues, queue-types, confirms, acks,
-    /// exchange-types, mqperf, oslo-rpc, many-pairs, or all.
+    /// exchange-types, mqperf, oslo-rpc, many-pairs, scale, or all.
     pub name: String,
     /// The broker under test: a URI, or a cluster's nodes as a comma-separated list (clients
     /// are spread over them).
@@ -96,8 +98,33 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub drain_timeout: Option<f64>,
     /// oslo-rpc: which modes to run, comma-separated (call, cast, notify; default all three).
+    /// scale: which sweeps (queues, bindings, connections; default all three).
     #[arg(long)]
     pub modes: Option<String>,
+    /// scale: the largest object count; the sweep goes 1k, 4k, 16k, ... up to it (1000000
+    /// for the million queues and bindings on a machine that holds them).
+    #[arg(long, default_value_t = 64_000)]
+    pub scale_max: u64,
+    /// scale: the first broker's management API (`http://host:15672`): HTTP API timings, and
+    /// its memory from /api/nodes when its process cannot be read.
+    #[arg(long)]
+    pub management_url: Option<String>,
+    /// scale: the compared broker's management API.
+    #[arg(long)]
+    pub compare_management_url: Option<String>,
+    /// scale: the first broker's Prometheus endpoint (`http://host:15692`; /metrics is added).
+    #[arg(long)]
+    pub prometheus_url: Option<String>,
+    /// scale: the compared broker's Prometheus endpoint.
+    #[arg(long)]
+    pub compare_prometheus_url: Option<String>,
+    /// scale: the first broker's process id, for its RSS from /proc (default: the local
+    /// process listening on the URI's port, when there is one).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// scale: the compared broker's process id.
+    #[arg(long)]
+    pub compare_broker_pid: Option<u32>,
 }
 
 /// The clients' wire protocol.
@@ -185,10 +212,15 @@ impl Amqp10Address {
 }
 
 /// One broker under test.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Target {
     pub label: String,
     pub uri: String,
+    /// Its management API and Prometheus endpoint, when given (scenario scale).
+    pub management_url: Option<String>,
+    pub prometheus_url: Option<String>,
+    /// Its process, when given (else found by its port when local).
+    pub pid: Option<u32>,
 }
 
 pub struct Ctx {
@@ -326,6 +358,9 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
             .clone()
             .unwrap_or_else(|| default_label(&args.uri)),
         uri: args.uri.clone(),
+        management_url: args.management_url.clone(),
+        prometheus_url: args.prometheus_url.clone(),
+        pid: args.broker_pid,
     }];
     if let Some(c) = &args.compare {
         let mut label = args
@@ -338,6 +373,9 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
         targets.push(Target {
             label,
             uri: c.clone(),
+            management_url: args.compare_management_url.clone(),
+            prometheus_url: args.compare_prometheus_url.clone(),
+            pid: args.compare_broker_pid,
         });
     }
     let step_s = args.duration.unwrap_or(if args.quick { 3.0 } else { 30.0 });
@@ -357,6 +395,7 @@ pub async fn run_scenario(name: &str, args: &ScenarioArgs, argv: &[String]) -> R
         "mqperf" => mqperf::run(&mut ctx).await?,
         "oslo-rpc" => oslo::run(&mut ctx).await?,
         "many-pairs" => many_pairs::run(&mut ctx).await?,
+        "scale" => scale::run(&mut ctx).await?,
         _ => sweeps::run(name, &mut ctx).await?,
     };
     report.brokers = ctx.brokers();

@@ -203,7 +203,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 x_label: "row".into(),
                 y_label: "msg/s".into(),
                 metric_indexes: vec![0, 1],
-                log_x: false,
                 x_max: None,
             }],
             table,

@@ -546,7 +546,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 x_label: "threads".into(),
                 y_label: "messages".into(),
                 metric_indexes: (0..counts.metrics.len() - 1).collect(),
-                log_x: false,
                 x_max: None,
             }],
             table: counts,
@@ -563,7 +562,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 x_label: "threads".into(),
                 y_label: "msg/s".into(),
                 metric_indexes: vec![0],
-                log_x: false,
                 x_max: None,
             }],
             table: perf.clone(),
@@ -577,7 +575,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 x_label: "threads".into(),
                 y_label: "ms".into(),
                 metric_indexes: vec![0],
-                log_x: false,
                 x_max: None,
             }],
             table: Table {

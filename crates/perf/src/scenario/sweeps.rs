@@ -161,9 +161,6 @@ impl Sweep<'_> {
             x_label: x_label.to_owned(),
             y_label: "latency, ms".to_owned(),
             metric_indexes: vec![offset, offset + 1, offset + 2],
-            log_x: x_label.contains("msg/s")
-                || x_label.contains("count")
-                || x_label.contains("every"),
             x_max: None,
         };
         self.report.sections.push(Section {

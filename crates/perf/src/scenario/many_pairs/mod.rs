@@ -225,7 +225,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
         x_label: "N (senders)".into(),
         y_label: "ms".into(),
         metric_indexes: vec![4, 5],
-        log_x: false,
         x_max: None,
     }];
     // The report's first graph leaves out its two largest N (9,500 and 10,000), which change
@@ -244,7 +243,6 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 x_label: "N (senders)".into(),
                 y_label: "ms".into(),
                 metric_indexes: vec![4, 5],
-                log_x: false,
                 x_max: Some(largest * 0.9),
             },
         );
