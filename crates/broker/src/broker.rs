@@ -7,7 +7,7 @@ use crate::churn::NodeCounters;
 use crate::connection_id::ConnectionId;
 use crate::definition_op::DefinitionOp;
 use crate::definitions::Definitions;
-use crate::definitions_journal::{DurableChange, PendingChanges, QueueRecord};
+use crate::definitions_journal::{DefinitionRecord, DurableChange, PendingChanges};
 use crate::disk::DiskMonitor;
 use crate::memory::MemoryMonitor;
 use crate::parameters::RuntimeParameters;
@@ -23,7 +23,6 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
-use warren_codec::ShortStr;
 use warren_store::{RoaringTreemap, Store};
 
 /// The global runtime parameter holding the cluster's name, where RabbitMQ keeps it too.
@@ -311,9 +310,9 @@ impl Broker {
             store.save_definitions(&self.snapshot().encode())
         } else {
             let records: Vec<Vec<u8>> = pending
-                .queues
+                .entries
                 .iter()
-                .map(|(vhost, name)| self.queue_record(vhost, name).encode())
+                .filter_map(|change| Some(self.record_as_it_stands(change)?.encode()))
                 .collect();
             store.append_definitions(&records, &|| self.snapshot().encode().to_vec())
         };
@@ -324,22 +323,52 @@ impl Broker {
         }
     }
 
-    /// Durable queue `name` of `vhost` as the blob would hold it now, or its absence.
-    fn queue_record(&self, vhost: &str, name: &ShortStr) -> QueueRecord {
-        let entry = self
-            .vhost(vhost)
-            .and_then(|v| v.queue(name))
-            .and_then(|q| crate::vhost::durable_queue_definition(&q));
-        match entry {
-            Some(queue) => QueueRecord::Present {
-                vhost: vhost.to_owned(),
-                queue,
-            },
-            None => QueueRecord::Absent {
-                vhost: vhost.to_owned(),
-                name: name.clone(),
-            },
-        }
+    /// The journal record of what `change` touched, as the blob would hold it now (None for
+    /// `Whole`, which is never pending with entries).
+    fn record_as_it_stands(&self, change: &DurableChange) -> Option<DefinitionRecord> {
+        let vhost_of = |name: &str| self.vhost(name);
+        Some(match change {
+            DurableChange::Whole => return None,
+            DurableChange::Queue { vhost, name } => {
+                let entry = vhost_of(vhost)
+                    .and_then(|v| v.queue(name))
+                    .and_then(|q| crate::vhost::durable_queue_definition(&q));
+                match entry {
+                    Some(queue) => DefinitionRecord::Queue {
+                        vhost: vhost.clone(),
+                        queue,
+                    },
+                    None => DefinitionRecord::QueueAbsent {
+                        vhost: vhost.clone(),
+                        name: name.clone(),
+                    },
+                }
+            }
+            DurableChange::Exchange { vhost, name } => {
+                let entry = vhost_of(vhost)
+                    .and_then(|v| v.exchange(name))
+                    .and_then(|e| crate::vhost::durable_exchange_definition(&e));
+                match entry {
+                    Some(exchange) => DefinitionRecord::Exchange {
+                        vhost: vhost.clone(),
+                        exchange,
+                    },
+                    None => DefinitionRecord::ExchangeAbsent {
+                        vhost: vhost.clone(),
+                        name: name.clone(),
+                    },
+                }
+            }
+            DurableChange::Binding { vhost, binding } => {
+                let present = vhost_of(vhost).is_some_and(|v| v.has_durable_binding(binding));
+                let (vhost, binding) = (vhost.clone(), binding.clone());
+                if present {
+                    DefinitionRecord::Bound { vhost, binding }
+                } else {
+                    DefinitionRecord::Unbound { vhost, binding }
+                }
+            }
+        })
     }
 
     /// Everything durable, as the store keeps it.

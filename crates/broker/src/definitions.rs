@@ -85,6 +85,52 @@ pub struct BindingDefinition {
     pub arguments: FieldTable,
 }
 
+impl ExchangeDefinition {
+    /// The exchange's entry as the blob (and a journal record) holds it.
+    pub fn to_table(&self) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert("name", text(&self.name));
+        t.insert("type", text(&self.kind));
+        t.insert("auto_delete", FieldValue::Bool(self.auto_delete));
+        t.insert("internal", FieldValue::Bool(self.internal));
+        t.insert("arguments", FieldValue::Table(self.arguments.clone()));
+        t
+    }
+
+    pub fn from_table(t: &FieldTable) -> Option<ExchangeDefinition> {
+        Some(ExchangeDefinition {
+            name: get_str(t, "name")?,
+            kind: get_str(t, "type")?.to_string(),
+            auto_delete: get_bool(t, "auto_delete"),
+            internal: get_bool(t, "internal"),
+            arguments: get_table(t, "arguments"),
+        })
+    }
+}
+
+impl BindingDefinition {
+    /// The binding's entry as the blob (and a journal record) holds it.
+    pub fn to_table(&self) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert("source", text(&self.source));
+        t.insert("destination", text(&self.destination));
+        t.insert("to_exchange", FieldValue::Bool(self.to_exchange));
+        t.insert("routing_key", text(&self.routing_key));
+        t.insert("arguments", FieldValue::Table(self.arguments.clone()));
+        t
+    }
+
+    pub fn from_table(t: &FieldTable) -> Option<BindingDefinition> {
+        Some(BindingDefinition {
+            source: get_str(t, "source")?,
+            destination: get_str(t, "destination")?,
+            to_exchange: get_bool(t, "to_exchange"),
+            routing_key: get_str(t, "routing_key").unwrap_or_default(),
+            arguments: get_table(t, "arguments"),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Definitions {
     pub exchanges: Vec<ExchangeDefinition>,
@@ -146,15 +192,7 @@ impl Definitions {
         let exchanges = self
             .exchanges
             .iter()
-            .map(|e| {
-                let mut t = FieldTable::new();
-                t.insert("name", text(&e.name));
-                t.insert("type", text(&e.kind));
-                t.insert("auto_delete", FieldValue::Bool(e.auto_delete));
-                t.insert("internal", FieldValue::Bool(e.internal));
-                t.insert("arguments", FieldValue::Table(e.arguments.clone()));
-                FieldValue::Table(t)
-            })
+            .map(|e| FieldValue::Table(e.to_table()))
             .collect();
         let queues = self
             .queues
@@ -164,15 +202,7 @@ impl Definitions {
         let bindings = self
             .bindings
             .iter()
-            .map(|b| {
-                let mut t = FieldTable::new();
-                t.insert("source", text(&b.source));
-                t.insert("destination", text(&b.destination));
-                t.insert("to_exchange", FieldValue::Bool(b.to_exchange));
-                t.insert("routing_key", text(&b.routing_key));
-                t.insert("arguments", FieldValue::Table(b.arguments.clone()));
-                FieldValue::Table(t)
-            })
+            .map(|b| FieldValue::Table(b.to_table()))
             .collect();
         let mut top = FieldTable::new();
         top.insert("version", FieldValue::I32(1));
@@ -187,15 +217,7 @@ impl Definitions {
     pub fn from_table(top: &FieldTable) -> Definitions {
         let exchanges = tables(top, "exchanges")
             .iter()
-            .filter_map(|t| {
-                Some(ExchangeDefinition {
-                    name: get_str(t, "name")?,
-                    kind: get_str(t, "type")?.to_string(),
-                    auto_delete: get_bool(t, "auto_delete"),
-                    internal: get_bool(t, "internal"),
-                    arguments: get_table(t, "arguments"),
-                })
-            })
+            .filter_map(ExchangeDefinition::from_table)
             .collect();
         let queues = tables(top, "queues")
             .iter()
@@ -203,15 +225,7 @@ impl Definitions {
             .collect();
         let bindings = tables(top, "bindings")
             .iter()
-            .filter_map(|t| {
-                Some(BindingDefinition {
-                    source: get_str(t, "source")?,
-                    destination: get_str(t, "destination")?,
-                    to_exchange: get_bool(t, "to_exchange"),
-                    routing_key: get_str(t, "routing_key").unwrap_or_default(),
-                    arguments: get_table(t, "arguments"),
-                })
-            })
+            .filter_map(BindingDefinition::from_table)
             .collect();
         Definitions {
             exchanges,

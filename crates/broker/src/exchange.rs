@@ -8,6 +8,7 @@ use crate::policy::{effective_alternate_exchange, AppliedPolicies};
 use crate::queue::Queue;
 use crate::topic::TopicTrie;
 use parking_lot::RwLock;
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_codec::{FieldTable, ShortStr};
 
@@ -78,9 +79,61 @@ pub struct Binding {
     pub arguments: FieldTable,
 }
 
+/// A binding's identity, for the index: its key, its destination (a queue by the address of
+/// its `Arc`, which the binding holds, so no other queue has it meanwhile; an exchange by
+/// name) and its arguments, encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BindingId {
+    routing_key: ShortStr,
+    destination: DestinationId,
+    arguments: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum DestinationId {
+    Queue(usize),
+    Exchange(ShortStr),
+}
+
+impl DestinationId {
+    fn of(destination: &Destination) -> DestinationId {
+        match destination {
+            Destination::Queue(q) => DestinationId::Queue(Arc::as_ptr(q) as usize),
+            Destination::Exchange(name) => DestinationId::Exchange(name.clone()),
+        }
+    }
+}
+
+impl BindingId {
+    fn of(binding: &Binding) -> BindingId {
+        let mut arguments = bytes::BytesMut::new();
+        if !binding.arguments.is_empty() {
+            warren_codec::Writer::new(&mut arguments).table(&binding.arguments);
+        }
+        BindingId {
+            routing_key: binding.routing_key.clone(),
+            destination: DestinationId::of(&binding.destination),
+            arguments: arguments.to_vec(),
+        }
+    }
+
+    /// The (key, destination) part: bindings that differ only in arguments share a direct
+    /// list entry and a topic trie entry.
+    fn route(&self) -> (ShortStr, DestinationId) {
+        (self.routing_key.clone(), self.destination.clone())
+    }
+}
+
 #[derive(Debug, Default)]
 struct Bindings {
+    /// Every binding, for fanout routing, listing and persistence.
     all: Vec<Binding>,
+    /// Where each binding is in `all`: bind and unbind in O(1) however many bindings the
+    /// exchange has (a linear search made binding N queues O(N²): a million topic bindings
+    /// would never finish).
+    at: HashMap<BindingId, usize>,
+    /// How many bindings share each (key, destination).
+    per_route: HashMap<(ShortStr, DestinationId), u32>,
     direct: NameMap<Vec<Destination>>,
     topic: TopicTrie<Destination>,
     /// Headers bindings: (rule, arguments, destination), checked one by one.
@@ -173,11 +226,17 @@ impl Exchange {
     /// Adds a binding; false if an identical one exists. Headers bindings must carry a valid
     /// `x-match` (checked by the caller with `XMatch::from_arguments`).
     pub fn bind(&self, binding: Binding) -> bool {
+        let id = BindingId::of(&binding);
         let mut b = self.bindings.write();
-        if b.all.contains(&binding) {
+        if b.at.contains_key(&id) {
             return false;
         }
+        let shared = b.per_route.get(&id.route()).is_some_and(|n| *n > 0);
+        *b.per_route.entry(id.route()).or_default() += 1;
+        let at = b.all.len();
+        b.at.insert(id, at);
         match self.kind {
+            ExchangeKind::Direct if shared => {}
             ExchangeKind::Direct => b
                 .direct
                 .entry(binding.routing_key.clone())
@@ -200,13 +259,41 @@ impl Exchange {
 
     /// Removes a binding; false if there was none.
     pub fn unbind(&self, binding: &Binding) -> bool {
+        let id = BindingId::of(binding);
         let mut b = self.bindings.write();
-        let Some(at) = b.all.iter().position(|x| x == binding) else {
+        Self::unbind_locked(self.kind, &mut b, binding, id)
+    }
+
+    fn unbind_locked(
+        kind: ExchangeKind,
+        b: &mut Bindings,
+        binding: &Binding,
+        id: BindingId,
+    ) -> bool {
+        let Some(at) = b.at.remove(&id) else {
             return false;
         };
         b.all.swap_remove(at);
+        if let Some(moved) = b.all.get(at) {
+            let moved = BindingId::of(moved);
+            b.at.insert(moved, at);
+        }
+        // Another binding with the same key and destination but other arguments shares
+        // the direct list's and the topic trie's entry: kept while one remains.
+        let route = id.route();
+        let still_bound = match b.per_route.get_mut(&route) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            _ => {
+                b.per_route.remove(&route);
+                false
+            }
+        };
         let dest = &binding.destination;
-        match self.kind {
+        match kind {
+            ExchangeKind::Direct if still_bound => {}
             ExchangeKind::Direct => {
                 if let Some(list) = b.direct.get_mut(&binding.routing_key) {
                     list.retain(|d| d != dest);
@@ -217,12 +304,6 @@ impl Exchange {
             }
             ExchangeKind::Fanout => {}
             ExchangeKind::Topic => {
-                // Another binding with the same key and destination but other arguments
-                // shares the trie entry: keep it while one remains.
-                let still_bound = b
-                    .all
-                    .iter()
-                    .any(|x| &x.destination == dest && x.routing_key == binding.routing_key);
                 if !still_bound {
                     b.topic.remove(&binding.routing_key, dest);
                 }
@@ -243,23 +324,24 @@ impl Exchange {
     /// Drops every binding to `dest` (a deleted queue or exchange); returns how many.
     pub fn unbind_destination(&self, dest: &Destination) -> usize {
         let mut b = self.bindings.write();
-        let before = b.all.len();
-        b.all.retain(|x| &x.destination != dest);
-        let removed = before - b.all.len();
-        if removed > 0 {
-            b.direct.retain(|_, list| {
-                list.retain(|d| d != dest);
-                !list.is_empty()
-            });
-            b.topic.retain(|d| d != dest);
-            b.headers.retain(|(_, _, d)| d != dest);
+        // One pass to find them (a pointer or name compare each), then each removed as
+        // unbind removes it.
+        let bound: Vec<Binding> = b
+            .all
+            .iter()
+            .filter(|x| &x.destination == dest)
+            .cloned()
+            .collect();
+        for binding in &bound {
+            Self::unbind_locked(self.kind, &mut b, binding, BindingId::of(binding));
         }
-        removed
+        bound.len()
     }
 
     /// True when this exact binding exists.
     pub fn has_binding(&self, binding: &Binding) -> bool {
-        self.bindings.read().all.contains(binding)
+        let id = BindingId::of(binding);
+        self.bindings.read().at.contains_key(&id)
     }
 
     pub fn has_bindings(&self) -> bool {
@@ -302,6 +384,67 @@ impl Exchange {
                 }
             }
             ExchangeKind::Headers => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_codec::FieldValue;
+
+    fn to(destination: &str, key: &str, arguments: &FieldTable) -> Binding {
+        Binding {
+            destination: Destination::Exchange(destination.into()),
+            routing_key: key.into(),
+            arguments: arguments.clone(),
+        }
+    }
+
+    fn routed(x: &Exchange) -> Vec<String> {
+        let mut found = Vec::new();
+        x.route(&["k"], None, |d| found.push(d.name().to_string()));
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn bindings_differing_in_arguments_share_a_route_until_the_last_goes() {
+        let none = FieldTable::new();
+        let mut some = FieldTable::new();
+        some.insert("a", FieldValue::I32(1));
+        for kind in [
+            ExchangeKind::Direct,
+            ExchangeKind::Topic,
+            ExchangeKind::Fanout,
+        ] {
+            let x = Exchange::new("x".into(), kind, false, false, false, none.clone());
+            assert!(x.bind(to("d", "k", &none)));
+            assert!(x.bind(to("d", "k", &some)));
+            assert!(
+                !x.bind(to("d", "k", &some)),
+                "{kind:?}: an identical binding"
+            );
+            assert!(x.bind(to("e", "k", &none)));
+            let both = if kind == ExchangeKind::Fanout {
+                vec!["d", "d", "e"]
+            } else {
+                vec!["d", "e"]
+            };
+            assert_eq!(routed(&x), both, "{kind:?}");
+            assert!(x.unbind(&to("d", "k", &none)));
+            assert!(!x.unbind(&to("d", "k", &none)), "{kind:?}: gone already");
+            assert_eq!(routed(&x), ["d", "e"], "{kind:?}: d's other binding routes");
+            // The last binding moved into the removed one's place: still found.
+            assert!(x.has_binding(&to("e", "k", &none)), "{kind:?}");
+            assert!(x.has_binding(&to("d", "k", &some)), "{kind:?}");
+            assert!(x.unbind(&to("d", "k", &some)));
+            assert_eq!(routed(&x), ["e"], "{kind:?}");
+            assert!(x.bind(to("e", "other", &none)));
+            let e = Destination::Exchange("e".into());
+            assert_eq!(x.unbind_destination(&e), 2, "{kind:?}");
+            assert!(!x.has_bindings(), "{kind:?}");
+            assert!(routed(&x).is_empty(), "{kind:?}");
         }
     }
 }

@@ -11,7 +11,7 @@ mod policies;
 mod properties;
 mod publish;
 mod remote_queues;
-pub use durability::durable_queue_definition;
+pub use durability::{durable_exchange_definition, durable_queue_definition};
 pub use remote_queues::Serving;
 #[cfg(test)]
 mod route_tests;

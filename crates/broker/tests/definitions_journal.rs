@@ -1,8 +1,8 @@
-//! Durable definitions after many changes and a restart: the definitions journal (queue
-//! declares and deletes as records after the blob, docs/STORAGE.md §2.2) interleaved with
-//! whole-blob writes (exchanges, bindings) and journal compaction brings back exactly what
-//! was declared, deletes and their bindings included; a crash while a change is being
-//! written loses nothing acknowledged before it.
+//! Durable definitions after many changes and a restart: the definitions journal (queue,
+//! exchange and binding changes as records after the blob, docs/STORAGE.md §2.2)
+//! interleaved with whole-blob writes and journal compaction brings back exactly what was
+//! declared, deletes and their bindings included; a crash while a change is being written
+//! loses nothing acknowledged before it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -36,6 +36,19 @@ fn declare(v: &Arc<VHost>, name: &str, auto_delete: bool) {
     .unwrap();
 }
 
+fn declare_exchange(v: &Arc<VHost>, name: &str, kind: &str) {
+    v.declare_exchange(ExchangeDeclaration {
+        name: ShortStr::from(name),
+        kind: kind.into(),
+        passive: false,
+        durable: true,
+        auto_delete: false,
+        internal: false,
+        arguments: FieldTable::new(),
+    })
+    .unwrap();
+}
+
 /// The durable definitions of vhost `/`, as a restart must bring them back.
 fn durable(broker: &Broker) -> Definitions {
     let mut defs = broker.vhost("/").unwrap().durable_definitions();
@@ -61,16 +74,7 @@ fn a_restart_brings_back_exactly_the_definitions_after_many_changes() {
             // Whole-blob writes in between: an exchange and bindings, one to a queue that
             // is deleted later (its binding goes with it) and is then declared again.
             let name = format!("x{i}");
-            v.declare_exchange(ExchangeDeclaration {
-                name: ShortStr::from(name.as_str()),
-                kind: "direct".into(),
-                passive: false,
-                durable: true,
-                auto_delete: false,
-                internal: false,
-                arguments: FieldTable::new(),
-            })
-            .unwrap();
+            declare_exchange(&v, &name, "direct");
             for q in [format!("q{i}"), format!("q{}", i + 1)] {
                 declare(&v, &q, false);
                 v.bind_queue(&q, &name, "k".into(), FieldTable::new(), 1)
@@ -80,7 +84,30 @@ fn a_restart_brings_back_exactly_the_definitions_after_many_changes() {
     }
     v.delete_queue("q5001", false, false, 1).unwrap();
     declare(&v, "q5001", true);
+    // Bindings as journal records too: a topic exchange bound to 1,000 queues, every third
+    // unbound again, an exchange-to-exchange binding, and a queue deleted with its binding.
+    declare_exchange(&v, "t", "topic");
+    for i in 0..1000 {
+        let (q, key) = (format!("q{}", 12_000 + i), format!("a.{}.#", i % 10));
+        v.bind_queue(&q, "t", key.as_str().into(), FieldTable::new(), 1)
+            .unwrap();
+        if i % 3 == 0 {
+            v.unbind_queue(&q, "t", key.as_str().into(), FieldTable::new(), 1)
+                .unwrap();
+        }
+    }
+    v.bind_exchange("t", "x0", "k".into(), FieldTable::new())
+        .unwrap();
+    v.delete_queue("q12001", false, false, 1).unwrap();
     let expected = durable(&broker);
+    assert_eq!(
+        expected.bindings.iter().filter(|b| b.source == "t").count(),
+        1000 - 334 - 1
+    );
+    assert!(expected
+        .bindings
+        .iter()
+        .any(|b| b.to_exchange && b.source == "x0"));
     assert!(expected.queues.len() > 10_000);
     assert!(
         expected.bindings.iter().all(|b| b.destination != "q5001"),

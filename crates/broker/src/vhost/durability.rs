@@ -45,7 +45,55 @@ pub fn durable_queue_definition(q: &Queue) -> Option<QueueDefinition> {
     })
 }
 
+/// Exchange `e`'s entry in the durable definitions, None when it is not part of them
+/// (transient, the default exchange, the `amq.*` ones every vhost has).
+pub fn durable_exchange_definition(e: &Exchange) -> Option<ExchangeDefinition> {
+    if !e.durable || e.name.is_empty() || names::has_reserved_prefix(&e.name) {
+        return None;
+    }
+    Some(ExchangeDefinition {
+        name: e.name.clone(),
+        kind: e.kind.as_str().to_owned(),
+        auto_delete: e.auto_delete,
+        internal: e.internal,
+        arguments: e.arguments.clone(),
+    })
+}
+
+/// Binding `b` of exchange `source` as the definitions hold it.
+fn binding_definition(source: &ShortStr, b: Binding) -> BindingDefinition {
+    BindingDefinition {
+        source: source.clone(),
+        destination: b.destination.name().clone(),
+        to_exchange: !b.destination.is_queue(),
+        routing_key: b.routing_key,
+        arguments: b.arguments,
+    }
+}
+
 impl VHost {
+    /// Whether binding `def` exists now between durable ends (what a journal record of it
+    /// says as it stands, `definitions_journal.rs`).
+    pub(crate) fn has_durable_binding(&self, def: &BindingDefinition) -> bool {
+        let Some(source) = self.exchange(&def.source) else {
+            return false;
+        };
+        let destination = if def.to_exchange {
+            Destination::Exchange(def.destination.clone())
+        } else {
+            match self.queue(&def.destination) {
+                Some(q) => Destination::Queue(q),
+                None => return false,
+            }
+        };
+        self.is_durable_binding(&source, &destination)
+            && source.has_binding(&Binding {
+                destination,
+                routing_key: def.routing_key.clone(),
+                arguments: def.arguments.clone(),
+            })
+    }
+
     fn is_durable_destination(&self, dest: &Destination) -> bool {
         match dest {
             Destination::Queue(q) => is_durable_queue(q),
@@ -66,17 +114,11 @@ impl VHost {
         exchanges.sort_by(|a, b| a.name.cmp(&b.name));
         let mut queues = self.queues();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
-        for e in &exchanges {
-            if e.durable && !e.name.is_empty() && !names::has_reserved_prefix(&e.name) {
-                defs.exchanges.push(ExchangeDefinition {
-                    name: e.name.clone(),
-                    kind: e.kind.as_str().to_owned(),
-                    auto_delete: e.auto_delete,
-                    internal: e.internal,
-                    arguments: e.arguments.clone(),
-                });
-            }
-        }
+        defs.exchanges.extend(
+            exchanges
+                .iter()
+                .filter_map(|e| durable_exchange_definition(e)),
+        );
         defs.queues
             .extend(queues.iter().filter_map(|q| durable_queue_definition(q)));
         defs.policies = self.policies();
@@ -84,13 +126,7 @@ impl VHost {
         for e in exchanges.iter().filter(|e| e.durable && !e.name.is_empty()) {
             for b in e.bindings() {
                 if self.is_durable_destination(&b.destination) {
-                    defs.bindings.push(BindingDefinition {
-                        source: e.name.clone(),
-                        destination: b.destination.name().clone(),
-                        to_exchange: !b.destination.is_queue(),
-                        routing_key: b.routing_key,
-                        arguments: b.arguments,
-                    });
+                    defs.bindings.push(binding_definition(&e.name, b));
                 }
             }
         }
@@ -115,6 +151,26 @@ impl VHost {
             name: name.clone(),
         };
         self.persist_change(urgency, change);
+    }
+
+    /// After durable exchange `name` was declared: recorded on its own (a delete writes the
+    /// blob whole, its bindings going with it).
+    pub(super) fn persist_exchange(&self, name: &ShortStr) {
+        let change = DurableChange::Exchange {
+            vhost: self.name.to_string(),
+            name: name.clone(),
+        };
+        self.persist_change(Urgency::Soon, change);
+    }
+
+    /// After a binding between durable ends was added, or removed with nothing cascading:
+    /// recorded on its own.
+    pub(super) fn persist_binding(&self, source: &ShortStr, binding: Binding) {
+        let change = DurableChange::Binding {
+            vhost: self.name.to_string(),
+            binding: binding_definition(source, binding),
+        };
+        self.persist_change(Urgency::Soon, change);
     }
 
     fn persist_change(&self, urgency: Urgency, change: DurableChange) {

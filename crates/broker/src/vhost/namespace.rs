@@ -283,11 +283,11 @@ impl VHost {
             exchange.apply_policies(policies.applied(EntityKind::Exchange, &d.name));
             self.exchanges
                 .write()
-                .entry(d.name)
+                .entry(d.name.clone())
                 .or_insert_with(|| Arc::new(exchange));
         }
         if durable {
-            self.persist_definitions();
+            self.persist_exchange(&d.name);
         }
         Ok(())
     }
@@ -942,13 +942,16 @@ impl VHost {
     ) -> AmqpResult<()> {
         Self::check_headers_args(source, &arguments)?;
         let durable = self.is_durable_binding(source, &destination);
-        let added = source.bind(Binding {
+        let binding = Binding {
             destination,
             routing_key,
             arguments,
-        });
-        if added && durable {
-            self.persist_definitions();
+        };
+        // Cloned only when it is to be recorded (the cheap part: names and an argument table).
+        let recorded = durable.then(|| binding.clone());
+        let added = source.bind(binding);
+        if let (true, Some(binding)) = (added, recorded) {
+            self.persist_binding(&source.name, binding);
         }
         Ok(())
     }
@@ -960,9 +963,11 @@ impl VHost {
         if !source.unbind(&binding) {
             return;
         }
-        let cascaded = self.source_lost_bindings(source);
-        if durable || cascaded {
+        if self.source_lost_bindings(source) {
+            // An auto-delete exchange went with it (and maybe more): the blob, whole.
             self.persist_definitions();
+        } else if durable {
+            self.persist_binding(&source.name, binding);
         }
     }
 
