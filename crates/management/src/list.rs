@@ -23,49 +23,122 @@ pub fn respond(items: Vec<Value>, query: &Query) -> ApiResult {
 /// Serves `items` as the query asks, by default sorted by `default_sort` (none: as given).
 pub fn respond_sorted(mut items: Vec<Value>, query: &Query, default_sort: &[&str]) -> ApiResult {
     sort(&mut items, query, default_sort);
-    let Some(page) = query.get("page") else {
+    let Some(page) = Page::asked(query)? else {
         let items: Vec<Value> = items.iter().map(|v| columns(v, query)).collect();
         return Ok(Json(Value::Array(items)).into_response());
     };
-    let page: usize =
-        page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
-            ApiError::bad_request(format!("page must be a positive integer: {page}"))
-        })?;
-    let page_size = match query.get("page_size") {
-        None => DEFAULT_PAGE_SIZE,
-        Some(s) => s
-            .parse()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "page_size must be between 1 and {MAX_PAGE_SIZE}: {s}"
-                ))
-            })?,
-    };
     let total_count = items.len();
     let filtered = filter(items, query)?;
-    let filtered_count = filtered.len();
-    let page_count = filtered_count.div_ceil(page_size).max(1);
-    if page > page_count {
-        return Err(ApiError::bad_request("Page out of range"));
+    let (range, filtered_count) = page.range(filtered.len())?;
+    let slice: Vec<Value> = filtered[range].iter().map(|v| columns(v, query)).collect();
+    Ok(page.respond(slice, filtered_count, total_count))
+}
+
+/// A row of a list whose objects are costly to build (a queue's JSON gathers its stats):
+/// its vhost and name, which the default sort and the `name` filter need, and what builds it.
+pub struct Named<T> {
+    pub vhost: String,
+    pub name: String,
+    pub item: T,
+}
+
+/// As `respond` (sorted by vhost then name), building only what is served: a page sorted
+/// by the rows' names (the default, `sort=name` or `sort=vhost`) builds its own rows and no
+/// other (`GET /api/queues?page=1` with 16,000 queues built all 16,000 and took 980 ms);
+/// any other query builds every row first. `build` makes the objects of the rows it is given,
+/// in order.
+pub fn respond_named<T>(
+    mut rows: Vec<Named<T>>,
+    query: &Query,
+    build: impl FnOnce(&[&T]) -> Vec<Value>,
+) -> ApiResult {
+    let page = Page::asked(query)?;
+    let sort_key = query
+        .get("sort")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let by_names = matches!(sort_key, None | Some("vhost") | Some("name"));
+    let (Some(page), true) = (page, by_names) else {
+        let all: Vec<&T> = rows.iter().map(|r| &r.item).collect();
+        return respond(build(&all), query);
+    };
+    // The order `sort` gives the built objects: stable, by the keys asked.
+    match sort_key {
+        Some("vhost") => rows.sort_by(|a, b| a.vhost.cmp(&b.vhost)),
+        Some("name") => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+        _ => rows.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name))),
     }
-    let slice: Vec<Value> = filtered
+    if query.get("sort_reverse").is_some_and(|v| v == "true") {
+        rows.reverse();
+    }
+    let total_count = rows.len();
+    let matches = name_filter(query)?;
+    let filtered: Vec<&T> = rows
         .iter()
-        .skip((page - 1) * page_size)
-        .take(page_size)
+        .filter(|r| matches.as_ref().is_none_or(|re| re.is_match(&r.name)))
+        .map(|r| &r.item)
+        .collect();
+    let (range, filtered_count) = page.range(filtered.len())?;
+    let slice: Vec<Value> = build(&filtered[range])
+        .iter()
         .map(|v| columns(v, query))
         .collect();
-    Ok(Json(json!({
-        "filtered_count": filtered_count,
-        "item_count": slice.len(),
-        "items": slice,
-        "page": page,
-        "page_count": page_count,
-        "page_size": page_size,
-        "total_count": total_count,
-    }))
-    .into_response())
+    Ok(page.respond(slice, filtered_count, total_count))
+}
+
+/// The page a list query asks for.
+struct Page {
+    page: usize,
+    page_size: usize,
+}
+
+impl Page {
+    /// None when the query asks for no page (the whole list, as an array).
+    fn asked(query: &Query) -> ApiResult<Option<Page>> {
+        let Some(page) = query.get("page") else {
+            return Ok(None);
+        };
+        let page: usize = page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
+            ApiError::bad_request(format!("page must be a positive integer: {page}"))
+        })?;
+        let page_size = match query.get("page_size") {
+            None => DEFAULT_PAGE_SIZE,
+            Some(s) => s
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "page_size must be between 1 and {MAX_PAGE_SIZE}: {s}"
+                    ))
+                })?,
+        };
+        Ok(Some(Page { page, page_size }))
+    }
+
+    /// Which of `filtered_count` rows the page holds (and the count back).
+    fn range(&self, filtered_count: usize) -> ApiResult<(std::ops::Range<usize>, usize)> {
+        let page_count = filtered_count.div_ceil(self.page_size).max(1);
+        if self.page > page_count {
+            return Err(ApiError::bad_request("Page out of range"));
+        }
+        let start = (self.page - 1) * self.page_size;
+        let end = (start + self.page_size).min(filtered_count);
+        Ok((start.min(end)..end, filtered_count))
+    }
+
+    fn respond(&self, slice: Vec<Value>, filtered_count: usize, total_count: usize) -> Response {
+        Json(json!({
+            "filtered_count": filtered_count,
+            "item_count": slice.len(),
+            "items": slice,
+            "page": self.page,
+            "page_count": filtered_count.div_ceil(self.page_size).max(1),
+            "page_size": self.page_size,
+            "total_count": total_count,
+        }))
+        .into_response()
+    }
 }
 
 /// One object, cut down to `columns` if asked.
@@ -74,8 +147,23 @@ pub fn respond_one(item: Value, query: &Query) -> Response {
 }
 
 fn filter(items: Vec<Value>, query: &Query) -> ApiResult<Vec<Value>> {
-    let Some(name) = query.get("name").filter(|n| !n.is_empty()) else {
+    let Some(re) = name_filter(query)? else {
         return Ok(items);
+    };
+    Ok(items
+        .into_iter()
+        .filter(|v| {
+            v.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| re.is_match(n))
+        })
+        .collect())
+}
+
+/// The `name` filter a page applies (None: every name).
+fn name_filter(query: &Query) -> ApiResult<Option<regex::Regex>> {
+    let Some(name) = query.get("name").filter(|n| !n.is_empty()) else {
+        return Ok(None);
     };
     let pattern = if query.get("use_regex").is_some_and(|v| v == "true") {
         name.clone()
@@ -86,14 +174,7 @@ fn filter(items: Vec<Value>, query: &Query) -> ApiResult<Vec<Value>> {
         .case_insensitive(true)
         .build()
         .map_err(|e| ApiError::bad_request(format!("invalid regex {name}: {e}")))?;
-    Ok(items
-        .into_iter()
-        .filter(|v| {
-            v.get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| re.is_match(n))
-        })
-        .collect())
+    Ok(Some(re))
 }
 
 fn sort(items: &mut [Value], query: &Query, default_sort: &[&str]) {
@@ -184,5 +265,58 @@ mod tests {
         assert_eq!(items[0]["name"], "a");
         let f = filter(items, &q(&[("name", "B")])).unwrap();
         assert_eq!(f.len(), 1);
+    }
+
+    async fn body(response: ApiResult) -> Value {
+        let response = response.unwrap_or_else(|e| e.into_response());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_page_sorted_by_names_builds_only_its_rows_and_serves_what_building_all_serves() {
+        let rows = || {
+            let mut rows = Vec::new();
+            for (vhost, name, n) in [("/", "b", 1), ("v", "a", 2), ("/", "a", 3), ("v", "c", 4)] {
+                rows.push(Named {
+                    vhost: vhost.into(),
+                    name: name.into(),
+                    item: json!({"vhost": vhost, "name": name, "n": n}),
+                });
+            }
+            rows
+        };
+        let queries = [
+            vec![("page", "1"), ("page_size", "3")],
+            vec![("page", "2"), ("page_size", "3")],
+            vec![("page", "1"), ("sort", "name"), ("sort_reverse", "true")],
+            vec![("page", "1"), ("sort", "vhost")],
+            vec![("page", "1"), ("name", "A")],
+            vec![("page", "1"), ("name", "^[bc]$"), ("use_regex", "true")],
+            vec![("page", "1"), ("sort", "n"), ("columns", "name")],
+            vec![("page", "3"), ("page_size", "3")],
+            vec![],
+        ];
+        for pairs in queries {
+            let query = q(&pairs);
+            let built = std::cell::Cell::new(0);
+            let lazy = respond_named(rows(), &query, |served| {
+                built.set(served.len());
+                served.iter().map(|v| (*v).clone()).collect()
+            });
+            let eager = respond(rows().into_iter().map(|r| r.item).collect(), &query);
+            let lazy = body(lazy).await;
+            assert_eq!(lazy, body(eager).await, "{pairs:?}");
+            let by_names = !pairs.iter().any(|(k, v)| *k == "sort" && *v == "n");
+            if by_names && lazy.get("item_count").is_some() {
+                assert_eq!(
+                    Some(built.get() as u64),
+                    lazy["item_count"].as_u64(),
+                    "{pairs:?}: built only the page's rows"
+                );
+            }
+        }
     }
 }

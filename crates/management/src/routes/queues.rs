@@ -4,13 +4,13 @@
 //! Declaring and deleting need configure on the queue, purging and getting read
 //! (`acting`).
 
-use super::{across_vhosts, body_bool, body_json, connections, rate_key};
+use super::{body_bool, body_json, connections, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
 use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, json_to_table, message_stats, table_to_json, QUEUE_STATS};
-use crate::list::{respond, respond_one, Query};
+use crate::list::{respond_named, respond_one, Named, Query};
 use crate::Api;
 use axum::extract::{Path, Query as Q, State};
 use axum::response::IntoResponse;
@@ -133,13 +133,37 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
     shown
 }
 
-fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
-    let names = api.broker.node_names();
-    vhost
-        .queues()
+/// The queues of `vhosts` as list rows, each built (`queue_json`) only if served.
+fn rows(vhosts: &[Arc<VHost>]) -> Vec<Named<(Arc<VHost>, Arc<Queue>)>> {
+    vhosts
         .iter()
-        .map(|q| queue_json(api, &names, vhost, q))
+        .flat_map(|vhost| {
+            vhost.queues().into_iter().map(|q| Named {
+                vhost: vhost.name.to_string(),
+                name: q.name.to_string(),
+                item: (vhost.clone(), q),
+            })
+        })
         .collect()
+}
+
+/// Serves the queues `rows` hold as the query asks, with the other nodes' stats added to
+/// the ones served.
+async fn respond_queues(
+    api: &Api,
+    rows: Vec<Named<(Arc<VHost>, Arc<Queue>)>>,
+    query: &Query,
+) -> ApiResult {
+    let others = OtherStats::gather(api).await;
+    let names = api.broker.node_names();
+    respond_named(rows, query, |served| {
+        let mut items: Vec<Value> = served
+            .iter()
+            .map(|(vhost, q)| queue_json(api, &names, vhost, q))
+            .collect();
+        others.add_to_objects("queues", &mut items);
+        items
+    })
 }
 
 /// Warren's own `raft` object on one quorum queue's GET: the group as this node's member
@@ -174,11 +198,8 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let mut items = across_vhosts(&api, &who, all_in);
-    OtherStats::gather(&api)
-        .await
-        .add_to_objects("queues", &mut items);
-    respond(items, &query)
+    let vhosts = api.used_vhosts(&who);
+    respond_queues(&api, rows(&vhosts), &query).await
 }
 
 pub async fn in_vhost(
@@ -188,11 +209,7 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    let mut items = all_in(&api, &vhost);
-    OtherStats::gather(&api)
-        .await
-        .add_to_objects("queues", &mut items);
-    respond(items, &query)
+    respond_queues(&api, rows(&[vhost]), &query).await
 }
 
 fn find(api: &Api, who: &Identity, vhost: &str, name: &str) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
