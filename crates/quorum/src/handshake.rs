@@ -44,8 +44,9 @@ use crate::types::NodeId;
 
 const MAGIC: [u8; 4] = *b"WRNC";
 /// The cluster protocol: the Raft wire (`wire.rs`) and the forwarding link's frames. 6: the
-/// forwarding link carries each node's resource alarms (cluster-wide alarms).
-const VERSION: u8 = 6;
+/// forwarding link carries each node's resource alarms (cluster-wide alarms). 7: a join request
+/// reaching a node in no cluster is answered so (`WireResponse::NotInitialized`).
+const VERSION: u8 = 7;
 const NONCE_BYTES: usize = 32;
 const MAC_BYTES: usize = 32;
 const CONTEXT: &[u8] = b"warren-cluster-v1";

@@ -192,6 +192,12 @@ pub(crate) async fn serve_here(
                 }),
             }
         }
+        // Said apart from "not the leader" (which an initialized follower without a leader
+        // answers too): a node joining through this one learns it is in no cluster, and only
+        // a node that heard that from every seed may form a cluster (see the broker's join).
+        RaftRequest::ChangeMembers(_) if !raft.is_initialized().await.unwrap_or(true) => {
+            Err(TransportError::NotInitialized(node))
+        }
         RaftRequest::ChangeMembers(change) => match change_members_here(raft, change).await {
             Ok(log_id) => Ok(RaftResponse::MembersChanged { log_id }),
             Err(QuorumError::NotLeader { leader }) => {

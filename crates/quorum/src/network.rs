@@ -77,6 +77,10 @@ pub enum TransportError {
         node: NodeId,
         leader: Option<NodeId>,
     },
+    /// A membership change reached a node whose member of the group has no state: the node is
+    /// in no cluster yet (what a node forming a cluster needs to hear from every seed).
+    #[error("node {0} is in no cluster yet")]
+    NotInitialized(NodeId),
 }
 
 /// Carries a group's RPC from one node to another and brings the answer back.

@@ -75,6 +75,8 @@ pub enum WireResponse {
     },
     /// A forwarded write reached a member that does not lead; `leader` is who it thinks does.
     NotLeader(Option<NodeId>),
+    /// A membership change reached a member with no state: its node is in no cluster yet.
+    NotInitialized,
 }
 
 impl From<RaftRequest> for WireRequest {
@@ -126,6 +128,7 @@ impl WireResponse {
             Ok(RaftResponse::MembersChanged { log_id }) => WireResponse::MembersChanged { log_id },
             Err(TransportError::NoSuchGroup { .. }) => WireResponse::NoSuchGroup,
             Err(TransportError::NotLeader { leader, .. }) => WireResponse::NotLeader(leader),
+            Err(TransportError::NotInitialized(_)) => WireResponse::NotInitialized,
             Err(e) => WireResponse::Failed(e.to_string()),
         }
     }
@@ -142,6 +145,7 @@ impl WireResponse {
             WireResponse::MembersChanged { log_id } => Ok(RaftResponse::MembersChanged { log_id }),
             WireResponse::NotLeader(leader) => Err(TransportError::NotLeader { node, leader }),
             WireResponse::NoSuchGroup => Err(TransportError::NoSuchGroup { node, group }),
+            WireResponse::NotInitialized => Err(TransportError::NotInitialized(node)),
             WireResponse::Failed(reason) => Err(TransportError::Remote { node, reason }),
         }
     }

@@ -37,7 +37,9 @@ use sha2::{Digest, Sha256};
 use warren_quorum::metadata::{
     MemberChange, MemberInfo, MetadataGroup, MetadataMachine, MetadataStatus, METADATA_GROUP,
 };
-use warren_quorum::network::{GroupRegistry, NodeTransport, RaftRequest, RaftResponse, Transport};
+use warren_quorum::network::{
+    GroupRegistry, NodeTransport, RaftRequest, RaftResponse, Transport, TransportError,
+};
 use warren_quorum::tcp::TcpTransport;
 use warren_quorum::types::NodeId;
 
@@ -131,6 +133,30 @@ pub struct ClusterStatus {
     pub last_log_index: Option<u64>,
     pub last_applied_index: Option<u64>,
     pub members: Vec<ClusterMember>,
+}
+
+/// What a seed answered this node's request to join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JoinAnswer {
+    /// This node is a member now.
+    Joined,
+    /// The seed is in no cluster yet (its metadata member has no state).
+    SeedInNoCluster,
+    /// Anything else: the seed is in a cluster that did not add this node this time (a change
+    /// in flight, a leader being elected, a learner that did not catch up, a lost answer), or
+    /// did not answer. Asked again at the next round.
+    NotYet,
+}
+
+/// Whether a node in no cluster, whose seeds all answered their handshake, forms a new cluster
+/// after asking them to add it (`answers`, in the order asked): only when it has the lowest id
+/// among them and every one said it is in no cluster either. A seed in a cluster that failed
+/// to add it this time is no licence: a wiped node (or a new node with a low name) would
+/// otherwise start a second cluster beside its seeds' on one failed join — a split for good.
+fn forms_the_cluster(me: NodeId, answers: &[(NodeId, JoinAnswer)]) -> bool {
+    answers
+        .iter()
+        .all(|(seed, answer)| *seed > me && *answer == JoinAnswer::SeedInNoCluster)
 }
 
 /// This node's membership of a cluster.
@@ -350,16 +376,17 @@ impl ClusterNode {
             // Joining comes first, even for the lowest id: a node whose data was wiped (or a
             // new node with a low name) must join the cluster its seeds already form, not
             // start a second one beside it.
-            let mut joined = false;
+            let mut answers = Vec::with_capacity(seed_ids.len());
             for seed in seed_ids.iter().copied() {
-                if self.ask_to_join(seed).await {
+                let answer = self.ask_to_join(seed).await;
+                answers.push((seed, answer));
+                if answer == JoinAnswer::Joined {
                     tracing::info!(node = %self.name, via = seed, "joined the cluster");
-                    joined = true;
                     break;
                 }
             }
             let initialized = matches!(self.metadata.is_initialized().await, Ok(true));
-            if !joined && !initialized && all_answered && seed_ids.iter().all(|id| *id > self.id) {
+            if !initialized && all_answered && forms_the_cluster(self.id, &answers) {
                 match self.metadata.initialize(&[(self.id, self.info())]).await {
                     Ok(()) => {
                         tracing::info!(
@@ -374,8 +401,8 @@ impl ClusterNode {
         }
     }
 
-    /// Asks `peer` (or the leader it names) to add this node; true once added.
-    async fn ask_to_join(&self, mut peer: NodeId) -> bool {
+    /// Asks `peer` (or the leader it names) to add this node.
+    async fn ask_to_join(&self, mut peer: NodeId) -> JoinAnswer {
         for _ in 0..3 {
             let request = RaftRequest::ChangeMembers(MemberChange::Add {
                 node: self.id,
@@ -383,19 +410,24 @@ impl ClusterNode {
             });
             let transport = NodeTransport::Tcp(self.transport.clone());
             match transport.send(self.id, peer, METADATA_GROUP, request).await {
-                Ok(RaftResponse::MembersChanged { .. }) => return true,
-                Err(warren_quorum::network::TransportError::NotLeader {
+                Ok(RaftResponse::MembersChanged { .. }) => return JoinAnswer::Joined,
+                Err(TransportError::NotLeader {
                     leader: Some(leader),
                     ..
                 }) if leader != peer => peer = leader,
+                Err(TransportError::NotInitialized(_)) => return JoinAnswer::SeedInNoCluster,
                 Err(e) => {
                     tracing::debug!(peer, error = %e, "join request not carried out");
-                    return self.is_voter();
+                    return if self.is_voter() {
+                        JoinAnswer::Joined
+                    } else {
+                        JoinAnswer::NotYet
+                    };
                 }
-                Ok(_) => return false,
+                Ok(_) => return JoinAnswer::NotYet,
             }
         }
-        false
+        JoinAnswer::NotYet
     }
 
     async fn discover(&self, addr: &str) -> Result<NodeId, String> {
@@ -607,6 +639,30 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_lowest_id_forms_a_cluster_and_only_when_no_seed_is_in_one() {
+        use JoinAnswer::*;
+        // Every node started at once from one peer list: the lowest forms.
+        assert!(forms_the_cluster(
+            1,
+            &[(2, SeedInNoCluster), (3, SeedInNoCluster)]
+        ));
+        // A peer list naming only the node itself.
+        assert!(forms_the_cluster(1, &[]));
+        // Not the lowest: it waits for the lowest to form.
+        assert!(!forms_the_cluster(
+            2,
+            &[(1, SeedInNoCluster), (3, SeedInNoCluster)]
+        ));
+        // A wiped node (or a new one with a low name) whose seeds form a cluster that did not
+        // add it this time (a change in flight, a lost answer): it asks again, it does not
+        // start a second cluster beside theirs.
+        assert!(!forms_the_cluster(1, &[(2, NotYet), (3, SeedInNoCluster)]));
+        assert!(!forms_the_cluster(1, &[(2, SeedInNoCluster), (3, NotYet)]));
+        assert!(!forms_the_cluster(1, &[(2, NotYet), (3, NotYet)]));
+        assert!(!forms_the_cluster(1, &[(2, Joined)]));
+    }
 
     #[test]
     fn an_incarnation_is_kept_with_the_data_and_new_with_new_data() {
