@@ -22,11 +22,11 @@ pub(crate) fn standalone(name: &str) -> std::sync::Arc<crate::queue::Queue> {
         None,
         false,
         warren_codec::FieldTable::new(),
-        QueueLimits::default(),
+        QueueLimits::default().shared(),
         Weak::<crate::vhost::VHost>::new(),
         None,
         Box::new(ClassicQueue::new(
-            QueueLimits::default(),
+            QueueLimits::default().shared(),
             Arc::new(MemoryMonitor::new(usize::MAX, Arc::default())),
             false,
             None,

@@ -84,7 +84,7 @@ pub struct StoredQueue {
 /// The queue's policies and what they make of its arguments.
 #[derive(Debug)]
 struct Settings {
-    limits: QueueLimits,
+    limits: Arc<QueueLimits>,
     policies: AppliedPolicies,
 }
 
@@ -119,7 +119,7 @@ impl Queue {
         exclusive_owner: Option<ConnectionId>,
         auto_delete: bool,
         arguments: FieldTable,
-        limits: QueueLimits,
+        limits: Arc<QueueLimits>,
         home: Weak<dyn QueueHome>,
         stored: Option<StoredQueue>,
         kind: Box<dyn QueueType>,
@@ -424,7 +424,7 @@ impl Queue {
     }
 
     /// The limits the queue acts on now (arguments and policies combined).
-    pub fn limits(&self) -> QueueLimits {
+    pub fn limits(&self) -> Arc<QueueLimits> {
         self.settings.lock().limits.clone()
     }
 
@@ -458,7 +458,8 @@ impl Queue {
                 max_priority: settings.limits.max_priority,
                 single_active_consumer: settings.limits.single_active_consumer,
                 ..limits
-            };
+            }
+            .shared();
             settings.policies = policies.clone();
             settings.limits.clone()
         };

@@ -3,6 +3,8 @@
 //! them), and the limits a queue reads from its arguments. Arguments nobody knows are
 //! accepted and kept, as RabbitMQ does.
 
+use std::sync::Arc;
+
 use crate::error::{AmqpError, AmqpResult};
 use warren_codec::{FieldTable, FieldValue, ShortStr};
 
@@ -15,7 +17,7 @@ pub enum Overflow {
 }
 
 /// The limits and behaviours a queue's `x-` arguments and policies set, parsed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueueLimits {
     pub max_length: Option<u64>,
     pub max_length_bytes: Option<u64>,
@@ -28,6 +30,21 @@ pub struct QueueLimits {
     pub dead_letter_routing_key: Option<ShortStr>,
     /// `x-queue-mode=lazy`: no ready messages kept in memory (when the queue can page).
     pub lazy: bool,
+}
+
+impl QueueLimits {
+    /// The limits as a queue keeps them: shared, since its record and its type's state both
+    /// act on them, and the default ones (most queues') one allocation for every queue
+    /// (136 bytes twice per queue otherwise: a million queues are counted in bytes each).
+    pub fn shared(self) -> Arc<QueueLimits> {
+        static DEFAULT: std::sync::LazyLock<Arc<QueueLimits>> =
+            std::sync::LazyLock::new(Arc::default);
+        if self == **DEFAULT {
+            DEFAULT.clone()
+        } else {
+            Arc::new(self)
+        }
+    }
 }
 
 /// The arguments a classic queue takes, in RabbitMQ's order: a redeclare must repeat each of

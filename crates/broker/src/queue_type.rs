@@ -226,7 +226,12 @@ pub trait QueueType: Send + Sync + std::fmt::Debug + 'static {
     fn unused(&self) -> Option<bool>;
 
     /// The queue's policies changed: `limits` is what it acts on from now on.
-    fn apply_policies(&self, queue: &Arc<Queue>, limits: &QueueLimits, policies: &AppliedPolicies);
+    fn apply_policies(
+        &self,
+        queue: &Arc<Queue>,
+        limits: &Arc<QueueLimits>,
+        policies: &AppliedPolicies,
+    );
 
     /// The counters its dead letters count under.
     fn dead_letter_source(&self) -> DeadLetterSource {

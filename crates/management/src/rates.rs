@@ -5,6 +5,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// RabbitMQ's `collect_statistics_interval` default.
@@ -12,49 +13,87 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 struct Sample {
     at: Instant,
-    values: Vec<u64>,
-    rates: Vec<f64>,
+    values: Box<[u64]>,
+    rates: Box<[f64]>,
 }
 
+/// The rates of the last round. Only objects whose counters were not all zero in this round
+/// or the one before are kept: every rate of an object idle in both is 0, which is what
+/// [`Rates::get`]'s `None` means to its callers. A broker with a million idle queues keeps
+/// nothing for them (an entry with its key and two counter arrays was ~900 bytes a queue).
 #[derive(Default)]
 pub struct Rates {
-    samples: Mutex<HashMap<String, Sample>>,
+    /// Replaced whole at the end of a round, so a reader never waits for a round to finish.
+    samples: Mutex<Arc<HashMap<String, Sample>>>,
+}
+
+/// One round of samples being taken (see [`Rates::begin`]).
+pub struct Round {
+    at: Instant,
+    previous: Arc<HashMap<String, Sample>>,
+    next: HashMap<String, Sample>,
+    /// The key being looked up, reused: an idle object costs no allocation.
+    key: String,
 }
 
 impl Rates {
-    /// Takes one round of samples: `values` yields (object key, its counters in a fixed
-    /// order). Keys not seen this round are forgotten.
-    pub fn sample(&self, values: impl IntoIterator<Item = (String, Vec<u64>)>) {
-        let now = Instant::now();
-        let mut samples = self.samples.lock();
-        let mut next = HashMap::with_capacity(samples.len());
-        for (key, values) in values {
-            let rates = match samples.remove(&key) {
-                Some(prev) if prev.values.len() == values.len() => {
-                    let secs = now.duration_since(prev.at).as_secs_f64().max(1e-3);
-                    values
-                        .iter()
-                        .zip(&prev.values)
-                        .map(|(v, p)| (*v as f64 - *p as f64) / secs)
-                        .collect()
-                }
-                _ => vec![0.0; values.len()],
-            };
-            next.insert(
-                key,
-                Sample {
-                    at: now,
-                    values,
-                    rates,
-                },
-            );
+    /// Starts a round: [`Round::record`] each object, then [`Rates::finish`].
+    pub fn begin(&self) -> Round {
+        let previous = self.samples.lock().clone();
+        Round {
+            at: Instant::now(),
+            next: HashMap::with_capacity(previous.len()),
+            previous,
+            key: String::new(),
         }
-        *samples = next;
     }
 
-    /// The rates of one object, in the order its values were given.
+    /// Publishes a round's rates; objects it did not record are forgotten.
+    pub fn finish(&self, round: Round) {
+        *self.samples.lock() = Arc::new(round.next);
+    }
+
+    /// The rates of one object, in the order its values were given; `None` when they are all
+    /// 0 (or the object is unknown).
     pub fn get(&self, key: &str) -> Option<Vec<f64>> {
-        self.samples.lock().get(key).map(|s| s.rates.clone())
+        self.samples.lock().get(key).map(|s| s.rates.to_vec())
+    }
+}
+
+impl Round {
+    /// Records one object's counters, in a fixed order; `key` writes the object's key into
+    /// the buffer it is given.
+    pub fn record(&mut self, key: impl FnOnce(&mut String), values: &[u64]) {
+        let idle = values.iter().all(|v| *v == 0);
+        if idle && self.previous.is_empty() {
+            return;
+        }
+        self.key.clear();
+        key(&mut self.key);
+        let previous = self.previous.get(self.key.as_str());
+        if idle && previous.is_none_or(|prev| prev.values.iter().all(|v| *v == 0)) {
+            // Idle now and before (or new and idle): every rate is 0.
+            return;
+        }
+        let rates = match previous {
+            Some(prev) if prev.values.len() == values.len() => {
+                let secs = self.at.duration_since(prev.at).as_secs_f64().max(1e-3);
+                values
+                    .iter()
+                    .zip(prev.values.iter())
+                    .map(|(v, p)| (*v as f64 - *p as f64) / secs)
+                    .collect()
+            }
+            _ => vec![0.0; values.len()].into_boxed_slice(),
+        };
+        self.next.insert(
+            self.key.clone(),
+            Sample {
+                at: self.at,
+                values: values.into(),
+                rates,
+            },
+        );
     }
 }
 
@@ -62,16 +101,43 @@ impl Rates {
 mod tests {
     use super::*;
 
+    fn round(rates: &Rates, objects: &[(&str, &[u64])]) {
+        let mut round = rates.begin();
+        for (key, values) in objects {
+            round.record(|k| k.push_str(key), values);
+        }
+        rates.finish(round);
+    }
+
     #[test]
     fn rate_is_growth_over_time() {
         let rates = Rates::default();
-        rates.sample([("q".to_string(), vec![10, 5])]);
+        round(&rates, &[("q", &[10, 5])]);
         std::thread::sleep(Duration::from_millis(100));
-        rates.sample([("q".to_string(), vec![20, 5])]);
+        round(&rates, &[("q", &[20, 5])]);
         let r = rates.get("q").unwrap();
         assert!(r[0] > 50.0 && r[0] <= 100.0, "{r:?}");
         assert_eq!(r[1], 0.0);
-        rates.sample(std::iter::empty());
+        round(&rates, &[]);
         assert!(rates.get("q").is_none());
+    }
+
+    #[test]
+    fn an_object_idle_in_two_rounds_is_not_kept_and_a_fall_to_zero_is_a_rate() {
+        let rates = Rates::default();
+        round(&rates, &[("idle", &[0, 0]), ("busy", &[100, 0])]);
+        assert!(
+            rates.get("idle").is_none(),
+            "nothing kept for an idle object"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        // Drained to zero: the fall is a negative rate, shown once.
+        round(&rates, &[("idle", &[0, 0]), ("busy", &[0, 0])]);
+        let fall = rates.get("busy").expect("the fall to zero is kept");
+        assert!(fall[0] < -500.0, "{fall:?}");
+        assert!(rates.get("idle").is_none());
+        // Zero again: every rate is 0, so nothing is kept.
+        round(&rates, &[("idle", &[0, 0]), ("busy", &[0, 0])]);
+        assert!(rates.get("busy").is_none());
     }
 }

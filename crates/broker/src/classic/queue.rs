@@ -103,7 +103,7 @@ pub(super) struct ClassicState {
     /// What the queue acts on: the record's limits (arguments combined with policies),
     /// copied here under the lock publish takes anyway, so a policy change needs nothing
     /// on the hot path.
-    pub(super) limits: QueueLimits,
+    pub(super) limits: Arc<QueueLimits>,
 }
 
 /// A classic queue's messages and consumers (see the module comment).
@@ -119,7 +119,8 @@ pub struct ClassicQueue {
     /// `messages_persistent` counts).
     durable_in_store: bool,
     /// Wakes the expiry task before its time (see `ClassicState::expiry_wake_at`).
-    expiry_wake: Arc<tokio::sync::Notify>,
+    /// Made with the expiry task: most queues never have one (48 bytes each otherwise).
+    expiry_wake: OnceLock<Arc<tokio::sync::Notify>>,
     pub(super) state: Mutex<ClassicState>,
 }
 
@@ -127,7 +128,7 @@ impl ClassicQueue {
     /// A classic queue acting on `limits`; `durable_in_store` when its record has a place
     /// in the store (`Queue::stored`), else `spill`, the store it may page out to.
     pub fn new(
-        limits: QueueLimits,
+        limits: Arc<QueueLimits>,
         memory: Arc<MemoryMonitor>,
         durable_in_store: bool,
         spill: Option<Store>,
@@ -142,7 +143,7 @@ impl ClassicQueue {
             spill,
             pageable,
             durable_in_store,
-            expiry_wake: Arc::default(),
+            expiry_wake: OnceLock::new(),
             state: Mutex::new(ClassicState {
                 ready: ReadyList::new(limits.max_priority.unwrap_or(0)),
                 tail: PagedTail::default(),
@@ -296,10 +297,12 @@ impl ClassicQueue {
     fn watch_expiry_by(&self, q: &Arc<Queue>, st: &mut ClassicState, at: Instant) {
         if !st.expiry_timer {
             st.expiry_timer = true;
-            watch_message_expiry(q, self.expiry_wake.clone());
+            watch_message_expiry(q, self.expiry_wake.get_or_init(Arc::default).clone());
         } else if st.expiry_wake_at.is_some_and(|wake| at < wake) {
             st.expiry_wake_at = None;
-            self.expiry_wake.notify_one();
+            if let Some(wake) = self.expiry_wake.get() {
+                wake.notify_one();
+            }
         }
     }
 
@@ -811,7 +814,7 @@ impl QueueType for ClassicQueue {
     }
 
     /// A lower length limit drops (dead-letters) the excess from the head under drop-head.
-    fn apply_policies(&self, queue: &Arc<Queue>, limits: &QueueLimits, _: &AppliedPolicies) {
+    fn apply_policies(&self, queue: &Arc<Queue>, limits: &Arc<QueueLimits>, _: &AppliedPolicies) {
         self.with_state(queue, |st, dead| {
             st.limits = limits.clone();
             if !queue.is_deleted() {

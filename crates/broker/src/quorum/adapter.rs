@@ -155,7 +155,12 @@ impl QueueType for QuorumQueue {
         Some(!self.has_consumers())
     }
 
-    fn apply_policies(&self, queue: &Arc<Queue>, limits: &QueueLimits, policies: &AppliedPolicies) {
+    fn apply_policies(
+        &self,
+        queue: &Arc<Queue>,
+        limits: &Arc<QueueLimits>,
+        policies: &AppliedPolicies,
+    ) {
         let config = queue_config(&queue.arguments, policies);
         let at_least_once = dead_letter_at_least_once(
             &queue.arguments,

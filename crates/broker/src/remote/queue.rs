@@ -344,7 +344,7 @@ impl QueueType for RemoteQueue {
     }
 
     /// The serving node acts on the queue's policies.
-    fn apply_policies(&self, _: &Arc<Queue>, _: &QueueLimits, _: &AppliedPolicies) {}
+    fn apply_policies(&self, _: &Arc<Queue>, _: &Arc<QueueLimits>, _: &AppliedPolicies) {}
 
     fn as_any(&self) -> &dyn std::any::Any {
         self

@@ -600,7 +600,7 @@ impl VHost {
         arguments: FieldTable,
         members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
-        let limits = queue_limits(&arguments);
+        let limits = queue_limits(&arguments).shared();
         if is_quorum(&arguments) {
             return self.build_quorum_queue(name, arguments, limits, members);
         }
@@ -641,7 +641,7 @@ impl VHost {
         self: &Arc<Self>,
         name: ShortStr,
         arguments: FieldTable,
-        limits: crate::queue::QueueLimits,
+        limits: Arc<crate::queue::QueueLimits>,
         members: Vec<u64>,
     ) -> AmqpResult<Arc<Queue>> {
         let Some(host) = self.quorum.get() else {

@@ -79,7 +79,7 @@ impl VHost {
             None,
             auto_delete,
             arguments.clone(),
-            queue_limits(&arguments),
+            queue_limits(&arguments).shared(),
             Arc::downgrade(self) as Weak<dyn QueueHome>,
             None,
             Box::new(remote),

@@ -398,7 +398,19 @@ impl Api {
 
 /// Key of an object's rates: kind, vhost and name, NUL-separated.
 pub fn rate_key(kind: &str, vhost: &str, name: &str) -> String {
-    format!("{kind}\0{vhost}\0{name}")
+    let mut key = String::new();
+    rate_key_into(&mut key, kind, vhost, name);
+    key
+}
+
+/// Writes [`rate_key`] into `key` (a buffer the sampler reuses).
+fn rate_key_into(key: &mut String, kind: &str, vhost: &str, name: &str) {
+    for (i, part) in [kind, vhost, name].into_iter().enumerate() {
+        if i > 0 {
+            key.push('\0');
+        }
+        key.push_str(part);
+    }
 }
 
 /// Samples every counter the API shows rates for, every `rates::SAMPLE_INTERVAL`, until the
@@ -411,7 +423,8 @@ pub async fn sample_forever(api: Weak<Api>) {
         let Some(api) = api.upgrade() else {
             return;
         };
-        let mut samples = Vec::new();
+        let mut round = api.rates.begin();
+        let mut kept = Vec::new();
         let mut all_queues = [0u64; 3];
         for vhost in api.broker.vhosts() {
             let mut vhost_queues = [0u64; 3];
@@ -422,43 +435,41 @@ pub async fn sample_forever(api: Weak<Api>) {
                 }
                 let mut values = counts_vec(&q.stats.snapshot());
                 values.extend(totals);
-                samples.push((rate_key("queue", &vhost.name, &q.name), values));
+                round.record(|k| rate_key_into(k, "queue", &vhost.name, &q.name), &values);
             }
             for x in vhost.exchanges() {
-                samples.push((
-                    rate_key("exchange", &vhost.name, &x.name),
-                    counts_vec(&x.stats.snapshot()),
-                ));
+                round.record(
+                    |k| rate_key_into(k, "exchange", &vhost.name, &x.name),
+                    &counts_vec(&x.stats.snapshot()),
+                );
             }
             let mut values = counts_vec(&api.broker.registry.message_totals(Some(&vhost.name)));
             values.extend(vhost_queues);
-            samples.push((rate_key("vhost", &vhost.name, ""), values));
+            round.record(|k| rate_key_into(k, "vhost", &vhost.name, ""), &values);
+            kept.push((rate_key("vhost", &vhost.name, ""), values));
             for i in 0..3 {
                 all_queues[i] += vhost_queues[i];
             }
         }
         for c in api.broker.registry.connections() {
             use std::sync::atomic::Ordering::Relaxed;
-            samples.push((
-                rate_key("connection", "", &c.name),
-                vec![c.recv_oct.load(Relaxed), c.send_oct.load(Relaxed)],
-            ));
+            round.record(
+                |k| rate_key_into(k, "connection", "", &c.name),
+                &[c.recv_oct.load(Relaxed), c.send_oct.load(Relaxed)],
+            );
             for ch in c.channels() {
-                samples.push((
-                    rate_key("channel", &c.name, &ch.number.to_string()),
-                    counts_vec(&ch.stats.snapshot()),
-                ));
+                round.record(
+                    |k| rate_key_into(k, "channel", &c.name, &ch.number.to_string()),
+                    &counts_vec(&ch.stats.snapshot()),
+                );
             }
         }
         let mut values = counts_vec(&api.broker.registry.message_totals(None));
         values.extend(all_queues);
-        samples.push((rate_key("overview", "", ""), values));
-        let kept = samples
-            .iter()
-            .filter(|(key, _)| key.starts_with("overview\0") || key.starts_with("vhost\0"))
-            .cloned();
+        round.record(|k| rate_key_into(k, "overview", "", ""), &values);
+        kept.push((rate_key("overview", "", ""), values));
         api.history.record(crate::history::now_ms(), kept);
-        api.rates.sample(samples);
+        api.rates.finish(round);
     }
 }
 
