@@ -154,43 +154,49 @@ where
         }
     }
 
-    pub async fn serve(mut self) {
-        let opened =
-            // Boxed, as the linger below: the handshake's states are live only at the start.
-            match Box::pin(tokio::time::timeout(self.config.handshake_timeout, self.handshake()))
-                .await
-            {
-                Err(_) => {
-                    tracing::info!(peer = %self.peer, "AMQP 1.0 handshake timed out");
-                    false
+    /// Serves the connection to its end. A plain function returning an `async move` block, as
+    /// the 0-9-1 connection's `serve`: an `async fn` keeps its by-value `self` twice in the
+    /// connection's task for its whole life (rust-lang/rust#62958).
+    #[allow(clippy::manual_async_fn)]
+    pub fn serve(mut self) -> impl std::future::Future<Output = ()> {
+        async move {
+            let opened =
+                // Boxed, as the linger below: the handshake's states are live only at the start.
+                match Box::pin(tokio::time::timeout(self.config.handshake_timeout, self.handshake()))
+                    .await
+                {
+                    Err(_) => {
+                        tracing::info!(peer = %self.peer, "AMQP 1.0 handshake timed out");
+                        false
+                    }
+                    Ok(Ok(open)) => open,
+                    Ok(Err(e)) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 handshake failed");
+                        false
+                    }
+                };
+            if opened {
+                self.register();
+                tracing::debug!(peer = %self.peer, user = %self.user, tls = self.tls, "AMQP 1.0 connection open");
+                if let Err(e) = self.run().await {
+                    tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 connection ended");
                 }
-                Ok(Ok(open)) => open,
-                Ok(Err(e)) => {
-                    tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 handshake failed");
-                    false
+            }
+            self.release();
+            let linger = async {
+                let _ = self.flush().await;
+                let _ = self.writer.shutdown().await;
+                let mut scratch = [0u8; 4096];
+                while let Ok(n) = self.reader.read(&mut scratch).await {
+                    if n == 0 {
+                        break;
+                    }
                 }
             };
-        if opened {
-            self.register();
-            tracing::debug!(peer = %self.peer, user = %self.user, tls = self.tls, "AMQP 1.0 connection open");
-            if let Err(e) = self.run().await {
-                tracing::debug!(peer = %self.peer, error = %e, "AMQP 1.0 connection ended");
-            }
+            // Boxed: its read scratch and timer would otherwise sit in every connection's task
+            // for the connection's whole life, though they are needed only at its end.
+            let _ = Box::pin(tokio::time::timeout(LINGER_TIMEOUT, linger)).await;
         }
-        self.release();
-        let linger = async {
-            let _ = self.flush().await;
-            let _ = self.writer.shutdown().await;
-            let mut scratch = [0u8; 4096];
-            while let Ok(n) = self.reader.read(&mut scratch).await {
-                if n == 0 {
-                    break;
-                }
-            }
-        };
-        // Boxed: its read scratch and timer would otherwise sit in every connection's task
-        // for the connection's whole life, though they are needed only at its end.
-        let _ = Box::pin(tokio::time::timeout(LINGER_TIMEOUT, linger)).await;
     }
 
     async fn flush(&mut self) -> io::Result<()> {

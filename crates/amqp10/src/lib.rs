@@ -77,8 +77,10 @@ pub struct Endpoints {
 }
 
 /// Serves one AMQP 1.0 connection to its end. `read` holds what was already read from the
-/// stream (at least the 8-byte protocol header the caller dispatched on).
-pub async fn serve<R, W>(
+/// stream (at least the 8-byte protocol header the caller dispatched on). The connection's
+/// own future, returned as it is: an `async fn` here would hold its arguments beside it for
+/// the connection's whole life.
+pub fn serve<R, W>(
     reader: R,
     writer: W,
     read: BytesMut,
@@ -86,11 +88,10 @@ pub async fn serve<R, W>(
     broker: Arc<Broker>,
     config: Arc<Amqp10Config>,
     tls: bool,
-) where
+) -> impl std::future::Future<Output = ()>
+where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    connection::Connection::new(reader, writer, read, endpoints, broker, config, tls)
-        .serve()
-        .await
+    connection::Connection::new(reader, writer, read, endpoints, broker, config, tls).serve()
 }
