@@ -55,7 +55,7 @@ instructions() {
 
 total_small=$(instructions $small)
 total_large=$(instructions $large)
-echo "tool instructions per message: $(( (total_large - total_small) / (large - small) ))"
+echo "tool instructions per message: $(per_operation "$total_small" "$total_large" $small $large)"
 if [ -n "${KEEP:-}" ]; then
   mkdir -p "$KEEP"
   cp "$work"/tool.*.callgrind "$KEEP"/

@@ -132,12 +132,17 @@ impl PublishGrants {
         exchange: &Exchange,
         routing_keys: &[&str],
     ) -> AmqpResult<()> {
+        // Only topic exchanges have topic permissions: the kind first, so the publishes to
+        // every other exchange (the default one too) skip the search below.
+        if exchange.kind != ExchangeKind::Topic {
+            return Ok(());
+        }
         let restricted = self
             .exchanges
             .iter()
             .find(|(e, _)| *e == exchange.name)
             .is_none_or(|(_, restricted)| *restricted);
-        if exchange.kind != ExchangeKind::Topic || !restricted {
+        if !restricted {
             return Ok(());
         }
         for key in routing_keys {
