@@ -32,6 +32,7 @@ use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
+use crate::unsynced::Unsynced;
 use crate::waiting::{self, HeldForLink, PendingReply};
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
@@ -48,7 +49,7 @@ use warren_broker::remote::PeerLink;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, AmqpError, Broker, ConnectionEvent, ConnectionId, ConnectionInfo,
-    DurableWait, EventReceiver, EventSender, VHost,
+    EventReceiver, EventSender, VHost,
 };
 use warren_codec::socket_buffer::{
     new_socket_buffer, new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
@@ -163,7 +164,7 @@ pub struct Connection<R, W> {
     pending: Option<PendingReply>,
     /// Output held back until the store has fsync'd a change it answers for (`pending.rs`):
     /// nothing is written to the socket while set.
-    unsynced: Option<DurableWait>,
+    unsynced: Unsynced,
     /// A channel method waiting for the link to its queue's node (`pending.rs`): no frame is
     /// handled until it is.
     held: Option<Box<HeldForLink>>,
@@ -227,7 +228,7 @@ where
             tls: None,
             forced_close: None,
             pending: None,
-            unsynced: None,
+            unsynced: Unsynced::default(),
             held: None,
             local: SocketAddr::from(([0, 0, 0, 0], 0)),
             mechanism: String::new(),
@@ -405,11 +406,10 @@ where
     // ---- socket helpers ----------------------------------------------------------------
 
     async fn flush(&mut self) -> io::Result<()> {
-        if let Some(durable) = self.unsynced.take() {
-            durable.await;
-        }
+        self.unsynced.all_synced().await;
         if !self.wbuf.is_empty() {
             self.writer.write_all(&self.wbuf).await?;
+            self.unsynced.wrote(self.wbuf.len());
             // A TLS writer sends what it still holds only on flush (free on plain TCP).
             self.writer.flush().await?;
             self.wbuf.clear();
@@ -661,6 +661,7 @@ where
             let confirms_waiting = self.channels.values().any(|c| c.awaits_durability());
             let held_back = self.throttle.is_blocked();
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
+            let writable = self.unsynced.writable(self.wbuf.len());
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf),
                     if room && !held_back && !self.waiting() => {
@@ -680,13 +681,14 @@ where
                         return Ok(());
                     }
                 }
-                written = write_or_flush(&mut self.writer, &self.wbuf),
-                    if (!self.wbuf.is_empty() || self.unflushed) && self.unsynced.is_none() => {
+                written = write_or_flush(&mut self.writer, &self.wbuf[..writable]),
+                    if writable > 0 || self.unflushed => {
                     match written? {
                         Some(n) => {
                             info.send_oct.fetch_add(n as u64, Relaxed);
                             info.send_cnt.fetch_add(1, Relaxed);
                             self.wbuf.advance(n);
+                            self.unsynced.wrote(n);
                             rewind(&mut self.wbuf);
                             self.last_write = Instant::now();
                             self.unflushed = true;
@@ -727,9 +729,7 @@ where
                         }
                     }
                 }
-                _ = synced(&mut self.unsynced), if self.unsynced.is_some() => {
-                    self.unsynced = None;
-                }
+                _ = self.unsynced.front_synced(), if self.unsynced.is_holding() => {}
                 _ = durable_advanced(&mut self.durable), if confirms_waiting => {
                     self.flush_confirms();
                 }
@@ -1344,14 +1344,6 @@ async fn link_waited(held: &mut Option<Box<HeldForLink>>) {
 
 /// Resolves when the waiting channel method's definitions change is made (never when none
 /// waits: the select branch is off then).
-/// Resolves when the held output's change is durable (never without one).
-async fn synced(unsynced: &mut Option<DurableWait>) {
-    match unsynced {
-        Some(durable) => durable.as_mut().await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn change_made(
     pending: &mut Option<PendingReply>,
 ) -> Result<warren_broker::Outcome, AmqpError> {

@@ -3,6 +3,7 @@
 //! connection state.
 
 use crate::config::ServerConfig;
+use crate::unsynced::Unsynced;
 use crate::waiting::PendingReply;
 use bytes::BytesMut;
 use std::sync::Arc;
@@ -27,17 +28,17 @@ pub struct Ctx<'a> {
     /// Where a method whose definitions change waits for the metadata log leaves itself
     /// (`pending.rs`); the connection awaits it before its next frame.
     pub pending: &'a mut Option<PendingReply>,
-    /// While set, nothing in `out` may reach the client: it answers for a change the store
-    /// has written but not yet fsync'd (`Change::Unsynced`). The connection awaits it before
-    /// it writes, and reads on meanwhile.
-    pub unsynced: &'a mut Option<DurableWait>,
+    /// The part of `out` that may not reach the client yet: it answers for changes the store
+    /// has written but not yet fsync'd (`Change::Unsynced`). The connection writes what is
+    /// before it, awaits the syncs, and reads on meanwhile.
+    pub unsynced: &'a mut Unsynced,
 }
 
 impl Ctx<'_> {
-    /// Holds the output back until `durable` resolves; it covers any wait held before (a
-    /// later wait syncs every earlier write).
-    pub fn hold_output_until(&mut self, durable: DurableWait) {
-        *self.unsynced = Some(durable);
+    /// Holds the output from offset `from` of `out` (where a change's answer begins) back
+    /// until `durable` resolves.
+    pub fn hold_output_until(&mut self, from: usize, durable: DurableWait) {
+        self.unsynced.hold(from, durable);
     }
 
     pub fn send(&mut self, channel: u16, method: impl Into<Method>) {

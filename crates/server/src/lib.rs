@@ -17,6 +17,7 @@ mod publish;
 mod publish_state;
 mod throttle;
 mod unacked;
+mod unsynced;
 mod waiting;
 
 pub use config::ServerConfig;

@@ -36,8 +36,9 @@ impl Channel {
                 Ok(())
             }
             Change::Unsynced { result, durable } => {
+                let answer_from = ctx.out.len();
                 self.finish_change(reply, result?, ctx);
-                ctx.hold_output_until(durable);
+                ctx.hold_output_until(answer_from, durable);
                 Ok(())
             }
             Change::Pending(change) => {

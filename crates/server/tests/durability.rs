@@ -724,3 +724,118 @@ async fn a_declare_ok_waits_for_the_fsync_and_pipelined_declares_share_one() {
     .await;
     assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
 }
+
+/// A client that never pauses its changes still gets its answers (and its heartbeats): the
+/// output a sync holds goes out when that sync ends, not when the client stops sending. With
+/// one wait replaced by every new change, a stream of no-wait durable declares held every
+/// byte of output back for as long as it lasted, and clients with heartbeats (amqp091-go)
+/// closed the connection after ~30 s of silence.
+/// A disk whose file syncs take `SLOW_SYNC`: a slow disk's fsync, long enough for the
+/// connection to read many more declares meanwhile (what a release build does with a
+/// real fsync of a few milliseconds).
+struct SlowSyncs(Arc<FaultyBackend>);
+struct SlowSyncFile(Arc<dyn warren_store::BackendFile>);
+const SLOW_SYNC: Duration = Duration::from_millis(50);
+
+impl Backend for SlowSyncs {
+    fn open(
+        &self,
+        path: &str,
+        create: bool,
+    ) -> std::io::Result<Arc<dyn warren_store::BackendFile>> {
+        Ok(Arc::new(SlowSyncFile(self.0.open(path, create)?)))
+    }
+    fn create_dir_all(&self, dir: &str) -> std::io::Result<()> {
+        self.0.create_dir_all(dir)
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    fn remove(&self, path: &str) -> std::io::Result<()> {
+        self.0.remove(path)
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &str) -> std::io::Result<()> {
+        self.0.sync_dir(dir)
+    }
+}
+
+impl warren_store::BackendFile for SlowSyncFile {
+    fn append(&self, data: &[u8]) -> std::io::Result<()> {
+        self.0.append(data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        std::thread::sleep(SLOW_SYNC);
+        self.0.sync()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn len_bytes(&self) -> std::io::Result<u64> {
+        self.0.len_bytes()
+    }
+    fn truncate(&self, len_bytes: u64) -> std::io::Result<()> {
+        self.0.truncate(len_bytes)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_go_out_while_no_wait_declares_keep_coming() {
+    let backend: Arc<dyn Backend> = Arc::new(SlowSyncs(Arc::new(FaultyBackend::new(12))));
+    let (store, recovered) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
+    let broker = Broker::new(1 << 30, Some(store));
+    broker.recover(recovered);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(warren_server::run(
+        listener,
+        broker,
+        ServerConfig::default(),
+        std::future::pending(),
+    ));
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    declare_durable(&mut c, "first").await;
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "answered".into(),
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let sending_for = Duration::from_secs(3);
+    let deadline = Instant::now() + sending_for;
+    let mut sent = 0;
+    let answer = loop {
+        // Only what has already arrived: the client never pauses.
+        if let Some(answer) = c.method_or_closed(Duration::ZERO).await {
+            break Some(answer);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        // Enough in one write that the broker always has more to read.
+        let mut frames = bytes::BytesMut::new();
+        for _ in 0..1000 {
+            let declare = QueueDeclare {
+                queue: format!("nw{sent}").as_str().into(),
+                durable: true,
+                no_wait: true,
+                ..Default::default()
+            };
+            write_method(&mut frames, 1, &Method::QueueDeclare(declare));
+            sent += 1;
+        }
+        c.send_raw(&frames).await;
+    };
+    match answer {
+        Some((1, Method::QueueDeclareOk(ok))) => assert_eq!(ok.queue.as_str(), "answered"),
+        other => {
+            panic!("no declare-ok in {sending_for:?} of no-wait declares ({sent} sent): {other:?}")
+        }
+    }
+}
