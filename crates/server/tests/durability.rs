@@ -23,7 +23,10 @@ async fn start_on(disk: Arc<FaultyBackend>) -> u16 {
 
 /// Starts a broker on `disk`; also returns its store, for tests that look at what it wrote.
 async fn start_with_store(disk: Arc<FaultyBackend>) -> (u16, Store) {
-    let backend: Arc<dyn Backend> = disk;
+    start_on_backend(disk).await
+}
+
+async fn start_on_backend(backend: Arc<dyn Backend>) -> (u16, Store) {
     let (store, recovered) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
     let broker = Broker::new(1 << 30, Some(store.clone()));
     broker.recover(recovered);
@@ -783,18 +786,8 @@ impl warren_store::BackendFile for SlowSyncFile {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_go_out_while_no_wait_declares_keep_coming() {
-    let backend: Arc<dyn Backend> = Arc::new(SlowSyncs(Arc::new(FaultyBackend::new(12))));
-    let (store, recovered) = Store::open_with_backend(backend, StoreOptions::default()).unwrap();
-    let broker = Broker::new(1 << 30, Some(store));
-    broker.recover(recovered);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(warren_server::run(
-        listener,
-        broker,
-        ServerConfig::default(),
-        std::future::pending(),
-    ));
+    let (port, _store) =
+        start_on_backend(Arc::new(SlowSyncs(Arc::new(FaultyBackend::new(12))))).await;
     let mut c = Client::connect(port).await;
     c.open_channel(1).await;
     declare_durable(&mut c, "first").await;
