@@ -13,7 +13,7 @@ pub mod field_json;
 mod import;
 mod plan;
 
-pub use export::{export, export_vhost};
+pub use export::{export, export_vhost, write_export, write_export_vhost};
 
 use plan::Scope;
 use serde_json::Value;

@@ -172,3 +172,43 @@ fn one_vhost_exports_and_imports_without_vhost_fields() {
     assert!(copy.policy("limits").is_some());
     assert!(now(warren_definitions::import_vhost(&other, "missing", &orders)).is_err());
 }
+
+#[test]
+fn the_streamed_export_is_the_export_serialized() {
+    let broker = loaded();
+    // A few hundred queues and bindings more, so that the sections hold many items.
+    let queues: Vec<Value> = (0..300)
+        .map(|i| {
+            json!({"name": format!("many.{i:03}"), "vhost": "orders", "durable": i % 2 == 0,
+                        "auto_delete": false, "arguments": {"x-max-length": i}})
+        })
+        .collect();
+    let bindings: Vec<Value> = (0..300)
+        .map(|i| json!({"source": "events", "vhost": "orders", "destination": format!("many.{i:03}"),
+                        "destination_type": "queue", "routing_key": format!("k.{i}"), "arguments": {}}))
+        .collect();
+    let more = json!({"queues": queues, "bindings": bindings});
+    now(warren_definitions::import(&broker, &more)).unwrap();
+
+    let mut streamed = Vec::new();
+    warren_definitions::write_export(&broker, &mut streamed).unwrap();
+    let whole = warren_definitions::export(&broker);
+    assert_eq!(whole["queues"].as_array().unwrap().len(), 305);
+    assert_eq!(
+        String::from_utf8(streamed).unwrap(),
+        serde_json::to_string(&whole).unwrap()
+    );
+    for vhost in ["orders", "/"] {
+        let mut streamed = Vec::new();
+        assert!(warren_definitions::write_export_vhost(&broker, vhost, &mut streamed).unwrap());
+        let whole = warren_definitions::export_vhost(&broker, vhost).unwrap();
+        assert_eq!(
+            String::from_utf8(streamed).unwrap(),
+            serde_json::to_string(&whole).unwrap(),
+            "{vhost}"
+        );
+    }
+    let mut nothing = Vec::new();
+    assert!(!warren_definitions::write_export_vhost(&broker, "no-such", &mut nothing).unwrap());
+    assert!(nothing.is_empty());
+}

@@ -53,6 +53,12 @@ impl History {
             .map_or_else(Vec::new, |kept| kept.iter().cloned().collect())
     }
 
+    /// The counters of `key`'s latest round.
+    pub fn latest(&self, key: &str) -> Option<Vec<u64>> {
+        let rounds = self.rounds.lock();
+        rounds.get(key)?.back().map(|(_, values)| values.clone())
+    }
+
     /// The rounds of several keys added up round by round (the vhosts a user sees); a key
     /// that has no round at some time (a vhost made later) adds nothing to it.
     pub fn sum_of<'a>(&self, keys: impl IntoIterator<Item = &'a str>) -> Vec<Round> {

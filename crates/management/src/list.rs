@@ -34,12 +34,11 @@ pub fn respond_sorted(mut items: Vec<Value>, query: &Query, default_sort: &[&str
     Ok(page.respond(slice, filtered_count, total_count))
 }
 
-/// A row of a list whose objects are costly to build (a queue's JSON gathers its stats):
-/// its vhost and name, which the default sort and the `name` filter need, and what builds it.
-pub struct Named<T> {
-    pub vhost: String,
-    pub name: String,
-    pub item: T,
+/// The names of a list row whose object is costly to build (a queue's JSON gathers its
+/// stats): its vhost and name, which the default sort and the `name` filter need.
+pub trait Named {
+    fn vhost(&self) -> &str;
+    fn name(&self) -> &str;
 }
 
 /// As `respond` (sorted by vhost then name), building only what is served: a page sorted
@@ -47,8 +46,13 @@ pub struct Named<T> {
 /// other (`GET /api/queues?page=1` with 16,000 queues built all 16,000 and took 980 ms);
 /// any other query builds every row first. `build` makes the objects of the rows it is given,
 /// in order.
-pub fn respond_named<T>(
-    mut rows: Vec<Named<T>>,
+///
+/// Nor is the whole list sorted for a page: the rows up to the page's end are picked out
+/// (`select_nth_unstable_by`, linear) and only they are sorted, each row's position in `rows`
+/// breaking ties as the stable sort of `respond` does. With 100,000 queues the first page
+/// takes a few ms, where sorting every row took over 100.
+pub fn respond_named<T: Named>(
+    rows: Vec<T>,
     query: &Query,
     build: impl FnOnce(&[&T]) -> Vec<Value>,
 ) -> ApiResult {
@@ -59,30 +63,41 @@ pub fn respond_named<T>(
         .filter(|s| !s.is_empty());
     let by_names = matches!(sort_key, None | Some("vhost") | Some("name"));
     let (Some(page), true) = (page, by_names) else {
-        let all: Vec<&T> = rows.iter().map(|r| &r.item).collect();
+        let all: Vec<&T> = rows.iter().collect();
         return respond(build(&all), query);
     };
-    // The order `sort` gives the built objects: stable, by the keys asked.
-    match sort_key {
-        Some("vhost") => rows.sort_by(|a, b| a.vhost.cmp(&b.vhost)),
-        Some("name") => rows.sort_by(|a, b| a.name.cmp(&b.name)),
-        _ => rows.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name))),
-    }
-    if query.get("sort_reverse").is_some_and(|v| v == "true") {
-        rows.reverse();
-    }
     let total_count = rows.len();
     let matches = name_filter(query)?;
-    let filtered: Vec<&T> = rows
+    // (position in `rows`, row): the position breaks ties, as in a stable sort.
+    let mut filtered: Vec<(usize, &T)> = rows
         .iter()
-        .filter(|r| matches.as_ref().is_none_or(|re| re.is_match(&r.name)))
-        .map(|r| &r.item)
+        .enumerate()
+        .filter(|(_, r)| matches.as_ref().is_none_or(|re| re.is_match(r.name())))
         .collect();
+    let reverse = query.get("sort_reverse").is_some_and(|v| v == "true");
+    // The order `sort` gives the built objects, by the keys asked; reversed, ties too (the
+    // whole sorted list is reversed).
+    let order = |(i, a): &(usize, &T), (j, b): &(usize, &T)| {
+        let by_keys = match sort_key {
+            Some("vhost") => a.vhost().cmp(b.vhost()),
+            Some("name") => a.name().cmp(b.name()),
+            _ => (a.vhost(), a.name()).cmp(&(b.vhost(), b.name())),
+        };
+        let ordering = by_keys.then(i.cmp(j));
+        if reverse {
+            ordering.reverse()
+        } else {
+            ordering
+        }
+    };
     let (range, filtered_count) = page.range(filtered.len())?;
-    let slice: Vec<Value> = build(&filtered[range])
-        .iter()
-        .map(|v| columns(v, query))
-        .collect();
+    if range.end < filtered.len() {
+        filtered.select_nth_unstable_by(range.end, order);
+    }
+    let served = &mut filtered[..range.end];
+    served.sort_unstable_by(order);
+    let slice: Vec<&T> = served[range.start..].iter().map(|(_, r)| *r).collect();
+    let slice: Vec<Value> = build(&slice).iter().map(|v| columns(v, query)).collect();
     Ok(page.respond(slice, filtered_count, total_count))
 }
 
@@ -275,28 +290,43 @@ mod tests {
         serde_json::from_slice(&bytes).unwrap()
     }
 
+    impl Named for Value {
+        fn vhost(&self) -> &str {
+            self["vhost"].as_str().unwrap()
+        }
+        fn name(&self) -> &str {
+            self["name"].as_str().unwrap()
+        }
+    }
+
     #[tokio::test]
     async fn a_page_sorted_by_names_builds_only_its_rows_and_serves_what_building_all_serves() {
+        // Names repeated across vhosts, so that ties under `sort=name` keep their order.
         let rows = || {
             let mut rows = Vec::new();
-            for (vhost, name, n) in [("/", "b", 1), ("v", "a", 2), ("/", "a", 3), ("v", "c", 4)] {
-                rows.push(Named {
-                    vhost: vhost.into(),
-                    name: name.into(),
-                    item: json!({"vhost": vhost, "name": name, "n": n}),
-                });
+            for i in 0..40 {
+                let (vhost, name) = (["/", "v", "w"][i % 3], format!("q{}", (i * 7) % 13));
+                rows.push(json!({"vhost": vhost, "name": name, "n": i}));
             }
             rows
         };
         let queries = [
             vec![("page", "1"), ("page_size", "3")],
             vec![("page", "2"), ("page_size", "3")],
+            vec![("page", "4"), ("page_size", "7")],
             vec![("page", "1"), ("sort", "name"), ("sort_reverse", "true")],
+            vec![("page", "2"), ("page_size", "5"), ("sort", "name")],
+            vec![
+                ("page", "3"),
+                ("page_size", "4"),
+                ("sort", "vhost"),
+                ("sort_reverse", "true"),
+            ],
             vec![("page", "1"), ("sort", "vhost")],
-            vec![("page", "1"), ("name", "A")],
-            vec![("page", "1"), ("name", "^[bc]$"), ("use_regex", "true")],
+            vec![("page", "1"), ("name", "Q1")],
+            vec![("page", "1"), ("name", "^q[23]$"), ("use_regex", "true")],
             vec![("page", "1"), ("sort", "n"), ("columns", "name")],
-            vec![("page", "3"), ("page_size", "3")],
+            vec![("page", "9"), ("page_size", "5")],
             vec![],
         ];
         for pairs in queries {
@@ -306,7 +336,7 @@ mod tests {
                 built.set(served.len());
                 served.iter().map(|v| (*v).clone()).collect()
             });
-            let eager = respond(rows().into_iter().map(|r| r.item).collect(), &query);
+            let eager = respond(rows(), &query);
             let lazy = body(lazy).await;
             assert_eq!(lazy, body(eager).await, "{pairs:?}");
             let by_names = !pairs.iter().any(|(k, v)| *k == "sort" && *v == "n");

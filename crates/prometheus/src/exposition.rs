@@ -1,5 +1,6 @@
-//! The Prometheus text exposition format (version 0.0.4), written straight into one
-//! `String`: a family is `# TYPE` then `# HELP` (RabbitMQ's order), then its samples.
+//! The Prometheus text exposition format (version 0.0.4), written into one `String`, or for
+//! a streamed scrape (`Exposition::streaming`) handed to the connection every 64 KiB so that
+//! a per-object scrape of 100,000 queues is never held whole: a family is `# TYPE` then `# HELP` (RabbitMQ's order), then its samples.
 //! Label values are escaped as the format requires (`\`, `"` and newlines); names are
 //! the caller's constants.
 //!
@@ -9,6 +10,7 @@
 
 use crate::selection::Selection;
 use std::fmt::Write;
+use warren_listener::streamed_body::{ChunkWriter, CHUNK_BYTES};
 
 /// The media type of the text format, as RabbitMQ's plugin sends it.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
@@ -54,9 +56,11 @@ impl From<f64> for Value {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Exposition {
     text: String,
+    /// Set for a streamed scrape: where `text` goes once it holds a chunk.
+    sink: Option<ChunkWriter>,
     /// Set for `/metrics/detailed`.
     selection: Option<Selection>,
     /// Whether the current group's families are written, and under the detailed prefix.
@@ -77,6 +81,33 @@ impl Exposition {
         Exposition {
             selection: Some(selection),
             ..Exposition::default()
+        }
+    }
+
+    /// An exposition whose text is sent as it is written (`selection` as `detailed`'s for
+    /// `/metrics/detailed`); `finish` sends the rest.
+    pub fn streaming(sink: ChunkWriter, selection: Option<Selection>) -> Exposition {
+        Exposition {
+            sink: Some(sink),
+            selection,
+            ..Exposition::default()
+        }
+    }
+
+    /// A streamed exposition hands over what it holds once that makes a chunk.
+    fn spill(&mut self) {
+        if let Some(sink) = &mut self.sink {
+            if self.text.len() >= CHUNK_BYTES {
+                sink.push_str(&self.text);
+                self.text.clear();
+            }
+        }
+    }
+
+    /// Ends a streamed exposition: what is left is sent and the body ends.
+    pub fn finish(mut self) {
+        if let Some(mut sink) = self.sink.take() {
+            sink.push_str(&self.text);
         }
     }
 
@@ -121,6 +152,7 @@ impl Exposition {
         self.text.push_str("# HELP ");
         self.push_name(name);
         let _ = writeln!(self.text, " {}", escape_help(help));
+        self.spill();
     }
 
     pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<Value>) {
@@ -161,6 +193,7 @@ impl Exposition {
             }
         }
         self.text.push('\n');
+        self.spill();
     }
 
     /// A family with a single unlabelled sample.

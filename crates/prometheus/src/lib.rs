@@ -27,6 +27,7 @@ pub use exposition::{Exposition, Kind, CONTENT_TYPE};
 pub use node::Endpoint;
 pub use selection::Selection;
 
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -36,6 +37,7 @@ use std::future::Future;
 use std::sync::Arc;
 use warren_broker::Broker;
 use warren_listener::http_listener::{self, HttpListener};
+use warren_listener::streamed_body::streamed;
 
 struct Scraped {
     broker: Arc<Broker>,
@@ -47,37 +49,7 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
         return render_detailed(broker, Selection::default());
     }
     let mut out = Exposition::new();
-    let per_object = endpoint == Endpoint::PerObject;
-    if !per_object {
-        // RabbitMQ's alarm collector serves /metrics only.
-        node::alarms(&mut out, broker);
-        node::cluster(&mut out, broker);
-    }
-    node::churn(&mut out, broker);
-    node::auth_attempts(&mut out, broker);
-    node::resources(&mut out, broker);
-    let queues = queues::QueueReadings::take(broker);
-    queues::families(&mut out, &queues, per_object);
-    raft::families(&mut out, &raft::RaftReadings::take(broker), per_object);
-    let channels = channels::ChannelReadings::take(broker);
-    channels::families(&mut out, &channels, per_object);
-    exchanges(&mut out, broker, per_object);
-    totals(&mut out, &queues, &channels);
-    global::families(
-        &mut out,
-        &global::GlobalReadings {
-            messages: broker.registry.message_totals(None),
-            published: broker.counters.published.counts(),
-            publishers: channels.publishers(),
-            consumers: channels.consumers(),
-        },
-    );
-    global::dead_lettered(&mut out, &broker.counters.dead_lettered);
-    if per_object {
-        queues::info(&mut out, &queues);
-    }
-    node::identity(&mut out, broker, endpoint);
-    node::store(&mut out, broker);
+    scrape(&mut out, broker, endpoint);
     out.into_text()
 }
 
@@ -85,25 +57,65 @@ pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
 /// then the identity families.
 pub fn render_detailed(broker: &Broker, selection: Selection) -> String {
     let mut out = Exposition::detailed(selection);
-    node::churn(&mut out, broker);
-    node::auth_attempts(&mut out, broker);
-    node::resources(&mut out, broker);
+    scrape_detailed(&mut out, broker);
+    out.into_text()
+}
+
+/// `/metrics` or `/metrics/per-object` into `out`.
+fn scrape(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
+    let per_object = endpoint == Endpoint::PerObject;
+    if !per_object {
+        // RabbitMQ's alarm collector serves /metrics only.
+        node::alarms(out, broker);
+        node::cluster(out, broker);
+    }
+    node::churn(out, broker);
+    node::auth_attempts(out, broker);
+    node::resources(out, broker);
+    let queues = queues::QueueReadings::take(broker, per_object);
+    queues::families(out, &queues);
+    raft::families(out, &raft::RaftReadings::take(broker), per_object);
+    let channels = channels::ChannelReadings::take(broker);
+    channels::families(out, &channels, per_object);
+    exchanges(out, broker, per_object);
+    totals(out, &queues, &channels);
+    global::families(
+        out,
+        &global::GlobalReadings {
+            messages: broker.registry.message_totals(None),
+            published: broker.counters.published.counts(),
+            publishers: channels.publishers(),
+            consumers: channels.consumers(),
+        },
+    );
+    global::dead_lettered(out, &broker.counters.dead_lettered);
+    if per_object {
+        queues::info(out, &queues);
+    }
+    node::identity(out, broker, endpoint);
+    node::store(out, broker);
+}
+
+/// `/metrics/detailed` into `out`, an exposition made with its selection.
+fn scrape_detailed(out: &mut Exposition, broker: &Broker) {
+    node::churn(out, broker);
+    node::auth_attempts(out, broker);
+    node::resources(out, broker);
     if out.selected(QUEUE_GROUPS) {
-        let queues = queues::QueueReadings::take(broker);
-        queues::families(&mut out, &queues, true);
-        queues::info(&mut out, &queues);
+        let queues = queues::QueueReadings::take(broker, true);
+        queues::families(out, &queues);
+        queues::info(out, &queues);
     }
     if out.selected(&["ra_metrics"]) {
-        raft::families(&mut out, &raft::RaftReadings::take(broker), true);
+        raft::families(out, &raft::RaftReadings::take(broker), true);
     }
     if out.selected(CHANNEL_GROUPS) {
-        channels::families(&mut out, &channels::ChannelReadings::take(broker), true);
+        channels::families(out, &channels::ChannelReadings::take(broker), true);
     }
     if out.selected(&["exchange_metrics"]) {
-        exchanges(&mut out, broker, true);
+        exchanges(out, broker, true);
     }
-    node::identity(&mut out, broker, Endpoint::Detailed);
-    out.into_text()
+    node::identity(out, broker, Endpoint::Detailed);
 }
 
 /// The groups whose families need every queue read, or every channel.
@@ -193,24 +205,33 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .with_state(state)
 }
 
+/// `/metrics` is small whatever the broker holds (a sample per family), so it is built
+/// whole; the per-object and detailed scrapes grow with the queues and channels and are
+/// streamed (`Exposition::streaming`).
 async fn aggregated(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
-    respond(&s, Endpoint::Aggregated)
+    text(Body::from(render(&s.broker, Endpoint::Aggregated)))
 }
 
 async fn per_object(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
-    respond(&s, Endpoint::PerObject)
+    let broker = s.broker.clone();
+    text(streamed(move |sink| {
+        let mut out = Exposition::streaming(sink, None);
+        scrape(&mut out, &broker, Endpoint::PerObject);
+        out.finish();
+    }))
 }
 
 async fn detailed(State(s): State<Arc<Scraped>>, RawQuery(query): RawQuery) -> impl IntoResponse {
     let selection = Selection::from_query(query.as_deref().unwrap_or(""));
-    text(render_detailed(&s.broker, selection))
+    let broker = s.broker.clone();
+    text(streamed(move |sink| {
+        let mut out = Exposition::streaming(sink, Some(selection));
+        scrape_detailed(&mut out, &broker);
+        out.finish();
+    }))
 }
 
-fn respond(s: &Scraped, endpoint: Endpoint) -> impl IntoResponse {
-    text(render(&s.broker, endpoint))
-}
-
-fn text(body: String) -> impl IntoResponse {
+fn text(body: Body) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
 }
 

@@ -2,15 +2,17 @@
 //! timestamp per queue (`/metrics/per-object`, labels
 //! `vhost` and `queue`) or summed over all queues (`/metrics`), plus the totals RabbitMQ
 //! always reports (`rabbitmq_queues`, `rabbitmq_consumers`, …). Read from
-//! `Queue::depth`, one lock per queue per scrape; nothing on the message path.
+//! `Queue::depth`, one lock per queue per scrape; nothing on the message path. `/metrics`
+//! adds each reading into the sums as it is taken and keeps none: with 100,000 queues a
+//! scrape walks them once and holds no per-queue data.
 
 use crate::exposition::{Exposition, Kind};
 use std::sync::Arc;
 use warren_broker::queue::QueueDepth;
-use warren_broker::{Broker, MessageCounts, Queue};
+use warren_broker::{Broker, MessageCounts, Queue, VHost};
 
 struct QueueReading {
-    vhost: String,
+    vhost: Arc<VHost>,
     queue: Arc<Queue>,
     depth: QueueDepth,
     counts: MessageCounts,
@@ -18,38 +20,84 @@ struct QueueReading {
 
 /// Every queue of every vhost, read once for the whole scrape.
 pub struct QueueReadings {
+    /// Whether the samples are per queue (`/metrics/per-object`, detailed) or sums.
+    per_object: bool,
+    /// Per object, every queue's reading; empty for `/metrics`.
     queues: Vec<QueueReading>,
+    sums: Sums,
+}
+
+/// Each per-queue family's sum over the queues (what `/metrics` serves), by the same
+/// reading functions as the per-queue samples.
+#[derive(Default)]
+struct Sums {
+    queues: u64,
+    consumers: u64,
+    families: [u64; QUEUE_FAMILIES.len()],
+    counters: [u64; QUEUE_COUNTERS.len()],
+    published: u64,
+    /// Consumer capacity over the queues that measure it.
+    capacity: f64,
+}
+
+impl Sums {
+    fn add(&mut self, depth: &QueueDepth, counts: &MessageCounts) {
+        self.queues += 1;
+        self.consumers += depth.consumers;
+        for (sum, (.., read)) in self.families.iter_mut().zip(QUEUE_FAMILIES) {
+            *sum += read(depth);
+        }
+        for (sum, (.., read)) in self.counters.iter_mut().zip(QUEUE_COUNTERS) {
+            *sum += read(counts);
+        }
+        self.published += counts.publish;
+        self.capacity += depth.consumer_capacity.unwrap_or(0.0);
+    }
 }
 
 impl QueueReadings {
     /// The queues this node serves (`Queue::served_here`): in a cluster every queue is
     /// reported by one node, its home or its group's leader, so sums over the nodes count it
     /// once (RabbitMQ's nodes report the queues whose process they run).
-    pub fn take(broker: &Broker) -> QueueReadings {
+    ///
+    /// `per_object`: the readings are sorted by vhost and name, the order the samples are
+    /// written in (a stable order keeps consecutive scrapes comparable by eye); sums need
+    /// no order.
+    pub fn take(broker: &Broker, per_object: bool) -> QueueReadings {
         let mut queues = Vec::new();
+        let mut sums = Sums::default();
         for vhost in broker.vhosts() {
             for queue in vhost.queues().into_iter().filter(|q| q.served_here()) {
-                queues.push(QueueReading {
-                    vhost: vhost.name.clone(),
-                    depth: queue.depth(),
-                    counts: queue.stats.snapshot(),
-                    queue,
-                });
+                let (depth, counts) = (queue.depth(), queue.stats.snapshot());
+                sums.add(&depth, &counts);
+                if per_object {
+                    queues.push(QueueReading {
+                        vhost: vhost.clone(),
+                        depth,
+                        counts,
+                        queue,
+                    });
+                }
             }
         }
-        // A stable order keeps consecutive scrapes comparable by eye.
-        queues.sort_by(|a, b| {
-            (a.vhost.as_str(), a.queue.name.as_str()).cmp(&(&b.vhost, &b.queue.name))
-        });
-        QueueReadings { queues }
+        if per_object {
+            queues.sort_by(|a, b| {
+                (a.vhost.name.as_str(), a.queue.name.as_str()).cmp(&(&b.vhost.name, &b.queue.name))
+            });
+        }
+        QueueReadings {
+            per_object,
+            queues,
+            sums,
+        }
     }
 
     pub fn count(&self) -> u64 {
-        self.queues.len() as u64
+        self.sums.queues
     }
 
     pub fn consumers(&self) -> u64 {
-        self.queues.iter().map(|q| q.depth.consumers).sum()
+        self.sums.consumers
     }
 }
 
@@ -173,11 +221,13 @@ const QUEUE_FAMILIES: &[(&[&str], &str, Kind, &str, Read)] = &[
 
 /// The per-queue families: one sample per queue, or (aggregated) one sum, present even
 /// with no queues so that dashboards show 0 rather than "no data".
-pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool) {
-    for &(group, name, kind, help, read) in QUEUE_FAMILIES {
+pub fn families(out: &mut Exposition, readings: &QueueReadings) {
+    let per_object = readings.per_object;
+    for (&(group, name, kind, help, read), sum) in QUEUE_FAMILIES.iter().zip(readings.sums.families)
+    {
         out.group(Some(group));
         out.family(name, kind, help);
-        per_queue(out, name, readings, per_object, "vhost", |q| read(&q.depth));
+        per_queue(out, name, readings, "vhost", |q| read(&q.depth), sum);
     }
     // A sample for each queue whose head has a timestamp; a sum of timestamps means
     // nothing, so the aggregated endpoint has the family without samples.
@@ -193,7 +243,7 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool
             if let Some(seconds) = q.depth.head_timestamp_s {
                 out.sample(
                     name,
-                    &[("vhost", &q.vhost), ("queue", q.queue.name.as_str())],
+                    &[("vhost", &q.vhost.name), ("queue", q.queue.name.as_str())],
                     seconds,
                 );
             }
@@ -209,28 +259,26 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool
         ),
     ] {
         out.family(name, Kind::Gauge, help);
-        let capacities = readings
-            .queues
-            .iter()
-            .filter_map(|q| q.depth.consumer_capacity.map(|c| (q, c)));
         if per_object {
+            let capacities = readings
+                .queues
+                .iter()
+                .filter_map(|q| q.depth.consumer_capacity.map(|c| (q, c)));
             for (q, capacity) in capacities {
                 let labels = [
-                    ("vhost", q.vhost.as_str()),
+                    ("vhost", q.vhost.name.as_str()),
                     ("queue", q.queue.name.as_str()),
                 ];
                 out.sample(name, &labels, capacity);
             }
         } else {
-            out.sample(name, &[], capacities.map(|(_, c)| c).sum::<f64>());
+            out.sample(name, &[], readings.sums.capacity);
         }
     }
     out.group(Some(&["queue_delivery_metrics"]));
-    for &(name, help, read) in QUEUE_COUNTERS {
+    for (&(name, help, read), sum) in QUEUE_COUNTERS.iter().zip(readings.sums.counters) {
         out.family(name, Kind::Counter, help);
-        per_queue(out, name, readings, per_object, "vhost", |q| {
-            read(&q.counts)
-        });
+        per_queue(out, name, readings, "vhost", |q| read(&q.counts), sum);
     }
     // RabbitMQ counts this per channel, queue and exchange and names the vhosts
     // `queue_vhost` and `exchange_vhost`; Warren counts per queue.
@@ -241,30 +289,39 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings, per_object: bool
         Kind::Counter,
         "Total number of messages published into a queue through an exchange on a channel",
     );
-    per_queue(out, name, readings, per_object, "queue_vhost", |q| {
-        q.counts.publish
-    });
+    let published = readings.sums.published;
+    per_queue(
+        out,
+        name,
+        readings,
+        "queue_vhost",
+        |q| q.counts.publish,
+        published,
+    );
 }
 
-/// One sample per queue labelled `<vhost_label>` and `queue`, or their sum.
+/// One sample per queue labelled `<vhost_label>` and `queue`, or their `sum`.
 fn per_queue(
     out: &mut Exposition,
     name: &str,
     readings: &QueueReadings,
-    per_object: bool,
     vhost_label: &str,
     read: impl Fn(&QueueReading) -> u64,
+    sum: u64,
 ) {
-    if per_object {
+    if readings.per_object {
         for q in &readings.queues {
             out.sample(
                 name,
-                &[(vhost_label, &q.vhost), ("queue", q.queue.name.as_str())],
+                &[
+                    (vhost_label, &q.vhost.name),
+                    ("queue", q.queue.name.as_str()),
+                ],
                 read(q),
             );
         }
     } else {
-        out.sample(name, &[], readings.queues.iter().map(read).sum::<u64>());
+        out.sample(name, &[], sum);
     }
 }
 
@@ -331,7 +388,7 @@ pub fn info(out: &mut Exposition, readings: &QueueReadings) {
         out.sample(
             "rabbitmq_queue_info",
             &[
-                ("vhost", &q.vhost),
+                ("vhost", &q.vhost.name),
                 ("queue", q.queue.name.as_str()),
                 ("queue_type", rabbit_queue_type(&q.queue)),
                 ("membership", "leader"),

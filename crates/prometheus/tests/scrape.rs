@@ -1,5 +1,6 @@
 //! The endpoint served on a port-0 listener, scraped over plain HTTP/1.1 as Prometheus
-//! does: queue depth per queue and summed, churn counters, identity, 404 elsewhere.
+//! does: queue depth per queue and summed, churn counters, identity, 404 elsewhere; the
+//! per-object and detailed scrapes streamed in chunks, the same text as built whole.
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -17,7 +18,53 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let mut response = String::new();
     s.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (head.to_owned(), body.to_owned())
+    let body = match head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        true => unchunk(body),
+        false => body.to_owned(),
+    };
+    (head.to_owned(), body)
+}
+
+type Server = tokio::task::JoinHandle<std::io::Result<()>>;
+
+/// The endpoint on a port-0 listener, until the sender is used.
+async fn serve(
+    broker: &Arc<Broker>,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    Server,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(warren_prometheus::run(
+        vec![HttpListener::plain(listener)],
+        broker.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, stop, server)
+}
+
+/// A chunked body's data (a streamed scrape is sent in chunks of unknown total length).
+fn unchunk(mut chunked: &str) -> String {
+    let mut body = String::new();
+    loop {
+        let (size, rest) = chunked.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size, 16).expect("a hex chunk size");
+        if size == 0 {
+            return body;
+        }
+        body.push_str(&rest[..size]);
+        chunked = rest[size..]
+            .strip_prefix("\r\n")
+            .expect("CRLF after a chunk");
+    }
 }
 
 fn declare(vhost: &Arc<warren_broker::VHost>, name: &str) {
@@ -61,16 +108,7 @@ async fn scrapes_show_queue_depth_per_object_and_summed() {
     publish(&orders, b"world!");
     publish(&vhost.queue("audit").unwrap(), b"x");
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(warren_prometheus::run(
-        vec![HttpListener::plain(listener)],
-        broker.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (addr, stop, server) = serve(&broker).await;
 
     let (head, body) = get(addr, "/metrics/per-object").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -169,4 +207,61 @@ fn node_totals_outlive_a_deleted_vhost() {
     ] {
         assert!(after.lines().any(|l| l == line), "no {line:?} in\n{after}");
     }
+}
+
+/// The lines that do not change between two scrapes: family headers and the samples of
+/// queues (the node's uptime, memory and CPU figures move on).
+fn steady_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with('#') || l.contains("queue=\""))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_scrape_is_the_text_built_whole() {
+    let broker = Broker::new(1 << 30, None);
+    broker.name_node("warren@test");
+    let other = broker.add_vhost("other").unwrap();
+    for vhost in [broker.vhost("/").unwrap(), other] {
+        for i in 0..300 {
+            let name = format!("queue-{i:03}-with-a-long-name-to-fill-the-chunks");
+            declare(&vhost, &name);
+            if i % 3 == 0 {
+                publish(&vhost.queue(&name).unwrap(), b"payload");
+            }
+        }
+    }
+    let (addr, stop, server) = serve(&broker).await;
+    for (path, whole) in [
+        (
+            "/metrics/per-object",
+            warren_prometheus::render(&broker, Endpoint::PerObject),
+        ),
+        (
+            "/metrics/detailed?family=queue_coarse_metrics&family=queue_metrics&vhost=other",
+            warren_prometheus::render_detailed(
+                &broker,
+                warren_prometheus::Selection::from_query(
+                    "family=queue_coarse_metrics&family=queue_metrics&vhost=other",
+                ),
+            ),
+        ),
+    ] {
+        let (head, streamed) = get(addr, path).await;
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{path}: {head}"
+        );
+        assert!(
+            streamed.len() > 2 * warren_listener::streamed_body::CHUNK_BYTES,
+            "{path}: {} bytes, more than one chunk",
+            streamed.len()
+        );
+        assert_eq!(streamed.lines().count(), whole.lines().count(), "{path}");
+        assert_eq!(steady_lines(&streamed), steady_lines(&whole), "{path}");
+        assert!(streamed.ends_with('\n'), "{path}");
+    }
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }

@@ -204,6 +204,15 @@ impl VHost {
         self.exchanges.read().values().cloned().collect()
     }
 
+    /// How many queues `queues` would give, without copying them out (the overview's count).
+    pub fn queue_count(&self) -> usize {
+        self.queues.read().len()
+    }
+
+    pub fn exchange_count(&self) -> usize {
+        self.exchanges.read().len()
+    }
+
     // ---- exchanges -------------------------------------------------------------------
 
     pub fn declare_exchange(&self, d: ExchangeDeclaration) -> AmqpResult<()> {

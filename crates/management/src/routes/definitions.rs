@@ -1,20 +1,28 @@
 //! /api/definitions[/VHOST]: export and import in RabbitMQ's definitions JSON, through
-//! warren-definitions (administrators only, as RabbitMQ).
+//! warren-definitions (administrators only, as RabbitMQ). An export is streamed: written
+//! item by item as the connection takes it (`streamed_body`), never held whole.
 
 use super::{body_json, no_content};
 use crate::auth::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::Api;
+use axum::body::Body;
 use axum::extract::{Path, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::json;
 use std::sync::Arc;
+use warren_listener::streamed_body::streamed;
 
 pub async fn export(State(api): State<Arc<Api>>, Extension(who): Extension<Identity>) -> ApiResult {
     who.require_admin()?;
-    Ok(Json(warren_definitions::export(&api.broker)).into_response())
+    let broker = api.broker.clone();
+    Ok(json_body(streamed(move |mut out| {
+        // An error here is the client gone: nothing more to send.
+        let _ = warren_definitions::write_export(&broker, &mut out);
+    })))
 }
 
 pub async fn export_vhost(
@@ -23,9 +31,18 @@ pub async fn export_vhost(
     Path(vhost): Path<String>,
 ) -> ApiResult {
     who.require_admin()?;
-    let document =
-        warren_definitions::export_vhost(&api.broker, &vhost).ok_or_else(ApiError::not_found)?;
-    Ok(Json(document).into_response())
+    api.broker.vhost(&vhost).ok_or_else(ApiError::not_found)?;
+    let broker = api.broker.clone();
+    Ok(json_body(streamed(move |mut out| {
+        // A vhost deleted since the check above leaves the body empty, as a connection cut
+        // would (the status is sent already).
+        let _ = warren_definitions::write_export_vhost(&broker, &vhost, &mut out);
+    })))
+}
+
+/// A JSON body with the header `Json` gives.
+fn json_body(body: Body) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// POST: the document is checked whole before anything changes; a bad one is 400 with the

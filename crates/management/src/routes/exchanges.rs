@@ -2,13 +2,13 @@
 //! POST …/publish, which routes a message as a basic.publish would. Declaring and deleting
 //! need configure on the exchange, publishing write (`acting`).
 
-use super::{across_vhosts, body_bool, body_json, rate_key};
+use super::{body_bool, body_json, rate_key};
 use crate::acting::Report;
 use crate::auth::Identity;
 use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{json_to_table, message_stats, table_to_json, EXCHANGE_STATS};
-use crate::list::{respond, respond_one, Query};
+use crate::list::{respond_named, respond_one, Query};
 use crate::Api;
 use axum::extract::{Path, Query as Q, State};
 use axum::response::IntoResponse;
@@ -58,12 +58,20 @@ fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
     body
 }
 
-fn all_in(api: &Api, vhost: &VHost) -> Vec<Value> {
-    vhost
-        .exchanges()
-        .iter()
-        .map(|x| exchange_json(api, vhost, x))
-        .collect()
+type Row = super::Row<Exchange>;
+
+/// Serves the exchanges `rows` hold as the query asks, with the other nodes' stats added to
+/// the ones served.
+async fn respond_exchanges(api: &Api, rows: Vec<Row>, query: &Query) -> ApiResult {
+    let others = OtherStats::gather(api).await;
+    respond_named(rows, query, |served| {
+        let mut items: Vec<Value> = served
+            .iter()
+            .map(|(vhost, x)| exchange_json(api, vhost, x))
+            .collect();
+        others.add_to_objects("exchanges", &mut items);
+        items
+    })
 }
 
 pub async fn list(
@@ -71,11 +79,8 @@ pub async fn list(
     Extension(who): Extension<Identity>,
     Q(query): Q<Query>,
 ) -> ApiResult {
-    let mut items = across_vhosts(&api, &who, all_in);
-    OtherStats::gather(&api)
-        .await
-        .add_to_objects("exchanges", &mut items);
-    respond(items, &query)
+    let vhosts = api.used_vhosts(&who);
+    respond_exchanges(&api, super::rows(&vhosts, VHost::exchanges), &query).await
 }
 
 pub async fn in_vhost(
@@ -85,11 +90,7 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    let mut items = all_in(&api, &vhost);
-    OtherStats::gather(&api)
-        .await
-        .add_to_objects("exchanges", &mut items);
-    respond(items, &query)
+    respond_exchanges(&api, super::rows(&[vhost], VHost::exchanges), &query).await
 }
 
 pub async fn one(

@@ -536,15 +536,41 @@ fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {
     counts.fields().iter().map(|(_, v)| *v).collect()
 }
 
-/// What `all_in` lists per vhost, over every vhost the user may use (the list endpoints that
-/// take no vhost, as /api/queues and /api/exchanges).
-pub(crate) fn across_vhosts(
-    api: &Api,
-    who: &Identity,
-    all_in: impl Fn(&Api, &VHost) -> Vec<Value>,
-) -> Vec<Value> {
-    api.used_vhosts(who)
+/// A queue or exchange as a list row (`list::respond_named`): its vhost and itself, built as
+/// JSON only if served.
+pub(crate) type Row<T> = (Arc<VHost>, Arc<T>);
+
+/// What a queue or exchange is called, for its list rows.
+pub(crate) trait Called {
+    fn called(&self) -> &str;
+}
+
+impl Called for warren_broker::Queue {
+    fn called(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Called for warren_broker::Exchange {
+    fn called(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<T: Called> crate::list::Named for Row<T> {
+    fn vhost(&self) -> &str {
+        &self.0.name
+    }
+
+    fn name(&self) -> &str {
+        self.1.called()
+    }
+}
+
+/// The objects `of` lists in each of `vhosts` (`VHost::queues`, `VHost::exchanges`), as rows.
+pub(crate) fn rows<T>(vhosts: &[Arc<VHost>], of: impl Fn(&VHost) -> Vec<Arc<T>>) -> Vec<Row<T>> {
+    vhosts
         .iter()
-        .flat_map(|v| all_in(api, v))
+        .flat_map(|vhost| of(vhost).into_iter().map(|x| (vhost.clone(), x)))
         .collect()
 }

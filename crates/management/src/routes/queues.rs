@@ -10,7 +10,7 @@ use crate::auth::Identity;
 use crate::cluster_view::OtherStats;
 use crate::error::{ApiError, ApiResult};
 use crate::json::{details, json_to_table, message_stats, table_to_json, QUEUE_STATS};
-use crate::list::{respond_named, respond_one, Named, Query};
+use crate::list::{respond_named, respond_one, Query};
 use crate::Api;
 use axum::extract::{Path, Query as Q, State};
 use axum::response::IntoResponse;
@@ -133,27 +133,11 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
     shown
 }
 
-/// The queues of `vhosts` as list rows, each built (`queue_json`) only if served.
-fn rows(vhosts: &[Arc<VHost>]) -> Vec<Named<(Arc<VHost>, Arc<Queue>)>> {
-    vhosts
-        .iter()
-        .flat_map(|vhost| {
-            vhost.queues().into_iter().map(|q| Named {
-                vhost: vhost.name.to_string(),
-                name: q.name.to_string(),
-                item: (vhost.clone(), q),
-            })
-        })
-        .collect()
-}
+type Row = super::Row<Queue>;
 
 /// Serves the queues `rows` hold as the query asks, with the other nodes' stats added to
 /// the ones served.
-async fn respond_queues(
-    api: &Api,
-    rows: Vec<Named<(Arc<VHost>, Arc<Queue>)>>,
-    query: &Query,
-) -> ApiResult {
+async fn respond_queues(api: &Api, rows: Vec<Row>, query: &Query) -> ApiResult {
     let others = OtherStats::gather(api).await;
     let names = api.broker.node_names();
     respond_named(rows, query, |served| {
@@ -199,7 +183,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhosts = api.used_vhosts(&who);
-    respond_queues(&api, rows(&vhosts), &query).await
+    respond_queues(&api, super::rows(&vhosts, VHost::queues), &query).await
 }
 
 pub async fn in_vhost(
@@ -209,7 +193,7 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    respond_queues(&api, rows(&[vhost]), &query).await
+    respond_queues(&api, super::rows(&[vhost], VHost::queues), &query).await
 }
 
 fn find(api: &Api, who: &Identity, vhost: &str, name: &str) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
