@@ -116,6 +116,10 @@ release_packages=(-p warren -p warren-server -p warren-perf)
 
 phase "generated code is current"
 python3 tools/codegen/gen_methods.py --check
+# The fuzz workspace builds --locked (fuzz/run.sh, 20 minutes in): a dependency added to a
+# crate it uses must be in its lock file, said now rather than then.
+cargo metadata --manifest-path fuzz/Cargo.toml --locked --format-version 1 >/dev/null ||
+  { echo "fuzz/Cargo.lock is stale: run 'cargo metadata --manifest-path fuzz/Cargo.toml --format-version 1' and commit it"; exit 1; }
 
 phase "cargo fmt"
 cargo fmt --all -- --check
