@@ -12,6 +12,8 @@ pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
 pub const FRAME_END: u8 = 0xCE;
 /// Header (type, channel, size) plus the frame-end octet.
 pub const FRAME_OVERHEAD: usize = 8;
+/// A heartbeat: type 8 on channel 0, no payload.
+pub const HEARTBEAT_FRAME: [u8; FRAME_OVERHEAD] = [8, 0, 0, 0, 0, 0, 0, FRAME_END];
 /// The smallest frame_max a peer may negotiate, and the limit before tuning.
 pub const FRAME_MIN_SIZE: u32 = 4096;
 
@@ -253,5 +255,5 @@ impl Fill<'_> {
 }
 
 pub fn write_heartbeat(out: &mut BytesMut) {
-    out.put_slice(&[8, 0, 0, 0, 0, 0, 0, FRAME_END]);
+    out.put_slice(&HEARTBEAT_FRAME);
 }

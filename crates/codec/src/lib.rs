@@ -26,7 +26,7 @@ pub use field_table::{FieldTable, FieldValue};
 pub use frame::{
     parse_frame, write_body_frames, write_content_header, write_deliver, write_heartbeat,
     write_method, DeliverFields, FrameKind, RawFrame, FRAME_END, FRAME_MIN_SIZE, FRAME_OVERHEAD,
-    PROTOCOL_HEADER,
+    HEARTBEAT_FRAME, PROTOCOL_HEADER,
 };
 pub use generated::*;
 pub use hot_methods::{decode_basic_deliver, decode_basic_publish};

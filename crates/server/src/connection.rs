@@ -62,6 +62,15 @@ const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
 /// How often the loop looks for buffers to shrink (`socket_buffer.rs` in the codec) and, at
 /// most, for heartbeats.
 const IDLE_CHECK: Duration = Duration::from_secs(5);
+/// Whether a client silent for `silent` has missed its heartbeats. RabbitMQ's receiver
+/// (rabbit_heartbeat) looks once per interval and gives up after two looks with nothing new, so
+/// it times out between 2 and 3 intervals after the last byte; we look every half interval and
+/// give up from 2.5, inside that range. Not at 2: a client that sends a heartbeat only when it
+/// has written nothing for a whole interval (the Java client's `HeartbeatSender`) can leave
+/// gaps of just under 2 intervals, and a busy machine adds to them.
+fn client_heartbeats_missed(silent: Duration, interval: Duration) -> bool {
+    silent >= interval * 5 / 2
+}
 /// Deliveries taken per wake-up before the loop looks at the socket again.
 const EVENT_BATCH: usize = 512;
 /// How long we wait for close-ok after sending connection.close.
@@ -719,13 +728,17 @@ where
                 _ = heartbeat.tick() => {
                     self.shrink_idle_buffers();
                     if let Some(interval) = self.heartbeat {
-                        // A blocked client may be silent because we stopped reading it.
-                        if self.last_read.elapsed() > interval * 2 && !self.throttle.is_blocked() {
+                        if self.throttle.is_blocked() || self.waiting() {
+                            // The client may be silent because we stopped reading it: the
+                            // monitor is paused (rabbit_reader pauses its heartbeat receiver
+                            // while blocked) and starts afresh when reading does.
+                            self.last_read = Instant::now();
+                        } else if client_heartbeats_missed(self.last_read.elapsed(), interval) {
                             tracing::warn!(peer = %self.peer, "missed heartbeats from client, timeout: {}s", interval.as_secs());
                             return Ok(());
                         }
-                        if self.last_write.elapsed() >= interval / 2 && self.wbuf.is_empty() {
-                            write_heartbeat(&mut self.wbuf);
+                        if self.last_write.elapsed() >= interval / 2 {
+                            self.heartbeat_client();
                         }
                     }
                 }
@@ -767,6 +780,25 @@ where
                     }
                 }
             }
+        }
+    }
+
+    /// Puts a heartbeat where it goes out next. Output waiting for a sync (a slow fsync) must
+    /// not silence the connection: clients give up after about two intervals without a byte
+    /// (the Java client at 2.25), so the heartbeat goes ahead of what is held. The held part
+    /// starts at a frame boundary, and with nothing before it left to write the socket is at
+    /// that boundary too. Output that can go out needs no heartbeat.
+    fn heartbeat_client(&mut self) {
+        if self.wbuf.is_empty() {
+            write_heartbeat(&mut self.wbuf);
+        } else if self.unsynced.writable(self.wbuf.len()) == 0 {
+            // Rare (a sync slower than half an interval) and the held output is answers: a
+            // copy of it costs less than a place for the heartbeat kept in every buffer.
+            let mut ahead = BytesMut::with_capacity(HEARTBEAT_FRAME.len() + self.wbuf.len());
+            write_heartbeat(&mut ahead);
+            ahead.extend_from_slice(&self.wbuf);
+            self.wbuf = ahead;
+            self.unsynced.put_ahead(HEARTBEAT_FRAME.len());
         }
     }
 

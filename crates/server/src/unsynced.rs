@@ -60,6 +60,14 @@ impl Unsynced {
         self.sent += bytes as u64;
     }
 
+    /// `bytes` were put at the head of the output buffer, ahead of everything held (a
+    /// heartbeat, while all the output waits for a sync): what is held starts that much later.
+    pub fn put_ahead(&mut self, bytes: usize) {
+        for (start, _) in &mut self.waits {
+            *start += bytes as u64;
+        }
+    }
+
     /// Resolves when the front wait does (never while none is held), releasing its bytes.
     pub async fn front_synced(&mut self) {
         match self.waits.front_mut() {
@@ -122,5 +130,20 @@ mod tests {
         held.front_synced().await;
         assert!(!held.is_holding());
         assert_eq!(held.writable(8), 8);
+    }
+
+    #[tokio::test]
+    async fn bytes_put_ahead_go_out_and_the_held_output_stays_held() {
+        let mut held = Unsynced::default();
+        let synced = Arc::new(AtomicBool::new(false));
+        held.hold(0, wait(&synced));
+        assert_eq!(held.writable(20), 0);
+        held.put_ahead(8);
+        assert_eq!(held.writable(28), 8, "the 8 bytes ahead go");
+        held.wrote(8);
+        assert_eq!(held.writable(20), 0, "the 20 behind still wait");
+        synced.store(true, Ordering::Release);
+        held.front_synced().await;
+        assert_eq!(held.writable(20), 20);
     }
 }

@@ -728,6 +728,46 @@ async fn a_declare_ok_waits_for_the_fsync_and_pipelined_declares_share_one() {
     assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
 }
 
+/// Output held for a slow fsync does not silence the connection: heartbeats go out ahead of
+/// it. Clients give up after about two intervals without a byte (the Java client at 2.25 at
+/// heartbeat 1), and under load an fsync can take longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_go_out_while_a_sync_holds_the_answers() {
+    let disk = Arc::new(FaultyBackend::new(13));
+    let port = start_on(disk.clone()).await;
+    let mut c = Client::connect_heartbeat(port, 1).await;
+    c.open_channel(1).await;
+    declare_durable(&mut c, "first").await;
+    disk.set_stall_syncs(true);
+    c.send(
+        1,
+        QueueDeclare {
+            queue: "held".into(),
+            durable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let stalled = Instant::now();
+    let mut kinds = Vec::new();
+    while stalled.elapsed() < Duration::from_secs(3) {
+        c.send_raw(&HEARTBEAT_FRAME).await;
+        match tokio::time::timeout(Duration::from_millis(1500), c.frame()).await {
+            Ok(frame) => kinds.push(frame.kind),
+            Err(_) => break,
+        }
+    }
+    // Unstalled before any assertion: a test that panicked with a sync stalled would hang
+    // in the runtime's shutdown instead of failing.
+    disk.set_stall_syncs(false);
+    assert!(
+        kinds.len() >= 2 && kinds.iter().all(|k| *k == FrameKind::Heartbeat),
+        "frames while the sync stalled for {:?}: {kinds:?}",
+        stalled.elapsed()
+    );
+    assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
+}
+
 /// A client that never pauses its changes still gets its answers (and its heartbeats): the
 /// output a sync holds goes out when that sync ends, not when the client stops sending. With
 /// one wait replaced by every new change, a stream of no-wait durable declares held every

@@ -264,7 +264,8 @@ impl Client {
         self.stream.write_all(&out).await.unwrap();
     }
 
-    async fn frame(&mut self) -> RawFrame {
+    /// The next frame of any kind (heartbeats included), within 5 s.
+    pub async fn frame(&mut self) -> RawFrame {
         let read = async {
             loop {
                 if let Some(f) = parse_frame(&mut self.rbuf, 0).unwrap() {
