@@ -1,7 +1,8 @@
-//! Criterion benchmarks for routing: the topic exchange's trie with 10,000 bindings, on its
-//! own and through `VHost::route` (the path a publish takes, destinations deduplicated), and
-//! the default exchange's direct lookup for comparison. Run with
-//! `cargo bench -p warren-broker --bench routing`.
+//! Criterion benchmarks for routing: the topic exchange's trie with 10,000 bindings (or
+//! `ROUTING_BENCH_BINDINGS`: issue 30's target is at 1,000,000), on its own and through
+//! `VHost::route` (the path a publish takes, destinations deduplicated; the bindings spread
+//! over at most 10,000 queues), and the default exchange's direct lookup for comparison. Run
+//! with `cargo bench -p warren-broker --bench routing`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
@@ -10,7 +11,18 @@ use warren_broker::topic::TopicTrie;
 use warren_broker::{Broker, QueueDeclaration, VHost};
 use warren_codec::{FieldTable, ShortStr};
 
-const BINDINGS: usize = 10_000;
+/// How many topic bindings (a multiple of 10): `ROUTING_BENCH_BINDINGS`, 10,000 by default.
+fn bindings() -> usize {
+    std::env::var("ROUTING_BENCH_BINDINGS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(10_000, |n| n.max(10) / 10 * 10)
+}
+
+/// The queues the bindings go to, binding `i` to queue `i % queues`.
+fn queues() -> usize {
+    bindings().min(10_000)
+}
 
 /// The routing key a publisher for instance `i` uses: `region.service.instance.id`, blocks of
 /// ten ids sharing region, service and instance.
@@ -19,9 +31,9 @@ fn key(i: usize) -> String {
     format!("r{}.s{}.i{}.{i}", block % 20, (block / 20) % 50, i / 1000)
 }
 
-/// 10,000 distinct patterns of the shapes topic users write, in blocks of ten: seven literal
-/// keys, two with `*` for a word that each select the block's first key, and one
-/// `region.service.#` that selects the whole block.
+/// Distinct patterns of the shapes topic users write, in blocks of ten: seven literal keys, two
+/// with `*` for a word that each select the block's first key, and one
+/// `region.service.instance.#` that selects the whole block.
 fn pattern(i: usize) -> String {
     let block = i / 10;
     let (region, service, instance) = (block % 20, (block / 20) % 50, i / 1000);
@@ -30,24 +42,27 @@ fn pattern(i: usize) -> String {
         0..=6 => key(i),
         7 => format!("r{region}.*.i{instance}.{first}"),
         8 => format!("*.s{service}.i{instance}.{first}"),
-        _ => format!("r{region}.s{service}.#"),
+        _ => format!("r{region}.s{service}.i{instance}.#"),
     }
 }
 
-/// 64 blocks' first keys: each matches four bindings (its literal, two `*`, one `#`).
+/// 64 blocks' first keys, spread over all the blocks: each matches four bindings (its
+/// literal, two `*`, one `#`).
 fn keys() -> Vec<String> {
-    (0..64).map(|k| key(k * 151 % 1000 * 10)).collect()
+    let blocks = bindings() / 10;
+    (0..64).map(|k| key(k * 1511 % blocks * 10)).collect()
 }
 
 const BINDINGS_PER_KEY: usize = 4;
 
 fn trie(c: &mut Criterion) {
     let mut trie = TopicTrie::default();
-    for i in 0..BINDINGS {
+    let bindings = bindings();
+    for i in 0..bindings {
         trie.insert(&pattern(i), i as u32);
     }
     let keys = keys();
-    let mut group = c.benchmark_group("topic trie, 10k bindings");
+    let mut group = c.benchmark_group(format!("topic trie, {bindings} bindings"));
     group.throughput(Throughput::Elements(keys.len() as u64));
     group.bench_function("match 64 keys", |b| {
         b.iter(|| {
@@ -64,7 +79,7 @@ fn trie(c: &mut Criterion) {
 
 fn vhost_with_bound_queues(broker: &Arc<Broker>) -> Arc<VHost> {
     let vhost = broker.vhost("/").expect("the default vhost");
-    for i in 0..BINDINGS {
+    for i in 0..queues() {
         let name = format!("q{i}");
         vhost
             .declare_queue(
@@ -79,9 +94,12 @@ fn vhost_with_bound_queues(broker: &Arc<Broker>) -> Arc<VHost> {
                 1,
             )
             .expect("declare");
+    }
+    let queues = queues();
+    for i in 0..bindings() {
         vhost
             .bind_queue(
-                &name,
+                &format!("q{}", i % queues),
                 "amq.topic",
                 ShortStr::from(pattern(i).as_str()),
                 FieldTable::new(),
@@ -99,7 +117,11 @@ fn vhost_route(c: &mut Criterion) {
     let default = vhost.exchange("").expect("the default exchange");
     let keys = keys();
     let mut out = Vec::new();
-    let mut group = c.benchmark_group("VHost::route, 10k bound queues");
+    let mut group = c.benchmark_group(format!(
+        "VHost::route, {} bindings to {} queues",
+        bindings(),
+        queues()
+    ));
     group.throughput(Throughput::Elements(keys.len() as u64));
     group.bench_function("amq.topic, 64 keys", |b| {
         b.iter(|| {
