@@ -800,12 +800,16 @@ mod tests {
     use warren_codec::{FieldTable, ReplyCode, ShortStr};
 
     fn declare(vhost: &Arc<VHost>, name: &str) {
+        declare_with(vhost, name, false);
+    }
+
+    fn declare_with(vhost: &Arc<VHost>, name: &str, durable: bool) {
         vhost
             .declare_queue(
                 QueueDeclaration {
                     name: ShortStr::from(name),
                     passive: false,
-                    durable: false,
+                    durable,
                     exclusive: false,
                     auto_delete: false,
                     arguments: FieldTable::new(),
@@ -918,19 +922,7 @@ mod tests {
         broker.seed_defaults("guest", "guest", "/").unwrap();
         let vhost = broker.vhost("/").unwrap();
         for i in 0..300 {
-            vhost
-                .declare_queue(
-                    QueueDeclaration {
-                        name: ShortStr::from(format!("q{i}")),
-                        passive: false,
-                        durable: true,
-                        exclusive: false,
-                        auto_delete: false,
-                        arguments: FieldTable::new(),
-                    },
-                    1,
-                )
-                .unwrap();
+            declare_with(&vhost, &format!("q{i}"), true);
         }
         // A store queue no definition names (its declare's definitions write was lost).
         let orphan = store
