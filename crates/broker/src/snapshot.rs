@@ -187,10 +187,21 @@ impl Snapshot {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+        Self::decode_versioned(bytes).map(|(snapshot, _)| snapshot)
+    }
+
+    /// As `decode`, and whether the blob is in the current version (one written by this
+    /// build needs no rewrite at boot).
+    pub fn decode_versioned(bytes: &[u8]) -> Result<(Snapshot, bool), String> {
         let top = Reader::new(Bytes::copy_from_slice(bytes))
             .table()
             .map_err(|e| format!("definitions blob: {e}"))?;
         let version = top.get("version").and_then(FieldValue::as_i64).unwrap_or(1);
+        let current = version == i64::from(VERSION);
+        Self::from_top(top, version).map(|snapshot| (snapshot, current))
+    }
+
+    fn from_top(top: FieldTable, version: i64) -> Result<Snapshot, String> {
         if version < 2 {
             return Ok(Snapshot {
                 vhosts: vec![VHostSnapshot {

@@ -621,6 +621,18 @@ impl Store {
         Ok(())
     }
 
+    /// Ids of the registered queues, ascending.
+    pub fn queue_ids(&self) -> Vec<QueueId> {
+        self.shared()
+            .meta
+            .lock()
+            .table
+            .queues
+            .keys()
+            .copied()
+            .collect()
+    }
+
     /// Registered queues (id, name).
     pub fn queues(&self) -> Vec<(QueueId, String)> {
         let meta = self.shared().meta.lock();

@@ -214,7 +214,8 @@ pub struct Recovered {
     pub definitions: Option<Vec<u8>>,
     /// ...and the changes passed to `append_definitions` after it, in order.
     pub definitions_changes: Vec<Vec<u8>>,
-    /// Every registered queue, with its live messages.
+    /// Every registered queue holding live messages, with them (an empty queue is only in
+    /// the queue table: [`crate::Store::queue_ids`]).
     pub queues: HashMap<QueueId, RecoveredQueue>,
     /// Scan statistics.
     pub report: RecoveryReport,

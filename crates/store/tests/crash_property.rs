@@ -43,7 +43,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestError, TestRunner};
 use warren_store::{
     CrashMode, DurableState, FaultyBackend, LogPosition, MessageId, Outcome, QueueId, Recovered,
-    ScannedMessage, Store, StoreError, StoreOptions, StoredMessage,
+    RecoveredQueue, ScannedMessage, Store, StoreError, StoreOptions, StoredMessage,
 };
 
 const QUEUES: usize = 3;
@@ -475,10 +475,17 @@ impl Harness {
     ) -> Result<(), TestCaseError> {
         let mut present: HashMap<(usize, MessageId), ()> = HashMap::new();
         for (q, qid) in self.queue_ids.iter().enumerate() {
-            let queue = recovered
-                .queues
-                .get(qid)
-                .expect("registered queue recovered");
+            prop_assert!(
+                store.queue_ids().contains(qid),
+                "registered queue recovered"
+            );
+            // A queue with no live messages is not reported (§6): as an empty one.
+            let empty = RecoveredQueue {
+                name: format!("q{q}"),
+                ..RecoveredQueue::default()
+            };
+            let queue = recovered.queues.get(qid).unwrap_or(&empty);
+            prop_assert!(!queue.live.is_empty() || queue.first.is_none());
             prop_assert_eq!(&queue.name, &format!("q{q}"));
             let scanned = match queue.first {
                 Some(first) => {

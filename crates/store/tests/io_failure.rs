@@ -30,7 +30,11 @@ fn msg(i: u64) -> StoredMessage {
 }
 
 fn live(recovered: &Recovered, q: QueueId) -> Vec<u64> {
-    recovered.queues[&q].live.iter().collect()
+    // An empty queue is not reported (only the queue table has it).
+    recovered
+        .queues
+        .get(&q)
+        .map_or_else(Vec::new, |queue| queue.live.iter().collect())
 }
 
 /// Appends until `Ok`, for at most 3 s (the writer retries every 100–500 ms).
