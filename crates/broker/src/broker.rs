@@ -784,21 +784,11 @@ impl crate::quorum::membership::MembersRecord for Broker {
 mod tests {
     use super::*;
     use crate::{ConnectionEvent, QueueDeclaration};
-    use warren_codec::{FieldTable, ReplyCode, ShortStr};
+    use warren_codec::{FieldTable, ReplyCode};
 
     fn declare(vhost: &Arc<VHost>, name: &str) {
         vhost
-            .declare_queue(
-                QueueDeclaration {
-                    name: ShortStr::from(name),
-                    passive: false,
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: FieldTable::new(),
-                },
-                1,
-            )
+            .declare_queue(QueueDeclaration::plain(name), 1)
             .unwrap();
     }
 

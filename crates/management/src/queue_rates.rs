@@ -241,18 +241,12 @@ mod tests {
     use proptest::prelude::*;
     use std::time::Duration;
     use warren_broker::{Broker, Message, QueueDeclaration, QueuedMessage};
-    use warren_codec::{BasicProperties, FieldTable};
+    use warren_codec::BasicProperties;
 
     fn declare(vhost: &Arc<VHost>, name: &str) {
-        let declaration = QueueDeclaration {
-            name: ShortStr::from(name),
-            passive: false,
-            durable: false,
-            exclusive: false,
-            auto_delete: false,
-            arguments: FieldTable::new(),
-        };
-        vhost.declare_queue(declaration, 1).unwrap();
+        vhost
+            .declare_queue(QueueDeclaration::plain(name), 1)
+            .unwrap();
     }
 
     fn publish(queue: &Arc<Queue>) {

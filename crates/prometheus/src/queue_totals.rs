@@ -171,7 +171,7 @@ mod tests {
     use crate::queues::QueueReadings;
     use proptest::prelude::*;
     use warren_broker::{Message, QueueDeclaration, QueuedMessage};
-    use warren_codec::{BasicProperties, FieldTable};
+    use warren_codec::BasicProperties;
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -208,15 +208,8 @@ mod tests {
         let queue = |v: usize, q: usize| vhost(v).and_then(|vhost| vhost.queue(&format!("q{q}")));
         match op {
             Op::Declare(v, q) => {
-                let declaration = QueueDeclaration {
-                    name: ShortStr::from(format!("q{q}")),
-                    passive: false,
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: FieldTable::new(),
-                };
                 if let Some(vhost) = vhost(v) {
+                    let declaration = QueueDeclaration::plain(&format!("q{q}"));
                     vhost.declare_queue(declaration, 1).unwrap();
                 }
             }

@@ -63,6 +63,21 @@ pub struct QueueDeclaration {
     pub arguments: FieldTable,
 }
 
+impl QueueDeclaration {
+    /// A plain declare of `name`: transient, not exclusive, no auto-delete, no arguments
+    /// (what tests and tools that only need a queue ask for).
+    pub fn plain(name: &str) -> QueueDeclaration {
+        QueueDeclaration {
+            name: ShortStr::from(name),
+            passive: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        }
+    }
+}
+
 pub struct VHost {
     pub name: String,
     /// Exchanges and queues by name; every write advances the map's generation, which
