@@ -797,7 +797,7 @@ impl crate::quorum::membership::MembersRecord for Broker {
 mod tests {
     use super::*;
     use crate::{ConnectionEvent, QueueDeclaration};
-    use warren_codec::{FieldTable, ReplyCode, ShortStr};
+    use warren_codec::{FieldTable, ReplyCode};
 
     fn declare(vhost: &Arc<VHost>, name: &str) {
         declare_with(vhost, name, false);
@@ -807,12 +807,8 @@ mod tests {
         vhost
             .declare_queue(
                 QueueDeclaration {
-                    name: ShortStr::from(name),
-                    passive: false,
                     durable,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: FieldTable::new(),
+                    ..QueueDeclaration::plain(name)
                 },
                 1,
             )

@@ -37,6 +37,7 @@ pub mod placement;
 pub mod policy;
 pub mod publish_counters;
 pub mod queue;
+pub mod queue_activity;
 pub mod queue_args;
 pub mod queue_type;
 pub mod queued_message;

@@ -72,6 +72,9 @@ pub trait QueueHome: Send + Sync {
     ) -> DeadLettersRouted;
     /// The node's dead-letter counters (`messages_dead_lettered_*`).
     fn dead_lettered(&self) -> &DeadLettered;
+    /// A queue's first change since the monitoring readers last read it
+    /// (`Queue::note_change`).
+    fn queue_changed(&self, queue: &ShortStr);
 }
 
 /// A durable queue's place in the message store.
@@ -108,6 +111,8 @@ pub struct Queue {
     deleted: AtomicBool,
     /// Messages routed here, delivered, got and acked (the API's message_stats).
     pub stats: MessageStats,
+    /// Marked since the monitoring readers last read the queue (`queue_activity.rs`).
+    changed: AtomicBool,
     kind: Box<dyn QueueType>,
 }
 
@@ -140,8 +145,35 @@ impl Queue {
             }),
             deleted: AtomicBool::new(false),
             stats: MessageStats::default(),
+            changed: AtomicBool::new(false),
             kind,
         }
+    }
+
+    /// Marks the queue for the monitoring readers (`queue_activity.rs`): its counters or
+    /// depth may have moved. One relaxed load unless this is the first mark since a reader
+    /// looked.
+    #[inline]
+    pub fn note_change(&self) {
+        if !self.changed.load(Ordering::Relaxed) {
+            self.note_first_change();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_first_change(&self) {
+        if !self.changed.swap(true, Ordering::AcqRel) {
+            if let Some(home) = self.home.upgrade() {
+                home.queue_changed(&self.name);
+            }
+        }
+    }
+
+    /// A monitoring reader is about to read the queue: a change from now on marks it again
+    /// (cleared before the read, so a change during the read is not lost).
+    pub fn begin_reading(&self) {
+        self.changed.store(false, Ordering::SeqCst);
     }
 
     /// The type's own state, for the type's own code (cluster, recovery): `None` when the
@@ -214,7 +246,9 @@ impl Queue {
         stored: Option<Appended>,
         confirm: Option<&mut RoutedConfirm<'_>>,
     ) -> Enqueued {
-        self.kind.enqueue(self, message, stored, confirm)
+        let enqueued = self.kind.enqueue(self, message, stored, confirm);
+        self.note_change();
+        enqueued
     }
 
     /// [`Queue::publish_routed`] for one message whose confirm answers `confirm` (made by
@@ -226,12 +260,16 @@ impl Queue {
         confirm: Option<&Arc<QueueAnswers>>,
     ) -> Enqueued {
         let mut routed = confirm.and_then(|c| RoutedConfirm::new(ConfirmTo::Joining(c)));
-        self.kind.enqueue(self, &message, stored, routed.as_mut())
+        let enqueued = self.kind.enqueue(self, &message, stored, routed.as_mut());
+        self.note_change();
+        enqueued
     }
 
     /// Routes one message into the queue without a confirm.
     pub fn publish(self: &Arc<Self>, message: Arc<Message>, stored: Option<Appended>) -> Enqueued {
-        self.kind.enqueue(self, &message, stored, None)
+        let enqueued = self.kind.enqueue(self, &message, stored, None);
+        self.note_change();
+        enqueued
     }
 
     /// Republishes dead messages to the dead-letter exchange (dropped if there is none).
@@ -286,7 +324,8 @@ impl Queue {
 
     /// Re-runs dispatch after credit was freed somewhere.
     pub fn kick(self: &Arc<Self>) {
-        self.kind.kick(self)
+        self.kind.kick(self);
+        self.note_change();
     }
 
     /// Settles deliveries: `acked` are done, `requeued` go back to their places (marked
@@ -297,25 +336,29 @@ impl Queue {
         requeued: Vec<QueuedMessage>,
         rejected: Vec<QueuedMessage>,
     ) {
-        self.kind.settle(self, acked, requeued, rejected)
+        self.kind.settle(self, acked, requeued, rejected);
+        self.note_change();
     }
 
     /// Takes back the unacked deliveries of a channel that went away. A classic queue puts
     /// them back where their ids say (as any requeue); a quorum queue back at the head, where
     /// RabbitMQ returns a downed consumer's messages (a client's own requeue goes to the back).
     pub fn release(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
-        self.kind.release(self, messages)
+        self.kind.release(self, messages);
+        self.note_change();
     }
 
     /// See `QueueType::release_disconnected`.
     pub fn release_disconnected(self: &Arc<Self>, messages: Vec<QueuedMessage>) {
-        self.kind.release_disconnected(self, messages)
+        self.kind.release_disconnected(self, messages);
+        self.note_change();
     }
 
     /// Puts back messages that were handed to a connection but never reached the client
     /// (its channel closed first). They were not counted as unacked for no-ack consumers.
     pub fn return_undelivered(self: &Arc<Self>, messages: Vec<QueuedMessage>, were_unacked: bool) {
-        self.kind.return_undelivered(self, messages, were_unacked)
+        self.kind.return_undelivered(self, messages, were_unacked);
+        self.note_change();
     }
 
     /// The name of the vhost this queue is in, for error texts.
@@ -326,7 +369,9 @@ impl Queue {
     }
 
     pub fn add_consumer(self: &Arc<Self>, consumer: Arc<Consumer>) -> AmqpResult<()> {
-        self.kind.add_consumer(self, consumer)
+        let added = self.kind.add_consumer(self, consumer);
+        self.note_change();
+        added
     }
 
     /// Removes a consumer by channel and tag. Returns it, and whether the queue is now an
@@ -337,33 +382,43 @@ impl Queue {
         channel: u16,
         tag: &str,
     ) -> Option<(Arc<Consumer>, bool)> {
-        self.kind.remove_consumer(self, connection, channel, tag)
+        let removed = self.kind.remove_consumer(self, connection, channel, tag);
+        self.note_change();
+        removed
     }
 
     /// basic.get answered at once: the next ready message and how many remain (None for a
     /// queue that answers later, see `answers_get_later`).
     pub fn get(self: &Arc<Self>, no_ack: bool) -> Got {
         self.touch();
-        self.kind.get(self, no_ack)
+        let got = self.kind.get(self, no_ack);
+        self.note_change();
+        got
     }
 
     /// basic.get on a queue that answers it asynchronously (`answers_get_later`); None for
     /// an empty queue.
     pub async fn get_later(self: &Arc<Self>, no_ack: bool) -> Got {
         self.touch();
-        self.kind.get_later(self, no_ack).await
+        let got = self.kind.get_later(self, no_ack).await;
+        self.note_change();
+        got
     }
 
     /// Drops every ready message; returns how many.
     pub fn purge(&self) -> u32 {
-        self.kind.purge(self)
+        let purged = self.kind.purge(self);
+        self.note_change();
+        purged
     }
 
     /// Marks the queue deleted and empties it; returns the consumers to notify and how many
     /// ready messages it held.
     pub fn mark_deleted(&self) -> (Vec<Arc<Consumer>>, u32) {
         self.deleted.store(true, Ordering::Release);
-        self.kind.mark_deleted(self)
+        let emptied = self.kind.mark_deleted(self);
+        self.note_change();
+        emptied
     }
 
     /// Set by a type whose record stops serving for good (a classic queue detached): the
@@ -378,7 +433,9 @@ impl Queue {
     /// stored messages, a quorum queue's group; a remote record's consumers are cancelled at
     /// the serving node.
     pub(crate) fn detach(&self) -> Vec<Arc<Consumer>> {
-        self.kind.detach(self)
+        let consumers = self.kind.detach(self);
+        self.note_change();
+        consumers
     }
 
     /// Ready messages (expired ones leave first, as a client polling the count expects).
@@ -464,17 +521,20 @@ impl Queue {
             settings.limits.clone()
         };
         self.kind.apply_policies(self, &limits, &policies);
+        self.note_change();
         true
     }
 
     /// Drops from the queue the messages whose store writes failed (docs/STORAGE.md §11).
     pub fn forget_failed(&self, failed: &FailedPublishes) {
-        self.kind.forget_failed(self, failed)
+        self.kind.forget_failed(self, failed);
+        self.note_change();
     }
 
     /// Gives the queue the messages the store recovered for it at start.
     pub fn restore(&self, recovered: RecoveredQueue) {
-        self.kind.restore(self, recovered)
+        self.kind.restore(self, recovered);
+        self.note_change();
     }
 
     /// See `QueueType::undelivered_in_store`.

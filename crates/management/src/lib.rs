@@ -18,6 +18,7 @@ mod history;
 mod json;
 mod list;
 mod peer_answers;
+mod queue_rates;
 mod rates;
 mod routes;
 
@@ -88,6 +89,8 @@ pub struct Api {
     pub data_dir: Option<PathBuf>,
     pub disk_free_limit_bytes: u64,
     pub rates: rates::Rates,
+    /// The queues' rates and the vhosts' queue totals, kept from the queues that changed.
+    pub queue_rates: queue_rates::QueueRates,
     /// The overview's and each vhost's last minutes of counters, for range queries.
     pub history: history::History,
 }
@@ -140,6 +143,7 @@ pub async fn run(
         data_dir: config.data_dir,
         disk_free_limit_bytes: config.disk_free_limit_bytes,
         rates: rates::Rates::default(),
+        queue_rates: queue_rates::QueueRates::default(),
         history: history::History::default(),
     });
     let sampler = tokio::spawn(routes::sample_forever(Arc::downgrade(&api)));

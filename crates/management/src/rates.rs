@@ -1,7 +1,9 @@
 //! Message rates by sampling, as RabbitMQ's management agent does in its default "basic"
-//! mode: every `SAMPLE_INTERVAL` the counters of every object are read, and each rate is
-//! the growth since the previous sample divided by the time between them. Objects that are
-//! gone drop out at the next sample.
+//! mode: every `SAMPLE_INTERVAL` the counters of every exchange, connection, channel and
+//! vhost and the overview's are read, and each rate is the growth since the previous sample
+//! divided by the time between them. Objects that are gone drop out at the next sample.
+//! Queues, which can number a million, are sampled apart (`queue_rates.rs`): only those
+//! that changed are read.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -28,11 +30,15 @@ struct Sample {
 pub struct Rates {
     /// Replaced whole at the end of a round, so a reader never waits for a round to finish.
     samples: Mutex<Arc<HashMap<String, Sample>>>,
+    /// When the last round was taken; None before the first.
+    last_at: Mutex<Option<Instant>>,
 }
 
 /// One round of samples being taken (see [`Rates::begin`]).
 pub struct Round {
     at: Instant,
+    /// Seconds since the last round; None in the first, which has nothing to grow from.
+    since_s: Option<f64>,
     previous: Arc<HashMap<String, Sample>>,
     next: HashMap<String, Sample>,
     /// The key being looked up, reused: an idle object costs no allocation.
@@ -43,8 +49,14 @@ impl Rates {
     /// Starts a round: [`Round::record`] each object, then [`Rates::finish`].
     pub fn begin(&self) -> Round {
         let previous = self.samples.lock().clone();
+        let at = Instant::now();
+        let since_s = self
+            .last_at
+            .lock()
+            .map(|last| at.duration_since(last).as_secs_f64().max(1e-3));
         Round {
-            at: Instant::now(),
+            at,
+            since_s,
             next: HashMap::with_capacity_and_hasher(previous.len(), Default::default()),
             previous,
             key: String::new(),
@@ -53,6 +65,7 @@ impl Rates {
 
     /// Publishes a round's rates; objects it did not record are forgotten.
     pub fn finish(&self, round: Round) {
+        *self.last_at.lock() = Some(round.at);
         *self.samples.lock() = Arc::new(round.next);
     }
 
@@ -71,6 +84,8 @@ impl Round {
         if idle && self.previous.is_empty() {
             return;
         }
+        // An object the last round did not keep had every value 0 then (or did not exist):
+        // its growth since is its values, so its first counts show as a rate at once.
         self.key.clear();
         key(&mut self.key);
         let previous = self.previous.get(self.key.as_str());
@@ -87,7 +102,10 @@ impl Round {
                     .map(|(v, p)| (*v as f64 - *p as f64) / secs)
                     .collect()
             }
-            _ => vec![0.0; values.len()].into_boxed_slice(),
+            _ => match self.since_s {
+                Some(secs) => values.iter().map(|v| *v as f64 / secs).collect(),
+                None => vec![0.0; values.len()].into_boxed_slice(),
+            },
         };
         self.next.insert(
             self.key.clone(),
@@ -123,6 +141,20 @@ mod tests {
         assert_eq!(r[1], 0.0);
         round(&rates, &[]);
         assert!(rates.get("q").is_none());
+    }
+
+    #[test]
+    fn an_object_first_seen_after_the_first_round_shows_its_growth_at_once() {
+        let rates = Rates::default();
+        round(&rates, &[("idle", &[0])]);
+        std::thread::sleep(Duration::from_millis(100));
+        round(&rates, &[("idle", &[0]), ("new", &[0])]);
+        std::thread::sleep(Duration::from_millis(100));
+        round(&rates, &[("idle", &[10]), ("new", &[10])]);
+        for key in ["idle", "new"] {
+            let r = rates.get(key).unwrap();
+            assert!(r[0] > 50.0 && r[0] <= 100.0, "{key}: {r:?}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod exposition;
 mod global;
 mod node;
 mod process;
+mod queue_totals;
 mod queues;
 mod raft;
 mod selection;
@@ -33,6 +34,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use queue_totals::QueueTotals;
 use std::future::Future;
 use std::sync::Arc;
 use warren_broker::Broker;
@@ -41,15 +43,17 @@ use warren_listener::streamed_body::streamed;
 
 struct Scraped {
     broker: Arc<Broker>,
+    /// `/metrics`' queue sums, kept from scrape to scrape.
+    queue_totals: QueueTotals,
 }
 
-/// The text of one scrape of `endpoint`.
+/// The text of one scrape of `endpoint` (its queue sums counted afresh).
 pub fn render(broker: &Broker, endpoint: Endpoint) -> String {
     if endpoint == Endpoint::Detailed {
         return render_detailed(broker, Selection::default());
     }
     let mut out = Exposition::new();
-    scrape(&mut out, broker, endpoint);
+    scrape(&mut out, broker, endpoint, None);
     out.into_text()
 }
 
@@ -61,8 +65,14 @@ pub fn render_detailed(broker: &Broker, selection: Selection) -> String {
     out.into_text()
 }
 
-/// `/metrics` or `/metrics/per-object` into `out`.
-fn scrape(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
+/// `/metrics` or `/metrics/per-object` into `out`; `/metrics` with `queue_totals` reads
+/// only the queues that changed since its last scrape.
+fn scrape(
+    out: &mut Exposition,
+    broker: &Broker,
+    endpoint: Endpoint,
+    queue_totals: Option<&QueueTotals>,
+) {
     let per_object = endpoint == Endpoint::PerObject;
     if !per_object {
         // RabbitMQ's alarm collector serves /metrics only.
@@ -72,9 +82,19 @@ fn scrape(out: &mut Exposition, broker: &Broker, endpoint: Endpoint) {
     node::churn(out, broker);
     node::auth_attempts(out, broker);
     node::resources(out, broker);
-    let queues = queues::QueueReadings::take(broker, per_object);
+    let (queues, raft) = match queue_totals.filter(|_| !per_object) {
+        Some(totals) => {
+            let taken = totals.take(broker);
+            let raft = raft::RaftReadings::of(broker, taken.replicated);
+            (queues::QueueReadings::aggregated(taken.sums), raft)
+        }
+        None => (
+            queues::QueueReadings::take(broker, per_object),
+            raft::RaftReadings::take(broker),
+        ),
+    };
     queues::families(out, &queues);
-    raft::families(out, &raft::RaftReadings::take(broker), per_object);
+    raft::families(out, &raft, per_object);
     let channels = channels::ChannelReadings::take(broker);
     channels::families(out, &channels, per_object);
     exchanges(out, broker, per_object);
@@ -197,7 +217,10 @@ fn exchanges(out: &mut Exposition, broker: &Broker, per_object: bool) {
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
-    let state = Arc::new(Scraped { broker });
+    let state = Arc::new(Scraped {
+        broker,
+        queue_totals: QueueTotals::default(),
+    });
     Router::new()
         .route("/metrics", get(aggregated))
         .route("/metrics/per-object", get(per_object))
@@ -209,14 +232,21 @@ pub fn router(broker: Arc<Broker>) -> Router {
 /// whole; the per-object and detailed scrapes grow with the queues and channels and are
 /// streamed (`Exposition::streaming`).
 async fn aggregated(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
-    text(Body::from(render(&s.broker, Endpoint::Aggregated)))
+    let mut out = Exposition::new();
+    scrape(
+        &mut out,
+        &s.broker,
+        Endpoint::Aggregated,
+        Some(&s.queue_totals),
+    );
+    text(Body::from(out.into_text()))
 }
 
 async fn per_object(State(s): State<Arc<Scraped>>) -> impl IntoResponse {
     let broker = s.broker.clone();
     text(streamed(move |sink| {
         let mut out = Exposition::streaming(sink, None);
-        scrape(&mut out, &broker, Endpoint::PerObject);
+        scrape(&mut out, &broker, Endpoint::PerObject, None);
         out.finish();
     }))
 }

@@ -24,33 +24,71 @@ pub struct QueueReadings {
     per_object: bool,
     /// Per object, every queue's reading; empty for `/metrics`.
     queues: Vec<QueueReading>,
-    sums: Sums,
+    pub(crate) sums: Sums,
 }
 
 /// Each per-queue family's sum over the queues (what `/metrics` serves), by the same
 /// reading functions as the per-queue samples.
 #[derive(Default)]
-struct Sums {
-    queues: u64,
+pub(crate) struct Sums {
+    pub queues: u64,
+    pub part: Part,
+    /// Consumer capacity over the queues that measure it.
+    pub capacity: f64,
+}
+
+/// What one queue adds to the whole-number sums, or (added up) what many do: kept per queue
+/// by `queue_totals.rs` to take a queue's old part away when it changes.
+#[derive(Default, Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Part {
     consumers: u64,
     families: [u64; QUEUE_FAMILIES.len()],
     counters: [u64; QUEUE_COUNTERS.len()],
     published: u64,
-    /// Consumer capacity over the queues that measure it.
-    capacity: f64,
+}
+
+impl Part {
+    /// One queue's part.
+    pub fn of(depth: &QueueDepth, counts: &MessageCounts) -> Part {
+        Part {
+            consumers: depth.consumers,
+            families: std::array::from_fn(|i| (QUEUE_FAMILIES[i].4)(depth)),
+            counters: std::array::from_fn(|i| (QUEUE_COUNTERS[i].2)(counts)),
+            published: counts.publish,
+        }
+    }
+
+    /// Adds `other` to this sum, or takes it away (`add` false; never below 0).
+    pub fn add(&mut self, other: &Part, add: bool) {
+        let apply = |sum: &mut u64, n: u64| {
+            *sum = match add {
+                true => sum.saturating_add(n),
+                false => sum.saturating_sub(n),
+            }
+        };
+        apply(&mut self.consumers, other.consumers);
+        for (sum, n) in self.families.iter_mut().zip(other.families) {
+            apply(sum, n);
+        }
+        for (sum, n) in self.counters.iter_mut().zip(other.counters) {
+            apply(sum, n);
+        }
+        apply(&mut self.published, other.published);
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == Part::default()
+    }
+
+    pub fn consumers(&self) -> u64 {
+        self.consumers
+    }
 }
 
 impl Sums {
     fn add(&mut self, depth: &QueueDepth, counts: &MessageCounts) {
         self.queues += 1;
-        self.consumers += depth.consumers;
-        for (sum, (.., read)) in self.families.iter_mut().zip(QUEUE_FAMILIES) {
-            *sum += read(depth);
-        }
-        for (sum, (.., read)) in self.counters.iter_mut().zip(QUEUE_COUNTERS) {
-            *sum += read(counts);
-        }
-        self.published += counts.publish;
+        self.part.add(&Part::of(depth, counts), true);
         self.capacity += depth.consumer_capacity.unwrap_or(0.0);
     }
 }
@@ -92,12 +130,21 @@ impl QueueReadings {
         }
     }
 
+    /// `/metrics`' readings from sums kept elsewhere (`queue_totals.rs`).
+    pub(crate) fn aggregated(sums: Sums) -> QueueReadings {
+        QueueReadings {
+            per_object: false,
+            queues: Vec::new(),
+            sums,
+        }
+    }
+
     pub fn count(&self) -> u64 {
         self.sums.queues
     }
 
     pub fn consumers(&self) -> u64 {
-        self.sums.consumers
+        self.sums.part.consumers
     }
 }
 
@@ -223,7 +270,8 @@ const QUEUE_FAMILIES: &[(&[&str], &str, Kind, &str, Read)] = &[
 /// with no queues so that dashboards show 0 rather than "no data".
 pub fn families(out: &mut Exposition, readings: &QueueReadings) {
     let per_object = readings.per_object;
-    for (&(group, name, kind, help, read), sum) in QUEUE_FAMILIES.iter().zip(readings.sums.families)
+    for (&(group, name, kind, help, read), sum) in
+        QUEUE_FAMILIES.iter().zip(readings.sums.part.families)
     {
         out.group(Some(group));
         out.family(name, kind, help);
@@ -276,7 +324,7 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings) {
         }
     }
     out.group(Some(&["queue_delivery_metrics"]));
-    for (&(name, help, read), sum) in QUEUE_COUNTERS.iter().zip(readings.sums.counters) {
+    for (&(name, help, read), sum) in QUEUE_COUNTERS.iter().zip(readings.sums.part.counters) {
         out.family(name, Kind::Counter, help);
         per_queue(out, name, readings, "vhost", |q| read(&q.counts), sum);
     }
@@ -289,7 +337,7 @@ pub fn families(out: &mut Exposition, readings: &QueueReadings) {
         Kind::Counter,
         "Total number of messages published into a queue through an exchange on a channel",
     );
-    let published = readings.sums.published;
+    let published = readings.sums.part.published;
     per_queue(
         out,
         name,

@@ -16,8 +16,9 @@
 //! quorum queue per scrape; nothing on the message path.
 
 use crate::exposition::{Exposition, Kind};
+use std::sync::Arc;
 use warren_broker::quorum::status::{GroupStatus, NodeNames};
-use warren_broker::Broker;
+use warren_broker::{Broker, Queue, VHost};
 
 struct RaftReading {
     vhost: String,
@@ -33,21 +34,32 @@ pub struct RaftReadings {
 }
 
 impl RaftReadings {
+    /// Every queue of every vhost.
     pub fn take(broker: &Broker) -> RaftReadings {
+        let queues = broker.vhosts().into_iter().flat_map(|vhost| {
+            let queues = vhost.queues();
+            queues.into_iter().map(move |q| (vhost.clone(), q))
+        });
+        RaftReadings::of(broker, queues)
+    }
+
+    /// The groups of `queues` (those that are not replicated have none).
+    pub fn of(
+        broker: &Broker,
+        queues: impl IntoIterator<Item = (Arc<VHost>, Arc<Queue>)>,
+    ) -> RaftReadings {
         let mut groups = Vec::new();
-        for vhost in broker.vhosts() {
-            for queue in vhost.queues() {
-                let Some(replicas) = queue.replicas() else {
-                    continue;
-                };
-                if let Some(status) = replicas.group {
-                    groups.push(RaftReading {
-                        vhost: vhost.name.clone(),
-                        queue: queue.name.to_string(),
-                        status,
-                        commit_latency_s: replicas.commit_latency.map(|d| d.as_secs_f64()),
-                    });
-                }
+        for (vhost, queue) in queues {
+            let Some(replicas) = queue.replicas() else {
+                continue;
+            };
+            if let Some(status) = replicas.group {
+                groups.push(RaftReading {
+                    vhost: vhost.name.clone(),
+                    queue: queue.name.to_string(),
+                    status,
+                    commit_latency_s: replicas.commit_latency.map(|d| d.as_secs_f64()),
+                });
             }
         }
         groups.sort_by(|a, b| (&a.vhost, &a.queue).cmp(&(&b.vhost, &b.queue)));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_broker::{Broker, Message, QueueDeclaration};
-use warren_codec::{BasicProperties, FieldTable, ShortStr};
+use warren_codec::{BasicProperties, ShortStr};
 use warren_listener::http_listener::HttpListener;
 use warren_prometheus::Endpoint;
 
@@ -69,17 +69,7 @@ fn unchunk(mut chunked: &str) -> String {
 
 fn declare(vhost: &Arc<warren_broker::VHost>, name: &str) {
     vhost
-        .declare_queue(
-            QueueDeclaration {
-                name: ShortStr::from(name),
-                passive: false,
-                durable: false,
-                exclusive: false,
-                auto_delete: false,
-                arguments: FieldTable::new(),
-            },
-            1,
-        )
+        .declare_queue(QueueDeclaration::plain(name), 1)
         .unwrap();
 }
 

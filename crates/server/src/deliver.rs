@@ -242,6 +242,8 @@ impl Channel {
             MessageStats::add(&self.info.stats.redeliver, 1);
             MessageStats::add(&queue.stats.redeliver, 1);
         }
+        // Counted after the get marked the queue: mark it again for the monitoring readers.
+        queue.note_change();
         self.next_delivery_tag += 1;
         let tag = self.next_delivery_tag;
         let msg = &message.message;

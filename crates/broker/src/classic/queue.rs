@@ -460,7 +460,17 @@ impl ClassicQueue {
         f: impl FnOnce(&mut ClassicState, &mut DeadLetters) -> R,
     ) -> R {
         let mut dead = DeadLetters::new();
-        let r = f(&mut self.state.lock(), &mut dead);
+        let (r, moved) = {
+            let mut st = self.state.lock();
+            let before = (Self::ready_count(&st), st.unacked.count);
+            let r = f(&mut st, &mut dead);
+            (r, before != (Self::ready_count(&st), st.unacked.count))
+        };
+        // Whatever moved the counts (an expiry a count found, a dispatch), the monitoring
+        // readers see it (`queue_activity.rs`); a read that moved nothing marks nothing.
+        if moved {
+            q.note_change();
+        }
         self.dead_letter(q, dead);
         r
     }
@@ -544,6 +554,9 @@ fn watch_message_expiry(q: &Arc<Queue>, wake: Arc<tokio::sync::Notify>) {
                         Some(wait)
                     }
                 };
+                if !dead.is_empty() {
+                    queue.note_change();
+                }
                 classic.dead_letter(&queue, dead);
                 wait
             };

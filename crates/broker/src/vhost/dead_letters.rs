@@ -18,6 +18,10 @@ impl QueueHome for VHost {
         &self.name
     }
 
+    fn queue_changed(&self, queue: &ShortStr) {
+        self.queue_activity.note(queue);
+    }
+
     fn route_dead_letters(
         &self,
         queue: &ShortStr,

@@ -17,6 +17,7 @@ use crate::names;
 use crate::persist::Urgency;
 use crate::policy::{EntityKind, Policies};
 use crate::queue::{Queue, QueueHome, StoredQueue};
+use crate::queue_activity::{Changed, QueueActivity, ReaderId};
 use crate::queue_args::{
     check_declare_arguments, is_quorum, queue_limits, CLASSIC_QUEUE_ARGS, QUORUM_QUEUE_ARGS,
 };
@@ -62,12 +63,29 @@ pub struct QueueDeclaration {
     pub arguments: FieldTable,
 }
 
+impl QueueDeclaration {
+    /// A plain declare of `name`: transient, not exclusive, no auto-delete, no arguments
+    /// (what tests and tools that only need a queue ask for).
+    pub fn plain(name: &str) -> QueueDeclaration {
+        QueueDeclaration {
+            name: ShortStr::from(name),
+            passive: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        }
+    }
+}
+
 pub struct VHost {
     pub name: String,
     /// Exchanges and queues by name; every write advances the map's generation, which
     /// publishing channels' `LastLookup`s check (`versioned_map.rs`).
     pub(super) exchanges: VersionedMap<Exchange>,
     pub(super) queues: VersionedMap<Queue>,
+    /// The queues changed since each monitoring reader last looked (`queue_activity.rs`).
+    pub(super) queue_activity: QueueActivity,
     /// Policies and operator policies (`vhost/policies.rs`); taken before `queues` and
     /// `exchanges` when both are.
     pub(super) policies: RwLock<Policies>,
@@ -133,6 +151,7 @@ impl VHost {
             name: name.to_owned(),
             exchanges: VersionedMap::default(),
             queues: VersionedMap::default(),
+            queue_activity: QueueActivity::default(),
             policies: RwLock::new(Policies::default()),
             reply_consumers: Mutex::new(HashMap::new()),
             memory,
@@ -202,6 +221,11 @@ impl VHost {
 
     pub fn exchanges(&self) -> Vec<Arc<Exchange>> {
         self.exchanges.read().values().cloned().collect()
+    }
+
+    /// The queues changed since `reader` last asked (`queue_activity.rs`).
+    pub fn changed_queues(&self, reader: ReaderId) -> Changed {
+        self.queue_activity.take(reader)
     }
 
     /// How many queues `queues` would give, without copying them out (the overview's count).
@@ -589,6 +613,7 @@ impl VHost {
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
             self.queues.write().entry(name).or_insert(queue).clone()
         };
+        self.queue_activity.note(&queue.name);
         // A quorum queue's Raft group starts once the queue is registered (recovered from the
         // shared log when the queue existed before a restart); once only, nothing for others.
         crate::quorum::start(&queue);
@@ -790,6 +815,7 @@ impl VHost {
                 _ => return 0,
             }
         }
+        self.queue_activity.note(&queue.name);
         churn::bump(&self.counters.queues.deleted);
         let (consumers, count) = queue.mark_deleted();
         for c in consumers {

@@ -60,6 +60,8 @@ impl VHost {
         );
         queue.apply_policies(policies.applied(EntityKind::Queue, &name));
         queues.insert(name, queue.clone());
+        // Under the write lock: a reader that takes the name finds the record.
+        self.queue_activity.note(&queue.name);
         Ok(queue)
     }
 
@@ -130,6 +132,7 @@ impl VHost {
             match queues.get(&old.name) {
                 Some(q) if Arc::ptr_eq(q, &old) => {
                     queues.insert(old.name.clone(), new.clone());
+                    self.queue_activity.note(&old.name);
                 }
                 // Deleted or replaced meanwhile: the newer change wins.
                 _ => return Ok(()),

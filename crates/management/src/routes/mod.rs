@@ -423,10 +423,11 @@ pub async fn sample_forever(api: Weak<Api>) {
         let Some(api) = api.upgrade() else {
             return;
         };
-        // A round reads every object (a million queues: a second or more of CPU), so it runs
-        // on a blocking thread: on an async worker it stalled the connections queued behind
-        // it, and a client declaring queues without pause heard nothing for 15 s and closed
-        // (amqp091-go at 900,000 queues).
+        // A round can read many queues (the first reads every one, a million: a second or
+        // more of CPU; later ones those that changed), so it runs on a blocking thread: on an
+        // async worker it stalled the connections queued behind it, and a client declaring
+        // queues without pause heard nothing for 15 s and closed (amqp091-go at 900,000
+        // queues).
         if tokio::task::spawn_blocking(move || sample_round(&api))
             .await
             .is_err()
@@ -436,23 +437,16 @@ pub async fn sample_forever(api: Weak<Api>) {
     }
 }
 
-/// One round of the sampler: every object's counters into the rates, and the vhosts' and
-/// the overview's into the history.
+/// One round of the sampler: the queues that changed into their rates and the vhosts'
+/// totals (`queue_rates.rs`), every other object's counters into the rates, and the vhosts'
+/// and the overview's into the history.
 fn sample_round(api: &Api) {
+    let vhosts = api.broker.vhosts();
+    let queue_totals = api.queue_rates.round(&vhosts);
     let mut round = api.rates.begin();
     let mut kept = Vec::new();
     let mut all_queues = [0u64; 3];
-    for vhost in api.broker.vhosts() {
-        let mut vhost_queues = [0u64; 3];
-        for q in vhost.queues() {
-            let totals = queues::message_totals(&q);
-            for i in 0..3 {
-                vhost_queues[i] += totals[i];
-            }
-            let mut values = counts_vec(&q.stats.snapshot());
-            values.extend(totals);
-            round.record(|k| rate_key_into(k, "queue", &vhost.name, &q.name), &values);
-        }
+    for (vhost, vhost_queues) in vhosts.iter().zip(queue_totals) {
         for x in vhost.exchanges() {
             round.record(
                 |k| rate_key_into(k, "exchange", &vhost.name, &x.name),
@@ -500,6 +494,13 @@ pub(crate) fn stats_of_this_node(api: &Api) -> Value {
     let stats = |counts: &MessageCounts, key: String, which: &[&str]| {
         message_stats(counts, api.rates.get(&key).as_deref(), which)
     };
+    let queue_stats = |counts: &MessageCounts, vhost: &str, queue: &str| {
+        message_stats(
+            counts,
+            api.queue_rates.get(vhost, queue).as_deref(),
+            QUEUE_STATS,
+        )
+    };
     let registry = &api.broker.registry;
     let (mut vhosts, mut queues, mut exchanges) = (Map::new(), Map::new(), Map::new());
     for vhost in api.broker.vhosts() {
@@ -517,12 +518,15 @@ pub(crate) fn stats_of_this_node(api: &Api) -> Value {
             }
             Value::Object(in_vhost)
         };
-        let counted = vhost
-            .queues()
-            .iter()
-            .map(|q| (q.name.to_string(), q.stats.snapshot()))
-            .collect();
-        queues.insert(vhost.name.clone(), by_name("queue", QUEUE_STATS, counted));
+        let mut in_vhost = Map::new();
+        for q in vhost.queues() {
+            let counts = q.stats.snapshot();
+            if moved(&counts) {
+                let stats = queue_stats(&counts, &vhost.name, &q.name);
+                in_vhost.insert(q.name.to_string(), stats);
+            }
+        }
+        queues.insert(vhost.name.clone(), Value::Object(in_vhost));
         let counted = vhost
             .exchanges()
             .iter()
@@ -544,7 +548,7 @@ pub(crate) fn stats_of_this_node(api: &Api) -> Value {
 
 /// Where a queue's, vhost's or the overview's sampled values hold messages, messages_ready
 /// and messages_unacknowledged: after the counters of `MessageCounts::fields`.
-pub(crate) const QUEUE_TOTALS_COLUMN: usize = 14;
+pub(crate) use crate::queue_rates::QUEUE_TOTALS_COLUMN;
 
 /// A snapshot's counters in `MessageCounts::fields` order.
 fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {

@@ -4,7 +4,7 @@
 //! Declaring and deleting need configure on the queue, purging and getting read
 //! (`acting`).
 
-use super::{body_bool, body_json, connections, rate_key};
+use super::{body_bool, body_json, connections};
 use crate::acting::Report;
 use crate::auth::Identity;
 use crate::cluster_view::OtherStats;
@@ -28,11 +28,7 @@ use warren_broker::{DefinitionOp, Queue, VHost};
 use warren_codec::{BasicProperties, FieldTable, Reader};
 
 /// messages (ready + unacknowledged), messages_ready, messages_unacknowledged.
-pub fn message_totals(q: &Arc<Queue>) -> [u64; 3] {
-    let ready = u64::from(q.message_count());
-    let unacked = u64::from(q.unacked_count());
-    [ready + unacked, ready, unacked]
-}
+pub use crate::queue_rates::message_totals;
 
 /// The sums of `message_totals` over a vhost's queues, and how many queues there are.
 pub fn vhost_totals(vhost: &VHost) -> ([u64; 3], usize) {
@@ -49,7 +45,7 @@ pub fn vhost_totals(vhost: &VHost) -> ([u64; 3], usize) {
 fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Value {
     let applied = vhost.applied_policies(EntityKind::Queue, &q.name);
     let vhost = vhost.name.as_str();
-    let rates = api.rates.get(&rate_key("queue", vhost, &q.name));
+    let rates = api.queue_rates.get(vhost, &q.name);
     let rate = |i: usize| {
         rates
             .as_ref()
