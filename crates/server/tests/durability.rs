@@ -52,7 +52,8 @@ async fn wait_for_confirms(c: &mut Client, last: u64) {
     }
 }
 
-async fn declare_durable(c: &mut Client, name: &str) {
+/// Sends a durable declare of `name` on channel 1 (the answer is the caller's to read).
+async fn send_durable_declare(c: &mut Client, name: &str) {
     c.send(
         1,
         QueueDeclare {
@@ -62,6 +63,10 @@ async fn declare_durable(c: &mut Client, name: &str) {
         },
     )
     .await;
+}
+
+async fn declare_durable(c: &mut Client, name: &str) {
+    send_durable_declare(c, name).await;
     assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
 }
 
@@ -677,6 +682,13 @@ async fn send_declares(c: &mut Client, count: usize, passive: bool) {
     }
 }
 
+/// Stalls the disk's syncs, then declares `name` durable on channel 1: its declare-ok is held
+/// until the syncs resume (`set_stall_syncs(false)`).
+async fn declare_durable_with_syncs_stalled(disk: &FaultyBackend, c: &mut Client, name: &str) {
+    disk.set_stall_syncs(true);
+    send_durable_declare(c, name).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declare_ok_waits_for_the_fsync_and_pipelined_declares_share_one() {
     let disk = Arc::new(FaultyBackend::new(11));
@@ -688,16 +700,7 @@ async fn a_declare_ok_waits_for_the_fsync_and_pipelined_declares_share_one() {
     declare_durable(&mut c, "first").await;
 
     // While the disk does not finish an fsync, the declare-ok does not come.
-    disk.set_stall_syncs(true);
-    c.send(
-        1,
-        QueueDeclare {
-            queue: "held".into(),
-            durable: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    declare_durable_with_syncs_stalled(&disk, &mut c, "held").await;
     c.expect_silence(300).await;
     disk.set_stall_syncs(false);
     assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
@@ -738,16 +741,7 @@ async fn heartbeats_go_out_while_a_sync_holds_the_answers() {
     let mut c = Client::connect_heartbeat(port, 1).await;
     c.open_channel(1).await;
     declare_durable(&mut c, "first").await;
-    disk.set_stall_syncs(true);
-    c.send(
-        1,
-        QueueDeclare {
-            queue: "held".into(),
-            durable: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    declare_durable_with_syncs_stalled(&disk, &mut c, "held").await;
     let stalled = Instant::now();
     let mut kinds = Vec::new();
     while stalled.elapsed() < Duration::from_secs(3) {
