@@ -1035,6 +1035,10 @@ where
         match method {
             Method::ConnectionClose(m) => {
                 tracing::debug!(peer = %self.peer, code = m.reply_code, text = %m.reply_text, "client closed connection");
+                // As rabbit_reader: the channels are down before close-ok goes, so a client
+                // that reconnects on close-ok finds its consumers gone (an exclusive consume
+                // is free again, an auto-delete queue they left is deleted, not about to be).
+                self.release_channels();
                 write_method(&mut self.wbuf, 0, &ConnectionCloseOk.into());
                 self.client_closes = true;
                 Ok(Next::Done)
@@ -1285,6 +1289,22 @@ where
         }
     }
 
+    /// Every channel released: consumers cancelled, unacked deliveries requeued.
+    fn release_channels(&mut self) {
+        if self.vhost.is_none() {
+            return;
+        }
+        let churn = &self.broker.counters.connections;
+        churn::add(&churn.channels_closed, self.channels.len() as u64);
+        let (channels, mut ctx) = self.split();
+        for channel in channels.values_mut() {
+            channel.release_all(&mut ctx);
+        }
+        for ch in std::mem::take(&mut self.channels).into_keys() {
+            self.forget_channel(ch);
+        }
+    }
+
     /// Connection teardown: channels released (unacked requeued), deliveries still in the
     /// event channel handed back, exclusive queues deleted.
     fn release(&mut self) {
@@ -1294,14 +1314,8 @@ where
         if self.vhost.is_none() {
             return;
         }
-        let churn = &self.broker.counters.connections;
-        churn::bump(&churn.connections_closed);
-        churn::add(&churn.channels_closed, self.channels.len() as u64);
-        let (channels, mut ctx) = self.split();
-        for channel in channels.values_mut() {
-            channel.release_all(&mut ctx);
-        }
-        self.channels.clear();
+        churn::bump(&self.broker.counters.connections.connections_closed);
+        self.release_channels();
         self.events_rx.close();
         while let Ok(event) = self.events_rx.try_recv() {
             if let ConnectionEvent::Deliver(d) = event {

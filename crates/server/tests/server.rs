@@ -257,3 +257,58 @@ async fn oversized_frame_closes_the_connection_with_501() {
     };
     assert_eq!(close.reply_code, 501);
 }
+
+/// amqp091-go's `ExampleConnection_reconnect` closes its consumer's connection and, on
+/// close-ok, reconnects and consumes again: as with RabbitMQ, the consumers are gone by then
+/// (an auto-delete queue they left is deleted, not about to be).
+#[test]
+fn close_ok_comes_after_the_connections_consumers_are_gone() {
+    // The broker on a runtime of its own, so that the client reads close-ok while the
+    // broker's task goes on (on one runtime the woken client would wait behind it).
+    let broker_runtime = tokio::runtime::Runtime::new().unwrap();
+    let (port, broker) = broker_runtime.block_on(start_broker());
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    client_runtime.block_on(async {
+        // Many consumers, so that releasing them takes a while: the queue goes with the last.
+        const CONSUMERS: usize = 3_000;
+        let mut c = Client::connect(port).await;
+        c.open_channel(1).await;
+        c.send(
+            1,
+            QueueDeclare {
+                queue: "left".into(),
+                auto_delete: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(matches!(c.method().await.1, Method::QueueDeclareOk(_)));
+        for _ in 0..CONSUMERS {
+            let consume = BasicConsume {
+                queue: "left".into(),
+                ..Default::default()
+            };
+            c.send(1, consume).await;
+        }
+        for _ in 0..CONSUMERS {
+            let (_, m) = c.method().await;
+            assert!(matches!(m, Method::BasicConsumeOk(_)), "{m:?}");
+        }
+        let close = ConnectionClose {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        };
+        c.send(0, close).await;
+        assert!(matches!(c.method().await.1, Method::ConnectionCloseOk(_)));
+        let vhost = broker.vhost("/").unwrap();
+        assert!(
+            vhost.queue("left").is_none(),
+            "the auto-delete queue outlived close-ok"
+        );
+    });
+}
