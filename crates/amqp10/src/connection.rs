@@ -710,6 +710,9 @@ where
                 if let Some(error) = close.error {
                     tracing::debug!(peer = %self.peer, error = ?error, "AMQP 1.0 client closed with an error");
                 }
+                // The sessions are down before our close goes (as for 0-9-1's close-ok): a
+                // client reconnecting on it finds its links' consumers gone.
+                self.release_sessions(&vhost);
                 write_performative(
                     &mut self.wbuf,
                     0,
@@ -882,6 +885,16 @@ where
 
     /// Connection teardown: every session's links leave their queues, unsettled and
     /// undelivered messages go back.
+    /// Every session released: its links' consumers cancelled, unsettled deliveries
+    /// given back.
+    fn release_sessions(&mut self, vhost: &Arc<VHost>) {
+        let (sessions, mut env) = self.split(vhost);
+        for session in sessions.values_mut() {
+            session.release(&mut env);
+        }
+        self.sessions.clear();
+    }
+
     fn release(&mut self) {
         if let Some(info) = self.info.take() {
             self.broker.registry.unregister(info.id);
@@ -890,11 +903,7 @@ where
             return;
         };
         churn::bump(&self.broker.counters.connections.connections_closed);
-        let (sessions, mut env) = self.split(&vhost);
-        for session in sessions.values_mut() {
-            session.release(&mut env);
-        }
-        self.sessions.clear();
+        self.release_sessions(&vhost);
         self.events_rx.close();
         while let Ok(event) = self.events_rx.try_recv() {
             if let ConnectionEvent::Deliver(d) = event {

@@ -94,6 +94,19 @@ fn attach(name: &str, handle: u32, role: Role, address: &str) -> Performative {
     })
 }
 
+fn begin() -> Performative {
+    Performative::Begin(Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1000,
+        outgoing_window: 1000,
+        handle_max: 100.into(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
 fn flow(handle: u32, credit: u32) -> Performative {
     Performative::Flow(Flow {
         next_incoming_id: Some(0),
@@ -129,6 +142,14 @@ fn transfer(handle: u32, delivery_id: u32) -> Performative {
 }
 
 async fn open_client(broker: Arc<Broker>) -> Client {
+    open_client_served_on(broker, &tokio::runtime::Handle::current()).await
+}
+
+/// A client whose server runs on `server_runtime`.
+async fn open_client_served_on(
+    broker: Arc<Broker>,
+    server_runtime: &tokio::runtime::Handle,
+) -> Client {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (reader, writer) = tokio::io::split(server);
     let endpoints = Endpoints {
@@ -137,7 +158,7 @@ async fn open_client(broker: Arc<Broker>) -> Client {
     };
     let mut read = BytesMut::new();
     read.extend_from_slice(&PROTOCOL_HEADER_SASL);
-    tokio::spawn(serve(
+    server_runtime.spawn(serve(
         reader,
         writer,
         read,
@@ -187,21 +208,7 @@ async fn open_client(broker: Arc<Broker>) -> Client {
     )
     .await;
     assert!(matches!(c.performative().await.0, Performative::Open(_)));
-    c.send(
-        0,
-        Performative::Begin(Begin {
-            remote_channel: None,
-            next_outgoing_id: 0,
-            incoming_window: 1000,
-            outgoing_window: 1000,
-            handle_max: 100.into(),
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
-        &[],
-    )
-    .await;
+    c.send(0, begin(), &[]).await;
     assert!(matches!(c.performative().await.0, Performative::Begin(_)));
     c
 }
@@ -289,4 +296,58 @@ async fn publish_accepted_and_consume_within_credit() {
     let extra = tokio::time::timeout(Duration::from_millis(300), c.frame()).await;
     assert!(extra.is_err(), "nothing beyond the credit");
     assert_eq!(vhost.queue("q").unwrap().message_count(), 1);
+}
+
+/// As for 0-9-1's close-ok: the links' consumers are gone when the server's close goes, so a
+/// client reconnecting on it does not meet them (here: the auto-delete queue they left is
+/// deleted by then).
+#[test]
+fn the_servers_close_comes_after_the_links_consumers_are_gone() {
+    // The server on a runtime of its own, so that the client reads the close while the
+    // server's task goes on.
+    let server_runtime = tokio::runtime::Runtime::new().unwrap();
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::new(1 << 30, None);
+    broker.seed_defaults("guest", "guest", "/").unwrap();
+    let vhost = broker.vhost("/").unwrap();
+    let declaration = QueueDeclaration {
+        name: ShortStr::from("left"),
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: true,
+        arguments: FieldTable::new(),
+    };
+    vhost.declare_queue(declaration, 0).unwrap();
+    client_runtime.block_on(async {
+        let mut c = open_client_served_on(broker.clone(), server_runtime.handle()).await;
+        // Many receivers (as many as each of 10 sessions allows), so that releasing them
+        // takes a while.
+        const SESSIONS: u16 = 10;
+        const LINKS: u32 = 100;
+        for channel in 1..SESSIONS {
+            c.send(channel, begin(), &[]).await;
+            assert!(matches!(c.performative().await.0, Performative::Begin(_)));
+        }
+        for channel in 0..SESSIONS {
+            for handle in 0..LINKS {
+                let name = format!("in-{channel}-{handle}");
+                let receiver = attach(&name, handle, Role::Receiver, "/queues/left");
+                c.send(channel, receiver, &[]).await;
+            }
+        }
+        for _ in 0..u32::from(SESSIONS) * LINKS {
+            assert!(matches!(c.performative().await.0, Performative::Attach(_)));
+        }
+        c.send(0, Performative::Close(Close { error: None }), &[])
+            .await;
+        assert!(matches!(c.performative().await.0, Performative::Close(_)));
+        assert!(
+            vhost.queue("left").is_none(),
+            "the auto-delete queue outlived the server's close"
+        );
+    });
 }
