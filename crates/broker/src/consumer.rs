@@ -12,8 +12,9 @@
 //!   count against it, and while it is full no consumer on the channel receives, no-ack ones
 //!   included — RabbitMQ's limiter refuses every `can_send` of a channel at its limit.
 //!
-//! A queue that finds no credit sets a `starved_*` flag; whoever frees credit (the connection
-//! after encoding, the channel after acks) clears it and kicks the queue. The flag is set before the
+//! A queue that finds no credit sets a `starved_*` flag (and parks the consumer,
+//! `ConsumerSet`); whoever frees credit (the connection after encoding, the channel after
+//! acks) clears it, notes the consumer as woken and kicks the queue. The flag is set before the
 //! queue re-checks credit, and credit is freed before the flag is read, so with SeqCst one of
 //! the two always sees the other and no wake-up is lost.
 
@@ -22,8 +23,9 @@ use crate::event_channel::EventSender;
 use crate::queue::Queue;
 use crate::queue::QueueHandle;
 use crate::queued_message::QueuedMessage;
+use crate::woken_consumers::{ConsumerKey, WokenConsumers};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use warren_codec::{ReplyCode, ShortStr};
 
 pub use crate::connection_id::ConnectionId;
@@ -186,6 +188,9 @@ pub struct Consumer {
     /// the queue cancelling it, the channel closing). The channel checks it for each
     /// delivery instead of looking the consumer tag up; only the channel's task writes it.
     attached: AtomicBool,
+    /// Where this consumer tells its queue's `ConsumerSet` that its credit came back, and
+    /// its key there; set when it joins the set.
+    woken: OnceLock<(Arc<WokenConsumers>, ConsumerKey)>,
     sink: EventSender<ConnectionEvent>,
 }
 
@@ -217,6 +222,7 @@ impl Consumer {
             channel_flow,
             queue,
             attached: AtomicBool::new(true),
+            woken: OnceLock::new(),
             sink,
         }
     }
@@ -304,6 +310,13 @@ impl Consumer {
     /// room back itself (`ChannelFlow::settled`).
     pub fn settled_own(&self, n: u32) {
         self.unacked.fetch_sub(n, SeqCst);
+        // The caller tells the queue next (`Queue::settle`, which dispatches): a consumer the
+        // queue parked for its prefetch is back among those it serves by then, so the acked
+        // room goes to it before any lower-priority consumer. Credit freed before the flag is
+        // read, as `wake_if_starved`.
+        if self.starved_credit.load(SeqCst) && self.starved_credit.swap(false, SeqCst) {
+            self.note_woken();
+        }
     }
 
     /// After acks or qos changes: wakes the queue if it had skipped this consumer.
@@ -313,7 +326,22 @@ impl Consumer {
         }
     }
 
+    /// Queue side: the consumer joined a `ConsumerSet` as `key`; its wake-ups are noted in
+    /// `woken`. A consumer joins one set once.
+    pub(crate) fn joined(&self, woken: Arc<WokenConsumers>, key: ConsumerKey) {
+        let _ = self.woken.set((woken, key));
+    }
+
+    /// A starved flag was cleared: the set learns which consumer to serve again before the
+    /// queue dispatches (see `woken_consumers.rs` for why in this order).
+    fn note_woken(&self) {
+        if let Some((woken, key)) = self.woken.get() {
+            woken.note(*key);
+        }
+    }
+
     fn kick_queue(&self) {
+        self.note_woken();
         if let Some(queue) = self.queue.upgrade() {
             queue.kick();
         }

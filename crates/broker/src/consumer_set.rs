@@ -2,123 +2,285 @@
 //! priorities (`x-priority` on basic.consume) as RabbitMQ has them.
 //!
 //! The highest-priority consumers get every message while any of them has credit, round-robin
-//! among themselves; a lower priority gets one only while every higher consumer is blocked
-//! (prefetch or pipeline). Consumers sit in one list sorted by priority, highest first, each
-//! priority a contiguous run (a `Group`) with its own round-robin position, so the common case
-//! (every consumer at the default priority 0) is one group and costs what plain round-robin does.
+//! among themselves in the order they joined; a lower priority gets one only while every
+//! higher consumer is blocked (prefetch or pipeline). Each priority is a `Group`, so the
+//! common case (every consumer at the default priority 0) is one group.
+//!
+//! A delivery costs the same however many consumers are blocked: a consumer found without
+//! credit is parked (it is then marked starved, see `Consumer::has_credit`) and not looked at
+//! again until whoever frees its credit notes it in `WokenConsumers`, which the next pick
+//! drains back into the round-robin. Joining and leaving cost O(log n), so a connection with
+//! many consumers releases them in linear time.
 //!
 //! With `x-single-active-consumer` only the first consumer receives. It keeps its place while
 //! consumers of any priority join; when it leaves, the highest-priority consumer that joined
 //! first takes over (RabbitMQ 3.13 for classic queues).
 
-use crate::consumer::Consumer;
+use crate::consumer::{ConnectionId, Consumer};
+use crate::woken_consumers::{ConsumerKey, WokenConsumers};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use warren_codec::ShortStr;
 
-/// One priority's run of consumers: `list[start..end]`, next served at `start + next`.
-#[derive(Debug, Clone, Copy)]
+/// One priority's consumers, each either ready (may have credit) or parked (found without
+/// credit and not woken since), by the order they joined.
+#[derive(Debug)]
 struct Group {
     priority: i64,
-    start: usize,
-    end: usize,
-    next: usize,
+    ready: BTreeMap<u64, Arc<Consumer>>,
+    parked: BTreeMap<u64, Arc<Consumer>>,
+    /// The round-robin's position: the next delivery goes to the first ready consumer that
+    /// joined at or after it, else to the first ready one.
+    next: u64,
+    /// The last of the group to join, ready or parked: once it is served the round-robin
+    /// starts again from the first, before any consumer that joins later.
+    last: u64,
 }
+
+impl Group {
+    fn is_empty(&self) -> bool {
+        self.ready.is_empty() && self.parked.is_empty()
+    }
+
+    /// The next ready consumer with credit, by the round-robin; those without are parked.
+    fn pick(&mut self) -> Option<&Arc<Consumer>> {
+        loop {
+            // From the first when the round went round (always so with one consumer): a
+            // range search costs more than the rest of a pick.
+            let (&joined, consumer) = match self.next {
+                0 => self.ready.first_key_value(),
+                next => self
+                    .ready
+                    .range(next..)
+                    .next()
+                    .or_else(|| self.ready.first_key_value()),
+            }?;
+            if consumer.has_credit() {
+                self.next = if joined == self.last { 0 } else { joined + 1 };
+                // Looked up again: the borrow cannot outlive the parking below.
+                return self.ready.get(&joined);
+            }
+            if let Some(c) = self.ready.remove(&joined) {
+                self.parked.insert(joined, c);
+            }
+        }
+    }
+
+    fn remove(&mut self, joined: u64) -> Option<Arc<Consumer>> {
+        let consumer = self
+            .ready
+            .remove(&joined)
+            .or_else(|| self.parked.remove(&joined))?;
+        if joined == self.last {
+            let ready = self.ready.last_key_value().map_or(0, |(k, _)| *k);
+            let parked = self.parked.last_key_value().map_or(0, |(k, _)| *k);
+            self.last = ready.max(parked);
+        }
+        Some(consumer)
+    }
+}
+
+/// What names a consumer on its queue: the channel that consumes and its tag there.
+type ChannelTag = (ConnectionId, u16, ShortStr);
 
 #[derive(Debug)]
 pub struct ConsumerSet {
-    /// By priority, highest first; equal priorities in the order they joined (with a single
-    /// active consumer, the active one first whatever its priority).
-    list: Vec<Arc<Consumer>>,
-    /// The runs of `list`, in list order; empty with a single active consumer.
+    /// By priority, highest first; empty with a single active consumer.
     groups: Vec<Group>,
+    /// With a single active consumer: the one that receives.
+    active: Option<(ConsumerKey, Arc<Consumer>)>,
+    /// With a single active consumer: the others, in the order they take over.
+    waiting: BTreeMap<(Reverse<i64>, u64), Arc<Consumer>>,
+    /// Where each consumer is.
+    keys: HashMap<ChannelTag, ConsumerKey>,
+    /// Consumers with `exclusive` (at most one, then alone).
+    exclusive: usize,
+    /// The join order the next consumer gets.
+    next_joined: u64,
+    woken: Arc<WokenConsumers>,
     single_active: bool,
+}
+
+fn channel_tag(c: &Consumer) -> ChannelTag {
+    (c.connection, c.channel, c.tag.clone())
 }
 
 impl ConsumerSet {
     pub fn new(single_active: bool) -> ConsumerSet {
         ConsumerSet {
-            list: Vec::new(),
             groups: Vec::new(),
+            active: None,
+            waiting: BTreeMap::new(),
+            keys: HashMap::new(),
+            exclusive: 0,
+            next_joined: 0,
+            woken: Arc::new(WokenConsumers::default()),
             single_active,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.keys.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.keys.is_empty()
     }
 
+    /// Some consumer consumes exclusively.
+    pub fn has_exclusive(&self) -> bool {
+        self.exclusive > 0
+    }
+
+    /// Every consumer, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Consumer>> {
-        self.list.iter()
+        let groups = self
+            .groups
+            .iter()
+            .flat_map(|g| g.ready.values().chain(g.parked.values()));
+        let active = self.active.iter().map(|(_, c)| c);
+        active.chain(self.waiting.values()).chain(groups)
     }
 
     /// Adds a consumer behind those of its priority (and higher).
     pub fn push(&mut self, consumer: Arc<Consumer>) {
-        // The single active consumer keeps its place whatever joins.
-        let from = usize::from(self.single_active && !self.list.is_empty());
-        let at = from + self.list[from..].partition_point(|c| c.priority >= consumer.priority);
-        self.list.insert(at, consumer);
-        self.regroup();
+        let key = ConsumerKey {
+            priority: consumer.priority,
+            joined: self.next_joined,
+        };
+        self.next_joined += 1;
+        if let Some(old) = self.keys.insert(channel_tag(&consumer), key) {
+            // A channel's tags are unique; should one come twice, the older one goes.
+            self.take(old);
+        }
+        self.exclusive += usize::from(consumer.exclusive);
+        if self.single_active {
+            if self.active.is_none() {
+                self.active = Some((key, consumer));
+            } else {
+                self.waiting
+                    .insert((Reverse(key.priority), key.joined), consumer);
+            }
+            return;
+        }
+        consumer.joined(self.woken.clone(), key);
+        let at = self.groups.partition_point(|g| g.priority > key.priority);
+        if self
+            .groups
+            .get(at)
+            .is_none_or(|g| g.priority != key.priority)
+        {
+            self.groups.insert(
+                at,
+                Group {
+                    priority: key.priority,
+                    ready: BTreeMap::new(),
+                    parked: BTreeMap::new(),
+                    next: 0,
+                    last: 0,
+                },
+            );
+        }
+        let group = &mut self.groups[at];
+        group.ready.insert(key.joined, consumer);
+        group.last = key.joined;
     }
 
-    /// Removes the consumer `is` picks out (the first match).
-    pub fn remove_where(&mut self, is: impl Fn(&Consumer) -> bool) -> Option<Arc<Consumer>> {
-        let at = self.list.iter().position(|c| is(c))?;
-        let consumer = self.list.remove(at);
-        self.regroup();
+    /// Removes the consumer of `connection`'s `channel` with `tag`.
+    pub fn remove(
+        &mut self,
+        connection: ConnectionId,
+        channel: u16,
+        tag: &ShortStr,
+    ) -> Option<Arc<Consumer>> {
+        let key = self.keys.remove(&(connection, channel, tag.clone()))?;
+        self.take(key)
+    }
+
+    /// Removes `consumer` itself (not another with its tag).
+    pub fn remove_consumer(&mut self, consumer: &Consumer) -> Option<Arc<Consumer>> {
+        let id = channel_tag(consumer);
+        let key = *self.keys.get(&id)?;
+        let found = self.find(key)?;
+        if !std::ptr::eq(&**found, consumer) {
+            return None;
+        }
+        self.keys.remove(&id);
+        self.take(key)
+    }
+
+    fn find(&self, key: ConsumerKey) -> Option<&Arc<Consumer>> {
+        if self.single_active {
+            return match &self.active {
+                Some((k, c)) if *k == key => Some(c),
+                _ => self.waiting.get(&(Reverse(key.priority), key.joined)),
+            };
+        }
+        let g = self.groups.iter().find(|g| g.priority == key.priority)?;
+        g.ready
+            .get(&key.joined)
+            .or_else(|| g.parked.get(&key.joined))
+    }
+
+    /// Takes the consumer at `key` out of where it sits (its entry in `keys` already gone).
+    fn take(&mut self, key: ConsumerKey) -> Option<Arc<Consumer>> {
+        let consumer = if self.single_active {
+            if self.active.as_ref().is_some_and(|(k, _)| *k == key) {
+                // The highest priority that joined first takes over.
+                let gone = self.active.take().map(|(_, c)| c);
+                self.active = self
+                    .waiting
+                    .pop_first()
+                    .map(|((Reverse(priority), joined), c)| (ConsumerKey { priority, joined }, c));
+                gone
+            } else {
+                self.waiting.remove(&(Reverse(key.priority), key.joined))
+            }
+        } else {
+            let at = self
+                .groups
+                .iter()
+                .position(|g| g.priority == key.priority)?;
+            let consumer = self.groups[at].remove(key.joined);
+            if self.groups[at].is_empty() {
+                self.groups.remove(at);
+            }
+            consumer
+        }?;
+        self.exclusive -= usize::from(consumer.exclusive);
         Some(consumer)
     }
 
     pub fn take_all(&mut self) -> Vec<Arc<Consumer>> {
-        self.groups.clear();
-        std::mem::take(&mut self.list)
+        let all = self.iter().cloned().collect();
+        *self = ConsumerSet::new(self.single_active);
+        all
     }
 
     /// The consumer the next message goes to: the first with credit, by priority, then
     /// round-robin. Every consumer looked at and found without credit is marked starved (see
-    /// `Consumer::has_credit`), so whoever frees its credit wakes the queue.
+    /// `Consumer::has_credit`) and parked until whoever frees its credit wakes it.
     pub fn pick(&mut self) -> Option<&Arc<Consumer>> {
         if self.single_active {
-            return self.list.first().filter(|c| c.has_credit());
+            let (_, active) = self.active.as_ref()?;
+            return active.has_credit().then_some(active);
         }
-        for g in self.groups.iter_mut() {
-            let n = g.end - g.start;
-            for i in 0..n {
-                let offset = (g.next + i) % n;
-                let at = g.start + offset;
-                if self.list[at].has_credit() {
-                    g.next = (offset + 1) % n;
-                    return Some(&self.list[at]);
-                }
-            }
+        if let Some(woken) = self.woken.take() {
+            self.unpark(woken);
         }
-        None
+        self.groups.iter_mut().find_map(Group::pick)
     }
 
-    /// Rebuilds the runs after a consumer joined or left; each priority keeps its place in
-    /// its round-robin (clamped to its new size).
-    fn regroup(&mut self) {
-        if self.single_active {
-            return;
-        }
-        let old = std::mem::take(&mut self.groups);
-        let mut start = 0;
-        while start < self.list.len() {
-            let priority = self.list[start].priority;
-            let end = start + self.list[start..].partition_point(|c| c.priority == priority);
-            let next = old
-                .iter()
-                .find(|g| g.priority == priority)
-                .map_or(0, |g| g.next % (end - start));
-            self.groups.push(Group {
-                priority,
-                start,
-                end,
-                next,
-            });
-            start = end;
+    /// Puts woken consumers back into their round-robin (those that left since are gone).
+    fn unpark(&mut self, woken: Vec<ConsumerKey>) {
+        for key in woken {
+            let Some(g) = self.groups.iter_mut().find(|g| g.priority == key.priority) else {
+                continue;
+            };
+            if let Some(c) = g.parked.remove(&key.joined) {
+                g.ready.insert(key.joined, c);
+            }
         }
     }
 }
@@ -161,6 +323,10 @@ mod tests {
                 Some(c.tag.to_string())
             })
             .collect()
+    }
+
+    fn remove(set: &mut ConsumerSet, tag: &str) -> Option<Arc<Consumer>> {
+        set.remove(1, 1, &ShortStr::from(tag))
     }
 
     #[test]
@@ -218,7 +384,7 @@ mod tests {
         let (d, _rd) = consumer("d", 0, 0);
         set.push(d);
         assert_eq!(picks(&mut set, 2), ["c", "d"]);
-        assert!(set.remove_where(|c| c.tag.as_str() == "a").is_some());
+        assert!(remove(&mut set, "a").is_some());
         assert_eq!(picks(&mut set, 3), ["b", "c", "d"]);
     }
 
@@ -233,9 +399,168 @@ mod tests {
             set.push(c.clone());
         }
         assert_eq!(picks(&mut set, 2), ["first", "first"]);
-        set.remove_where(|c| c.tag.as_str() == "first");
+        remove(&mut set, "first");
         assert_eq!(picks(&mut set, 2), ["top", "top"]);
-        set.remove_where(|c| c.tag.as_str() == "top");
+        remove(&mut set, "top");
         assert_eq!(picks(&mut set, 1), ["top2"]);
+    }
+
+    /// A consumer at its prefetch is parked: deliveries after that do not look at it (its
+    /// starved mark, cleared here by hand, stays clear) until its credit comes back.
+    #[test]
+    fn a_delivery_does_not_look_at_consumers_without_credit() {
+        let mut set = ConsumerSet::new(false);
+        let cs: Vec<_> = (0..1000)
+            .map(|i| consumer(&format!("c{i}"), 0, 1))
+            .collect();
+        for (c, _) in &cs {
+            set.push(c.clone());
+        }
+        assert_eq!(
+            picks(&mut set, 1001).len(),
+            1000,
+            "each takes one, then none"
+        );
+        for (c, _) in &cs {
+            assert!(c.starved_credit.swap(false, SeqCst));
+        }
+        let (free, _rf) = consumer("free", 0, 0);
+        set.push(free);
+        assert_eq!(picks(&mut set, 50), vec!["free"; 50]);
+        let looked_at = cs
+            .iter()
+            .filter(|(c, _)| c.starved_credit.load(SeqCst))
+            .count();
+        assert_eq!(looked_at, 0, "blocked consumers were looked at again");
+        // One acks (marked starved again, as its parking left it): it is served in its turn.
+        cs[500].0.starved_credit.store(true, SeqCst);
+        cs[500].0.settled(1);
+        assert_eq!(picks(&mut set, 2), ["c500", "free"]);
+    }
+
+    #[test]
+    fn removing_each_consumer_of_many_leaves_the_others_in_turn() {
+        let mut set = ConsumerSet::new(false);
+        let cs: Vec<_> = (0..20_000)
+            .map(|i| consumer(&format!("c{i}"), i64::from(i % 3 == 0), 0))
+            .collect();
+        for (c, _) in &cs {
+            set.push(c.clone());
+        }
+        for i in (0..20_000).filter(|i| i % 10 != 7) {
+            assert!(remove(&mut set, &format!("c{i}")).is_some());
+        }
+        assert_eq!(set.len(), 2000);
+        // Left: c7, c17, ...; priority 1 where i % 3 == 0 (c27, c57, ...) first.
+        assert_eq!(picks(&mut set, 3), ["c27", "c57", "c87"]);
+        assert_eq!(set.take_all().len(), 2000);
+        assert!(set.is_empty());
+    }
+
+    /// The pick before parking (`ConsumerSet` until parked consumers were kept apart), as
+    /// the reference: one list by priority, each group scanned round-robin from its position.
+    struct ScanningSet {
+        list: Vec<Arc<Consumer>>,
+        /// (priority, next offset in its run)
+        next: Vec<(i64, usize)>,
+    }
+
+    impl ScanningSet {
+        fn push(&mut self, c: Arc<Consumer>) {
+            let at = self.list.partition_point(|x| x.priority >= c.priority);
+            self.list.insert(at, c);
+        }
+
+        fn pick(&mut self) -> Option<&Arc<Consumer>> {
+            let mut start = 0;
+            while start < self.list.len() {
+                let priority = self.list[start].priority;
+                let end = start + self.list[start..].partition_point(|c| c.priority == priority);
+                let n = end - start;
+                let slot = match self.next.iter().position(|(p, _)| *p == priority) {
+                    Some(i) => i,
+                    None => {
+                        self.next.push((priority, 0));
+                        self.next.len() - 1
+                    }
+                };
+                let from = self.next[slot].1 % n;
+                for i in 0..n {
+                    let offset = (from + i) % n;
+                    if self.list[start + offset].has_credit() {
+                        self.next[slot].1 = (offset + 1) % n;
+                        return Some(&self.list[start + offset]);
+                    }
+                }
+                start = end;
+            }
+            None
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join { priority: i64, prefetch: u32 },
+        Pick,
+        Ack(usize),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            1 => (-1i64..=1, 0u32..=3).prop_map(|(priority, prefetch)| Op::Join { priority, prefetch }),
+            6 => Just(Op::Pick),
+            3 => (0usize..64).prop_map(Op::Ack),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Parking changes which consumers a delivery looks at, never which one it picks:
+        /// the same joins, deliveries and acks (each acking consumer woken as its channel
+        /// does) pick the same consumers as the scanning set.
+        #[test]
+        fn picks_as_the_scanning_set_did(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut set = ConsumerSet::new(false);
+            let mut reference = ScanningSet { list: Vec::new(), next: Vec::new() };
+            // Twins: each side charges and frees its own consumers' credit.
+            let mut twins: Vec<(Arc<Consumer>, Arc<Consumer>)> = Vec::new();
+            let mut receivers = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Join { priority, prefetch } => {
+                        let tag = format!("c{}", twins.len());
+                        let (a, ra) = consumer(&tag, priority, prefetch);
+                        let (b, rb) = consumer(&tag, priority, prefetch);
+                        receivers.extend([ra, rb]);
+                        set.push(a.clone());
+                        reference.push(b.clone());
+                        twins.push((a, b));
+                    }
+                    Op::Pick => {
+                        let got = set.pick().cloned();
+                        let want = reference.pick().cloned();
+                        proptest::prop_assert_eq!(
+                            got.as_ref().map(|c| c.tag.to_string()),
+                            want.as_ref().map(|c| c.tag.to_string())
+                        );
+                        if let (Some(a), Some(b)) = (got, want) {
+                            a.take_credit(1);
+                            b.take_credit(1);
+                        }
+                    }
+                    Op::Ack(i) => {
+                        if twins.is_empty() {
+                            continue;
+                        }
+                        let (a, b) = &twins[i % twins.len()];
+                        if a.unacked.load(SeqCst) > 0 {
+                            a.settled(1);
+                            a.wake_if_starved();
+                            b.settled(1);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -56,6 +56,7 @@ pub mod user_usage;
 pub mod version;
 pub mod versioned_map;
 pub mod vhost;
+pub mod woken_consumers;
 
 pub use alarm::{Alarm, AlarmSet, Alarms};
 pub use broker::{default_node_name, Broker};

@@ -288,7 +288,15 @@ pub struct ChannelInfo {
     pub messages_unacknowledged: AtomicU32,
     pub messages_unconfirmed: AtomicU32,
     pub stats: MessageStats,
-    consumers: Mutex<Vec<ConsumerInfo>>,
+    /// By tag, with the order they came in (what `consumers` lists them by): a channel of
+    /// many consumers forgets each in O(1).
+    consumers: Mutex<ChannelConsumers>,
+}
+
+#[derive(Debug, Default)]
+struct ChannelConsumers {
+    by_tag: HashMap<String, (u64, ConsumerInfo)>,
+    next: u64,
 }
 
 /// One consumer, as `/api/consumers` shows it.
@@ -313,7 +321,7 @@ impl ChannelInfo {
             messages_unacknowledged: AtomicU32::new(0),
             messages_unconfirmed: AtomicU32::new(0),
             stats: MessageStats::default(),
-            consumers: Mutex::new(Vec::new()),
+            consumers: Mutex::new(ChannelConsumers::default()),
         })
     }
 
@@ -322,19 +330,28 @@ impl ChannelInfo {
     }
 
     pub fn add_consumer(&self, consumer: ConsumerInfo) {
-        self.consumers.lock().push(consumer);
+        let mut consumers = self.consumers.lock();
+        let order = consumers.next;
+        consumers.next += 1;
+        consumers
+            .by_tag
+            .insert(consumer.tag.clone(), (order, consumer));
     }
 
     pub fn remove_consumer(&self, tag: &str) {
-        self.consumers.lock().retain(|c| c.tag != tag);
+        self.consumers.lock().by_tag.remove(tag);
     }
 
+    /// The channel's consumers in the order they came in.
     pub fn consumers(&self) -> Vec<ConsumerInfo> {
-        self.consumers.lock().clone()
+        let consumers = self.consumers.lock();
+        let mut all: Vec<_> = consumers.by_tag.values().collect();
+        all.sort_unstable_by_key(|(order, _)| *order);
+        all.into_iter().map(|(_, c)| c.clone()).collect()
     }
 
     pub fn consumer_count(&self) -> usize {
-        self.consumers.lock().len()
+        self.consumers.lock().by_tag.len()
     }
 }
 

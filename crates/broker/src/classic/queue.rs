@@ -404,7 +404,7 @@ impl ClassicQueue {
                     if !no_ack {
                         st.unacked.sub(&d.message.message);
                     }
-                    st.consumers.remove_where(|c| std::ptr::eq(c, &*d.consumer));
+                    st.consumers.remove_consumer(&d.consumer);
                     offered = Some(d.message);
                 }
                 Err(_) => unreachable!("send returns the event it was given"),
@@ -685,9 +685,7 @@ impl QueueType for ClassicQueue {
                     queue.vhost_name()
                 )));
             }
-            if st.consumers.iter().any(|c| c.exclusive)
-                || (consumer.exclusive && !st.consumers.is_empty())
-            {
+            if st.consumers.has_exclusive() || (consumer.exclusive && !st.consumers.is_empty()) {
                 return Err(AmqpError::access_refused(format!(
                     "queue '{}' in vhost '{}' in exclusive use",
                     queue.name,
@@ -709,9 +707,9 @@ impl QueueType for ClassicQueue {
         tag: &str,
     ) -> Option<(Arc<Consumer>, bool)> {
         let mut st = self.state.lock();
-        let consumer = st.consumers.remove_where(|c| {
-            c.connection == connection && c.channel == channel && c.tag.as_str() == tag
-        })?;
+        let consumer =
+            st.consumers
+                .remove(connection, channel, &warren_codec::ShortStr::from(tag))?;
         let now_unused = queue.auto_delete && st.had_consumer && st.consumers.is_empty();
         drop(st);
         queue.touch();
