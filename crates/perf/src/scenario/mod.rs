@@ -98,7 +98,7 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub drain_timeout: Option<f64>,
     /// oslo-rpc: which modes to run, comma-separated (call, cast, notify; default all three).
-    /// scale: which sweeps (queues, bindings, connections; default all three).
+    /// scale: which sweeps (queues, bindings, connections, consumers; default all four).
     #[arg(long)]
     pub modes: Option<String>,
     /// scale: the largest object count; the sweep goes 1k, 4k, 16k, ... up to it (1000000

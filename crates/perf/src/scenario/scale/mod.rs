@@ -6,12 +6,14 @@
 //!
 //! The sweeps: `queues` (durable classic queues: declare rate one at a time and pipelined,
 //! memory per queue, the HTTP API's timings), `bindings` (topic bindings with `*` and `#`:
-//! route time per publish, memory per binding) and `connections` (idle connections up to the
-//! descriptor limits: memory per connection, and after they close). `targets` sets the
+//! route time per publish, memory per binding), `connections` (idle connections up to the
+//! descriptor limits: memory per connection, and after they close) and `consumers` (blocked
+//! consumers on 1k queues: consume rate, memory per consumer, a delivery's cost beside them). `targets` sets the
 //! issue's target figures beside what was measured. Memory is read as `memory` says.
 
 pub mod bindings;
 pub mod connections;
+pub mod consumers;
 mod in_flight;
 mod memory;
 pub mod queues;
@@ -25,7 +27,7 @@ use anyhow::{bail, Result};
 use memory::MemorySource;
 
 /// The sweeps, in the order they run.
-pub const SWEEPS: &[&str] = &["queues", "bindings", "connections"];
+pub const SWEEPS: &[&str] = &["queues", "bindings", "connections", "consumers"];
 
 /// The counts of a sweep: 1k, 4k, 16k, ... while at most `max`, and `max` itself when the
 /// ladder does not land on it (1M: 1k, 4k, 16k, 64k, 256k, 1M). `--quick`: 50 and 200.
@@ -121,6 +123,10 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             "connections" => {
                 let (section, results) = connections::section(ctx, &counts, &memory_text).await?;
                 measured.connections = Some(results);
+                sections.push(section);
+            }
+            "consumers" => {
+                let (section, _) = consumers::section(ctx, &counts, &memory_text).await?;
                 sections.push(section);
             }
             _ => unreachable!("modes() accepts SWEEPS only"),
