@@ -42,7 +42,7 @@ fn queue_name(j: u64) -> String {
 /// The queue consumer `i` consumes from: every `PROBE_SHARE`-th the probe queue, the others
 /// spread over the rest.
 fn queue_of(i: u64) -> u64 {
-    if i.is_multiple_of(PROBE_SHARE) {
+    if i % PROBE_SHARE == 0 {
         0
     } else {
         1 + i % (QUEUES - 1)
