@@ -122,29 +122,34 @@ impl<V: Named> NamedEntries<V> {
     }
 }
 
+/// An entity for tests of maps by name: called `name`, told apart from another of the same
+/// name by `version`.
+#[cfg(test)]
+#[derive(Debug, PartialEq)]
+pub(crate) struct Entity {
+    pub name: ShortStr,
+    pub version: u32,
+}
+
+#[cfg(test)]
+impl Named for Entity {
+    fn name(&self) -> &ShortStr {
+        &self.name
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn entity(name: &str, version: u32) -> Arc<Entity> {
+    Arc::new(Entity {
+        name: ShortStr::from(name),
+        version,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[derive(Debug)]
-    struct Entity {
-        name: ShortStr,
-        version: u32,
-    }
-
-    impl Named for Entity {
-        fn name(&self) -> &ShortStr {
-            &self.name
-        }
-    }
-
-    fn entity(name: &str, version: u32) -> Arc<Entity> {
-        Arc::new(Entity {
-            name: ShortStr::from(name),
-            version,
-        })
-    }
 
     #[derive(Debug, Clone)]
     enum Change {

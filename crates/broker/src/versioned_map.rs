@@ -123,27 +123,7 @@ impl<V> VersionedMap<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::named_entries::Named;
-
-    /// An entity called `name`, told apart from another of the same name by `version`.
-    #[derive(Debug, PartialEq)]
-    struct Entity {
-        name: ShortStr,
-        version: u32,
-    }
-
-    impl Named for Entity {
-        fn name(&self) -> &ShortStr {
-            &self.name
-        }
-    }
-
-    fn entity(name: &str, version: u32) -> Arc<Entity> {
-        Arc::new(Entity {
-            name: ShortStr::from(name),
-            version,
-        })
-    }
+    use crate::named_entries::{entity, Entity};
 
     fn map_of(names: &[&str]) -> VersionedMap<Entity> {
         let map = VersionedMap::default();

@@ -78,12 +78,15 @@ pub fn respond_named<S: NameOrdered>(
         return respond(build(&all), query);
     };
     let matches = name_filter(query)?;
-    let reverse = query.get("sort_reverse").is_some_and(|v| v == "true");
-    let wanted = page.wanted();
+    let asked = Asked {
+        matches: matches.as_ref(),
+        reverse: query.get("sort_reverse").is_some_and(|v| v == "true"),
+        wanted: page.wanted(),
+    };
     let found = if sort_key == Some("name") {
-        by_name_across(vhosts, matches.as_ref(), reverse, wanted)
+        by_name_across(vhosts, &asked)
     } else {
-        by_vhost_then_name(vhosts, matches.as_ref(), reverse, wanted)
+        by_vhost_then_name(vhosts, &asked)
     };
     // Validates the page against the count (out of range: 400); the rows found are the
     // range's already, as `wanted` is it unclamped.
@@ -96,6 +99,14 @@ pub fn respond_named<S: NameOrdered>(
     Ok(page.respond(slice, filtered_count, found.total_count))
 }
 
+/// What a page sorted by names asks for: the rows whose names match (None: all), in reverse
+/// order or not, at the positions `wanted` (unclamped) among them.
+struct Asked<'q> {
+    matches: Option<&'q regex::Regex>,
+    reverse: bool,
+    wanted: std::ops::Range<usize>,
+}
+
 /// What a page found: its rows in order, how many rows pass the filter, how many there are.
 struct Found<'s, S: NameOrdered> {
     rows: Vec<(&'s S, S::Row)>,
@@ -103,20 +114,21 @@ struct Found<'s, S: NameOrdered> {
     total_count: usize,
 }
 
+impl<S: NameOrdered> Found<'_, S> {
+    fn empty() -> Self {
+        Found {
+            rows: Vec::new(),
+            filtered_count: 0,
+            total_count: 0,
+        }
+    }
+}
+
 /// A page in the order by vhost, then name (reversed: the whole list reversed): the vhosts'
 /// rows one after the other.
-fn by_vhost_then_name<'s, S: NameOrdered>(
-    vhosts: &'s [S],
-    matches: Option<&regex::Regex>,
-    reverse: bool,
-    wanted: std::ops::Range<usize>,
-) -> Found<'s, S> {
-    let mut found = Found {
-        rows: Vec::new(),
-        filtered_count: 0,
-        total_count: 0,
-    };
-    let in_order: Box<dyn Iterator<Item = &S>> = match reverse {
+fn by_vhost_then_name<'s, S: NameOrdered>(vhosts: &'s [S], asked: &Asked) -> Found<'s, S> {
+    let mut found = Found::empty();
+    let in_order: Box<dyn Iterator<Item = &S>> = match asked.reverse {
         false => Box::new(vhosts.iter()),
         true => Box::new(vhosts.iter().rev()),
     };
@@ -125,27 +137,27 @@ fn by_vhost_then_name<'s, S: NameOrdered>(
             let len = rows.len();
             found.total_count += len;
             let first = found.filtered_count;
-            if let Some(re) = matches {
+            if let Some(re) = asked.matches {
                 let mut take = |row: &S::Row| {
                     if re.is_match(S::name(row)) {
-                        if wanted.contains(&found.filtered_count) {
+                        if asked.wanted.contains(&found.filtered_count) {
                             found.rows.push((vhost, row.clone()));
                         }
                         found.filtered_count += 1;
                     }
                 };
-                match reverse {
-                    false => rows.for_each(|r| take(r)),
-                    true => rows.rev().for_each(|r| take(r)),
+                match asked.reverse {
+                    false => rows.for_each(&mut take),
+                    true => rows.rev().for_each(take),
                 }
                 return;
             }
             found.filtered_count += len;
             // This vhost's rows at positions first..first + len: those the page wants.
-            let from = wanted.start.max(first) - first;
-            let to = wanted.end.min(first + len).saturating_sub(first);
+            let from = asked.wanted.start.max(first) - first;
+            let to = asked.wanted.end.min(first + len).saturating_sub(first);
             if from < to {
-                let rows = nth_to(rows, reverse, from, to, len);
+                let rows = nth_to(rows, asked.reverse, from, to, len);
                 found.rows.extend(rows.into_iter().map(|r| (vhost, r)));
             }
         });
@@ -178,17 +190,8 @@ fn nth_to<'a, T: Clone + 'a>(
 
 /// A page in the order by name, across vhosts (a name in two vhosts: by vhost; reversed:
 /// the whole list reversed): each vhost's first rows up to the page's end, merged.
-fn by_name_across<'s, S: NameOrdered>(
-    vhosts: &'s [S],
-    matches: Option<&regex::Regex>,
-    reverse: bool,
-    wanted: std::ops::Range<usize>,
-) -> Found<'s, S> {
-    let mut found = Found {
-        rows: Vec::new(),
-        filtered_count: 0,
-        total_count: 0,
-    };
+fn by_name_across<'s, S: NameOrdered>(vhosts: &'s [S], asked: &Asked) -> Found<'s, S> {
+    let mut found = Found::empty();
     // (vhost's position, row): every row that can be on the page.
     let mut candidates: Vec<(usize, &S, S::Row)> = Vec::new();
     for (position, vhost) in vhosts.iter().enumerate() {
@@ -197,20 +200,20 @@ fn by_name_across<'s, S: NameOrdered>(
             found.total_count += len;
             let mut taken = 0;
             let mut take = |row: &S::Row| {
-                if matches.is_none_or(|re| re.is_match(S::name(row))) {
-                    if taken < wanted.end {
+                if asked.matches.is_none_or(|re| re.is_match(S::name(row))) {
+                    if taken < asked.wanted.end {
                         candidates.push((position, vhost, row.clone()));
                     }
                     taken += 1;
                 }
                 // Unfiltered, the count is known: no need to read further.
-                matches.is_some() || taken < wanted.end
+                asked.matches.is_some() || taken < asked.wanted.end
             };
-            match reverse {
+            match asked.reverse {
                 false => for_each_while(rows, &mut take),
                 true => for_each_while(&mut rows.rev(), &mut take),
             }
-            found.filtered_count += match matches {
+            found.filtered_count += match asked.matches {
                 Some(_) => taken,
                 None => len,
             };
@@ -218,7 +221,7 @@ fn by_name_across<'s, S: NameOrdered>(
     }
     candidates.sort_by(|(i, _, a), (j, _, b)| {
         let ordering = S::name(a).cmp(S::name(b)).then(i.cmp(j));
-        if reverse {
+        if asked.reverse {
             ordering.reverse()
         } else {
             ordering
@@ -226,8 +229,8 @@ fn by_name_across<'s, S: NameOrdered>(
     });
     found.rows = candidates
         .into_iter()
-        .skip(wanted.start)
-        .take(wanted.len())
+        .skip(asked.wanted.start)
+        .take(asked.wanted.len())
         .map(|(_, vhost, row)| (vhost, row))
         .collect();
     found
