@@ -30,6 +30,7 @@ pub mod memory;
 pub mod message;
 pub mod message_pool;
 pub mod name_map;
+pub mod named_entries;
 pub mod names;
 pub mod parameters;
 pub mod persist;

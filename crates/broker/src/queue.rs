@@ -124,6 +124,13 @@ pub struct Queue {
     kind: Box<dyn QueueType>,
 }
 
+/// A vhost keeps its queues by name and in name order (`named_entries.rs`).
+impl crate::named_entries::Named for Queue {
+    fn name(&self) -> &ShortStr {
+        &self.name
+    }
+}
+
 impl Queue {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
