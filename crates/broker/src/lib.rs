@@ -75,5 +75,5 @@ pub use registry::{ChannelInfo, ConnectionInfo, ConsumerInfo, Registry};
 pub use replication::{
     Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
 };
-pub use stats::{MessageCounts, MessageStats};
+pub use stats::{HandedOut, MessageCounts, MessageStats, QueueStats};
 pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost, VHostLimits, VHostMetadata};

@@ -21,7 +21,7 @@ use crate::error::AmqpResult;
 use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
 use crate::queue_type::{Got, QueueType, Replicas};
-use crate::stats::MessageStats;
+use crate::stats::QueueStats;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -118,7 +118,7 @@ pub struct Queue {
     settings: Mutex<Settings>,
     deleted: AtomicBool,
     /// Messages routed here, delivered, got and acked (the API's message_stats).
-    pub stats: MessageStats,
+    pub stats: QueueStats,
     /// Marked since the monitoring readers last read the queue (`queue_activity.rs`).
     changed: AtomicBool,
     kind: Box<dyn QueueType>,
@@ -159,7 +159,7 @@ impl Queue {
                 policies: AppliedPolicies::default(),
             }),
             deleted: AtomicBool::new(false),
-            stats: MessageStats::default(),
+            stats: QueueStats::default(),
             changed: AtomicBool::new(false),
             kind,
         }
@@ -606,7 +606,7 @@ impl QueueHandle {
 
     /// The queue's message counters (delivered, acked, redelivered…), which the session
     /// counts into as it hands out and settles.
-    pub fn stats(&self) -> &MessageStats {
+    pub fn stats(&self) -> &QueueStats {
         &self.0.stats
     }
 
