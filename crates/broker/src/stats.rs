@@ -73,41 +73,30 @@ pub trait HandedOut {
     fn got(&self, no_ack: bool) -> &AtomicU64;
 }
 
-impl HandedOut for MessageStats {
-    fn delivered(&self, no_ack: bool) -> &AtomicU64 {
-        if no_ack {
-            &self.deliver_no_ack
-        } else {
-            &self.deliver
-        }
-    }
+/// Both kinds of counters name the four alike.
+macro_rules! handed_out_by_field {
+    ($($stats:ty),*) => {$(
+        impl HandedOut for $stats {
+            fn delivered(&self, no_ack: bool) -> &AtomicU64 {
+                if no_ack {
+                    &self.deliver_no_ack
+                } else {
+                    &self.deliver
+                }
+            }
 
-    fn got(&self, no_ack: bool) -> &AtomicU64 {
-        if no_ack {
-            &self.get_no_ack
-        } else {
-            &self.get
+            fn got(&self, no_ack: bool) -> &AtomicU64 {
+                if no_ack {
+                    &self.get_no_ack
+                } else {
+                    &self.get
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl HandedOut for QueueStats {
-    fn delivered(&self, no_ack: bool) -> &AtomicU64 {
-        if no_ack {
-            &self.deliver_no_ack
-        } else {
-            &self.deliver
-        }
-    }
-
-    fn got(&self, no_ack: bool) -> &AtomicU64 {
-        if no_ack {
-            &self.get_no_ack
-        } else {
-            &self.get
-        }
-    }
-}
+handed_out_by_field!(MessageStats, QueueStats);
 
 /// A snapshot of `MessageStats`, in plain numbers.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
