@@ -883,8 +883,6 @@ where
         }
     }
 
-    /// Connection teardown: every session's links leave their queues, unsettled and
-    /// undelivered messages go back.
     /// Every session released: its links' consumers cancelled, unsettled deliveries
     /// given back.
     fn release_sessions(&mut self, vhost: &Arc<VHost>) {
@@ -895,6 +893,8 @@ where
         self.sessions.clear();
     }
 
+    /// Connection teardown: every session's links leave their queues, unsettled and
+    /// undelivered messages go back.
     fn release(&mut self) {
         if let Some(info) = self.info.take() {
             self.broker.registry.unregister(info.id);

@@ -162,6 +162,13 @@ struct PolicyState {
     alternate_exchange: Option<ShortStr>,
 }
 
+/// A vhost keeps its exchanges by name and in name order (`named_entries.rs`).
+impl crate::named_entries::Named for Exchange {
+    fn name(&self) -> &ShortStr {
+        &self.name
+    }
+}
+
 impl Exchange {
     /// RabbitMQ's refusal of a publish to this exchange when it is internal (only bindings
     /// from other exchanges may feed it); None when clients may publish to it. Every

@@ -30,6 +30,7 @@ pub mod memory;
 pub mod message;
 pub mod message_pool;
 pub mod name_map;
+pub mod named_entries;
 pub mod names;
 pub mod parameters;
 pub mod persist;
@@ -75,5 +76,5 @@ pub use registry::{ChannelInfo, ConnectionInfo, ConsumerInfo, Registry};
 pub use replication::{
     Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
 };
-pub use stats::{MessageCounts, MessageStats};
+pub use stats::{HandedOut, MessageCounts, MessageStats, QueueStats};
 pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost, VHostLimits, VHostMetadata};

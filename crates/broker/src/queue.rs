@@ -21,10 +21,10 @@ use crate::error::AmqpResult;
 use crate::message::Message;
 use crate::policy::{effective_queue_limits, AppliedPolicies, Definition};
 use crate::queue_type::{Got, QueueType, Replicas};
-use crate::stats::MessageStats;
+use crate::stats::QueueStats;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 use warren_codec::{FieldTable, ShortStr};
 use warren_store::{Appended, FailedPublishes, QueueId, RecoveredQueue, RoaringTreemap, Store};
@@ -91,6 +91,13 @@ struct Settings {
     policies: AppliedPolicies,
 }
 
+/// Milliseconds on the process's monotonic clock: what a queue keeps of its last use
+/// (8 bytes, where an `Instant` under a lock took 24 in every queue).
+fn monotonic_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
 #[derive(Debug)]
 pub struct Queue {
     pub name: ShortStr,
@@ -106,14 +113,22 @@ pub struct Queue {
     pub stored: Option<StoredQueue>,
     /// A task is watching for this queue's `expires` (see `VHost::watch_expiry`).
     pub(crate) expiry_watched: AtomicBool,
-    last_used: Mutex<Instant>,
+    /// When it was last used (`monotonic_ms`), for `x-expires`.
+    last_used_ms: AtomicU64,
     settings: Mutex<Settings>,
     deleted: AtomicBool,
     /// Messages routed here, delivered, got and acked (the API's message_stats).
-    pub stats: MessageStats,
+    pub stats: QueueStats,
     /// Marked since the monitoring readers last read the queue (`queue_activity.rs`).
     changed: AtomicBool,
     kind: Box<dyn QueueType>,
+}
+
+/// A vhost keeps its queues by name and in name order (`named_entries.rs`).
+impl crate::named_entries::Named for Queue {
+    fn name(&self) -> &ShortStr {
+        &self.name
+    }
 }
 
 impl Queue {
@@ -138,13 +153,13 @@ impl Queue {
             home,
             stored,
             expiry_watched: AtomicBool::new(false),
-            last_used: Mutex::new(Instant::now()),
+            last_used_ms: AtomicU64::new(monotonic_ms()),
             settings: Mutex::new(Settings {
                 limits,
                 policies: AppliedPolicies::default(),
             }),
             deleted: AtomicBool::new(false),
-            stats: MessageStats::default(),
+            stats: QueueStats::default(),
             changed: AtomicBool::new(false),
             kind,
         }
@@ -462,7 +477,7 @@ impl Queue {
 
     /// Records use (consume, get, declare) for `x-expires`.
     pub fn touch(&self) {
-        *self.last_used.lock() = Instant::now();
+        self.last_used_ms.store(monotonic_ms(), Ordering::Relaxed);
     }
 
     /// True when the queue has had no consumers and no use for its whole `x-expires`.
@@ -470,7 +485,7 @@ impl Queue {
         let Some(expires_ms) = self.expires_ms() else {
             return false;
         };
-        let idle = self.last_used.lock().elapsed().as_millis() as u64;
+        let idle = monotonic_ms().saturating_sub(self.last_used_ms.load(Ordering::Relaxed));
         // Another node expires a queue it serves; its deletion reaches every node.
         idle >= expires_ms && self.kind.unused() == Some(true)
     }
@@ -508,7 +523,7 @@ impl Queue {
                 return false;
             }
             if settings.limits.expires_ms != limits.expires_ms {
-                *self.last_used.lock() = Instant::now();
+                self.touch();
             }
             // Priority and single-active-consumer are arguments only.
             settings.limits = QueueLimits {
@@ -591,7 +606,7 @@ impl QueueHandle {
 
     /// The queue's message counters (delivered, acked, redelivered…), which the session
     /// counts into as it hands out and settles.
-    pub fn stats(&self) -> &MessageStats {
+    pub fn stats(&self) -> &QueueStats {
         &self.0.stats
     }
 

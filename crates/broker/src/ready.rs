@@ -20,10 +20,49 @@ use std::collections::VecDeque;
 const BASE_CAPACITY: usize = 256;
 const SHRINK_ABOVE: usize = 4096;
 
+/// The FIFOs of a ready list, one per priority. A plain queue's one FIFO sits inline: a
+/// boxed slice of one would be an allocation (and a pointer to follow on every publish) for
+/// each of a broker's queues.
+#[derive(Debug)]
+enum Levels {
+    One([VecDeque<QueuedMessage>; 1]),
+    Many(Box<[VecDeque<QueuedMessage>]>),
+}
+
+impl Levels {
+    fn new(max_priority: u8) -> Levels {
+        if max_priority == 0 {
+            Levels::One([VecDeque::new()])
+        } else {
+            Levels::Many((0..=max_priority).map(|_| VecDeque::new()).collect())
+        }
+    }
+}
+
+impl std::ops::Deref for Levels {
+    type Target = [VecDeque<QueuedMessage>];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Levels::One(one) => one,
+            Levels::Many(many) => many,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Levels {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Levels::One(one) => one,
+            Levels::Many(many) => many,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct ReadyList {
     /// Index = priority; a plain queue has one level.
-    levels: Vec<VecDeque<QueuedMessage>>,
+    levels: Levels,
     len: usize,
     /// Logical bytes (what `x-max-length-bytes` counts), paged bodies included.
     bytes: usize,
@@ -38,7 +77,7 @@ impl ReadyList {
     /// `max_priority` 0 (or none) makes a plain FIFO.
     pub fn new(max_priority: u8) -> ReadyList {
         ReadyList {
-            levels: (0..=max_priority).map(|_| VecDeque::new()).collect(),
+            levels: Levels::new(max_priority),
             len: 0,
             bytes: 0,
             memory_bytes: 0,

@@ -23,8 +23,15 @@ pub const PAGE_IN_BATCH_MESSAGES: usize = 1024;
 /// ... or this many body bytes (at least one message is always read).
 pub const PAGE_IN_BATCH_BYTES: usize = 2 * 1024 * 1024;
 
+/// A queue's paged messages: absent while there are none. Most queues never page, and an
+/// empty tail held inline would cost every queue ~100 bytes (three id sets, a cursor, two
+/// counts); boxed on the first paged message and dropped with the last, it costs 8.
 #[derive(Debug, Default)]
-pub struct PagedTail {
+pub struct PagedTail(Option<Box<Tail>>);
+
+/// The paged messages of a queue that has some (see the module's invariants).
+#[derive(Debug, Default)]
+struct Tail {
     /// Store ids of the messages on disk only.
     ids: RoaringTreemap,
     /// Sum of their body sizes (what `x-max-length-bytes` counts).
@@ -51,7 +58,88 @@ pub struct PagedIn {
 impl PagedTail {
     /// The tail a queue restarts with: every live message the store recovered for it.
     pub fn recovered(recovered: RecoveredQueue) -> PagedTail {
-        PagedTail {
+        let mut tail = PagedTail(Some(Box::new(Tail::recovered(recovered))));
+        tail.drop_if_empty();
+        tail
+    }
+
+    /// Persistent messages in the tail, and their body bytes.
+    pub fn persistent(&self) -> (u64, u64) {
+        self.0.as_ref().map_or((0, 0), |t| t.persistent())
+    }
+
+    /// The ids of the tail's messages that were never delivered (for the store's
+    /// clean-shutdown record).
+    pub fn undelivered(&self) -> RoaringTreemap {
+        self.0.as_ref().map(|t| t.undelivered()).unwrap_or_default()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.0.as_ref().map_or(0, |t| t.ids.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |t| t.bytes)
+    }
+
+    /// Adds a message the store holds at `position` (see `Tail::push`).
+    pub fn push(
+        &mut self,
+        id: MessageId,
+        position: LogPosition,
+        body_bytes: usize,
+        persistent: bool,
+    ) {
+        let tail = self.0.get_or_insert_with(Box::default);
+        tail.push(id, position, body_bytes, persistent);
+    }
+
+    /// Reads the next batch back from the store, oldest first, and removes it from the
+    /// tail (see `Tail::page_in`). Blocking I/O.
+    pub fn page_in(&mut self, store: &Store, queue: QueueId) -> Vec<PagedIn> {
+        let Some(tail) = &mut self.0 else {
+            return Vec::new();
+        };
+        let out = tail.page_in(store, queue);
+        self.drop_if_empty();
+        out
+    }
+
+    /// Drops the messages of `failed` (id, body bytes) that are in the tail: their PUBLISH
+    /// records never reached the disk. Returns how many were here.
+    pub fn forget(&mut self, failed: &[(MessageId, u32)]) -> u64 {
+        let Some(tail) = &mut self.0 else {
+            return 0;
+        };
+        let dropped = tail.forget(failed);
+        self.drop_if_empty();
+        dropped
+    }
+
+    /// Empties the tail, returning the ids it held (a purge acks them in the store).
+    pub fn take_ids(&mut self) -> RoaringTreemap {
+        self.0.take().map(|t| t.ids).unwrap_or_default()
+    }
+
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// Invariant: a tail without messages is absent (what `is_empty` reads).
+    fn drop_if_empty(&mut self) {
+        if self.0.as_ref().is_some_and(|t| t.ids.is_empty()) {
+            self.0 = None;
+        }
+    }
+}
+
+impl Tail {
+    fn recovered(recovered: RecoveredQueue) -> Tail {
+        Tail {
             maybe_delivered: &recovered.live - &recovered.undelivered,
             ids: recovered.live,
             bytes: recovered.live_body_bytes,
@@ -61,8 +149,7 @@ impl PagedTail {
         }
     }
 
-    /// Persistent messages in the tail, and their body bytes.
-    pub fn persistent(&self) -> (u64, u64) {
+    fn persistent(&self) -> (u64, u64) {
         (
             self.ids.len() - self.transient.len(),
             self.bytes.saturating_sub(self.transient_bytes),
@@ -76,22 +163,8 @@ impl PagedTail {
         }
     }
 
-    /// The ids of the tail's messages that were never delivered (for the store's
-    /// clean-shutdown record).
-    pub fn undelivered(&self) -> RoaringTreemap {
+    fn undelivered(&self) -> RoaringTreemap {
         &self.ids - &self.maybe_delivered
-    }
-
-    pub fn len(&self) -> u64 {
-        self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.bytes
     }
 
     /// Adds a message the store holds at `position`.
@@ -99,13 +172,7 @@ impl PagedTail {
     /// Two publishers can append to the store in one order and reach the queue in the
     /// other, so an id may arrive below ids already here: the cursor then moves back to
     /// it. Rescanning records again is harmless — only ids still in the set are taken.
-    pub fn push(
-        &mut self,
-        id: MessageId,
-        position: LogPosition,
-        body_bytes: usize,
-        persistent: bool,
-    ) {
+    fn push(&mut self, id: MessageId, position: LogPosition, body_bytes: usize, persistent: bool) {
         if self.ids.is_empty() || position < self.cursor {
             self.cursor = position;
         }
@@ -122,7 +189,7 @@ impl PagedTail {
     /// tail. Blocking I/O. If the store's log ends before the tail does (which would be a
     /// bug, or records lost to corruption), the rest of the tail is dropped with an error
     /// logged rather than waited for forever.
-    pub fn page_in(&mut self, store: &Store, queue: QueueId) -> Vec<PagedIn> {
+    fn page_in(&mut self, store: &Store, queue: QueueId) -> Vec<PagedIn> {
         let mut out = Vec::new();
         while out.is_empty() && !self.ids.is_empty() {
             let ids = &self.ids;
@@ -136,7 +203,7 @@ impl PagedTail {
                 Ok(scan) => scan,
                 Err(e) => {
                     tracing::error!(?queue, error = %e, lost = self.ids.len(), "reading a queue's messages back from the store failed; dropping them");
-                    self.clear();
+                    self.ids.clear();
                     break;
                 }
             };
@@ -160,21 +227,14 @@ impl PagedTail {
                     lost = self.ids.len(),
                     "the store's log ended before the queue's paged messages did (a failed store write?); dropping them"
                 );
-                self.clear();
+                self.ids.clear();
             }
-        }
-        if self.ids.is_empty() {
-            self.bytes = 0;
-            self.transient.clear();
-            self.transient_bytes = 0;
         }
         out
     }
 
-    /// Drops the messages of `failed` (id, body bytes) that are in the tail: their PUBLISH
-    /// records never reached the disk. Returns how many were here. The cursor stays: it is
-    /// still at or before every id left.
-    pub fn forget(&mut self, failed: &[(MessageId, u32)]) -> u64 {
+    /// The cursor stays: it is still at or before every id left.
+    fn forget(&mut self, failed: &[(MessageId, u32)]) -> u64 {
         let mut dropped = 0;
         for &(id, body_bytes) in failed {
             self.maybe_delivered.remove(id.0);
@@ -184,24 +244,6 @@ impl PagedTail {
                 dropped += 1;
             }
         }
-        if self.ids.is_empty() {
-            self.bytes = 0;
-            self.transient.clear();
-            self.transient_bytes = 0;
-        }
         dropped
-    }
-
-    /// Empties the tail, returning the ids it held (a purge acks them in the store).
-    pub fn take_ids(&mut self) -> RoaringTreemap {
-        self.bytes = 0;
-        self.maybe_delivered.clear();
-        self.transient.clear();
-        self.transient_bytes = 0;
-        std::mem::take(&mut self.ids)
-    }
-
-    pub fn clear(&mut self) {
-        self.take_ids();
     }
 }

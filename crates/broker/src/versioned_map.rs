@@ -18,23 +18,24 @@
 //! deleted queue lives on while an unacknowledged delivery or a consumer holds it — so the
 //! generation is what decides.
 
-use crate::name_map::NameMap;
+use crate::named_entries::NamedEntries;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use warren_codec::ShortStr;
 
-/// Entities by name behind a read-write lock, with a generation counting write locks.
+/// Entities by name (and in name order, `named_entries.rs`) behind a read-write lock, with a
+/// generation counting write locks.
 pub struct VersionedMap<V> {
-    map: RwLock<NameMap<Arc<V>>>,
+    map: RwLock<NamedEntries<V>>,
     generation: AtomicU64,
 }
 
 impl<V> Default for VersionedMap<V> {
     fn default() -> Self {
         VersionedMap {
-            map: RwLock::new(NameMap::default()),
+            map: RwLock::new(NamedEntries::default()),
             generation: AtomicU64::new(0),
         }
     }
@@ -43,12 +44,12 @@ impl<V> Default for VersionedMap<V> {
 /// Write access to the map; the generation advances when it is dropped, while the lock is
 /// still held, so a reader that sees the map after a change sees the new generation too.
 pub struct VersionedWriteGuard<'a, V> {
-    guard: RwLockWriteGuard<'a, NameMap<Arc<V>>>,
+    guard: RwLockWriteGuard<'a, NamedEntries<V>>,
     generation: &'a AtomicU64,
 }
 
 impl<V> Deref for VersionedWriteGuard<'_, V> {
-    type Target = NameMap<Arc<V>>;
+    type Target = NamedEntries<V>;
     fn deref(&self) -> &Self::Target {
         &self.guard
     }
@@ -80,7 +81,7 @@ impl<V> Default for LastLookup<V> {
 }
 
 impl<V> VersionedMap<V> {
-    pub fn read(&self) -> RwLockReadGuard<'_, NameMap<Arc<V>>> {
+    pub fn read(&self) -> RwLockReadGuard<'_, NamedEntries<V>> {
         self.map.read()
     }
 
@@ -122,12 +123,12 @@ impl<V> VersionedMap<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::named_entries::{entity, Entity};
 
-    fn map_of(names: &[&str]) -> VersionedMap<String> {
+    fn map_of(names: &[&str]) -> VersionedMap<Entity> {
         let map = VersionedMap::default();
         for name in names {
-            map.write()
-                .insert(ShortStr::from(*name), Arc::new(name.to_string()));
+            map.write().insert(entity(name, 1));
         }
         map
     }
@@ -139,7 +140,7 @@ mod tests {
         let a = map.get_via("a", &mut last).unwrap();
         assert!(Arc::ptr_eq(&a, &map.get_via("a", &mut last).unwrap()));
         // Another name is looked up, not answered from the memory of "a".
-        assert_eq!(map.get_via("b", &mut last).as_deref().unwrap(), "b");
+        assert_eq!(map.get_via("b", &mut last).unwrap().name.as_str(), "b");
         assert_eq!(map.get_via("c", &mut last), None);
     }
 
@@ -149,11 +150,10 @@ mod tests {
         let mut last = LastLookup::default();
         let first = map.get_via("a", &mut last).unwrap();
         // Replaced under the same name: the new entity, not the remembered one.
-        map.write()
-            .insert(ShortStr::from("a"), Arc::new("a2".to_string()));
+        map.write().insert(entity("a", 2));
         let second = map.get_via("a", &mut last).unwrap();
         assert!(!Arc::ptr_eq(&first, &second));
-        assert_eq!(second.as_str(), "a2");
+        assert_eq!(second.version, 2);
         // Removed: gone for the next lookup, and the cache does not keep it alive.
         let weak = Arc::downgrade(&second);
         drop(second);

@@ -376,7 +376,14 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
         }
     });
     for reply in futures_join_all(proposals.collect()).await {
-        assert!(matches!(reply, Reply::Enqueued { msg_id: 0 }), "{reply:?}");
+        // `propose` gives up on an attempt after 10 s and retries; on a loaded machine the
+        // attempt it gave up on may still commit, and the retry is then answered Duplicate
+        // (the publisher's sequence number dedups it). Either way one copy is enqueued,
+        // which the check below asserts on every node.
+        assert!(
+            matches!(reply, Reply::Enqueued { msg_id: 0 } | Reply::Duplicate),
+            "{reply:?}"
+        );
     }
     for group in 1..=GROUPS {
         for id in NODES {

@@ -64,13 +64,29 @@ const WRITE_HIGH_WATER_BYTES: usize = 1 << 20;
 const IDLE_CHECK: Duration = Duration::from_secs(5);
 /// Whether a client silent for `silent` has missed its heartbeats. RabbitMQ's receiver
 /// (rabbit_heartbeat) looks once per interval and gives up after two looks with nothing new, so
-/// it times out between 2 and 3 intervals after the last byte; we look every half interval and
+/// it times out between 2 and 3 intervals after the last byte; we look every quarter interval and
 /// give up from 2.5, inside that range. Not at 2: a client that sends a heartbeat only when it
 /// has written nothing for a whole interval (the Java client's `HeartbeatSender`) can leave
 /// gaps of just under 2 intervals, and a busy machine adds to them.
 fn client_heartbeats_missed(silent: Duration, interval: Duration) -> bool {
     silent >= interval * 5 / 2
 }
+/// Whether a heartbeat is due after `since_write` without writing. Clients give up on a
+/// silent server sooner than the spec's two intervals: the Java client's Netty transport
+/// after one interval without a byte (its `ReadTimeoutHandler`, max(1 s, interval)). Due at
+/// half an interval and looked for every half interval, as rabbit_heartbeat's sender, a gap
+/// reaches a whole interval, and on a loaded machine went past it (RabbitMQ's Java suite,
+/// `MemoryAlarms#flowControl` at heartbeat 1 s). Due at a quarter and looked for every
+/// quarter (`heartbeat_tick`), gaps stay under half an interval plus scheduling delay.
+fn heartbeat_due(since_write: Duration, interval: Duration) -> bool {
+    since_write >= interval / 4
+}
+
+/// How often the connection looks at its heartbeats (and idle buffers).
+fn heartbeat_tick(heartbeat: Option<Duration>) -> Duration {
+    heartbeat.map_or(IDLE_CHECK, |h| (h / 4).min(IDLE_CHECK))
+}
+
 /// Deliveries taken per wake-up before the loop looks at the socket again.
 const EVENT_BATCH: usize = 512;
 /// How long we wait for close-ok after sending connection.close.
@@ -659,10 +675,7 @@ where
                 return Ok(());
             }
         }
-        let tick = self
-            .heartbeat
-            .map_or(IDLE_CHECK, |h| (h / 2).min(IDLE_CHECK));
-        let mut heartbeat = tokio::time::interval(tick);
+        let mut heartbeat = tokio::time::interval(heartbeat_tick(self.heartbeat));
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let info = self.info.clone().expect("registered before run");
         loop {
@@ -737,7 +750,7 @@ where
                             tracing::warn!(peer = %self.peer, "missed heartbeats from client, timeout: {}s", interval.as_secs());
                             return Ok(());
                         }
-                        if self.last_write.elapsed() >= interval / 2 {
+                        if heartbeat_due(self.last_write.elapsed(), interval) {
                             self.heartbeat_client();
                         }
                     }

@@ -16,7 +16,8 @@ use warren_broker::queue::QueuedMessage;
 use warren_broker::queue_args::check_consume_arguments;
 use warren_broker::vhost::TraceOrigin;
 use warren_broker::{
-    AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, MessageStats, Queue,
+    AmqpError, AmqpResult, ConnectionEvent, Consumer, ConsumerInfo, Delivery, HandedOut,
+    MessageStats, Queue,
 };
 use warren_codec::*;
 
@@ -232,12 +233,8 @@ impl Channel {
             ctx.send(self.id, BasicGetEmpty);
             return;
         };
-        let counter = |s: &MessageStats| match no_ack {
-            true => MessageStats::add(&s.get_no_ack, 1),
-            false => MessageStats::add(&s.get, 1),
-        };
-        counter(&self.info.stats);
-        counter(&queue.stats);
+        MessageStats::add(self.info.stats.got(no_ack), 1);
+        MessageStats::add(queue.stats.got(no_ack), 1);
         if message.redelivered {
             MessageStats::add(&self.info.stats.redeliver, 1);
             MessageStats::add(&queue.stats.redeliver, 1);
@@ -314,18 +311,11 @@ impl Channel {
         if ctx.vhost.tracing() {
             self.trace_delivery(d.queue.as_ref(), &d.message, ctx);
         }
-        let counter = |s: &MessageStats| match consumer.no_ack {
-            true => MessageStats::add(&s.deliver_no_ack, 1),
-            false => MessageStats::add(&s.deliver, 1),
-        };
         // The channel's own counters are written by this task only (`add_own`); a queue's
         // by every channel consuming from it.
-        match consumer.no_ack {
-            true => MessageStats::add_own(&self.info.stats.deliver_no_ack, 1),
-            false => MessageStats::add_own(&self.info.stats.deliver, 1),
-        }
+        MessageStats::add_own(self.info.stats.delivered(consumer.no_ack), 1);
         if let Some(queue) = &d.queue {
-            counter(queue.stats());
+            MessageStats::add(queue.stats().delivered(consumer.no_ack), 1);
             if d.message.redelivered {
                 MessageStats::add(&queue.stats().redeliver, 1);
             }

@@ -312,3 +312,26 @@ fn close_ok_comes_after_the_connections_consumers_are_gone() {
         );
     });
 }
+
+/// RabbitMQ's Java client on Netty drops a connection after one heartbeat interval without
+/// a byte from the server (its read timeout is max(1 s, interval)), so an idle connection
+/// must hear from us well within an interval, not only within two.
+#[tokio::test]
+async fn an_idle_connection_hears_a_heartbeat_well_within_each_interval() {
+    let (port, _broker) = start_broker().await;
+    let mut c = Client::connect_heartbeat(port, 1).await;
+    let mut last = std::time::Instant::now();
+    let mut longest = std::time::Duration::ZERO;
+    let watched = std::time::Instant::now();
+    // Under 2.5 s: we stay silent, and the server gives up on us then.
+    while watched.elapsed() < std::time::Duration::from_secs(2) {
+        let frame = c.frame().await;
+        assert_eq!(frame.kind, FrameKind::Heartbeat, "{frame:?}");
+        longest = longest.max(last.elapsed());
+        last = std::time::Instant::now();
+    }
+    assert!(
+        longest < std::time::Duration::from_millis(900),
+        "{longest:?} without a byte at heartbeat 1 s"
+    );
+}

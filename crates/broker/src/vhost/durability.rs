@@ -109,11 +109,10 @@ impl VHost {
     /// The durable part of this vhost: what a restart must bring back.
     pub fn durable_definitions(&self) -> Definitions {
         let mut defs = Definitions::default();
-        // By name, so that nodes holding the same definitions have the same snapshot.
-        let mut exchanges = self.exchanges();
-        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut queues = self.queues();
-        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        // By name (as the vhost lists them), so that nodes holding the same definitions have
+        // the same snapshot.
+        let exchanges = self.exchanges();
+        let queues = self.queues();
         defs.exchanges.extend(
             exchanges
                 .iter()
@@ -223,7 +222,7 @@ impl VHost {
                 e.arguments,
             );
             self.apply_exchange_policies(&exchange);
-            self.exchanges.write().insert(e.name, Arc::new(exchange));
+            self.exchanges.write().insert(Arc::new(exchange));
         }
         for q in defs.queues {
             if let Some(home) = q.home.as_deref().filter(|home| *home != this_node) {

@@ -130,7 +130,7 @@ impl VHost {
         for queue in self.queues() {
             self.remove_queue(&queue);
         }
-        let exchanges: Vec<_> = self.exchanges.write().drain().map(|(_, e)| e).collect();
+        let exchanges = self.exchanges.write().drain();
         drop(exchanges);
         self.reply_consumers.lock().clear();
     }

@@ -13,6 +13,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::exchange::{Binding, Destination, Exchange, ExchangeKind};
 use crate::headers_match::XMatch;
 use crate::memory::MemoryMonitor;
+use crate::named_entries::InOrder;
 use crate::names;
 use crate::persist::Urgency;
 use crate::policy::{EntityKind, Policies};
@@ -180,18 +181,14 @@ impl VHost {
                 ("amq.match", ExchangeKind::Headers, false),
                 (names::TRACE_EXCHANGE, ExchangeKind::Topic, true),
             ] {
-                let name = ShortStr::from_static(name);
-                ex.insert(
-                    name.clone(),
-                    Arc::new(Exchange::new(
-                        name,
-                        kind,
-                        true,
-                        false,
-                        internal,
-                        FieldTable::new(),
-                    )),
-                );
+                ex.insert(Arc::new(Exchange::new(
+                    ShortStr::from_static(name),
+                    kind,
+                    true,
+                    false,
+                    internal,
+                    FieldTable::new(),
+                )));
             }
         }
         Arc::new(vhost)
@@ -215,12 +212,31 @@ impl VHost {
         self.queues.get(name)
     }
 
+    /// The queues, in name order.
     pub fn queues(&self) -> Vec<Arc<Queue>> {
-        self.queues.read().values().cloned().collect()
+        self.queues.read().in_name_order().cloned().collect()
     }
 
+    /// The exchanges, in name order.
     pub fn exchanges(&self) -> Vec<Arc<Exchange>> {
-        self.exchanges.read().values().cloned().collect()
+        self.exchanges.read().in_name_order().cloned().collect()
+    }
+
+    /// Calls `read` with the queues in name order, under the map's read lock (no declare or
+    /// delete meanwhile): a page of a list reads the queues from its offset on, and no other.
+    pub fn read_queues_in_order<R>(
+        &self,
+        read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<Queue>>) -> R,
+    ) -> R {
+        read(&mut self.queues.read().in_name_order())
+    }
+
+    /// `read_queues_in_order` for the exchanges.
+    pub fn read_exchanges_in_order<R>(
+        &self,
+        read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<Exchange>>) -> R,
+    ) -> R {
+        read(&mut self.exchanges.read().in_name_order())
     }
 
     /// The queues changed since `reader` last asked (`queue_activity.rs`).
@@ -314,10 +330,7 @@ impl VHost {
         {
             let policies = self.policies.read();
             exchange.apply_policies(policies.applied(EntityKind::Exchange, &d.name));
-            self.exchanges
-                .write()
-                .entry(d.name.clone())
-                .or_insert_with(|| Arc::new(exchange));
+            self.exchanges.write().get_or_insert(Arc::new(exchange));
         }
         if durable {
             self.persist_exchange(&d.name);
@@ -611,7 +624,7 @@ impl VHost {
         let queue = {
             let policies = self.policies.read();
             queue.apply_policies(policies.applied(EntityKind::Queue, &name));
-            self.queues.write().entry(name).or_insert(queue).clone()
+            self.queues.write().get_or_insert(queue)
         };
         self.queue_activity.note(&queue.name);
         // A quorum queue's Raft group starts once the queue is registered (recovered from the

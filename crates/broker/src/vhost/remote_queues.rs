@@ -59,7 +59,7 @@ impl VHost {
             served_type,
         );
         queue.apply_policies(policies.applied(EntityKind::Queue, &name));
-        queues.insert(name, queue.clone());
+        queues.insert(queue.clone());
         // Under the write lock: a reader that takes the name finds the record.
         self.queue_activity.note(&queue.name);
         Ok(queue)
@@ -131,7 +131,7 @@ impl VHost {
             let mut queues = self.queues.write();
             match queues.get(&old.name) {
                 Some(q) if Arc::ptr_eq(q, &old) => {
-                    queues.insert(old.name.clone(), new.clone());
+                    queues.insert(new.clone());
                     self.queue_activity.note(&old.name);
                 }
                 // Deleted or replaced meanwhile: the newer change wins.

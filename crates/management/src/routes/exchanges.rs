@@ -58,16 +58,15 @@ fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
     body
 }
 
-type Row = super::Row<Exchange>;
-
-/// Serves the exchanges `rows` hold as the query asks, with the other nodes' stats added to
+/// Serves the exchanges of `vhosts` as the query asks, with the other nodes' stats added to
 /// the ones served.
-async fn respond_exchanges(api: &Api, rows: Vec<Row>, query: &Query) -> ApiResult {
+async fn respond_exchanges(api: &Api, vhosts: Vec<Arc<VHost>>, query: &Query) -> ApiResult {
     let others = OtherStats::gather(api).await;
-    respond_named(rows, query, |served| {
+    let vhosts = super::listed::<Exchange>(vhosts);
+    respond_named(&vhosts, query, |served| {
         let mut items: Vec<Value> = served
             .iter()
-            .map(|(vhost, x)| exchange_json(api, vhost, x))
+            .map(|(listed, x)| exchange_json(api, &listed.vhost, x))
             .collect();
         others.add_to_objects("exchanges", &mut items);
         items
@@ -80,7 +79,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhosts = api.used_vhosts(&who);
-    respond_exchanges(&api, super::rows(&vhosts, VHost::exchanges), &query).await
+    respond_exchanges(&api, vhosts, &query).await
 }
 
 pub async fn in_vhost(
@@ -90,7 +89,7 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    respond_exchanges(&api, super::rows(&[vhost], VHost::exchanges), &query).await
+    respond_exchanges(&api, vec![vhost], &query).await
 }
 
 pub async fn one(

@@ -25,6 +25,7 @@ use axum::Router;
 use bytes::Bytes;
 use serde_json::Value;
 use std::sync::{Arc, Weak};
+use warren_broker::named_entries::{InOrder, Named};
 use warren_broker::VHost;
 
 pub fn api_routes() -> Router<Arc<Api>> {
@@ -555,41 +556,58 @@ fn counts_vec(counts: &warren_broker::MessageCounts) -> Vec<u64> {
     counts.fields().iter().map(|(_, v)| *v).collect()
 }
 
-/// A queue or exchange as a list row (`list::respond_named`): its vhost and itself, built as
-/// JSON only if served.
-pub(crate) type Row<T> = (Arc<VHost>, Arc<T>);
-
-/// What a queue or exchange is called, for its list rows.
-pub(crate) trait Called {
-    fn called(&self) -> &str;
+/// A vhost's queues or exchanges (`T`), as its part of a list (`list::respond_named`): its
+/// rows are the entities, built as JSON only if served.
+pub(crate) struct Listed<T> {
+    pub vhost: Arc<VHost>,
+    of: std::marker::PhantomData<T>,
 }
 
-impl Called for warren_broker::Queue {
-    fn called(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Called for warren_broker::Exchange {
-    fn called(&self) -> &str {
-        &self.name
-    }
-}
-
-impl<T: Called> crate::list::Named for Row<T> {
-    fn vhost(&self) -> &str {
-        &self.0.name
-    }
-
-    fn name(&self) -> &str {
-        self.1.called()
-    }
-}
-
-/// The objects `of` lists in each of `vhosts` (`VHost::queues`, `VHost::exchanges`), as rows.
-pub(crate) fn rows<T>(vhosts: &[Arc<VHost>], of: impl Fn(&VHost) -> Vec<Arc<T>>) -> Vec<Row<T>> {
+/// The lists of each of `vhosts` (in their order).
+pub(crate) fn listed<T>(vhosts: Vec<Arc<VHost>>) -> Vec<Listed<T>> {
     vhosts
-        .iter()
-        .flat_map(|vhost| of(vhost).into_iter().map(|x| (vhost.clone(), x)))
+        .into_iter()
+        .map(|vhost| Listed {
+            vhost,
+            of: std::marker::PhantomData,
+        })
         .collect()
+}
+
+/// How a vhost lends out its queues or its exchanges in name order.
+pub(crate) trait InVhost: Sized {
+    fn read_in_order<R>(
+        vhost: &VHost,
+        read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<Self>>) -> R,
+    ) -> R;
+}
+
+impl InVhost for warren_broker::Queue {
+    fn read_in_order<R>(
+        vhost: &VHost,
+        read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<Self>>) -> R,
+    ) -> R {
+        vhost.read_queues_in_order(read)
+    }
+}
+
+impl InVhost for warren_broker::Exchange {
+    fn read_in_order<R>(
+        vhost: &VHost,
+        read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<Self>>) -> R,
+    ) -> R {
+        vhost.read_exchanges_in_order(read)
+    }
+}
+
+impl<T: InVhost + Named> crate::list::NameOrdered for Listed<T> {
+    type Row = Arc<T>;
+
+    fn name(row: &Arc<T>) -> &str {
+        row.name().as_str()
+    }
+
+    fn read_in_order<R>(&self, read: impl for<'a> FnOnce(&mut dyn InOrder<'a, Arc<T>>) -> R) -> R {
+        T::read_in_order(&self.vhost, read)
+    }
 }

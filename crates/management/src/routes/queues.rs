@@ -129,17 +129,16 @@ fn queue_json(api: &Api, names: &NodeNames, vhost: &VHost, q: &Arc<Queue>) -> Va
     shown
 }
 
-type Row = super::Row<Queue>;
-
-/// Serves the queues `rows` hold as the query asks, with the other nodes' stats added to
+/// Serves the queues of `vhosts` as the query asks, with the other nodes' stats added to
 /// the ones served.
-async fn respond_queues(api: &Api, rows: Vec<Row>, query: &Query) -> ApiResult {
+async fn respond_queues(api: &Api, vhosts: Vec<Arc<VHost>>, query: &Query) -> ApiResult {
     let others = OtherStats::gather(api).await;
     let names = api.broker.node_names();
-    respond_named(rows, query, |served| {
+    let vhosts = super::listed::<Queue>(vhosts);
+    respond_named(&vhosts, query, |served| {
         let mut items: Vec<Value> = served
             .iter()
-            .map(|(vhost, q)| queue_json(api, &names, vhost, q))
+            .map(|(listed, q)| queue_json(api, &names, &listed.vhost, q))
             .collect();
         others.add_to_objects("queues", &mut items);
         items
@@ -179,7 +178,7 @@ pub async fn list(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhosts = api.used_vhosts(&who);
-    respond_queues(&api, super::rows(&vhosts, VHost::queues), &query).await
+    respond_queues(&api, vhosts, &query).await
 }
 
 pub async fn in_vhost(
@@ -189,7 +188,7 @@ pub async fn in_vhost(
     Q(query): Q<Query>,
 ) -> ApiResult {
     let vhost = api.vhost_for(&who, &vhost)?;
-    respond_queues(&api, super::rows(&[vhost], VHost::queues), &query).await
+    respond_queues(&api, vec![vhost], &query).await
 }
 
 fn find(api: &Api, who: &Identity, vhost: &str, name: &str) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
