@@ -84,8 +84,18 @@ impl Group {
 /// What names a consumer on its queue: the channel that consumes and its tag there.
 type ChannelTag = (ConnectionId, u16, ShortStr);
 
+/// A queue's consumers. Absent while there are none: most queues of a broker with many have
+/// no consumer most of the time, and this is then all that each one costs (a pointer and a
+/// flag; the set's maps and its wake inbox come with the first consumer and go with the last).
 #[derive(Debug)]
 pub struct ConsumerSet {
+    consumers: Option<Box<Consumers>>,
+    single_active: bool,
+}
+
+/// A `ConsumerSet` holding at least one consumer (none for a moment while one is removed).
+#[derive(Debug)]
+struct Consumers {
     /// By priority, highest first; empty with a single active consumer.
     groups: Vec<Group>,
     /// With a single active consumer: the one that receives.
@@ -109,6 +119,81 @@ fn channel_tag(c: &Consumer) -> ChannelTag {
 impl ConsumerSet {
     pub fn new(single_active: bool) -> ConsumerSet {
         ConsumerSet {
+            consumers: None,
+            single_active,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.consumers.as_ref().map_or(0, |c| c.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.consumers.is_none()
+    }
+
+    /// Some consumer consumes exclusively.
+    pub fn has_exclusive(&self) -> bool {
+        self.consumers.as_ref().is_some_and(|c| c.has_exclusive())
+    }
+
+    /// Every consumer, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Consumer>> {
+        self.consumers.iter().flat_map(|c| c.iter())
+    }
+
+    /// Adds a consumer behind those of its priority (and higher).
+    pub fn push(&mut self, consumer: Arc<Consumer>) {
+        let single_active = self.single_active;
+        self.consumers
+            .get_or_insert_with(|| Box::new(Consumers::new(single_active)))
+            .push(consumer);
+    }
+
+    /// Removes the consumer of `connection`'s `channel` with `tag`.
+    pub fn remove(
+        &mut self,
+        connection: ConnectionId,
+        channel: u16,
+        tag: &ShortStr,
+    ) -> Option<Arc<Consumer>> {
+        let removed = self.consumers.as_mut()?.remove(connection, channel, tag);
+        self.forget_if_empty();
+        removed
+    }
+
+    /// Removes `consumer` itself (not another with its tag).
+    pub fn remove_consumer(&mut self, consumer: &Consumer) -> Option<Arc<Consumer>> {
+        let removed = self.consumers.as_mut()?.remove_consumer(consumer);
+        self.forget_if_empty();
+        removed
+    }
+
+    pub fn take_all(&mut self) -> Vec<Arc<Consumer>> {
+        self.consumers
+            .take()
+            .map_or_else(Vec::new, |c| c.iter().cloned().collect())
+    }
+
+    /// The consumer the next message goes to: the first with credit, by priority, then
+    /// round-robin. Every consumer looked at and found without credit is marked starved (see
+    /// `Consumer::has_credit`) and parked until whoever frees its credit wakes it.
+    pub fn pick(&mut self) -> Option<&Arc<Consumer>> {
+        self.consumers.as_mut()?.pick()
+    }
+
+    /// The last consumer left: the set's maps and inbox go with it (a consumer that left
+    /// and is still woken notes into the old inbox, which nobody reads).
+    fn forget_if_empty(&mut self) {
+        if self.consumers.as_ref().is_some_and(|c| c.is_empty()) {
+            self.consumers = None;
+        }
+    }
+}
+
+impl Consumers {
+    fn new(single_active: bool) -> Consumers {
+        Consumers {
             groups: Vec::new(),
             active: None,
             waiting: BTreeMap::new(),
@@ -120,21 +205,19 @@ impl ConsumerSet {
         }
     }
 
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.keys.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
 
-    /// Some consumer consumes exclusively.
-    pub fn has_exclusive(&self) -> bool {
+    fn has_exclusive(&self) -> bool {
         self.exclusive > 0
     }
 
-    /// Every consumer, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Consumer>> {
+    fn iter(&self) -> impl Iterator<Item = &Arc<Consumer>> {
         let groups = self
             .groups
             .iter()
@@ -143,8 +226,7 @@ impl ConsumerSet {
         active.chain(self.waiting.values()).chain(groups)
     }
 
-    /// Adds a consumer behind those of its priority (and higher).
-    pub fn push(&mut self, consumer: Arc<Consumer>) {
+    fn push(&mut self, consumer: Arc<Consumer>) {
         let key = ConsumerKey {
             priority: consumer.priority,
             joined: self.next_joined,
@@ -187,8 +269,7 @@ impl ConsumerSet {
         group.last = key.joined;
     }
 
-    /// Removes the consumer of `connection`'s `channel` with `tag`.
-    pub fn remove(
+    fn remove(
         &mut self,
         connection: ConnectionId,
         channel: u16,
@@ -198,8 +279,7 @@ impl ConsumerSet {
         self.take(key)
     }
 
-    /// Removes `consumer` itself (not another with its tag).
-    pub fn remove_consumer(&mut self, consumer: &Consumer) -> Option<Arc<Consumer>> {
+    fn remove_consumer(&mut self, consumer: &Consumer) -> Option<Arc<Consumer>> {
         let id = channel_tag(consumer);
         let key = *self.keys.get(&id)?;
         let found = self.find(key)?;
@@ -252,16 +332,7 @@ impl ConsumerSet {
         Some(consumer)
     }
 
-    pub fn take_all(&mut self) -> Vec<Arc<Consumer>> {
-        let all = self.iter().cloned().collect();
-        *self = ConsumerSet::new(self.single_active);
-        all
-    }
-
-    /// The consumer the next message goes to: the first with credit, by priority, then
-    /// round-robin. Every consumer looked at and found without credit is marked starved (see
-    /// `Consumer::has_credit`) and parked until whoever frees its credit wakes it.
-    pub fn pick(&mut self) -> Option<&Arc<Consumer>> {
+    fn pick(&mut self) -> Option<&Arc<Consumer>> {
         if self.single_active {
             let (_, active) = self.active.as_ref()?;
             return active.has_credit().then_some(active);
@@ -436,6 +507,27 @@ mod tests {
         cs[500].0.starved_credit.store(true, SeqCst);
         cs[500].0.settled(1);
         assert_eq!(picks(&mut set, 2), ["c500", "free"]);
+    }
+
+    /// A queue without consumers pays for its set a pointer and a flag; the last consumer
+    /// to leave takes the maps with it, and the next one is served as the first was.
+    #[test]
+    fn an_emptied_set_holds_nothing_and_serves_the_next_consumer() {
+        assert!(std::mem::size_of::<ConsumerSet>() <= 16);
+        let mut set = ConsumerSet::new(false);
+        let (a, _ra) = consumer("a", 0, 1);
+        set.push(a.clone());
+        assert_eq!(picks(&mut set, 2), ["a"], "a is at its prefetch");
+        assert!(remove(&mut set, "a").is_some());
+        assert!(set.is_empty() && set.consumers.is_none());
+        // a, gone, is woken later: nothing reaches the new set.
+        a.settled(1);
+        a.wake_if_starved();
+        let (b, _rb) = consumer("b", 0, 0);
+        set.push(b);
+        assert_eq!(picks(&mut set, 2), ["b", "b"]);
+        assert_eq!(set.take_all().len(), 1);
+        assert!(set.consumers.is_none());
     }
 
     #[test]
