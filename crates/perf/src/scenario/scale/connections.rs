@@ -180,7 +180,7 @@ pub async fn section(
          count ({OPENING_AT_ONCE} opening at once; the connections of one step stay for the \
          next). Memory per connection is (memory at the step − memory before the sweep) / \
          connections. {memory_text}\n\nAfter every client closed, once the broker's memory \
-         settled (two readings 1 s apart within 1%):"
+         settled (12 readings 1 s apart within 1%):"
     );
     for (t, b) in ctx.targets.iter().zip(&per_broker) {
         text += &format!(

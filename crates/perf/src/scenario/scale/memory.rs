@@ -10,13 +10,22 @@ use crate::client::BrokerUris;
 use crate::scenario::Target;
 
 const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-const SETTLE_TRIES: usize = 20;
-/// Two samples this close (a fraction of the larger) count as settled.
+/// Samples in a row that must agree: a window longer than the period on which a broker gives
+/// freed memory back by itself — Warren's idle trimmer looks every 5 s and trims after one
+/// quiet look, so up to 10 s after the last work; RabbitMQ's garbage collection runs within
+/// seconds. A shorter window read the memory before it fell and called that what is kept.
+const SETTLE_WINDOW: usize = 12;
+/// Samples taken at most before the last one is taken as it is.
+const SETTLE_TRIES: usize = 40;
+/// Samples this close (a fraction of the largest) count as settled.
 const SETTLED_WITHIN: f64 = 0.01;
 
-/// Whether memory moved less than `SETTLED_WITHIN` between two samples.
-fn settled(before: u64, after: u64) -> bool {
-    before.abs_diff(after) as f64 <= SETTLED_WITHIN * before.max(after) as f64
+/// Whether memory moved less than `SETTLED_WITHIN` across `samples`.
+fn settled(samples: &[u64]) -> bool {
+    let (Some(low), Some(high)) = (samples.iter().min(), samples.iter().max()) else {
+        return true;
+    };
+    (high - low) as f64 <= SETTLED_WITHIN * *high as f64
 }
 
 #[derive(Debug, Clone)]
@@ -60,22 +69,22 @@ impl MemorySource {
         }
     }
 
-    /// Bytes in use once the figure stops moving: sampled each `SETTLE_EVERY` until two
-    /// samples in a row are within `SETTLED_WITHIN` of each other (at most `SETTLE_TRIES`
-    /// times). For the baselines and the after-close figure: a broker that has just deleted
+    /// Bytes in use once the figure stops moving: sampled each `SETTLE_EVERY` until the last
+    /// `SETTLE_WINDOW` samples are within `SETTLED_WITHIN` of each other (at most
+    /// `SETTLE_TRIES` samples). For the baselines and the after-close figure: a broker that has just deleted
     /// thousands of objects gives memory back for seconds (RabbitMQ's garbage collection), and
     /// a baseline read in that fall made the next sweep's per-object figures negative.
     pub async fn settled_sample(&self, http: &BrokerHttp) -> Option<u64> {
-        let mut last = self.sample(http).await?;
-        for _ in 0..SETTLE_TRIES {
+        let mut samples = vec![self.sample(http).await?];
+        while samples.len() < SETTLE_TRIES {
             tokio::time::sleep(SETTLE_EVERY).await;
-            let now = self.sample(http).await?;
-            if settled(last, now) {
-                return Some(now);
+            samples.push(self.sample(http).await?);
+            let window = &samples[samples.len().saturating_sub(SETTLE_WINDOW)..];
+            if window.len() == SETTLE_WINDOW && settled(window) {
+                break;
             }
-            last = now;
         }
-        Some(last)
+        samples.last().copied()
     }
 
     pub fn describe(&self) -> String {
@@ -106,11 +115,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settled_within_one_percent_either_way() {
-        assert!(settled(1000 << 20, 1005 << 20));
-        assert!(settled(1005 << 20, 1000 << 20));
-        assert!(!settled(919 << 20, 543 << 20));
-        assert!(settled(0, 0));
+    fn settled_within_one_percent_across_the_window() {
+        assert!(settled(&[1000 << 20, 1005 << 20, 1002 << 20]));
+        assert!(settled(&[1005 << 20, 1000 << 20]));
+        assert!(!settled(&[919 << 20, 919 << 20, 543 << 20]));
+        // A fall at the window's end (a trim after a quiet spell) is not settled yet.
+        assert!(!settled(&[73 << 20, 73 << 20, 73 << 20, 40 << 20]));
+        assert!(settled(&[0, 0]));
     }
 
     #[test]
