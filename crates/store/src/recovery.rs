@@ -373,7 +373,11 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
         recovered_queues.insert(
             *queue,
             RecoveredQueue {
-                name: table.queues.get(queue).cloned().unwrap_or_default(),
+                name: table
+                    .queues
+                    .get(queue)
+                    .map(|name| name.to_string())
+                    .unwrap_or_default(),
                 live: ids.clone(),
                 undelivered: undelivered
                     .remove(queue)

@@ -639,7 +639,7 @@ impl Store {
         meta.table
             .queues
             .iter()
-            .map(|(id, n)| (*id, n.clone()))
+            .map(|(id, n)| (*id, n.to_string()))
             .collect()
     }
 
