@@ -6,7 +6,11 @@
 //! protocol: write `<name>.tmp`, fsync it, rename over `<name>`, fsync the
 //! directory. A reader sees the complete old or the complete new file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use crate::journal::Journal;
 
@@ -108,8 +112,8 @@ fn parse_envelope<'a>(buf: &'a [u8], magic: &[u8; 8]) -> std::result::Result<&'a
 pub struct QueueTable {
     /// Next id to hand out; ids are never reused.
     pub next_queue_id: u32,
-    /// Registered queues. A name is one allocation shared with `Metadata`'s index by name
-    /// (two `String` copies were ~60 bytes a queue more with a million queues).
+    /// Registered queues, each name one allocation (`Arc`: a table snapshot's clone copies
+    /// the tree, not the names).
     pub queues: BTreeMap<QueueId, Arc<str>>,
 }
 
@@ -197,10 +201,57 @@ fn table_change(kind: u8, id: QueueId, name: &str) -> Vec<u8> {
 /// under one lock so that their files are written one change at a time.
 pub struct Metadata {
     pub table: QueueTable,
-    /// The table's queues by name (the same `Arc`s).
-    names: HashMap<Arc<str>, QueueId>,
+    names: NameIndex,
     table_journal: Journal,
     definitions_journal: Journal,
+}
+
+/// The queue table's ids by name: a hash table of ids, hashed by the name the table holds
+/// for each and compared through it. A map from a name to its id kept a 24-byte slot (and,
+/// before, its own copy of the name) per queue, ~52 bytes a queue with a million queues
+/// once the table's doubling is counted; an id is 4. A lookup reads the table's tree for
+/// each candidate (usually one): only declares and deletes look up.
+struct NameIndex {
+    ids: HashTable<QueueId>,
+    hasher: RandomState,
+}
+
+impl NameIndex {
+    fn of(table: &QueueTable) -> NameIndex {
+        let mut index = NameIndex {
+            ids: HashTable::with_capacity(table.queues.len()),
+            hasher: RandomState::new(),
+        };
+        for id in table.queues.keys() {
+            index.insert(table, *id);
+        }
+        index
+    }
+
+    fn hash_of(hasher: &RandomState, table: &QueueTable, id: QueueId) -> u64 {
+        hasher.hash_one(table.queues.get(&id).map_or("", |name| &**name))
+    }
+
+    fn find(&self, table: &QueueTable, name: &str) -> Option<QueueId> {
+        let named = |id: &QueueId| table.queues.get(id).is_some_and(|n| &**n == name);
+        self.ids.find(self.hasher.hash_one(name), named).copied()
+    }
+
+    /// Adds `id`, already in `table` under its name.
+    fn insert(&mut self, table: &QueueTable, id: QueueId) {
+        let hasher = &self.hasher;
+        let hash = Self::hash_of(hasher, table, id);
+        self.ids
+            .insert_unique(hash, id, |other| Self::hash_of(hasher, table, *other));
+    }
+
+    /// Removes `id`, still in `table` under its name.
+    fn remove(&mut self, table: &QueueTable, id: QueueId) {
+        let hash = Self::hash_of(&self.hasher, table, id);
+        if let Ok(entry) = self.ids.find_entry(hash, |other| *other == id) {
+            entry.remove();
+        }
+    }
 }
 
 /// What the metadata files held at open.
@@ -226,11 +277,7 @@ impl Metadata {
         for change in changes {
             table.replay(&change);
         }
-        let names = table
-            .queues
-            .iter()
-            .map(|(id, name)| (name.clone(), *id))
-            .collect();
+        let names = NameIndex::of(&table);
         let definitions = read_envelope(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC)?;
         let (definitions_journal, definitions_changes) =
             Journal::open(backend, DEFINITIONS_FILE, definitions.as_deref())?;
@@ -248,7 +295,7 @@ impl Metadata {
 
     /// Id of a registered queue name.
     pub fn find(&self, name: &str) -> Option<QueueId> {
-        self.names.get(name).copied()
+        self.names.find(&self.table, name)
     }
 
     /// Registers `name` under a new id: a journal record (durable once synced,
@@ -261,24 +308,24 @@ impl Metadata {
             .checked_add(1)
             .ok_or_else(|| StoreError::Invalid("queue ids exhausted".into()))?;
         let record = table_change(REGISTERED, id, name);
-        let name: Arc<str> = Arc::from(name);
         self.change_table(backend, record, |table| {
             table.next_queue_id = next_queue_id;
-            table.queues.insert(id, name.clone());
+            table.queues.insert(id, Arc::from(name));
         })?;
-        self.names.insert(name, id);
+        self.names.insert(&self.table, id);
         Ok(id)
     }
 
     /// Removes a registered queue (as `register`, durable once synced).
     pub fn delete(&mut self, backend: &dyn Backend, id: QueueId) -> Result<()> {
         let record = table_change(DELETED, id, "");
-        let mut name = None;
-        self.change_table(backend, record, |table| {
-            name = table.queues.remove(&id);
-        })?;
-        if let Some(name) = name {
-            self.names.remove(&*name);
+        // Out of the index first: it finds ids through their names in the table.
+        self.names.remove(&self.table, id);
+        if let Err(e) = self.change_table(backend, record, |table| {
+            table.queues.remove(&id);
+        }) {
+            self.names.insert(&self.table, id);
+            return Err(e);
         }
         Ok(())
     }
@@ -392,6 +439,37 @@ mod tests {
             read_envelope(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn queues_are_found_by_name_after_registers_deletes_and_a_reload() {
+        let disk = FaultyBackend::new(1);
+        let mut meta = Metadata::load(&disk).unwrap().metadata;
+        let names: Vec<String> = (0..2_000).map(|i| format!("q-{i}")).collect();
+        let ids: Vec<QueueId> = names
+            .iter()
+            .map(|name| meta.register(&disk, name).unwrap())
+            .collect();
+        for (id, name) in ids.iter().zip(&names).filter(|(id, _)| id.0 % 3 == 0) {
+            meta.delete(&disk, *id).unwrap();
+            assert_eq!(meta.find(name), None, "{name} deleted");
+        }
+        let again = meta.register(&disk, "q-0").unwrap();
+        assert!(!ids.contains(&again), "ids are never reused");
+        let check = |meta: &Metadata| {
+            for (id, name) in ids.iter().zip(&names) {
+                let expected = match name.as_str() {
+                    "q-0" => Some(again),
+                    _ if id.0 % 3 == 0 => None,
+                    _ => Some(*id),
+                };
+                assert_eq!(meta.find(name), expected, "{name}");
+            }
+            assert_eq!(meta.find("q-absent"), None);
+        };
+        check(&meta);
+        drop(meta);
+        check(&Metadata::load(&disk).unwrap().metadata);
     }
 
     #[test]
