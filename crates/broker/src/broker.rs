@@ -314,7 +314,8 @@ impl Broker {
                 .iter()
                 .filter_map(|change| Some(self.record_as_it_stands(change)?.encode()))
                 .collect();
-            store.append_definitions(&records, &|| self.snapshot().encode().to_vec())
+            // `Vec::from` takes the encoded buffer over where it can, rather than copying it.
+            store.append_definitions(&records, &|| Vec::from(self.snapshot().encode()))
         };
         if let Err(e) = written {
             tracing::error!(error = %e, "saving definitions failed");

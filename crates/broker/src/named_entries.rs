@@ -1,4 +1,4 @@
-//! `NamedEntries`: a vhost's queues or exchanges by name (a hash map, for lookups) and also
+//! `NamedEntries`: a vhost's queues or exchanges by name (a hash set, for lookups) and also
 //! in name order (a B-tree of the same entities, for lists served a page at a time).
 //!
 //! `GET /api/queues?page=1` sorted by vhost and name picked its 100 rows out of every queue:
@@ -6,17 +6,19 @@
 //! entries from its offset on, and only they are read. The order is kept by every change
 //! (the only way to change the map is through these methods), so it is never rebuilt.
 //!
-//! Cost: the B-tree holds the entity's `Arc` (8 bytes), not a copy of its name, and compares
-//! through it, so an entry adds ~8 bytes of key plus the tree's nodes (~17 bytes in all at
-//! 1M queues; measured in docs/benchmarks.md). A declare or delete adds one B-tree insert or
-//! remove to the hash map's (log n name comparisons); a lookup, and so every publish, never
-//! reads the tree.
+//! Cost: neither structure keeps a copy of the name. Both hold the entity's `Arc` (8 bytes)
+//! and hash or compare through the name inside it: a hash map keyed by the name beside the
+//! `Arc` took 32 bytes a slot, and with a million queues its 2^21 slots (it doubles at 7/8
+//! full) were ~69 bytes a queue; the set's are ~19. The B-tree adds ~17 bytes a queue at 1M
+//! (measured in docs/benchmarks.md). A declare or delete adds one B-tree insert or remove to
+//! the hash set's (log n name comparisons); a lookup, and so every publish, never reads the
+//! tree, and reads the name the set's slot points at rather than one stored in the slot.
 
-use crate::name_map::NameMap;
+use crate::name_map::NameHasher;
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
-use std::ops::Deref;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use warren_codec::ShortStr;
 
@@ -33,11 +35,11 @@ impl<'a, T: 'a, I: DoubleEndedIterator<Item = &'a T> + ExactSizeIterator> InOrde
 
 /// Entities by name, and in name order.
 pub struct NamedEntries<V> {
-    by_name: NameMap<Arc<V>>,
+    by_name: HashSet<ByName<V>, NameHasher>,
     in_order: BTreeSet<ByName<V>>,
 }
 
-/// An entity in the B-tree, ordered (and equal) by its name.
+/// An entity in the hash set and the B-tree: hashed, ordered and equal by its name.
 struct ByName<V>(Arc<V>);
 
 impl<V: Named> PartialEq for ByName<V> {
@@ -47,6 +49,13 @@ impl<V: Named> PartialEq for ByName<V> {
 }
 
 impl<V: Named> Eq for ByName<V> {}
+
+/// Hashed as its name's `str` is, so that a `&str` finds its entry (`Borrow<str>` below).
+impl<V: Named> Hash for ByName<V> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name().as_str().hash(state)
+    }
+}
 
 impl<V: Named> PartialOrd for ByName<V> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -60,7 +69,8 @@ impl<V: Named> Ord for ByName<V> {
     }
 }
 
-/// Found by `&str`: the order of `str`, as `Ord` above, so a name finds its entry.
+/// Found by `&str`: the hash and order of `str`, as `Hash` and `Ord` above, so a name finds
+/// its entry.
 impl<V: Named> Borrow<str> for ByName<V> {
     fn borrow(&self) -> &str {
         self.0.name().as_str()
@@ -70,18 +80,33 @@ impl<V: Named> Borrow<str> for ByName<V> {
 impl<V> Default for NamedEntries<V> {
     fn default() -> Self {
         NamedEntries {
-            by_name: NameMap::default(),
+            by_name: HashSet::default(),
             in_order: BTreeSet::new(),
         }
     }
 }
 
-/// Read access is the hash map's (`get`, `len`, `values`, `contains_key`); changes go through
-/// the methods below, which keep the order too.
-impl<V> Deref for NamedEntries<V> {
-    type Target = NameMap<Arc<V>>;
-    fn deref(&self) -> &Self::Target {
-        &self.by_name
+/// Read access: lookups by name and reads of every entity, in no order.
+impl<V: Named> NamedEntries<V> {
+    pub fn get(&self, name: &str) -> Option<&Arc<V>> {
+        self.by_name.get(name).map(|e| &e.0)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.by_name.contains(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Every entity, in no order (quicker than `in_name_order`).
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &Arc<V>> + '_ {
+        self.by_name.iter().map(|e| &e.0)
     }
 }
 
@@ -89,13 +114,12 @@ impl<V: Named> NamedEntries<V> {
     /// Adds `entity` under its name, replacing (and returning) one of that name.
     pub fn insert(&mut self, entity: Arc<V>) -> Option<Arc<V>> {
         self.in_order.replace(ByName(entity.clone()));
-        // The key shares the entity's name (a reference count, no copy).
-        self.by_name.insert(entity.name().clone(), entity)
+        self.by_name.replace(ByName(entity)).map(|e| e.0)
     }
 
     /// The entity called as `entity` is, added if there is none.
     pub fn get_or_insert(&mut self, entity: Arc<V>) -> Arc<V> {
-        if let Some(existing) = self.by_name.get(entity.name().as_str()) {
+        if let Some(existing) = self.get(entity.name().as_str()) {
             return existing.clone();
         }
         self.insert(entity.clone());
@@ -103,15 +127,15 @@ impl<V: Named> NamedEntries<V> {
     }
 
     pub fn remove(&mut self, name: &str) -> Option<Arc<V>> {
-        let removed = self.by_name.remove(name)?;
+        let removed = self.by_name.take(name)?;
         self.in_order.remove(name);
-        Some(removed)
+        Some(removed.0)
     }
 
     /// Removes every entity, handing them back.
     pub fn drain(&mut self) -> Vec<Arc<V>> {
         self.in_order.clear();
-        self.by_name.drain().map(|(_, entity)| entity).collect()
+        self.by_name.drain().map(|e| e.0).collect()
     }
 
     /// The entities in name order (`.rev()` for the reverse order).

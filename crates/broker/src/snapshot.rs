@@ -88,31 +88,51 @@ fn table(entries: &[(&str, FieldValue)]) -> FieldValue {
 }
 
 impl Snapshot {
+    /// The blob: written as it is made, each vhost's definitions one entity at a time
+    /// (`Definitions::write_entries`), so that encoding a million queues does not first
+    /// build a field table of them all.
     pub fn encode(&self) -> Bytes {
-        let vhosts = self
-            .vhosts
-            .iter()
-            .map(|v| {
-                let mut t = FieldTable::new();
-                t.insert("name", text(&v.name));
-                t.insert("description", text(&v.metadata.description));
-                t.insert("tags", string_array(&v.metadata.tags));
-                if let Some(n) = v.limits.max_connections {
-                    t.insert("max_connections", FieldValue::I64(n.into()));
+        let mut out = BytesMut::new();
+        Writer::new(&mut out).table_with(|w| {
+            w.entry("version", &FieldValue::I32(VERSION));
+            w.array_entry("vhosts", |w| {
+                for v in &self.vhosts {
+                    w.table_value(|w| {
+                        for (key, value) in Self::vhost_entries(v).iter() {
+                            w.entry(key, value);
+                        }
+                        w.table_entry("definitions", |w| v.definitions.write_entries(w));
+                    });
                 }
-                if let Some(n) = v.limits.max_queues {
-                    t.insert("max_queues", FieldValue::I64(n.into()));
-                }
-                if v.tracing {
-                    t.insert("tracing", FieldValue::Bool(true));
-                }
-                t.insert("definitions", FieldValue::Table(v.definitions.to_table()));
-                FieldValue::Table(t)
-            })
-            .collect();
+            });
+            for (key, value) in self.access_and_parameters().iter() {
+                w.entry(key, value);
+            }
+        });
+        out.freeze()
+    }
+
+    /// A vhost's entries in the blob but its definitions (written after them).
+    fn vhost_entries(v: &VHostSnapshot) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert("name", text(&v.name));
+        t.insert("description", text(&v.metadata.description));
+        t.insert("tags", string_array(&v.metadata.tags));
+        if let Some(n) = v.limits.max_connections {
+            t.insert("max_connections", FieldValue::I64(n.into()));
+        }
+        if let Some(n) = v.limits.max_queues {
+            t.insert("max_queues", FieldValue::I64(n.into()));
+        }
+        if v.tracing {
+            t.insert("tracing", FieldValue::Bool(true));
+        }
+        t
+    }
+
+    /// The blob's entries after its vhosts: the user database and the runtime parameters.
+    fn access_and_parameters(&self) -> FieldTable {
         let mut top = FieldTable::new();
-        top.insert("version", FieldValue::I32(VERSION));
-        top.insert("vhosts", FieldValue::Array(vhosts));
         if let Some(access) = &self.access {
             let users = access
                 .users
@@ -181,9 +201,7 @@ impl Snapshot {
             .collect();
         top.insert("parameters", FieldValue::Array(parameters));
         top.insert("global_parameters", FieldValue::Array(global_parameters));
-        let mut out = BytesMut::new();
-        Writer::new(&mut out).table(&top);
-        out.freeze()
+        top
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {

@@ -18,7 +18,7 @@
 //! deleted queue lives on while an unacknowledged delivery or a consumer holds it — so the
 //! generation is what decides.
 
-use crate::named_entries::NamedEntries;
+use crate::named_entries::{Named, NamedEntries};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,7 +80,7 @@ impl<V> Default for LastLookup<V> {
     }
 }
 
-impl<V> VersionedMap<V> {
+impl<V: Named> VersionedMap<V> {
     pub fn read(&self) -> RwLockReadGuard<'_, NamedEntries<V>> {
         self.map.read()
     }
@@ -113,9 +113,9 @@ impl<V> VersionedMap<V> {
         let map = self.map.read();
         // Read under the read lock: no writer is between its change and its bump.
         let generation = self.generation.load(Ordering::Acquire);
-        let (key, entity) = map.get_key_value(name)?;
-        // The map's own key: a reference-count bump, no allocation.
-        last.found = Some((generation, key.clone(), Arc::downgrade(entity)));
+        let entity = map.get(name)?;
+        // The entity's own name: a reference-count bump, no allocation.
+        last.found = Some((generation, entity.name().clone(), Arc::downgrade(entity)));
         Some(entity.clone())
     }
 }

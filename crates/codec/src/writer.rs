@@ -55,6 +55,45 @@ impl<'a> Writer<'a> {
         self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
 
+    /// Writes a table whose entries `entries` writes one at a time (`entry`, `table_entry`,
+    /// `array_entry`): the bytes `table` writes for the same entries, without building the
+    /// `FieldTable` first. The durable-definitions blob of a million queues is written this
+    /// way: as a `FieldTable` it took ~230 bytes a queue more while it was encoded.
+    pub fn table_with(&mut self, entries: impl FnOnce(&mut Writer)) {
+        self.length_prefixed(entries);
+    }
+
+    /// One entry of a table being written by `table_with`.
+    pub fn entry(&mut self, key: &str, value: &FieldValue) {
+        self.shortstr(key);
+        self.field_value(value);
+    }
+
+    /// An entry whose value is a table, its entries written by `entries`.
+    pub fn table_entry(&mut self, key: &str, entries: impl FnOnce(&mut Writer)) {
+        self.shortstr(key);
+        self.table_value(entries);
+    }
+
+    /// An entry whose value is an array, its values written by `values` (`value`,
+    /// `table_value`).
+    pub fn array_entry(&mut self, key: &str, values: impl FnOnce(&mut Writer)) {
+        self.shortstr(key);
+        self.octet(b'A');
+        self.length_prefixed(values);
+    }
+
+    /// A table value (in an array, or after an entry's key), its entries written by `entries`.
+    pub fn table_value(&mut self, entries: impl FnOnce(&mut Writer)) {
+        self.octet(b'F');
+        self.length_prefixed(entries);
+    }
+
+    /// A value in an array being written by `array_entry`.
+    pub fn value(&mut self, value: &FieldValue) {
+        self.field_value(value);
+    }
+
     pub fn table(&mut self, table: &FieldTable) {
         self.length_prefixed(|w| {
             for (key, value) in table.iter() {
@@ -137,5 +176,51 @@ impl<'a> Writer<'a> {
             }
             FieldValue::Void => self.octet(b'V'),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table written entry by entry is the table `table` writes, nested tables and arrays
+    /// included, so either way of writing the definitions blob reads back the same.
+    #[test]
+    fn a_table_written_entry_by_entry_is_the_table_written_whole() {
+        let mut inner = FieldTable::new();
+        inner.insert("name", FieldValue::string("q-1"));
+        inner.insert("auto_delete", FieldValue::Bool(false));
+        let mut whole = FieldTable::new();
+        whole.insert("version", FieldValue::I32(3));
+        whole.insert(
+            "queues",
+            FieldValue::Array(vec![FieldValue::Table(inner.clone()), FieldValue::I64(-7)]),
+        );
+        whole.insert("empty", FieldValue::Array(Vec::new()));
+        whole.insert("one", FieldValue::Table(inner.clone()));
+        let mut expected = BytesMut::new();
+        Writer::new(&mut expected).table(&whole);
+
+        let mut streamed = BytesMut::new();
+        Writer::new(&mut streamed).table_with(|w| {
+            w.entry("version", &FieldValue::I32(3));
+            w.array_entry("queues", |w| {
+                w.table_value(|w| {
+                    for (key, value) in inner.iter() {
+                        w.entry(key, value);
+                    }
+                });
+                w.value(&FieldValue::I64(-7));
+            });
+            w.array_entry("empty", |_| {});
+            w.table_entry("one", |w| {
+                for (key, value) in inner.iter() {
+                    w.entry(key, value);
+                }
+            });
+        });
+        assert_eq!(streamed, expected);
+        let read = crate::Reader::new(streamed.freeze()).table().unwrap();
+        assert_eq!(read, whole);
     }
 }

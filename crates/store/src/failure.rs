@@ -85,11 +85,7 @@ pub(crate) fn fail_unwritten(
             for_each_record(buf, chunks, |segment, record| match record {
                 Decoded::Publish(view) => {
                     for queue in view.queues() {
-                        let was_live = st
-                            .queues
-                            .get_mut(&queue)
-                            .is_some_and(|ids| ids.remove(view.id.0));
-                        if !was_live {
+                        if !st.queues.remove(queue, view.id.0) {
                             continue;
                         }
                         if let Some(info) = st.segments.get_mut(&segment) {
@@ -161,7 +157,7 @@ pub(crate) fn fail_unwritten(
             acks.dedup();
             let segment_size = shared.opts.segment_size_bytes;
             for (queue, id) in acks {
-                let dead = st.queues.get(&queue).is_some_and(|ids| !ids.contains(id.0));
+                let dead = st.queues.is_dead(queue, id.0);
                 let home = segment_of(&st.bases, id.0)
                     .filter(|s| st.segments.get(s).is_some_and(|i| id.0 < i.end_message_id));
                 if let (true, Some(home)) = (dead, home) {

@@ -27,6 +27,7 @@ mod error;
 mod failure;
 mod index;
 mod journal;
+mod live_refs;
 mod lock;
 mod meta;
 mod metadata_sync;

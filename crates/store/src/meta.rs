@@ -6,7 +6,11 @@
 //! protocol: write `<name>.tmp`, fsync it, rename over `<name>`, fsync the
 //! directory. A reader sees the complete old or the complete new file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use crate::journal::Journal;
 
@@ -37,11 +41,12 @@ pub fn write_atomic(
 ) -> Result<()> {
     let len = u32::try_from(payload.len())
         .map_err(|_| StoreError::Invalid("metadata larger than 4 GiB".into()))?;
-    let mut buf = Vec::with_capacity(ENVELOPE_HEADER_BYTES + payload.len());
-    buf.extend_from_slice(magic);
-    buf.extend_from_slice(&len.to_le_bytes());
-    buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    buf.extend_from_slice(payload);
+    // The header and the payload are two appends, not one copied buffer: the definitions
+    // blob of a million queues is ~46 MB, and a copy of it was held while it was written.
+    let mut header = Vec::with_capacity(ENVELOPE_HEADER_BYTES);
+    header.extend_from_slice(magic);
+    header.extend_from_slice(&len.to_le_bytes());
+    header.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
 
     let tmp = format!("{path}.tmp");
     // A stale tmp from an interrupted replace must not be appended to.
@@ -51,7 +56,8 @@ pub fn write_atomic(
         Err(e) => return Err(e.into()),
     }
     let file = backend.open(&tmp, true)?;
-    file.append(&buf)?;
+    file.append(&header)?;
+    file.append(payload)?;
     file.sync()?;
     drop(file);
     backend.rename(&tmp, path)?;
@@ -106,8 +112,9 @@ fn parse_envelope<'a>(buf: &'a [u8], magic: &[u8; 8]) -> std::result::Result<&'a
 pub struct QueueTable {
     /// Next id to hand out; ids are never reused.
     pub next_queue_id: u32,
-    /// Registered queues.
-    pub queues: BTreeMap<QueueId, String>,
+    /// Registered queues, each name one allocation (`Arc`: a table snapshot's clone copies
+    /// the tree, not the names).
+    pub queues: BTreeMap<QueueId, Arc<str>>,
 }
 
 impl QueueTable {
@@ -123,7 +130,7 @@ impl QueueTable {
         match parsed {
             Some((REGISTERED, id, name)) => {
                 self.next_queue_id = self.next_queue_id.max(id.0.saturating_add(1));
-                self.queues.insert(id, name.to_string());
+                self.queues.insert(id, Arc::from(name));
             }
             Some((DELETED, id, _)) => {
                 self.queues.remove(&id);
@@ -159,9 +166,9 @@ impl QueueTable {
         for _ in 0..count {
             let id = QueueId(u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")));
             let len = u16::from_le_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
-            let name = std::str::from_utf8(take(len)?)
+            let name: Arc<str> = std::str::from_utf8(take(len)?)
                 .map_err(|_| "queue name not UTF-8".to_string())?
-                .to_string();
+                .into();
             if id.0 >= next_queue_id {
                 return Err(format!("queue id {} >= next id {next_queue_id}", id.0));
             }
@@ -194,9 +201,57 @@ fn table_change(kind: u8, id: QueueId, name: &str) -> Vec<u8> {
 /// under one lock so that their files are written one change at a time.
 pub struct Metadata {
     pub table: QueueTable,
-    names: HashMap<String, QueueId>,
+    names: NameIndex,
     table_journal: Journal,
     definitions_journal: Journal,
+}
+
+/// The queue table's ids by name: a hash table of ids, hashed by the name the table holds
+/// for each and compared through it. A map from a name to its id kept a 24-byte slot (and,
+/// before, its own copy of the name) per queue, ~52 bytes a queue with a million queues
+/// once the table's doubling is counted; an id is 4. A lookup reads the table's tree for
+/// each candidate (usually one): only declares and deletes look up.
+struct NameIndex {
+    ids: HashTable<QueueId>,
+    hasher: RandomState,
+}
+
+impl NameIndex {
+    fn of(table: &QueueTable) -> NameIndex {
+        let mut index = NameIndex {
+            ids: HashTable::with_capacity(table.queues.len()),
+            hasher: RandomState::new(),
+        };
+        for id in table.queues.keys() {
+            index.insert(table, *id);
+        }
+        index
+    }
+
+    fn hash_of(hasher: &RandomState, table: &QueueTable, id: QueueId) -> u64 {
+        hasher.hash_one(table.queues.get(&id).map_or("", |name| &**name))
+    }
+
+    fn find(&self, table: &QueueTable, name: &str) -> Option<QueueId> {
+        let named = |id: &QueueId| table.queues.get(id).is_some_and(|n| &**n == name);
+        self.ids.find(self.hasher.hash_one(name), named).copied()
+    }
+
+    /// Adds `id`, already in `table` under its name.
+    fn insert(&mut self, table: &QueueTable, id: QueueId) {
+        let hasher = &self.hasher;
+        let hash = Self::hash_of(hasher, table, id);
+        self.ids
+            .insert_unique(hash, id, |other| Self::hash_of(hasher, table, *other));
+    }
+
+    /// Removes `id`, still in `table` under its name.
+    fn remove(&mut self, table: &QueueTable, id: QueueId) {
+        let hash = Self::hash_of(&self.hasher, table, id);
+        if let Ok(entry) = self.ids.find_entry(hash, |other| *other == id) {
+            entry.remove();
+        }
+    }
 }
 
 /// What the metadata files held at open.
@@ -222,11 +277,7 @@ impl Metadata {
         for change in changes {
             table.replay(&change);
         }
-        let names = table
-            .queues
-            .iter()
-            .map(|(id, name)| (name.clone(), *id))
-            .collect();
+        let names = NameIndex::of(&table);
         let definitions = read_envelope(backend, DEFINITIONS_FILE, DEFINITIONS_MAGIC)?;
         let (definitions_journal, definitions_changes) =
             Journal::open(backend, DEFINITIONS_FILE, definitions.as_deref())?;
@@ -244,7 +295,7 @@ impl Metadata {
 
     /// Id of a registered queue name.
     pub fn find(&self, name: &str) -> Option<QueueId> {
-        self.names.get(name).copied()
+        self.names.find(&self.table, name)
     }
 
     /// Registers `name` under a new id: a journal record (durable once synced,
@@ -259,21 +310,22 @@ impl Metadata {
         let record = table_change(REGISTERED, id, name);
         self.change_table(backend, record, |table| {
             table.next_queue_id = next_queue_id;
-            table.queues.insert(id, name.to_string());
+            table.queues.insert(id, Arc::from(name));
         })?;
-        self.names.insert(name.to_string(), id);
+        self.names.insert(&self.table, id);
         Ok(id)
     }
 
     /// Removes a registered queue (as `register`, durable once synced).
     pub fn delete(&mut self, backend: &dyn Backend, id: QueueId) -> Result<()> {
         let record = table_change(DELETED, id, "");
-        let mut name = None;
-        self.change_table(backend, record, |table| {
-            name = table.queues.remove(&id);
-        })?;
-        if let Some(name) = name {
-            self.names.remove(&name);
+        // Out of the index first: it finds ids through their names in the table.
+        self.names.remove(&self.table, id);
+        if let Err(e) = self.change_table(backend, record, |table| {
+            table.queues.remove(&id);
+        }) {
+            self.names.insert(&self.table, id);
+            return Err(e);
         }
         Ok(())
     }
@@ -387,6 +439,37 @@ mod tests {
             read_envelope(&disk, DEFINITIONS_FILE, DEFINITIONS_MAGIC).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn queues_are_found_by_name_after_registers_deletes_and_a_reload() {
+        let disk = FaultyBackend::new(1);
+        let mut meta = Metadata::load(&disk).unwrap().metadata;
+        let names: Vec<String> = (0..2_000).map(|i| format!("q-{i}")).collect();
+        let ids: Vec<QueueId> = names
+            .iter()
+            .map(|name| meta.register(&disk, name).unwrap())
+            .collect();
+        for (id, name) in ids.iter().zip(&names).filter(|(id, _)| id.0 % 3 == 0) {
+            meta.delete(&disk, *id).unwrap();
+            assert_eq!(meta.find(name), None, "{name} deleted");
+        }
+        let again = meta.register(&disk, "q-0").unwrap();
+        assert!(!ids.contains(&again), "ids are never reused");
+        let check = |meta: &Metadata| {
+            for (id, name) in ids.iter().zip(&names) {
+                let expected = match name.as_str() {
+                    "q-0" => Some(again),
+                    _ if id.0 % 3 == 0 => None,
+                    _ => Some(*id),
+                };
+                assert_eq!(meta.find(name), expected, "{name}");
+            }
+            assert_eq!(meta.find("q-absent"), None);
+        };
+        check(&meta);
+        drop(meta);
+        check(&Metadata::load(&disk).unwrap().metadata);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::backend::{Backend, BackendFile};
 use crate::error::Result;
 use crate::index::{add_base, forget_base, refs_per_segment, segment_of, Bases};
 use crate::journal::Journal;
+use crate::live_refs::LiveRefs;
 use crate::meta::{Metadata, DEFINITIONS_FILE, QUEUES_FILE};
 use crate::reader::{read_header, scan_segment, RecordReader, READ_CHUNK_BYTES};
 use crate::record::{decode, Decoded};
@@ -95,8 +96,8 @@ pub struct RecoveredState {
     pub segments: BTreeMap<u32, SegmentInfo>,
     /// Open handles of those segments.
     pub files: HashMap<u32, Arc<dyn BackendFile>>,
-    /// Live references: queue → ids of its live messages.
-    pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// The registered queues, and the ids of the live messages of those holding any.
+    pub queues: LiveRefs,
     /// The newest DELIVERY_COUNT record of each live reference: (count, its segment), the
     /// segment pinned by it (counted in its `live_refs`).
     pub delivery_counts: HashMap<(QueueId, u64), (u32, u32)>,
@@ -182,12 +183,8 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     let mut files: HashMap<u32, Arc<dyn BackendFile>> = HashMap::new();
     let mut bases = Bases::new();
     let mut scanned: HashMap<u32, ScannedSegment> = HashMap::new();
-    // queue → ids of its live persistent messages; only registered queues.
-    let mut live: HashMap<QueueId, RoaringTreemap> = table
-        .queues
-        .keys()
-        .map(|q| (*q, RoaringTreemap::new()))
-        .collect();
+    // The registered queues and the ids of their live persistent messages.
+    let mut live = LiveRefs::registered(table.queues.keys().copied());
     let mut next_message_id: u64 = 1;
     // (queue, id) → (count, segment) of the newest DELIVERY_COUNT of a live reference.
     let mut delivery_counts: HashMap<(QueueId, u64), (u32, u32)> = HashMap::new();
@@ -257,9 +254,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
                         body_sizes.push(view.body_len() as u32);
                         if !view.transient {
                             for queue in view.queues() {
-                                if let Some(ids) = live.get_mut(&queue) {
-                                    ids.insert(view.id.0);
-                                }
+                                live.insert(queue, view.id.0);
                             }
                         }
                     }
@@ -270,7 +265,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
                         // deleted, PUBLISH lost) changes nothing and records no
                         // dependency; the first copy in log order records it.
                         next_message_id = next_message_id.max(id.0.saturating_add(1));
-                        if live.get_mut(&queue).is_some_and(|ids| ids.remove(id.0)) {
+                        if live.remove(queue, id.0) {
                             delivery_counts.remove(&(queue, id.0));
                             match segment_of(&bases, id.0) {
                                 Some(home) if home != segment => {
@@ -282,7 +277,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
                     }
                     Decoded::DeliveryCount { queue, id, count } => {
                         // Counts only for a live reference; a newer record replaces it.
-                        if live.get(&queue).is_some_and(|ids| ids.contains(id.0)) {
+                        if live.contains(queue, id.0) {
                             delivery_counts.insert((queue, id.0), (count, segment));
                         }
                     }
@@ -333,7 +328,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
         files.insert(segment, file);
     }
 
-    for ids in live.values() {
+    for (_, ids) in live.holding() {
         for (segment, count) in refs_per_segment(ids, &bases) {
             if let Some(info) = segments.get_mut(&segment) {
                 info.live_refs += count;
@@ -365,18 +360,22 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
     // Only queues holding messages are reported: an empty queue's recovery is its
     // registration alone, so a million empty queues cost no per-queue work here or in the
     // broker (issue 30: a restart with 1M queues took 15-30 s, most of it on empty ones).
-    for (queue, ids) in live.iter().filter(|(_, ids)| !ids.is_empty()) {
+    for (queue, ids) in live.holding() {
         let first = match ids.min() {
             Some(id) => Some(first_position(id, &bases, &scanned, &files)?),
             None => None,
         };
         recovered_queues.insert(
-            *queue,
+            queue,
             RecoveredQueue {
-                name: table.queues.get(queue).cloned().unwrap_or_default(),
+                name: table
+                    .queues
+                    .get(&queue)
+                    .map(|name| name.to_string())
+                    .unwrap_or_default(),
                 live: ids.clone(),
                 undelivered: undelivered
-                    .remove(queue)
+                    .remove(&queue)
                     .map_or_else(RoaringTreemap::new, |never| never & ids),
                 live_body_bytes: live_body_bytes(ids, &order, &scanned),
                 first,
@@ -397,7 +396,7 @@ pub fn recover(backend: &dyn Backend) -> Result<(RecoveredState, Recovered)> {
             (*n, info.end_bytes)
         });
 
-    let live_references: u64 = live.values().map(RoaringTreemap::len).sum();
+    let live_references: u64 = live.count();
     info!(
         segments = report.segments_scanned,
         records = report.records_read,

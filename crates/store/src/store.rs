@@ -44,6 +44,7 @@ use crate::backend::{Backend, BackendFile, FsBackend};
 use crate::durable::{DurableState, FailedPublishes, Outcome};
 use crate::error::{Result, StoreError};
 use crate::index::{add_base, refs_per_segment, segment_of, Bases};
+use crate::live_refs::LiveRefs;
 use crate::lock::DirLock;
 use crate::meta::Metadata;
 use crate::metadata_sync::MetadataSync;
@@ -93,8 +94,8 @@ pub(crate) struct LogState {
     /// failed: numbers are never reused.
     pub last_segment: u32,
     pub segments: BTreeMap<u32, SegmentInfo>,
-    /// Live references: queue → ids of its live messages.
-    pub queues: HashMap<QueueId, RoaringTreemap>,
+    /// The registered queues, and of those holding messages, the ids of their live ones.
+    pub queues: LiveRefs,
     /// The newest DELIVERY_COUNT record of each live reference that has one (§3.5): its
     /// count and the segment it is in. That segment counts the record in its `live_refs`
     /// (a pin) until the reference is acked or a newer count replaces it. Only messages
@@ -555,7 +556,7 @@ impl Store {
         }
         let id = meta.register(shared.backend.as_ref(), name)?;
         shared.metadata_sync.wrote();
-        shared.log.lock().queues.insert(id, RoaringTreemap::new());
+        shared.log.lock().queues.register(id);
         Ok(id)
     }
 
@@ -590,7 +591,7 @@ impl Store {
         meta.delete(shared.backend.as_ref(), queue)?;
         shared.metadata_sync.wrote();
         let mut st = shared.log.lock();
-        if let Some(ids) = st.queues.remove(&queue) {
+        if let Some(ids) = st.queues.unregister(queue) {
             let mut pins = Vec::new();
             st.delivery_counts.retain(|(q, _), (_, segment)| {
                 let keep = *q != queue;
@@ -639,7 +640,7 @@ impl Store {
         meta.table
             .queues
             .iter()
-            .map(|(id, n)| (*id, n.clone()))
+            .map(|(id, n)| (*id, n.to_string()))
             .collect()
     }
 
@@ -696,7 +697,7 @@ impl Store {
             }
             shared.space_cv.wait(&mut st);
         }
-        if let Some(q) = queues.iter().find(|q| !st.queues.contains_key(q)) {
+        if let Some(q) = queues.iter().find(|q| !st.queues.is_registered(**q)) {
             return Err(StoreError::UnknownQueue(*q));
         }
         let was_empty = st.buf.is_empty();
@@ -719,9 +720,7 @@ impl Store {
             info.live_refs += queues.len() as u64;
         }
         for q in queues {
-            if let Some(ids) = state.queues.get_mut(q) {
-                ids.insert(id.0);
-            }
+            state.queues.insert(*q, id.0);
         }
         drop(st);
         if was_empty {
@@ -743,12 +742,10 @@ impl Store {
         let shared = self.shared();
         let mut st = shared.log.lock();
         check_open(&st)?;
-        let removed = st
-            .queues
-            .get_mut(&queue)
-            .ok_or(StoreError::UnknownQueue(queue))?
-            .remove(id.0);
-        if !removed {
+        if !st.queues.is_registered(queue) {
+            return Err(StoreError::UnknownQueue(queue));
+        }
+        if !st.queues.remove(queue, id.0) {
             return Err(StoreError::UnknownMessage(queue, id));
         }
         if let Some((_, pinned)) = st.delivery_counts.remove(&(queue, id.0)) {
@@ -793,12 +790,10 @@ impl Store {
         let shared = self.shared();
         let mut st = shared.log.lock();
         check_open(&st)?;
-        let live = st
-            .queues
-            .get(&queue)
-            .ok_or(StoreError::UnknownQueue(queue))?
-            .contains(id.0);
-        if !live {
+        if !st.queues.is_registered(queue) {
+            return Err(StoreError::UnknownQueue(queue));
+        }
+        if !st.queues.contains(queue, id.0) {
             return Err(StoreError::UnknownMessage(queue, id));
         }
         let was_empty = st.buf.is_empty();

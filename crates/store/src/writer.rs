@@ -386,9 +386,7 @@ fn carry_forward(shared: &Shared, segment: u32) -> std::io::Result<()> {
     let segment_size = shared.opts.segment_size_bytes;
     let mut st = shared.log.lock();
     // Only references that are dead in a queue that still exists need it.
-    let needed = |st: &LogState, queue: QueueId, id: MessageId| {
-        st.queues.get(&queue).is_some_and(|ids| !ids.contains(id.0))
-    };
+    let needed = |st: &LogState, queue: QueueId, id: MessageId| st.queues.is_dead(queue, id.0);
     acks.retain(|&(queue, id, _)| needed(&st, queue, id));
     let record_bytes = end.saturating_sub(SEGMENT_HEADER_BYTES as u64);
     if 2 * (acks.len() * ACK_RECORD_BYTES) as u64 > record_bytes {
@@ -531,7 +529,7 @@ mod tests {
             needs_segment: false,
             last_segment: active,
             segments,
-            queues: HashMap::new(),
+            queues: crate::live_refs::LiveRefs::default(),
             delivery_counts: HashMap::new(),
             bases: Bases::new(),
             reclaim_dirty: false,
