@@ -299,3 +299,67 @@ def test_prometheus_reports_each_queue_once_with_its_type(shared_cluster):
     infos = [labels for n in cluster
              for labels, _ in per_object_samples(n, "rabbitmq_queue_info", "prom-classic")]
     assert len(infos) == 1 and 'queue_type="rabbit_classic_queue"' in infos[0], infos
+
+
+def test_idle_quorum_queues_still_expire_and_report_counts(shared_cluster):
+    """An idle quorum queue costs no periodic work (its tick has no timer once quiet, and the
+    nodes look at it only when it changes): what happens to it later must still wake that.
+    A message with a TTL published after a quiet spell expires; a node outside the group
+    learns the count of messages published on the leader after a quiet spell (its
+    declare-ok answers from the leader's count reports, sent when the queue changes)."""
+    cluster = shared_cluster
+    conn = cluster[1].connect()
+    channel = conn.channel()
+    channel.queue_declare("idle-ttl", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
+    channel.queue_declare("idle-counts", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    conn.close()
+    names = sorted(n.name for n in cluster)
+    ttl_leader_name = eventually("idle-ttl's leader",
+                                 lambda: agreed_queue_leader(cluster, "idle-ttl", names))
+    two = eventually("idle-counts on two nodes",
+                     lambda: (cluster[1].queue("idle-counts") or {}).get("members"))
+    members = [n for n in cluster if n.name in two]
+    counts_leader_name = eventually(
+        "idle-counts' leader", lambda: agreed_queue_leader(members, "idle-counts", sorted(two)))
+    outside = next(n for n in cluster if n.name not in two)
+    outside_conn = outside.connect()
+
+    def outside_count():
+        return outside_conn.channel().queue_declare(
+            "idle-counts", passive=True).method.message_count
+
+    assert outside_count() == 0
+    # Quiet long enough for the ticks to sleep (5 checks, 200 ms apart) and the bound queue's
+    # count checks to stop (10 rounds, 100 ms apart).
+    time.sleep(3)
+
+    # Published through a follower: the TTL is only the group's to apply.
+    follower = next(n for n in cluster if n.name != ttl_leader_name)
+    conn = follower.connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("", "idle-ttl", b"short-lived",
+                          pika.BasicProperties(expiration="300"))
+    conn.close()
+    ttl_leader = next(n for n in cluster if n.name == ttl_leader_name)
+    eventually("the message with a TTL expired", lambda: (
+        lambda info: info is not None and info.get("messages") == 0)(ttl_leader.queue("idle-ttl")),
+        timeout=4)
+
+    counts_leader = next(n for n in cluster if n.name == counts_leader_name)
+    conn = counts_leader.connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i in range(7):
+        channel.basic_publish("", "idle-counts", b"m%d" % i)
+    conn.close()
+    eventually("the outside node's declare-ok counts the publishes",
+               lambda: outside_count() == 7, timeout=5)
+    outside_conn.close()
+
+    conn = cluster[0].connect()
+    conn.channel().queue_delete("idle-ttl")
+    conn.channel().queue_delete("idle-counts")
+    conn.close()
