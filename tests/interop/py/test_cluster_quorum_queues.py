@@ -193,16 +193,31 @@ def test_at_least_once_dead_letters_outlive_their_leader(cluster):
     conn.close()
 
 
+def declare_sized(node, sizes):
+    """Declares quorum queues through `node`, each with its x-quorum-initial-group-size
+    (`sizes`: name -> size)."""
+    conn = node.connect()
+    channel = conn.channel()
+    for name, size in sizes.items():
+        channel.queue_declare(name, durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": size})
+    conn.close()
+
+
+def publish_confirmed(node, queue, count):
+    """Publishes `count` messages (m0, m1, ...) to `queue` through `node`, each confirmed."""
+    conn = node.connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i in range(count):
+        channel.basic_publish("", queue, b"m%d" % i)
+    conn.close()
+
+
 def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     cluster = shared_cluster
     first, second, _ = cluster
-    conn = second.connect()
-    channel = conn.channel()
-    channel.queue_declare("qq1", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
-    channel.queue_declare("qq2", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
-    conn.close()
+    declare_sized(second, {"qq1": 1, "qq2": 2})
 
     # Every node lists the members; the members agree on the leader. (A node outside the
     # group shows no leader until it has one to forward to: it runs no member.)
@@ -222,12 +237,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
 
     # Published on a node outside the group: forwarded to the leader, confirmed, and there.
     outside = next(n for n in cluster if n.name not in two)
-    conn = outside.connect()
-    channel = conn.channel()
-    channel.confirm_delivery()
-    for i in range(20):
-        channel.basic_publish("", "qq2", b"m%d" % i)
-    conn.close()
+    publish_confirmed(outside, "qq2", 20)
     leader = next(n for n in cluster if n.name == agreed_queue_leader(members, "qq2", two))
     eventually("the forwarded publishes on the leader",
                lambda: leader.queue("qq2")["messages"] == 20)
@@ -308,13 +318,7 @@ def test_idle_quorum_queues_still_expire_and_report_counts(shared_cluster):
     learns the count of messages published on the leader after a quiet spell (its
     declare-ok answers from the leader's count reports, sent when the queue changes)."""
     cluster = shared_cluster
-    conn = cluster[1].connect()
-    channel = conn.channel()
-    channel.queue_declare("idle-ttl", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
-    channel.queue_declare("idle-counts", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
-    conn.close()
+    declare_sized(cluster[1], {"idle-ttl": 3, "idle-counts": 2})
     names = sorted(n.name for n in cluster)
     ttl_leader_name = eventually("idle-ttl's leader",
                                  lambda: agreed_queue_leader(cluster, "idle-ttl", names))
@@ -349,12 +353,7 @@ def test_idle_quorum_queues_still_expire_and_report_counts(shared_cluster):
         timeout=4)
 
     counts_leader = next(n for n in cluster if n.name == counts_leader_name)
-    conn = counts_leader.connect()
-    channel = conn.channel()
-    channel.confirm_delivery()
-    for i in range(7):
-        channel.basic_publish("", "idle-counts", b"m%d" % i)
-    conn.close()
+    publish_confirmed(counts_leader, "idle-counts", 7)
     eventually("the outside node's declare-ok counts the publishes",
                lambda: outside_count() == 7, timeout=5)
     outside_conn.close()
