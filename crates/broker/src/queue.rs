@@ -244,6 +244,11 @@ impl Queue {
         self.kind.served_here()
     }
 
+    /// See [`QueueType::counts_move_unmarked`].
+    pub fn counts_move_unmarked(&self) -> bool {
+        self.kind.counts_move_unmarked()
+    }
+
     /// The type's name as RabbitMQ's API and `x-queue-type` spell it.
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name()

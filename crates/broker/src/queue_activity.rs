@@ -12,9 +12,11 @@
 //! marks the queue again for the next take.
 //!
 //! What the mark does not see — counters a session bumps after the queue handed a message
-//! over (deliver, redeliver), a quorum queue's commit that lands after the publish marked it —
-//! happens only on queues that have consumers or just changed; readers keep visiting those
-//! (`QueueActivity` leaves that to them) until they are quiet again.
+//! over (deliver, redeliver), what another node serves for a record here — happens only on
+//! queues that have consumers, just changed or are such records
+//! (`QueueType::counts_move_unmarked`); readers keep visiting those (`QueueActivity` leaves
+//! that to them) until they are quiet again. A quorum queue marks itself as entries apply on
+//! its member here, so a commit that lands after its publish marked it is marked again.
 
 use crate::name_map::NameHasher;
 use parking_lot::Mutex;
@@ -74,6 +76,12 @@ impl QueueActivity {
                 names.insert(queue.clone());
             }
         }
+    }
+
+    /// `reader` reads no more (a forwarding link that closed): its marks are dropped, and no
+    /// more kept for it.
+    pub fn forget(&self, reader: ReaderId) {
+        self.readers.lock().retain(|(id, _)| *id != reader);
     }
 
     /// The queues marked since `reader`'s last take, or `Everything` on its first.

@@ -94,6 +94,15 @@ pub trait QueueType: Send + Sync + std::fmt::Debug + 'static {
     /// count each queue once, as RabbitMQ's do.
     fn served_here(&self) -> bool;
 
+    /// Whether the queue's counts can move without it marking itself (`Queue::note_change`,
+    /// read through `queue_activity.rs`): a record of a queue another node serves, whose
+    /// counts arrive in that node's reports. Readers keep visiting such a queue; the others
+    /// only when marked (a quorum queue marks itself on every applied entry and leader
+    /// change, on whichever member).
+    fn counts_move_unmarked(&self) -> bool {
+        !self.served_here()
+    }
+
     /// Whether a publisher confirm waits for the queue's own answer (it joins the publish's
     /// [`RoutedConfirm`]) rather than for the message store alone.
     fn confirms_later(&self) -> bool;

@@ -44,6 +44,7 @@
 //! A serving queue deleted cancels its remote consumers the same way.
 
 pub mod ask;
+mod count_watch;
 mod frame;
 mod link;
 pub mod peers;

@@ -135,7 +135,7 @@ impl VHostTotals {
             Some(old) => old.part != part || old.served != served,
             None => !(served && part.is_zero()),
         };
-        if moved || !served || part.consumers() > 0 || queue.type_name() != "classic" {
+        if moved || part.consumers() > 0 || queue.counts_move_unmarked() {
             self.watched.insert(name.clone());
         }
         match queue.replicas().is_some_and(|r| r.group.is_some()) {

@@ -20,8 +20,9 @@
 //! majority. Idle groups cost next to nothing: [`detector_driven_config`] also turns openraft's
 //! per-group tick off (with neither heartbeats nor election timers it had nothing left to do
 //! but wake the group and republish its metrics, every 4.5 s per group), and the driver looks
-//! at every group only on a liveness change and every `sweep_interval`; in between, once per
-//! `check_interval`, only at the groups it is watching (no live leader seen yet).
+//! at every group only on a liveness change and every `sweep_interval` (each group's server
+//! metrics read in place through the registry, [`GroupRegistry::select`]); in between, once
+//! per `check_interval`, only at the groups it is watching (no live leader seen yet).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use openraft::{Config, ServerState};
 
 use crate::liveness::Liveness;
 use crate::network::GroupRegistry;
-use crate::types::{GroupId, NodeId, Raft};
+use crate::types::{GroupId, NodeId, Raft, ServerMetrics};
 
 /// Detector-driven groups' `heartbeat_interval` (no heartbeats are sent: openraft's bound for
 /// the election timeouts, and the replication RPCs' time hint, which the network ignores).
@@ -154,7 +155,15 @@ impl FailoverDriver {
             let added = self.registry.take_added();
             if sweep {
                 last_sweep = Some(now);
-                self.check_groups(now, self.registry.all()).await;
+                // Every group's metrics read in place; only those without a live leader are
+                // handed to the check (a healthy group this driver was watching is checked,
+                // and let go, at the next round of the watched ones).
+                let peers = self.peers_up();
+                let node = self.node;
+                let leaderless = self
+                    .registry
+                    .select(|metrics| needs_election(node, metrics, &peers).is_some());
+                self.check_groups(now, leaderless).await;
             } else if !self.leaderless_since.is_empty() || !added.is_empty() {
                 let watched = self
                     .leaderless_since
@@ -200,7 +209,17 @@ impl FailoverDriver {
         }
     }
 
-    /// Checks `groups` (every group on a sweep, else the watched ones): a group with a live
+    /// The peers' liveness, read once per round rather than a lock per group (a peer missing
+    /// is not known to the detector).
+    fn peers_up(&self) -> HashMap<NodeId, bool> {
+        self.liveness
+            .all()
+            .into_iter()
+            .map(|peer| (peer.node, peer.up))
+            .collect()
+    }
+
+    /// Checks `groups` (on a sweep those without a live leader, else the watched ones): a group with a live
     /// leader is left alone (and no longer watched); one without is watched, and gets an
     /// election from this node when its turn comes.
     async fn check_groups(&mut self, now: Instant, groups: Vec<(GroupId, Raft)>) {
@@ -209,46 +228,16 @@ impl FailoverDriver {
             .retain(|group, _| self.registry.get(*group).is_some());
         self.reported
             .retain(|group| self.leaderless_since.contains_key(group));
-        // The peers' liveness once per check, not a lock per group (None: not known to it).
-        let peers: HashMap<NodeId, bool> = self
-            .liveness
-            .all()
-            .into_iter()
-            .map(|peer| (peer.node, peer.up))
-            .collect();
+        let peers = self.peers_up();
         let is_up = |node: NodeId| peers.get(&node).copied();
         for (group, raft) in groups {
-            // The common case (a live leader) decided on the server metrics alone, which
-            // change only with the vote, the leader or the membership.
-            let voters = {
-                let metrics = raft.server_metrics();
-                let metrics = metrics.borrow();
-                let leader = metrics.current_leader;
-                let leader_alive = leader
-                    .is_some_and(|leader| leader == self.node || is_up(leader).unwrap_or(true));
-                let membership = &metrics.membership_config;
-                if metrics.state == ServerState::Leader
-                    || metrics.state == ServerState::Learner
-                    || leader_alive
-                    || !membership.voter_ids().any(|voter| voter == self.node)
-                {
-                    None
-                } else {
-                    // This member led the group when its node stopped (its committed vote is
-                    // its own) and knows no leader since: the others still take its node,
-                    // back up, for the leader, and would wait for it forever. It stands again
-                    // at once (the others grant it: it is the leader they follow).
-                    let led_before_restart = leader.is_none()
-                        && metrics.vote.is_committed()
-                        && metrics.vote.leader_id().node_id == self.node;
-                    Some((
-                        leader,
-                        membership.voter_ids().collect::<Vec<NodeId>>(),
-                        led_before_restart,
-                    ))
-                }
-            };
-            let Some((leader, voters, led_before_restart)) = voters else {
+            let leaderless = needs_election(self.node, &raft.server_metrics().borrow(), &peers);
+            let Some(Leaderless {
+                leader,
+                voters,
+                led_before_restart,
+            }) = leaderless
+            else {
                 self.leaderless_since.remove(&group);
                 self.reported.remove(&group);
                 continue;
@@ -301,4 +290,44 @@ impl FailoverDriver {
             );
         }
     }
+}
+
+/// A group without a live leader, as this member sees it.
+struct Leaderless {
+    /// The leader it knows (on a node the detector reports down), if any.
+    leader: Option<NodeId>,
+    voters: Vec<NodeId>,
+    /// This member led the group when its node stopped (its committed vote is its own) and
+    /// knows no leader since: the others still take its node, back up, for the leader, and
+    /// would wait for it forever. It stands again at once (the others grant it: it is the
+    /// leader they follow).
+    led_before_restart: bool,
+}
+
+/// Whether `node`'s member of a group (its server metrics, which change only with the vote,
+/// the leader or the membership) may need an election: not while it leads or is a learner,
+/// knows a leader that is itself or a node `peers` does not report down, or is no voter.
+fn needs_election(
+    node: NodeId,
+    metrics: &ServerMetrics,
+    peers: &HashMap<NodeId, bool>,
+) -> Option<Leaderless> {
+    let leader = metrics.current_leader;
+    let leader_alive =
+        leader.is_some_and(|leader| leader == node || peers.get(&leader).copied().unwrap_or(true));
+    let membership = &metrics.membership_config;
+    if metrics.state == ServerState::Leader
+        || metrics.state == ServerState::Learner
+        || leader_alive
+        || !membership.voter_ids().any(|voter| voter == node)
+    {
+        return None;
+    }
+    Some(Leaderless {
+        leader,
+        voters: membership.voter_ids().collect(),
+        led_before_restart: leader.is_none()
+            && metrics.vote.is_committed()
+            && metrics.vote.leader_id().node_id == node,
+    })
 }

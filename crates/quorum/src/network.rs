@@ -26,7 +26,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::liveness::Liveness;
 use crate::machine::Reply;
 use crate::member::MemberChange;
-use crate::types::{GroupId, LogId, NodeId, Proposal, QueueRaft, Raft, Snapshot, Vote};
+use crate::types::{
+    GroupId, LogId, MetricsWatch, NodeId, Proposal, QueueRaft, Raft, ServerMetrics, Snapshot, Vote,
+};
 
 /// A Raft RPC for one group.
 pub enum RaftRequest {
@@ -98,7 +100,7 @@ pub trait Transport: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct GroupRegistry {
     node: NodeId,
-    groups: Arc<RwLock<HashMap<GroupId, Raft>>>,
+    groups: Arc<RwLock<HashMap<GroupId, Registered>>>,
     /// The node's failure detector, once a transport that has one serves the registry: a
     /// member whose leader it sees up grants no Pre-Vote.
     liveness: Arc<OnceLock<Arc<Liveness>>>,
@@ -106,6 +108,14 @@ pub struct GroupRegistry {
     /// after a liveness change (a node restarting) is checked at the driver's next round, not
     /// only at its next sweep of every group.
     added: Arc<Mutex<Vec<GroupId>>>,
+}
+
+/// A group's Raft, and its server metrics held open: the failover driver's sweep reads every
+/// group's, and `Raft::server_metrics` would clone a receiver (a lock, two reference counts)
+/// for each.
+struct Registered {
+    raft: Raft,
+    server_metrics: MetricsWatch<ServerMetrics>,
 }
 
 impl GroupRegistry {
@@ -147,7 +157,14 @@ impl GroupRegistry {
     }
 
     pub fn insert(&self, group: GroupId, raft: Raft) {
-        self.groups.write().insert(group, raft);
+        let server_metrics = raft.server_metrics();
+        self.groups.write().insert(
+            group,
+            Registered {
+                raft,
+                server_metrics,
+            },
+        );
         // Only a cluster node (one with a failure detector) runs a driver that drains it.
         if self.liveness.get().is_some() {
             self.added.lock().push(group);
@@ -155,11 +172,14 @@ impl GroupRegistry {
     }
 
     pub fn remove(&self, group: GroupId) -> Option<Raft> {
-        self.groups.write().remove(&group)
+        self.groups.write().remove(&group).map(|member| member.raft)
     }
 
     pub fn get(&self, group: GroupId) -> Option<Raft> {
-        self.groups.read().get(&group).cloned()
+        self.groups
+            .read()
+            .get(&group)
+            .map(|member| member.raft.clone())
     }
 
     /// Every group, in group-id order: callers act on them in turn, and a fixed order keeps
@@ -169,7 +189,21 @@ impl GroupRegistry {
             .groups
             .read()
             .iter()
-            .map(|(group, raft)| (*group, raft.clone()))
+            .map(|(group, member)| (*group, member.raft.clone()))
+            .collect();
+        groups.sort_unstable_by_key(|(group, _)| *group);
+        groups
+    }
+
+    /// The groups whose server metrics `keep` keeps, in group-id order (as [`Self::all`]):
+    /// every group's metrics read in place, only the kept ones' Rafts handed out.
+    pub fn select(&self, mut keep: impl FnMut(&ServerMetrics) -> bool) -> Vec<(GroupId, Raft)> {
+        let mut groups: Vec<(GroupId, Raft)> = self
+            .groups
+            .read()
+            .iter()
+            .filter(|(_, member)| keep(&member.server_metrics.borrow()))
+            .map(|(group, member)| (*group, member.raft.clone()))
             .collect();
         groups.sort_unstable_by_key(|(group, _)| *group);
         groups

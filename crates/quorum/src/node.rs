@@ -31,8 +31,8 @@ use crate::machine::{Command, QueueConfig, QueueState, Reply};
 use crate::metadata::{MetadataGroup, MetadataMachine, MetadataState, METADATA_GROUP};
 use crate::network::{GroupNetworkFactory, GroupRegistry, Transport};
 use crate::node_log::NodeLog;
-use crate::storage::{Applied, GroupLogStore, GroupStateMachine};
-use crate::types::{GroupId, LogId, NodeId, Proposal, Raft};
+use crate::storage::{Applied, AppliedHook, GroupLogStore, GroupStateMachine};
+use crate::types::{GroupId, LogId, MetricsWatch, NodeId, Proposal, Raft, ServerMetrics};
 use crate::wal::{Wal, WalOptions};
 
 /// Log entries between two snapshots of a group, by default.
@@ -217,6 +217,7 @@ impl<T: Transport, L: LogBackend> QuorumNode<T, L> {
         Ok(QueueGroup {
             node: self.id,
             group,
+            server_metrics: raft.server_metrics(),
             raft,
             machine,
         })
@@ -294,6 +295,10 @@ pub struct QueueGroup {
     group: GroupId,
     raft: Raft,
     machine: GroupStateMachine,
+    /// The group's server metrics (vote, state, leader, membership), held rather than asked
+    /// of `raft` at every read: `Raft::server_metrics` clones a receiver (a lock and two
+    /// reference counts), and the leader is read per queue by every periodic reader.
+    server_metrics: MetricsWatch<ServerMetrics>,
 }
 
 impl QueueGroup {
@@ -319,7 +324,7 @@ impl QueueGroup {
 
     /// The leader this member knows of.
     pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        self.server_metrics.borrow().current_leader
     }
 
     pub fn is_leader(&self) -> bool {
@@ -328,8 +333,7 @@ impl QueueGroup {
 
     /// The group's voters as this member's membership lists them.
     pub fn members(&self) -> Vec<NodeId> {
-        self.raft
-            .metrics()
+        self.server_metrics
             .borrow()
             .membership_config
             .voter_ids()
@@ -400,6 +404,11 @@ impl QueueGroup {
     }
 
     /// Reads this member's copy of the queue.
+    /// Runs `hook` whenever this member's state moved; see [`GroupStateMachine::on_applied`].
+    pub fn on_applied(&self, hook: AppliedHook) {
+        self.machine.on_applied(hook);
+    }
+
     pub fn with_queue<R>(&self, read: impl FnOnce(&QueueState) -> R) -> R {
         self.machine.with_queue(read)
     }

@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, IOFlushed, LogState, RaftLogStorage, RaftStateMachine};
@@ -222,7 +222,14 @@ pub struct GroupStateMachine {
     /// an older one.
     persisted: Arc<Mutex<Option<LogId>>>,
     effects: Option<UnboundedSender<Applied>>,
+    /// Told after every batch of applied entries and every installed snapshot (see
+    /// [`GroupStateMachine::on_applied`]).
+    applied_hook: Arc<OnceLock<AppliedHook>>,
 }
+
+/// What the owner of a group runs when its state moved (see
+/// [`GroupStateMachine::on_applied`]).
+pub type AppliedHook = Box<dyn Fn() + Send + Sync>;
 
 impl GroupStateMachine {
     /// Opens a queue group's state machine from its last snapshot in `snapshot_dir`, or empty
@@ -284,6 +291,7 @@ impl GroupStateMachine {
             group,
             persisted: Arc::new(Mutex::new(persisted)),
             effects,
+            applied_hook: Arc::default(),
         })
     }
 
@@ -292,6 +300,20 @@ impl GroupStateMachine {
     /// # Panics
     ///
     /// On the machine of a group that is not a queue (the metadata group's).
+    /// Runs `hook` after every batch of entries applied from now on (committed commands, on
+    /// whichever member) and every snapshot installed: the moments the state's counts can
+    /// move. The owner marks what readers show of the state from there, instead of those
+    /// readers polling every idle group. Set once; a second hook is ignored.
+    pub fn on_applied(&self, hook: AppliedHook) {
+        let _ = self.applied_hook.set(hook);
+    }
+
+    fn applied(&self) {
+        if let Some(hook) = self.applied_hook.get() {
+            hook();
+        }
+    }
+
     pub fn with_queue<T>(&self, read: impl FnOnce(&QueueState) -> T) -> T {
         let inner = self.inner.lock();
         let queue = inner
@@ -467,6 +489,8 @@ impl RaftStateMachine<QueueRaft> for GroupStateMachine {
                     }
                 }
             };
+            // Before the answer: whoever the proposer tells finds the state marked moved.
+            self.applied();
             // Answered right after applying, as openraft asks (the proposer waits on it).
             if let Some(responder) = responder {
                 responder.send(reply);
@@ -504,6 +528,7 @@ impl RaftStateMachine<QueueRaft> for GroupStateMachine {
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
         }
+        self.applied();
         let file = SnapshotFile {
             meta: meta.clone(),
             data: snapshot,

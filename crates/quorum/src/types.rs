@@ -71,6 +71,8 @@ pub type StorageError = openraft::StorageError<QueueRaft>;
 /// What a member's openraft reports about its group (term, indexes, membership, and on the
 /// leader each member's replication progress); read by the status views.
 pub type Metrics = openraft::RaftMetrics<QueueRaft>;
+/// A group's server metrics: vote, state, leader, membership (they change only with those).
+pub type ServerMetrics = openraft::metrics::RaftServerMetrics<QueueRaft>;
 /// A watch of a member's [`Metrics`] (or of a part of them).
 pub type MetricsWatch<T> = crate::watch::OrderedWatchReceiver<T>;
 pub use openraft::ServerState;

@@ -193,16 +193,31 @@ def test_at_least_once_dead_letters_outlive_their_leader(cluster):
     conn.close()
 
 
+def declare_sized(node, sizes):
+    """Declares quorum queues through `node`, each with its x-quorum-initial-group-size
+    (`sizes`: name -> size)."""
+    conn = node.connect()
+    channel = conn.channel()
+    for name, size in sizes.items():
+        channel.queue_declare(name, durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": size})
+    conn.close()
+
+
+def publish_confirmed(node, queue, count):
+    """Publishes `count` messages (m0, m1, ...) to `queue` through `node`, each confirmed."""
+    conn = node.connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i in range(count):
+        channel.basic_publish("", queue, b"m%d" % i)
+    conn.close()
+
+
 def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
     cluster = shared_cluster
     first, second, _ = cluster
-    conn = second.connect()
-    channel = conn.channel()
-    channel.queue_declare("qq1", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
-    channel.queue_declare("qq2", durable=True, arguments={
-        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
-    conn.close()
+    declare_sized(second, {"qq1": 1, "qq2": 2})
 
     # Every node lists the members; the members agree on the leader. (A node outside the
     # group shows no leader until it has one to forward to: it runs no member.)
@@ -222,12 +237,7 @@ def test_group_sizes_one_and_two_place_the_declaring_node_first(shared_cluster):
 
     # Published on a node outside the group: forwarded to the leader, confirmed, and there.
     outside = next(n for n in cluster if n.name not in two)
-    conn = outside.connect()
-    channel = conn.channel()
-    channel.confirm_delivery()
-    for i in range(20):
-        channel.basic_publish("", "qq2", b"m%d" % i)
-    conn.close()
+    publish_confirmed(outside, "qq2", 20)
     leader = next(n for n in cluster if n.name == agreed_queue_leader(members, "qq2", two))
     eventually("the forwarded publishes on the leader",
                lambda: leader.queue("qq2")["messages"] == 20)
@@ -299,3 +309,56 @@ def test_prometheus_reports_each_queue_once_with_its_type(shared_cluster):
     infos = [labels for n in cluster
              for labels, _ in per_object_samples(n, "rabbitmq_queue_info", "prom-classic")]
     assert len(infos) == 1 and 'queue_type="rabbit_classic_queue"' in infos[0], infos
+
+
+def test_idle_quorum_queues_still_expire_and_report_counts(shared_cluster):
+    """An idle quorum queue costs no periodic work (its tick has no timer once quiet, and the
+    nodes look at it only when it changes): what happens to it later must still wake that.
+    A message with a TTL published after a quiet spell expires; a node outside the group
+    learns the count of messages published on the leader after a quiet spell (its
+    declare-ok answers from the leader's count reports, sent when the queue changes)."""
+    cluster = shared_cluster
+    declare_sized(cluster[1], {"idle-ttl": 3, "idle-counts": 2})
+    names = sorted(n.name for n in cluster)
+    ttl_leader_name = eventually("idle-ttl's leader",
+                                 lambda: agreed_queue_leader(cluster, "idle-ttl", names))
+    two = eventually("idle-counts on two nodes",
+                     lambda: (cluster[1].queue("idle-counts") or {}).get("members"))
+    members = [n for n in cluster if n.name in two]
+    counts_leader_name = eventually(
+        "idle-counts' leader", lambda: agreed_queue_leader(members, "idle-counts", sorted(two)))
+    outside = next(n for n in cluster if n.name not in two)
+    outside_conn = outside.connect()
+
+    def outside_count():
+        return outside_conn.channel().queue_declare(
+            "idle-counts", passive=True).method.message_count
+
+    assert outside_count() == 0
+    # Quiet long enough for the ticks to sleep (5 checks, 200 ms apart) and the bound queue's
+    # count checks to stop (10 rounds, 100 ms apart).
+    time.sleep(3)
+
+    # Published through a follower: the TTL is only the group's to apply.
+    follower = next(n for n in cluster if n.name != ttl_leader_name)
+    conn = follower.connect()
+    channel = conn.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("", "idle-ttl", b"short-lived",
+                          pika.BasicProperties(expiration="300"))
+    conn.close()
+    ttl_leader = next(n for n in cluster if n.name == ttl_leader_name)
+    eventually("the message with a TTL expired", lambda: (
+        lambda info: info is not None and info.get("messages") == 0)(ttl_leader.queue("idle-ttl")),
+        timeout=4)
+
+    counts_leader = next(n for n in cluster if n.name == counts_leader_name)
+    publish_confirmed(counts_leader, "idle-counts", 7)
+    eventually("the outside node's declare-ok counts the publishes",
+               lambda: outside_count() == 7, timeout=5)
+    outside_conn.close()
+
+    conn = cluster[0].connect()
+    conn.channel().queue_delete("idle-ttl")
+    conn.channel().queue_delete("idle-counts")
+    conn.close()

@@ -26,6 +26,12 @@ impl QueueType for QuorumQueue {
         self.is_leading()
     }
 
+    /// Its counts are its member's state, which marks the queue as entries apply (see
+    /// `group::start`), and its leader's consumers, which come and go through the log too.
+    fn counts_move_unmarked(&self) -> bool {
+        false
+    }
+
     fn confirms_later(&self) -> bool {
         true
     }

@@ -33,9 +33,6 @@ const TICK_INTERVAL: Duration = Duration::from_millis(200);
 /// queues on a node must not wake 50,000 times a second.
 const TICK_QUIET_ROUNDS: u32 = 5;
 
-/// The longest a quiet tick sleeps without being woken (a backstop, not the mechanism).
-const TICK_QUIET_INTERVAL: Duration = Duration::from_secs(5);
-
 /// Starts a quorum queue's group (recovering it from the log when it exists) and its
 /// tasks. Commands proposed before the group leads wait in order.
 pub(crate) fn start(queue: &Arc<Queue>) {
@@ -166,6 +163,21 @@ async fn run_group(
         }
     }
     tracing::info!(queue = %name, group = group_id, ?members, "quorum queue group started");
+    // Every applied entry marks the queue for its readers (the monitoring samplers, the
+    // forwarding links' count reports), so they need not poll idle quorum queues, and wakes a
+    // quiet tick on the leader: an entry that came from another node's proposer (a forwarded
+    // publish with a TTL) wakes it as one proposed here does.
+    let marks = weak.clone();
+    let leads = Arc::downgrade(&group);
+    group.on_applied(Box::new(move || {
+        let Some(queue) = marks.upgrade() else { return };
+        queue.note_change();
+        if leads.upgrade().is_some_and(|group| group.is_leader()) {
+            if let Some(qq) = QuorumQueue::of(&queue) {
+                qq.wake_tick();
+            }
+        }
+    }));
     tokio::spawn(apply_effects(weak.clone(), effects_rx));
     tokio::spawn(tick(weak.clone(), group.clone()));
     tokio::spawn(watch_leader(weak.clone(), group.clone()));
@@ -510,6 +522,9 @@ async fn watch_leader(weak: Weak<Queue>, group: Arc<QueueGroup>) {
                 });
                 qq.leader_changed.notify_one();
                 qq.wake_tick();
+                // Where the queue is served from moved (and, here, its consumer count's
+                // source): its readers look again.
+                queue.note_change();
             }
             if leading && !(is_leader && leader == Some(own)) {
                 qq.lose_leadership(&queue);
@@ -662,15 +677,13 @@ async fn tick(weak: Weak<Queue>, group: Arc<QueueGroup>) {
             (qq.tick_wake.clone(), quiet)
         };
         let (tick_wake, quiet) = wake;
-        let interval = if quiet {
-            TICK_QUIET_INTERVAL
-        } else {
-            TICK_INTERVAL
-        };
+        // A quiet tick has no timer at all (10,000 idle queues' timers were a node's most
+        // frequent wake-up): what can give the head of the queue an expiry wakes it — a
+        // proposal here, an entry applied while this member leads, a leader change.
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            // Something was proposed: check at the usual pace for a while (the entry may not
-            // have been applied yet when this runs).
+            _ = tokio::time::sleep(TICK_INTERVAL), if !quiet => {}
+            // Something was proposed or applied: check at the usual pace for a while (a
+            // proposed entry may not have been applied yet when this runs).
             _ = tick_wake.notified() => quiet_rounds = 0,
         }
         let Some(queue) = weak.upgrade() else { return };

@@ -5,6 +5,7 @@
 //! connection and knows nothing of peers. Messages the peer's clients hold stay held here;
 //! when the link is lost they are requeued (redelivered), as a closing channel's are.
 
+use super::count_watch::{CountWatch, QUIET_AFTER_CHECKS};
 use super::frame::{self, Frame, SettleKind};
 use super::link::{new_link, write_batches, ForwardLink, Outbox, COUNTS_INTERVAL};
 use crate::alarm::AlarmSet;
@@ -136,16 +137,6 @@ struct Bound {
     unchanged_checks: u32,
 }
 
-/// A bound queue whose counts did not change this many checks in a row is checked only every
-/// [`QUIET_EVERY_ROUNDS`] rounds until they do, or the peer acts on it: looking at every idle
-/// queue every round (10,000 quorum queues, each bound by the nodes that do not lead it) was
-/// most of an idle cluster's CPU, a cold cache miss after another.
-const QUIET_AFTER_CHECKS: u32 = 10;
-
-/// How often (in count rounds, `link::COUNTS_INTERVAL` apart) a quiet queue is checked: a
-/// change on it is reported within a second rather than 100 ms.
-const QUIET_EVERY_ROUNDS: u64 = 10;
-
 /// A message a peer's client holds.
 struct Held {
     queue: Arc<Queue>,
@@ -171,8 +162,8 @@ pub(super) struct Serving {
     pending: VecDeque<PendingConfirm>,
     /// The publish path's buffers (`publish_to_queue`).
     publish_scratch: PublishScratch,
-    /// Count rounds so far (`report_counts`).
-    count_rounds: u64,
+    /// Which bound queues a count round looks at (`report_counts`).
+    count_watch: CountWatch,
 }
 
 impl Serving {
@@ -198,7 +189,7 @@ impl Serving {
             held: HashMap::new(),
             pending: VecDeque::new(),
             publish_scratch: PublishScratch::default(),
-            count_rounds: 0,
+            count_watch: CountWatch::default(),
         };
         (serving, events_rx, gets_rx)
     }
@@ -223,6 +214,7 @@ impl Serving {
     fn queue(&mut self, qid: u64) -> Option<Arc<Queue>> {
         if let Some(bound) = self.queues.get_mut(&qid) {
             bound.unchanged_checks = 0;
+            self.count_watch.heat(qid);
         }
         self.live_queue(qid)
     }
@@ -263,20 +255,25 @@ impl Serving {
     pub(super) async fn on_request(&mut self, f: Frame) {
         match f {
             Frame::Bind { qid, vhost, queue } => {
-                self.queues.insert(
-                    qid,
-                    Bound {
-                        vhost,
-                        name: ShortStr::from(queue.as_str()),
-                        queue: None,
-                        reported: None,
-                        unchanged_checks: 0,
-                    },
-                );
+                let name = ShortStr::from(queue.as_str());
+                self.count_watch.bind(qid, &vhost, &name);
+                let bound = Bound {
+                    vhost,
+                    name,
+                    queue: None,
+                    reported: None,
+                    unchanged_checks: 0,
+                };
+                if let Some(old) = self.queues.insert(qid, bound) {
+                    self.count_watch.unbind(qid, &old.vhost, &old.name);
+                    self.count_watch.heat(qid);
+                }
                 self.report_counts();
             }
             Frame::Unbind { qid } => {
-                self.queues.remove(&qid);
+                if let Some(old) = self.queues.remove(&qid) {
+                    self.count_watch.unbind(qid, &old.vhost, &old.name);
+                }
             }
             Frame::Publish { qid, seq, message } => self.publish(qid, seq, message).await,
             Frame::Consume {
@@ -590,37 +587,41 @@ impl Serving {
         }
     }
 
-    /// Reports the counts of the queues the peer named that changed since the last report;
-    /// quiet ones are looked at every [`QUIET_EVERY_ROUNDS`] rounds (spread over the rounds).
+    /// Reports the counts of the queues the peer named that changed since the last report,
+    /// looking only at the hot and the marked ones ([`CountWatch`]).
     pub(super) fn report_counts(&mut self) {
-        self.count_rounds = self.count_rounds.wrapping_add(1);
-        let round = self.count_rounds;
-        let qids: Vec<u64> = self
-            .queues
-            .iter()
-            .filter(|(qid, bound)| {
-                bound.unchanged_checks < QUIET_AFTER_CHECKS
-                    || qid.wrapping_add(round) % QUIET_EVERY_ROUNDS == 0
-            })
-            .map(|(qid, _)| *qid)
-            .collect();
+        let qids = self.count_watch.due(&self.broker);
         let mut reports = Vec::new();
         for qid in qids {
+            // Cleared before the read, served here or not (a quorum queue whose leadership
+            // comes here is marked then): a change from here on marks the queue again.
+            let record = self
+                .queues
+                .get(&qid)
+                .and_then(|bound| self.broker.vhost(&bound.vhost)?.queue(&bound.name));
+            if let Some(record) = record {
+                record.begin_reading();
+            }
             let counts = self
                 .live_queue(qid)
                 .map_or((0, 0), |q| (q.message_count(), q.consumer_count()));
-            if let Some(bound) = self.queues.get_mut(&qid) {
-                if bound.reported == Some(counts) {
-                    bound.unchanged_checks = bound.unchanged_checks.saturating_add(1);
-                } else {
-                    bound.unchanged_checks = 0;
-                    bound.reported = Some(counts);
-                    reports.push(Frame::Counts {
-                        qid,
-                        messages: counts.0,
-                        consumers: counts.1,
-                    });
-                }
+            let Some(bound) = self.queues.get_mut(&qid) else {
+                continue;
+            };
+            if bound.reported == Some(counts) {
+                bound.unchanged_checks = bound.unchanged_checks.saturating_add(1);
+            } else {
+                bound.unchanged_checks = 0;
+                bound.reported = Some(counts);
+                reports.push(Frame::Counts {
+                    qid,
+                    messages: counts.0,
+                    consumers: counts.1,
+                });
+            }
+            match bound.unchanged_checks >= QUIET_AFTER_CHECKS && counts.1 == 0 {
+                true => self.count_watch.cool(qid),
+                false => self.count_watch.heat(qid),
             }
         }
         if !reports.is_empty() {
@@ -635,6 +636,7 @@ impl Serving {
     /// The peer is gone: its consumers leave their queues, and what its clients held goes
     /// back (redelivered), as when a client connection closes.
     pub(super) fn link_lost(&mut self, events: &mut EventReceiver<ConnectionEvent>) {
+        self.count_watch.forget(&self.broker);
         for (cid, (_, queue, _)) in std::mem::take(&mut self.consumers) {
             self.remove_consumer(&queue, cid);
         }

@@ -244,6 +244,11 @@ impl VHost {
         self.queue_activity.take(reader)
     }
 
+    /// See [`QueueActivity::forget`](crate::queue_activity::QueueActivity::forget).
+    pub fn forget_reader(&self, reader: ReaderId) {
+        self.queue_activity.forget(reader);
+    }
+
     /// How many queues `queues` would give, without copying them out (the overview's count).
     pub fn queue_count(&self) -> usize {
         self.queues.read().len()
