@@ -23,7 +23,10 @@ heaptrack of the broker at that instant (24,800 such messages): 43.7 of its 57.6
 were theirs — 12.9 MiB the messages themselves, 13.2 MiB the senders' read buffers their
 bodies keep alive (a message body is a slice of the read it arrived in), 9.4 MiB transfers
 waiting in the receivers' write buffers, 5.9 MiB deliveries in the connections' event
-channels, 3.5 MiB deliveries waiting for credit: ~1.8 KB per message. The perf tool counts
+channels, 3.5 MiB deliveries waiting for credit: ~1.8 KB per message. Over eight runs at
+load average 7-11 (2,100-16,700 messages held), the RSS growth fit 15.2 KB per connection
+plus 2,730 B per message held (r = 0.96); the runs holding 2,100-3,000 read 15-19 KB
+without any accounting, those holding over 9,500 read 29-36. The perf tool counts
 those messages (confirmed and not yet received, at most over the window: the RSS keeps its
 peak while the broker is busy); `HELD_MESSAGE_BYTES` of RSS each is taken off before dividing
 by the connections. What a connection itself costs is not taken off, so a per-connection
@@ -44,8 +47,8 @@ pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 PAIRS = 1000
 CONNECTIONS = 2 * PAIRS
 BOUND_PER_CONNECTION = 30 * 1000
-# What a message held by the broker costs in RSS (measured ~1.8 KB of heap each, see above;
-# less is taken off, so that a loaded run errs towards a higher figure).
+# What a message held by the broker costs in RSS (measured ~1.8 KB of heap, 2.7 KB of RSS
+# each, see above; less is taken off, so that a loaded run errs towards a higher figure).
 HELD_MESSAGE_BYTES = 1500
 
 
