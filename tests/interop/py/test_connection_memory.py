@@ -13,7 +13,24 @@ slack for the messages in flight on a loaded machine. With 64 KiB socket buffers
 and writes walked through the whole buffers. At h/pairs15 (event channel without a
 preallocated block, linger and close waits boxed out of the task's future, tables of one
 channel/session/link holding their values boxed): 14.5 and 20.9 KB over 0-9-1, 14.4 KB over
-1.0, with a debug build on a machine at load average ~15."""
+1.0, with a debug build on a machine at load average ~15.
+
+Messages the broker holds are not the connections' cost, and a loaded machine makes it hold
+many: at load average 9-15 the debug broker fell behind 10,000 msg/s in and out (achieved
+6,900-7,700 msg/s; 8.6 MB of the senders' input unread in its sockets) and held 15,000-25,000
+messages confirmed and not yet received at the RSS sample, which read 33-37 KB per connection.
+heaptrack of the broker at that instant (24,800 such messages): 43.7 of its 57.6 MiB of heap
+were theirs — 12.9 MiB the messages themselves, 13.2 MiB the senders' read buffers their
+bodies keep alive (a message body is a slice of the read it arrived in), 9.4 MiB transfers
+waiting in the receivers' write buffers, 5.9 MiB deliveries in the connections' event
+channels, 3.5 MiB deliveries waiting for credit: ~1.8 KB per message. Over eight runs at
+load average 7-11 (2,100-16,700 messages held), the RSS growth fit 15.2 KB per connection
+plus 2,730 B per message held (r = 0.96); the runs holding 2,100-3,000 read 15-19 KB
+without any accounting, those holding over 9,500 read 29-36. The perf tool counts
+those messages (confirmed and not yet received, at most over the window: the RSS keeps its
+peak while the broker is busy); `HELD_MESSAGE_BYTES` of RSS each is taken off before dividing
+by the connections. What a connection itself costs is not taken off, so a per-connection
+regression still shows in full."""
 import re
 import struct
 import subprocess
@@ -30,6 +47,9 @@ pytestmark = [pytest.mark.own_brokers, needs_warren_bin]
 PAIRS = 1000
 CONNECTIONS = 2 * PAIRS
 BOUND_PER_CONNECTION = 30 * 1000
+# What a message held by the broker costs in RSS (measured ~1.8 KB of heap, 2.7 KB of RSS
+# each, see above; less is taken off, so that a loaded run errs towards a higher figure).
+HELD_MESSAGE_BYTES = 1500
 
 
 @pytest.mark.timeout(400)
@@ -54,12 +74,18 @@ def test_a_connection_carrying_10_msg_per_s_costs_under_30_kb(protocol):
         rss = re.search(r"broker RSS (\d+) MiB", text)
         assert rss, text
         during = int(rss.group(1)) * 2**20
-        per_connection = (during - start) / CONNECTIONS
-        print("%s: RSS %.1f MiB before, %.1f MiB with %d connections: %.1f KB each" % (
-            protocol, start / 2**20, during / 2**20, CONNECTIONS, per_connection / 1000))
+        # The most messages confirmed and not yet received up to the sample: the broker's.
+        in_flight = re.search(r"at most \d+ and (\d+) before", text)
+        assert in_flight, text
+        held = int(in_flight.group(1))
+        per_connection = (during - start - held * HELD_MESSAGE_BYTES) / CONNECTIONS
+        print("%s: RSS %.1f MiB before, %.1f MiB with %d connections and up to %d messages "
+              "held (%.1f MiB at %d B): %.1f KB each" % (
+                  protocol, start / 2**20, during / 2**20, CONNECTIONS, held,
+                  held * HELD_MESSAGE_BYTES / 2**20, HELD_MESSAGE_BYTES, per_connection / 1000))
         assert per_connection <= BOUND_PER_CONNECTION, (
-            "%.1f KB per connection (RSS %.1f MiB before, %.1f MiB during)" % (
-                per_connection / 1000, start / 2**20, during / 2**20))
+            "%.1f KB per connection (RSS %.1f MiB before, %.1f MiB during, %d messages held)" % (
+                per_connection / 1000, start / 2**20, during / 2**20, held))
     finally:
         broker.stop()
 

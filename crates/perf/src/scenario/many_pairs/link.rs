@@ -4,11 +4,13 @@
 //! kinds the same way; a worker process takes its commands as JSON lines on stdin and answers
 //! each with one JSON line on stdout (its stderr is the tool's).
 
+use super::counters::Counters;
 use super::worker::{Attached, Closed, Plan, Sent, Worker};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -117,6 +119,15 @@ impl Link {
                 Reply::Sent(s) => Ok(s),
                 other => bail!("worker process answered {other:?} to send"),
             },
+        }
+    }
+
+    /// The clients' live counts, when they run in this process (a worker process answers
+    /// only between commands).
+    pub fn counters(&self) -> Option<Arc<Counters>> {
+        match self {
+            Link::Local(w) => Some(w.counters()),
+            Link::Process(_) => None,
         }
     }
 

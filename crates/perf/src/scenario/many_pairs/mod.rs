@@ -63,6 +63,22 @@ pub fn config(ctx: &Ctx, uri: &str, senders: u32) -> StepConfig {
     }
 }
 
+/// What was in flight when the broker's RSS was read, for the step's line: a figure read
+/// while the clients lag behind includes their messages.
+fn in_flight_note(r: &StepResult) -> String {
+    match (r.in_flight_at_rss, r.peak_in_flight) {
+        (Some(now), Some(peak)) => format!(
+            " with {} messages in flight ({} unconfirmed, {} confirmed and not received; at most {} and {} before)",
+            now.total(),
+            now.unconfirmed,
+            now.unreceived,
+            peak.unconfirmed,
+            peak.unreceived,
+        ),
+        _ => String::new(),
+    }
+}
+
 pub async fn run(ctx: &mut Ctx) -> Result<Report> {
     let k = ctx.args.senders_per_receiver.max(1);
     let ns = ctx.steps(REPORT_STEPS, QUICK_STEPS);
@@ -107,7 +123,7 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
             );
             let r = step(&config(ctx, &t.uri, n as u32)).await?;
             eprintln!(
-                "   {} senders, {} receivers; offered {:.0} msg/s, achieved {:.0} msg/s; published {} confirmed {} received {} undelivered {} lost {}{}; mean {:.3} ms p99 {:.3} ms; broker RSS {}",
+                "   {} senders, {} receivers; offered {:.0} msg/s, achieved {:.0} msg/s; published {} confirmed {} received {} undelivered {} lost {}{}; mean {:.3} ms p99 {:.3} ms; broker RSS {}{}",
                 r.senders,
                 r.receivers,
                 r.offered_per_s,
@@ -121,7 +137,8 @@ pub async fn run(ctx: &mut Ctx) -> Result<Report> {
                 r.latency.mean_us / 1000.0,
                 r.latency.p99_us as f64 / 1000.0,
                 r.broker_rss_bytes
-                    .map_or("unknown".to_owned(), |b| format!("{} MiB", b >> 20))
+                    .map_or("unknown".to_owned(), |b| format!("{} MiB", b >> 20)),
+                in_flight_note(&r)
             );
             for why in &r.capped {
                 eprintln!("   capped: {why}");

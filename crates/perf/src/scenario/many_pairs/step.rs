@@ -8,6 +8,7 @@
 //! delivered but unacked to its queue, and the queues are counted once more: what is still
 //! queued is "undelivered"; "lost" is what was confirmed but is neither received nor queued.
 
+use super::counters::{Counters, InFlight};
 use super::link::Link;
 use super::worker::{queue_name, Plan, Sent};
 use crate::broker_proc::BrokerProcess;
@@ -18,6 +19,7 @@ use crate::scenario::{Amqp10Address, Protocol};
 use crate::stats::{new_histogram, Percentiles};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -26,6 +28,8 @@ const TOOL_RESERVE_FDS: u64 = 64;
 /// Descriptors left to a broker beyond the step's clients (its listeners, store files, the
 /// tool's control connection).
 const BROKER_RESERVE_FDS: u64 = 128;
+/// How often the messages in flight are read while the senders run (for their peak).
+const IN_FLIGHT_EVERY: Duration = Duration::from_millis(100);
 /// Channels used at once for passive declares and deletes.
 const CONTROL_CHANNELS: usize = 16;
 
@@ -71,6 +75,11 @@ pub struct StepResult {
     pub drained: bool,
     pub latency: Percentiles,
     pub broker_rss_bytes: Option<u64>,
+    /// Messages in flight when the broker's RSS was read (None when worker processes hold
+    /// clients: their counts are not read while they send).
+    pub in_flight_at_rss: Option<InFlight>,
+    /// The reading with the most messages in flight (one every `IN_FLIGHT_EVERY`) (every `IN_FLIGHT_EVERY`) up to then.
+    pub peak_in_flight: Option<InFlight>,
     pub tool_fd_limit: Option<u64>,
     pub broker_fd_limit: Option<u64>,
     /// The queue address style AMQP 1.0 links used (None over 0-9-1).
@@ -290,11 +299,28 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
     let start = Instant::now() + Duration::from_millis(500);
     let duration = cfg.duration;
     let confirm_wait = cfg.confirm_wait;
+    // The clients' counts, when every client runs in this process.
+    let counters: Option<Vec<Arc<Counters>>> = links.iter().map(|(_, l)| l.counters()).collect();
     let rss = tokio::spawn(async move {
         // Sampled near the end of the sending window, when every queue and connection is busy.
         let margin = (duration / 10).min(Duration::from_secs(1));
-        tokio::time::sleep_until(start + duration - margin).await;
-        broker.and_then(|b| b.sample()).map(|s| s.rss_bytes)
+        let at = start + duration - margin;
+        // The messages in flight until then: their most, and at the sampling instant.
+        let mut peak = InFlight::default();
+        if let Some(all) = &counters {
+            tokio::time::sleep_until(start).await;
+            while Instant::now() + IN_FLIGHT_EVERY < at {
+                tokio::time::sleep(IN_FLIGHT_EVERY).await;
+                peak = peak.max(InFlight::of(all));
+            }
+        }
+        tokio::time::sleep_until(at).await;
+        let rss = broker.and_then(|b| b.sample()).map(|s| s.rss_bytes);
+        let in_flight = counters.as_deref().map(|all| {
+            let now = InFlight::of(all);
+            (now, peak.max(now))
+        });
+        (rss, in_flight)
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (i, mut link) in links {
@@ -313,7 +339,11 @@ pub async fn step(cfg: &StepConfig) -> Result<StepResult> {
         }
         links.push((i, link));
     }
-    result.broker_rss_bytes = rss.await.ok().flatten();
+    if let Ok((rss, in_flight)) = rss.await {
+        result.broker_rss_bytes = rss;
+        result.in_flight_at_rss = in_flight.map(|(now, _)| now);
+        result.peak_in_flight = in_flight.map(|(_, peak)| peak);
+    }
     if let Some(e) = failure {
         close_all(links).await;
         delete_queues(&control, &queues).await;

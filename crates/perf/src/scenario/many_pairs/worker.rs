@@ -269,6 +269,7 @@ impl Worker {
         let mut body = payload::new_body(self.plan.body_bytes);
         let mut published = 0u64;
         let mut publish_errors = 0u64;
+        let counters = self.counters.clone();
         loop {
             let now = Instant::now();
             if now >= end {
@@ -288,6 +289,7 @@ impl Worker {
                     Ok(()) => {
                         s.seq += 1;
                         published += 1;
+                        counters.published.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(_) => publish_errors += 1,
                 }
@@ -318,6 +320,11 @@ impl Worker {
             skipped,
             max_per_sender,
         }
+    }
+
+    /// What this worker's clients have counted so far (read while they send).
+    pub fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
     }
 
     fn settled(&self) -> u64 {
