@@ -95,10 +95,9 @@ impl<'a> Writer<'a> {
     }
 
     pub fn table(&mut self, table: &FieldTable) {
-        self.length_prefixed(|w| {
+        self.table_with(|w| {
             for (key, value) in table.iter() {
-                w.shortstr(key);
-                w.field_value(value);
+                w.entry(key, value);
             }
         });
     }
