@@ -121,7 +121,10 @@ where
             leader: None,
             candidate: None,
             pre_candidate: None,
-            output: EngineOutput::new(4096),
+            // Warren: the output queues start empty and grow as commands come (they were
+            // 4,096 commands and 4 x 1,024 responds reserved per Raft instance, ~1.3 MB
+            // for each idle quorum queue group).
+            output: EngineOutput::new(0),
         }
     }
 

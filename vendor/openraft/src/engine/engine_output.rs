@@ -42,7 +42,8 @@ where
     SM: RaftStateMachine<C>,
 {
     pub(crate) fn new(command_buffer_size: usize) -> Self {
-        let pending_capacity = 1024;
+        // Warren: grows with the responds pending (was 1,024 per queue, 4 queues).
+        let pending_capacity = command_buffer_size.min(1024);
         Self {
             commands: VecDeque::with_capacity(command_buffer_size),
             pending_responds: PendingResponds::new(pending_capacity),

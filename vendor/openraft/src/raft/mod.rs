@@ -615,8 +615,9 @@ where
 
                     engine,
 
-                    // initially, allocate for 8 kilo outstanding requests.
-                    client_responders: ClientResponderQueue::with_capacity(1024 * 8),
+                    // Warren: empty until requests come (8,192 reserved was ~330 KB per
+                    // Raft instance, per idle quorum queue group).
+                    client_responders: ClientResponderQueue::new(),
 
                     pending_reads: PendingReadQueue::default(),
                     pending_read_deadline_notifier: PendingReadDeadlineNotifier::spawn(tx_notify.clone()),
