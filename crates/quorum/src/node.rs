@@ -42,6 +42,10 @@ pub const DEFAULT_SNAPSHOT_EVERY_LOGS: u64 = 4096;
 /// from the log rather than by a snapshot install).
 const SNAPSHOT_KEPT_LOGS: u64 = 256;
 
+/// Log-stage timestamps openraft keeps per member and stage (see `checked`); openraft rounds a
+/// ring's capacity up to its allocation's, so a few.
+const LOG_STAGE_CAPACITY: u64 = 1;
+
 /// Raft timings for queue groups. Generous by default: a busy 2-core machine must not see
 /// spurious elections.
 ///
@@ -84,10 +88,16 @@ pub fn raft_config(snapshot_every_logs: u64) -> Config {
 /// Pre-Vote too: a member whose election timer fires (the metadata group's) first asks whether
 /// a majority would grant it the vote, so a node that was cut off or stalled does not come back
 /// with a higher term that deposes a healthy leader.
+///
+/// And the smallest ring of log-stage timestamps openraft keeps per member (it defaults to
+/// 1,024 entries for each of 6 stages, 147 KB reserved per group): they feed only openraft's
+/// runtime statistics, which Warren does not read, and a node holds a member of every quorum
+/// queue, idle or not.
 fn checked(config: Config) -> Result<Config, QuorumError> {
     Config {
         enable_leader_restore: Some(false),
         enable_pre_vote: Some(true),
+        log_stage_capacity: Some(LOG_STAGE_CAPACITY),
         ..config
     }
     .validate()

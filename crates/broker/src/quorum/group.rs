@@ -121,14 +121,16 @@ async fn run_group(
         tracing::info!(queue = %name, group = group_id, ?members, "this node is now a member of the quorum queue's group");
     }
     let (effects_tx, effects_rx) = unbounded_channel();
-    let group = host
-        .node()
-        .start_group(group_id, config.clone(), Some(effects_tx))
-        .await
-        .map_err(|e| e.to_string())?;
-    let initialized = group
-        .raft()
-        .is_initialized()
+    // The start-up's futures are boxed (here and below): this task lives as long as the queue,
+    // and a future awaited inline keeps its size in the task for good, used or not (building
+    // the Raft instance alone took ~5 KB of each idle queue's task).
+    let group = Box::pin(
+        host.node()
+            .start_group(group_id, config.clone(), Some(effects_tx)),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let initialized = Box::pin(group.raft().is_initialized())
         .await
         .map_err(|e| e.to_string())?;
     // The first member makes the group; the others wait for it to contact them. A restarted
@@ -137,14 +139,13 @@ async fn run_group(
     // again: it waits to be added back (`grow_quorum_queues`) instead of making a second group.
     if !initialized
         && members.first().is_none_or(|first| *first == own)
-        && !group_runs_elsewhere(&host, group_id, &members).await
+        && !Box::pin(group_runs_elsewhere(&host, group_id, &members)).await
     {
         let initial = match members.is_empty() {
             true => vec![own],
             false => members.clone(),
         };
-        group
-            .initialize(&initial)
+        Box::pin(group.initialize(&initial))
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -213,7 +214,8 @@ async fn run_group(
                 // leadership check timed out on a link still reconnecting, a write refused)
                 // runs again, or the consumers of the old leader's node would never be
                 // cancelled and the messages they held never come back.
-                if take_over(&weak, &group).await {
+                // Boxed: once per leadership, not worth its size in every idle queue's task.
+                if Box::pin(take_over(&weak, &group)).await {
                     took_over_in = Some(term);
                 } else {
                     take_over_pending = true;
