@@ -14,7 +14,6 @@ mod frame;
 mod generated;
 mod hot_methods;
 mod packed_table;
-mod publish_frames;
 mod publish_properties;
 mod reader;
 mod short_str;
@@ -32,7 +31,6 @@ pub use frame::{
 pub use generated::*;
 pub use hot_methods::{decode_basic_deliver, decode_basic_publish};
 pub use packed_table::PackedTable;
-pub use publish_frames::{split_publish, PublishFrames};
 pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;
