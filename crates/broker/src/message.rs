@@ -55,23 +55,6 @@ pub struct Message {
 }
 
 impl Message {
-    /// A message with no names, properties or body: what a recycled allocation holds while
-    /// it waits for its next message (`message_pool`).
-    pub const fn empty() -> Message {
-        Message {
-            exchange: ShortStr::from_static(""),
-            routing_key: ShortStr::from_static(""),
-            properties_raw: Bytes::new(),
-            body: Bytes::new(),
-            persistent: false,
-            priority: 0,
-            expiration_ms: None,
-            amqp10: None,
-            inherited_delivery_count: 0,
-            dead_lettered: false,
-        }
-    }
-
     /// Builds a message from decoded properties (which the publish path has already checked).
     pub fn new(
         exchange: ShortStr,
@@ -93,6 +76,7 @@ impl Message {
 
     /// Builds a message from the properties the publish path read (`PublishProperties`,
     /// already checked), without a full `BasicProperties`.
+    #[inline]
     pub fn from_publish(
         exchange: ShortStr,
         routing_key: ShortStr,
@@ -111,6 +95,7 @@ impl Message {
         )
     }
 
+    #[inline]
     fn with_fields(
         exchange: ShortStr,
         routing_key: ShortStr,

@@ -15,8 +15,9 @@
 //! a full magazine goes to a shared depot, and a thread whose magazine is empty takes a full
 //! one from there, so a consumer's thread feeds a publisher's thread at one uncontended lock
 //! per magazine. A message is only given back when its `Arc` is unique (no queue, channel or
-//! store reference left), and its fields are dropped at once — a pooled message holds no body,
-//! properties or names, so no read buffer stays pinned by the pool. Bounded: at most
+//! store reference left), and its fields are dropped at once — a pooled allocation holds no
+//! message at all (`Slot`), so no read buffer stays pinned by the pool, and filling it writes
+//! the new message without dropping a placeholder first. Bounded: at most
 //! `MAGAZINE_MESSAGES` per thread and `DEPOT_MAGAZINES` magazines in the depot (~200 KB);
 //! beyond that a message is freed as before. Any other drop of an `Arc<Message>` frees it as
 //! before too.
@@ -24,6 +25,7 @@
 use crate::message::Message;
 use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 /// Empty messages one thread keeps, and one depot magazine holds.
@@ -31,7 +33,12 @@ const MAGAZINE_MESSAGES: usize = 64;
 /// Full magazines the depot keeps; what comes back beyond them is freed.
 const DEPOT_MAGAZINES: usize = 16;
 
-type Magazine = Vec<Arc<Message>>;
+/// A message's allocation with no message in it. Invariant: unique (no other `Arc` or
+/// `Weak` to it), and its contents dropped already: dropping a slot frees the allocation and
+/// drops nothing.
+type Slot = Arc<MaybeUninit<Message>>;
+
+type Magazine = Vec<Slot>;
 
 /// Full magazines, and emptied ones kept so that filling a new magazine allocates nothing.
 struct Depot {
@@ -70,12 +77,13 @@ pub fn recycle(message: Arc<Message>) {
 }
 
 /// A recycled allocation (if any) holding `message`.
-fn fill(recycled: Option<Arc<Message>>, message: Message) -> Arc<Message> {
+fn fill(recycled: Option<Slot>, message: Message) -> Arc<Message> {
     match recycled {
-        Some(mut arc) => match Arc::get_mut(&mut arc) {
-            Some(slot) => {
-                *slot = message;
-                arc
+        Some(mut slot) => match Arc::get_mut(&mut slot) {
+            Some(room) => {
+                room.write(message);
+                // SAFETY: just written.
+                unsafe { slot.assume_init() }
             }
             None => Arc::new(message),
         },
@@ -83,12 +91,19 @@ fn fill(recycled: Option<Arc<Message>>, message: Message) -> Arc<Message> {
     }
 }
 
-/// The allocation of `message` with its fields dropped, if no one else holds it.
-fn emptied(mut message: Arc<Message>) -> Option<Arc<Message>> {
-    let slot = Arc::get_mut(&mut message)?;
-    // Drops the body, properties and names (the read buffer they slice is released now).
-    *slot = Message::empty();
-    Some(message)
+/// The allocation of `message` with its message dropped, if no one else holds it.
+fn emptied(mut message: Arc<Message>) -> Option<Slot> {
+    Arc::get_mut(&mut message)?;
+    // SAFETY: `MaybeUninit<Message>` has `Message`'s layout, so the allocation is the same
+    // `ArcInner`; the `Arc` is unique (checked above: no other strong or weak reference), so
+    // nothing reads the message once it is dropped below.
+    let mut slot: Slot = unsafe { Arc::from_raw(Arc::into_raw(message).cast()) };
+    let room = Arc::get_mut(&mut slot).expect("unique, checked above");
+    // SAFETY: it held a message, dropped once here; from now on the slot's type drops
+    // nothing. Drops the body, properties and names (the read buffer they slice is released
+    // now).
+    unsafe { room.assume_init_drop() };
+    Some(slot)
 }
 
 impl Pool {
@@ -102,7 +117,7 @@ impl Pool {
     }
 
     /// An empty message from the thread's magazine, refilled from the depot when empty.
-    fn take(&self, magazine: &mut Magazine) -> Option<Arc<Message>> {
+    fn take(&self, magazine: &mut Magazine) -> Option<Slot> {
         if magazine.is_empty() {
             let mut depot = self.depot.lock();
             if let Some(full) = depot.full.pop() {
@@ -117,7 +132,7 @@ impl Pool {
 
     /// Keeps an empty message in the thread's magazine; a full magazine goes to the depot
     /// first (an empty one comes back), or, with the depot full, is freed.
-    fn give(&self, magazine: &mut Magazine, message: Arc<Message>) {
+    fn give(&self, magazine: &mut Magazine, message: Slot) {
         if magazine.len() >= MAGAZINE_MESSAGES {
             let mut depot = self.depot.lock();
             if depot.full.len() < DEPOT_MAGAZINES {

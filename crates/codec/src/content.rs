@@ -27,7 +27,7 @@ impl ContentHeader {
         Ok(ContentHeader {
             class_id,
             body_size,
-            properties: r.rest(),
+            properties: r.into_rest(),
         })
     }
 

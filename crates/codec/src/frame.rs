@@ -17,7 +17,7 @@ pub const HEARTBEAT_FRAME: [u8; FRAME_OVERHEAD] = [8, 0, 0, 0, 0, 0, 0, FRAME_EN
 /// The smallest frame_max a peer may negotiate, and the limit before tuning.
 pub const FRAME_MIN_SIZE: u32 = 4096;
 
-const FRAME_HEADER_SIZE: usize = 7;
+pub(crate) const FRAME_HEADER_SIZE: usize = 7;
 /// The most `parse_frame` reserves ahead for a frame it has not got whole when there is no
 /// frame_max (a client reading from a server it trusts no more than that).
 const UNLIMITED_RESERVE_MAX: usize = 1 << 20;

@@ -30,7 +30,23 @@ pub fn decode_basic_publish(payload: &Bytes) -> Option<Result<BasicPublish, Code
 
 /// Reserved short (ticket), exchange, routing key, bits.
 fn publish_arguments(payload: &Bytes) -> Result<BasicPublish, CodecError> {
-    let mut c = Cursor { payload, pos: 4 };
+    publish_arguments_in(payload, 0, payload.len())
+}
+
+/// The basic.publish whose method payload is `bytes[start..end]` (its class and method ids
+/// already checked): what `decode_basic_publish` makes of that payload alone, its names
+/// slicing `bytes` (`publish_frames.rs` decodes a publish inside its three frames this way).
+pub(crate) fn publish_arguments_in(
+    bytes: &Bytes,
+    start: usize,
+    end: usize,
+) -> Result<BasicPublish, CodecError> {
+    debug_assert!(start + 4 <= end && end <= bytes.len());
+    let mut c = Cursor {
+        payload: bytes,
+        pos: start + 4,
+        end,
+    };
     c.skip(2)?;
     let exchange = c.short_str()?;
     let routing_key = c.short_str()?;
@@ -55,7 +71,11 @@ pub fn decode_basic_deliver(payload: &Bytes) -> Option<Result<BasicDeliver, Code
 
 /// Consumer tag, delivery tag, bits, exchange, routing key.
 fn deliver_arguments(payload: &Bytes) -> Result<BasicDeliver, CodecError> {
-    let mut c = Cursor { payload, pos: 4 };
+    let mut c = Cursor {
+        payload,
+        pos: 4,
+        end: payload.len(),
+    };
     let consumer_tag = c.short_str()?;
     let delivery_tag = c.longlong()?;
     let redelivered = c.octet()? & 1 != 0;
@@ -70,17 +90,22 @@ fn deliver_arguments(payload: &Bytes) -> Result<BasicDeliver, CodecError> {
     })
 }
 
-/// A read position in a payload; each read checks the bounds as `Reader`'s does.
+/// A read position in a payload, `payload[..end]`; each read checks the bounds as
+/// `Reader`'s does.
 struct Cursor<'a> {
     payload: &'a Bytes,
     pos: usize,
+    end: usize,
 }
 
 impl Cursor<'_> {
     #[inline]
     fn take(&mut self, n: usize) -> Result<&[u8], CodecError> {
         let end = self.pos + n;
-        let bytes = self.payload.get(self.pos..end).ok_or(ENDS_EARLY)?;
+        if end > self.end {
+            return Err(ENDS_EARLY);
+        }
+        let bytes = &self.payload[self.pos..end];
         self.pos = end;
         Ok(bytes)
     }

@@ -14,6 +14,7 @@ mod frame;
 mod generated;
 mod hot_methods;
 mod packed_table;
+mod publish_frames;
 mod publish_properties;
 mod reader;
 mod short_str;
@@ -31,6 +32,7 @@ pub use frame::{
 pub use generated::*;
 pub use hot_methods::{decode_basic_deliver, decode_basic_publish};
 pub use packed_table::PackedTable;
+pub use publish_frames::{split_publish, PublishFrames};
 pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;

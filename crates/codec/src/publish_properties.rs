@@ -12,6 +12,9 @@
 use crate::{CodecError, FieldTable, Reader, ShortStr};
 use bytes::Bytes;
 
+/// `ContentHeader::properties`' error for a block with bytes after its properties.
+const TRAILING_BYTES: CodecError = CodecError::Syntax("bytes after the content properties");
+
 /// What routing and the publish checks need of a message's properties (`None`: flag clear).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PublishProperties {
@@ -28,6 +31,13 @@ impl PublishProperties {
     /// `BasicProperties::decode` followed by the trailing-bytes check does: a block one of
     /// them refuses, the other refuses with the same error.
     pub fn decode(raw: &Bytes) -> Result<PublishProperties, CodecError> {
+        if let [0, 0, rest @ ..] = &raw[..] {
+            // No property set (a publisher's default), read without a reader on the block.
+            return match rest.is_empty() {
+                true => Ok(PublishProperties::default()),
+                false => Err(TRAILING_BYTES),
+            };
+        }
         let mut r = Reader::new(raw.clone());
         let flags = r.short()?;
         if flags & 1 != 0 {
@@ -78,7 +88,7 @@ impl PublishProperties {
             r.skip_shortstr()?; // reserved (cluster-id)
         }
         if r.remaining() != 0 {
-            return Err(CodecError::Syntax("bytes after the content properties"));
+            return Err(TRAILING_BYTES);
         }
         Ok(p)
     }
@@ -205,6 +215,15 @@ mod tests {
             Err(CodecError::Syntax("bytes after the content properties"))
         );
         assert_eq!(PublishProperties::decode(&longer), via_full_decode(&longer));
+        // No property set, alone and with bytes after it.
+        for empty in [&[0u8, 0][..], &[0, 0, 7][..], &[0][..]] {
+            let empty = Bytes::copy_from_slice(empty);
+            assert_eq!(PublishProperties::decode(&empty), via_full_decode(&empty));
+        }
+        assert_eq!(
+            PublishProperties::decode(&Bytes::from_static(&[0, 0])),
+            Ok(PublishProperties::default())
+        );
         // A continuation flag word, and a content-type (not kept) that is not UTF-8.
         let continuation = Bytes::from_static(&[0x00, 0x01]);
         assert_eq!(

@@ -33,6 +33,12 @@ impl Reader {
         self.buf.slice(self.pos..)
     }
 
+    /// The unread rest of the payload, the reader done: no new reference is taken.
+    pub fn into_rest(mut self) -> Bytes {
+        bytes::Buf::advance(&mut self.buf, self.pos);
+        self.buf
+    }
+
     fn take(&mut self, n: usize) -> Result<&[u8], CodecError> {
         if self.remaining() < n {
             return Err(CodecError::Syntax("payload ends early"));

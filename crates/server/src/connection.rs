@@ -828,17 +828,30 @@ where
     /// unblocked).
     async fn on_input(&mut self) -> io::Result<Next> {
         while !self.throttle.is_blocked() && !self.waiting() {
-            let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(e) => {
-                    let error = AmqpError::new(e.reply_code(), e.to_string());
-                    self.close_connection(&error, 0, 0).await?;
-                    return Ok(Next::Done);
+            // A whole publish in the buffer is taken in one piece (`split_publish`), unless
+            // an alarm is on: then its frames go one by one, so that the publish meeting
+            // the alarm stops at its header as below.
+            let whole = match self.throttle.alarms_clear() {
+                true => split_publish(&mut self.rbuf, self.frame_max),
+                false => None,
+            };
+            let (result, content) = match whole {
+                Some(publish) => (self.on_whole_publish(publish), true),
+                None => {
+                    let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => break,
+                        Err(e) => {
+                            let error = AmqpError::new(e.reply_code(), e.to_string());
+                            self.close_connection(&error, 0, 0).await?;
+                            return Ok(Next::Done);
+                        }
+                    };
+                    let content = matches!(frame.kind, FrameKind::Header | FrameKind::Body);
+                    (self.on_frame(frame), content)
                 }
             };
-            let content = matches!(frame.kind, FrameKind::Header | FrameKind::Body);
-            match self.on_frame(frame) {
+            match result {
                 Ok(Next::Continue) => {
                     // As rabbit_reader's post_process_frame: a publish's content header (or
                     // body) frame blocks a blocking connection, so the message that meets
@@ -1081,6 +1094,26 @@ where
         ch: u16,
         decoded: Result<BasicPublish, CodecError>,
     ) -> Result<(), Failure> {
+        self.publish_on(ch, decoded, None)
+    }
+
+    /// A whole publish taken from the buffer at once: its method, header and body handled
+    /// as `on_frame` handles the three frames, with the same checks and errors, on one
+    /// lookup of the channel.
+    fn on_whole_publish(&mut self, publish: PublishFrames) -> Result<Next, Failure> {
+        let content = (publish.header, publish.body);
+        self.publish_on(publish.channel, publish.method, Some(content))
+            .map(|_| Next::Continue)
+    }
+
+    /// basic.publish on channel `ch`, and its content (header and body payloads) when it
+    /// came with it. A channel closing drops them all, as it drops each frame.
+    fn publish_on(
+        &mut self,
+        ch: u16,
+        decoded: Result<BasicPublish, CodecError>,
+        content: Option<(Bytes, Bytes)>,
+    ) -> Result<(), Failure> {
         let ids = (BasicPublish::CLASS_ID, BasicPublish::METHOD_ID);
         let method = decoded.map_err(|e| Failure {
             error: AmqpError::new(e.reply_code(), e.to_string()),
@@ -1092,14 +1125,16 @@ where
         let Some((channel, mut ctx)) = self.channel_for_method(ch, ids)? else {
             return Ok(());
         };
-        channel
-            .start_publish(method, &mut ctx)
-            .map_err(|error| Failure {
-                error,
-                channel: ch,
-                class_id: ids.0,
-                method_id: ids.1,
-            })
+        let result = match content {
+            Some((header, body)) => channel.publish_whole(method, header, body, &mut ctx),
+            None => channel.start_publish(method, &mut ctx),
+        };
+        result.map_err(|error| Failure {
+            error,
+            channel: ch,
+            class_id: ids.0,
+            method_id: ids.1,
+        })
     }
 
     /// A channel.open when as many channels as the negotiated channel_max are open closes the

@@ -47,7 +47,47 @@ fn partial_tx_completion() -> AmqpError {
 /// Class and method ids of tx.commit, for the channel.close of a failed commit.
 const TX_COMMIT: (u16, u16) = (TxCommit::CLASS_ID, TxCommit::METHOD_ID);
 
+/// A publish's content header, checked as RabbitMQ checks it: it decodes, it is basic's, and
+/// the body it announces is within the configured maximum.
+fn checked_header(payload: Bytes, ctx: &Ctx) -> AmqpResult<ContentHeader> {
+    let header = ContentHeader::decode(payload)
+        .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
+    if header.class_id != BASIC_CLASS_ID {
+        return Err(unexpected("content header for a class other than basic"));
+    }
+    if header.body_size > ctx.config.max_message_size_bytes {
+        return Err(AmqpError::precondition(format!(
+            "message size {} is larger than configured max size {}",
+            header.body_size, ctx.config.max_message_size_bytes
+        )));
+    }
+    Ok(header)
+}
+
 impl Channel {
+    /// A publish whose header and whole body came with it (`split_publish`): what
+    /// `start_publish`, `content_header` and `content_body` do with its three frames, with
+    /// the same checks and errors, without holding it as pending between them. `body` is
+    /// the one body frame's payload, as long as the header says (split_publish checked).
+    pub fn publish_whole(
+        &mut self,
+        method: BasicPublish,
+        header: Bytes,
+        body: Bytes,
+        ctx: &mut Ctx,
+    ) -> AmqpResult<()> {
+        let header = checked_header(header, ctx)?;
+        debug_assert_eq!(header.body_size, body.len() as u64);
+        self.publish_complete(
+            Published {
+                method,
+                header,
+                body,
+            },
+            ctx,
+        )
+    }
+
     pub fn start_publish(&mut self, method: BasicPublish, _ctx: &mut Ctx) -> AmqpResult<()> {
         self.pending_publish = Some(PendingPublish {
             method,
@@ -64,19 +104,13 @@ impl Channel {
         if pending.header.is_some() {
             return Err(unexpected("second content header for one publish"));
         }
-        let header = ContentHeader::decode(payload)
-            .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
-        if header.class_id != BASIC_CLASS_ID {
-            return Err(unexpected("content header for a class other than basic"));
-        }
-        if header.body_size > ctx.config.max_message_size_bytes {
-            let size = header.body_size;
-            self.pending_publish = None;
-            return Err(AmqpError::precondition(format!(
-                "message size {size} is larger than configured max size {}",
-                ctx.config.max_message_size_bytes
-            )));
-        }
+        let header = match checked_header(payload, ctx) {
+            Ok(header) => header,
+            Err(error) => {
+                self.pending_publish = None;
+                return Err(error);
+            }
+        };
         let done = header.body_size == 0;
         pending.header = Some(header);
         if done {
@@ -111,15 +145,20 @@ impl Channel {
 
     fn finish_publish(&mut self, ctx: &mut Ctx) -> AmqpResult<()> {
         let pending = self.pending_publish.take().expect("publish in progress");
-        // Checked as RabbitMQ does, when the message is whole and before a transaction
-        // takes it: write on the exchange (cached per channel).
-        self.publish_grants
-            .check_write(ctx, &pending.method.exchange)?;
         let published = Published {
             method: pending.method,
             header: pending.header.expect("header before body"),
             body: pending.body.into_bytes(),
         };
+        self.publish_complete(published, ctx)
+    }
+
+    /// A message whole: routed now, or held by the transaction.
+    fn publish_complete(&mut self, published: Published, ctx: &mut Ctx) -> AmqpResult<()> {
+        // Checked as RabbitMQ does, when the message is whole and before a transaction
+        // takes it: write on the exchange (cached per channel).
+        self.publish_grants
+            .check_write(ctx, &published.method.exchange)?;
         match self.tx.as_mut() {
             Some(ops) => {
                 ops.push(TxOp::Publish(published));

@@ -40,6 +40,9 @@ impl ThrottleState {
 
 pub struct Throttle {
     alarms: watch::Receiver<AlarmSet>,
+    /// The alarm set as last marked seen on `alarms`: while `alarms` has no change unseen,
+    /// this is its value, read without the lock `borrow` takes (a publish asks per message).
+    seen: AlarmSet,
     /// The socket is not read (a publish arrived during an alarm).
     blocked: bool,
     /// connection.blocked was sent and connection.unblocked is owed.
@@ -53,15 +56,17 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(alarms: watch::Receiver<AlarmSet>, can_notify: bool, peer: SocketAddr) -> Throttle {
+        let seen = *alarms.borrow();
         let mut throttle = Throttle {
             alarms,
+            seen,
             blocked: false,
             notified: false,
             can_notify,
             logged: ThrottleState::Running,
             peer,
         };
-        throttle.alarms.mark_unchanged();
+        throttle.seen = *throttle.alarms.borrow_and_update();
         throttle.log_change();
         throttle
     }
@@ -89,7 +94,7 @@ impl Throttle {
     /// A publish's content frame was read. Returns true when the connection is now blocked
     /// and the caller must stop taking frames.
     pub fn publish_received(&mut self, out: &mut BytesMut) -> bool {
-        let alarms = *self.alarms.borrow();
+        let alarms = self.current_alarms();
         if alarms.is_empty() {
             return false;
         }
@@ -105,6 +110,20 @@ impl Throttle {
         true
     }
 
+    /// Whether no alarm is on now, so a publish read now is taken (`publish_received` would
+    /// return false).
+    pub fn alarms_clear(&self) -> bool {
+        self.current_alarms().is_empty()
+    }
+
+    /// The alarm set now: the one last seen unless a change is waiting (one atomic load).
+    fn current_alarms(&self) -> AlarmSet {
+        match self.alarms.has_changed() {
+            Ok(false) => self.seen,
+            _ => *self.alarms.borrow(),
+        }
+    }
+
     /// Completes when the alarm set changes.
     pub async fn alarms_changed(&mut self) {
         if self.alarms.changed().await.is_err() {
@@ -116,7 +135,8 @@ impl Throttle {
     /// Applies the current alarm set after a change. Returns true when a blocked connection
     /// was just unblocked: the caller handles the input it left buffered, then reads again.
     pub fn on_alarms_changed(&mut self, out: &mut BytesMut) -> bool {
-        let clear = self.alarms.borrow_and_update().is_empty();
+        self.seen = *self.alarms.borrow_and_update();
+        let clear = self.seen.is_empty();
         let unblocked = clear && self.blocked;
         if unblocked {
             self.blocked = false;
