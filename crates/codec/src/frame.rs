@@ -161,10 +161,9 @@ pub struct DeliverFields<'a> {
 /// what `write_method(BasicDeliver)` + `write_content_header` + `write_body_frames` write.
 /// This is the consume path's hot spot, so it borrows the names instead of building a
 /// `BasicDeliver` (three reference-count increments and decrements on shared `Bytes`, and a
-/// `Method` moved by value), reserves room for all the frames at once, and writes the fixed
-/// part — the method frame and the header frame up to its properties — into room made in one
-/// step rather than field by field (each `put_*` on a `BytesMut` checks its capacity again);
-/// a body that fits one frame goes out with its frame header in one piece too.
+/// `Method` moved by value), reserves room for all the frames at once, and writes them into
+/// that room in one pass (`Fill`) rather than field by field (each `put_*` on a `BytesMut`
+/// checks its capacity again); a body over several frames is written after, frame by frame.
 pub fn write_deliver(
     out: &mut BytesMut,
     channel: u16,
@@ -186,16 +185,12 @@ pub fn write_deliver(
     let header_len = 12 + properties.len();
     let chunk = body_chunk_bytes(frame_max);
     let body_frames = body.len().div_ceil(chunk);
-    out.reserve(
-        method_len + header_len + 2 * FRAME_OVERHEAD + body.len() + body_frames * FRAME_OVERHEAD,
-    );
+    let total =
+        method_len + header_len + 2 * FRAME_OVERHEAD + body.len() + body_frames * FRAME_OVERHEAD;
+    out.reserve(total);
     let start = out.len();
-    let fixed = FRAME_HEADER_SIZE + method_len + 1 + FRAME_HEADER_SIZE + 12;
-    out.resize(start + fixed, 0);
-    let mut w = Fill {
-        buf: &mut out[start..],
-        at: 0,
-    };
+    let room = &mut out.spare_capacity_mut()[..total];
+    let mut w = Fill { buf: room, at: 0 };
     w.put(&[FrameKind::Method.octet()]);
     w.put(&channel.to_be_bytes());
     w.put(&(method_len as u32).to_be_bytes());
@@ -214,18 +209,24 @@ pub fn write_deliver(
     w.put(&crate::BASIC_CLASS_ID.to_be_bytes());
     w.put(&[0, 0]); // weight, unused
     w.put(&(body.len() as u64).to_be_bytes());
-    debug_assert_eq!(w.at, fixed);
-    out.extend_from_slice(properties);
+    w.put(properties);
     if body_frames == 1 {
-        // The header's frame-end and the one body frame's header together.
+        // The header's frame-end and the one body frame, written with the rest.
         let mut joint = [FRAME_END, FrameKind::Body.octet(), 0, 0, 0, 0, 0, 0];
         joint[2..4].copy_from_slice(&channel.to_be_bytes());
         joint[4..8].copy_from_slice(&(body.len() as u32).to_be_bytes());
-        out.extend_from_slice(&joint);
-        out.extend_from_slice(body);
-        out.extend_from_slice(&[FRAME_END]);
+        w.put(&joint);
+        w.put(body);
+        w.put(&[FRAME_END]);
+        debug_assert_eq!(w.at, total);
     } else {
-        out.extend_from_slice(&[FRAME_END]);
+        w.put(&[FRAME_END]);
+    }
+    let written = w.at;
+    // SAFETY: `Fill` wrote every byte of `room[..written]` (each `put` fills the range it
+    // advances over, in order from 0), and `room` is `out`'s spare capacity from `start`.
+    unsafe { out.set_len(start + written) };
+    if body_frames != 1 {
         write_body_frames(out, channel, body, frame_max);
     }
 }
@@ -239,17 +240,28 @@ fn body_chunk_bytes(frame_max: u32) -> usize {
     }
 }
 
-/// Writes consecutive fields into room already made (`write_deliver`).
+/// Writes consecutive fields into room reserved and not yet written (`write_deliver`): one
+/// pass, where filling the room with zeros first and then the fields wrote it twice.
 struct Fill<'a> {
-    buf: &'a mut [u8],
+    buf: &'a mut [std::mem::MaybeUninit<u8>],
     at: usize,
 }
 
 impl Fill<'_> {
+    /// Invariant: `buf[..at]` is written.
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
         let end = self.at + bytes.len();
-        self.buf[self.at..end].copy_from_slice(bytes);
+        let room = &mut self.buf[self.at..end];
+        // SAFETY: `room` and `bytes` have the same length (the slice above checked it is in
+        // bounds) and cannot overlap (`room` is borrowed mutably); `u8` needs no drop.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                room.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
         self.at = end;
     }
 }
