@@ -12,6 +12,10 @@
 # publish→deliver); only the broker's code changes between runs of this check, so a change in
 # a number is the broker's.
 #
+# publish-deliver-broker is publish-deliver's run counted inside the broker's connection
+# tasks only (callgrind's --toggle-collect on `serve_stream`, which polls them): the broker's
+# share of the figure, without the client's encoding and parsing.
+#
 # topic-route binds its patterns in a set-up that costs far more than the routes, so it is
 # counted inside the routing loop only (callgrind's --toggle-collect) in one run, its small
 # count 0; it binds 50,000 patterns, shaped so a route walks what it walks among 1,000,000
@@ -37,6 +41,7 @@ operations=(
   "quorum-confirm 100 400"
   "topic-route 0 10000 --collect-atstart=no --toggle-collect=*counted_routes*"
   "publish-deliver 2000 12000"
+  "publish-deliver-broker 2000 12000 --collect-atstart=no --toggle-collect=*serve_stream*"
   "amqp10-transfer 1000 6000"
   "persistent-confirm 100 600"
   "declare-durable 100 400"

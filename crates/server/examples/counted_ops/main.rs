@@ -9,6 +9,8 @@
 //!
 //! - `publish-deliver`: 16 B transient messages through the default exchange to a no-ack
 //!   consumer, in windows of 100, every delivery read back (`publish.rs`).
+//! - `publish-deliver-broker`: the same run; `instructions.sh` counts the broker's connection
+//!   tasks only in it (callgrind's `--toggle-collect` on `serve_stream`).
 //! - `persistent-confirm`: 16 B persistent (delivery_mode 2) messages to a durable classic
 //!   queue with publisher confirms, each confirmed before the next (`publish.rs`).
 //! - `quorum-confirm`: the same to a quorum queue on a single-node group (`publish.rs`).
@@ -31,7 +33,7 @@ use client::Result;
 
 async fn run(operation: &str, count: usize) -> Result<String> {
     match operation {
-        "publish-deliver" => publish::publish_deliver(count).await,
+        "publish-deliver" | "publish-deliver-broker" => publish::publish_deliver(count).await,
         "persistent-confirm" => publish::confirmed(node::Storage::Classic, count).await,
         "quorum-confirm" => publish::confirmed(node::Storage::Quorum, count).await,
         "declare" => declare::declare(false, count).await,
