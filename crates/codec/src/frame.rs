@@ -59,11 +59,26 @@ pub struct RawFrame {
     pub payload: Bytes,
 }
 
-/// Takes one whole frame off the front of `buf`, `Ok(None)` when more bytes are needed.
-/// `frame_max` bounds the whole frame, header and end octet included (0 means no limit).
-pub fn parse_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<RawFrame>, CodecError> {
+/// What the front of a buffer holds of its next frame, checked as every frame is: a known
+/// kind, a size within frame_max (0: no limit), its frame-end octet. The one place those
+/// rules are, for `parse_frame` and for `split_publish` (`publish_frames.rs`).
+pub(crate) enum FrameExtent {
+    /// Fewer bytes than a frame header.
+    NoHeader,
+    /// The header is there; the whole frame is `frame_len` bytes.
+    Partial { frame_len: usize },
+    /// A whole frame: its payload is `size` bytes after the header.
+    Whole {
+        kind: FrameKind,
+        channel: u16,
+        size: usize,
+    },
+}
+
+#[inline]
+pub(crate) fn frame_extent(buf: &[u8], frame_max: u32) -> Result<FrameExtent, CodecError> {
     if buf.len() < FRAME_HEADER_SIZE {
-        return Ok(None);
+        return Ok(FrameExtent::NoHeader);
     }
     let kind = FrameKind::from_octet(buf[0]).ok_or(CodecError::Frame("unknown frame type"))?;
     let channel = u16::from_be_bytes([buf[1], buf[2]]);
@@ -76,20 +91,41 @@ pub fn parse_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<RawFrame
         });
     }
     if buf.len() < frame_len {
-        // Room for the rest of the frame, so it arrives in few reads; without a limit only
-        // up to a bound, or a 7-byte header claiming 4 GiB would allocate them.
-        let missing = frame_len - buf.len();
-        buf.reserve(if frame_max == 0 {
-            missing.min(UNLIMITED_RESERVE_MAX)
-        } else {
-            missing
-        });
-        return Ok(None);
+        return Ok(FrameExtent::Partial { frame_len });
     }
     if buf[frame_len - 1] != FRAME_END {
         return Err(CodecError::Frame("frame-end octet missing"));
     }
-    let mut frame = buf.split_to(frame_len);
+    Ok(FrameExtent::Whole {
+        kind,
+        channel,
+        size,
+    })
+}
+
+/// Takes one whole frame off the front of `buf`, `Ok(None)` when more bytes are needed.
+/// `frame_max` bounds the whole frame, header and end octet included (0 means no limit).
+pub fn parse_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<RawFrame>, CodecError> {
+    let (kind, channel, size) = match frame_extent(buf, frame_max)? {
+        FrameExtent::NoHeader => return Ok(None),
+        FrameExtent::Partial { frame_len } => {
+            // Room for the rest of the frame, so it arrives in few reads; without a limit
+            // only up to a bound, or a 7-byte header claiming 4 GiB would allocate them.
+            let missing = frame_len - buf.len();
+            buf.reserve(if frame_max == 0 {
+                missing.min(UNLIMITED_RESERVE_MAX)
+            } else {
+                missing
+            });
+            return Ok(None);
+        }
+        FrameExtent::Whole {
+            kind,
+            channel,
+            size,
+        } => (kind, channel, size),
+    };
+    let mut frame = buf.split_to(size + FRAME_OVERHEAD);
     frame.advance(FRAME_HEADER_SIZE);
     frame.truncate(size);
     Ok(Some(RawFrame {

@@ -17,14 +17,11 @@
 //! (the header's class and size, what the channel allows) stay with whoever handles a
 //! publish's frames: they run on the pieces this returns as on the frames one by one.
 
-use crate::frame::FRAME_HEADER_SIZE;
+use crate::frame::{frame_extent, FrameExtent, FRAME_HEADER_SIZE};
 use crate::hot_methods::publish_arguments_in;
-use crate::{BasicPublish, CodecError, FRAME_END, FRAME_OVERHEAD};
+use crate::{BasicPublish, CodecError, FrameKind};
 use bytes::{Bytes, BytesMut};
 
-const METHOD_FRAME: u8 = 1;
-const HEADER_FRAME: u8 = 2;
-const BODY_FRAME: u8 = 3;
 /// A content header's class, weight and body size, before its property flags.
 const HEADER_FIXED_BYTES: usize = 12;
 
@@ -55,41 +52,37 @@ impl FrameAt {
 }
 
 /// The whole frame of kind `kind` at `buf[at..]`, when `parse_frame` would take it without
-/// error.
+/// error (`frame_extent`, the rules both follow).
 #[inline]
-fn frame_at(buf: &[u8], at: usize, kind: u8, frame_max: u32) -> Option<FrameAt> {
-    let header = buf.get(at..at + FRAME_HEADER_SIZE)?;
-    if header[0] != kind {
-        return None;
+fn frame_at(buf: &[u8], at: usize, kind: FrameKind, frame_max: u32) -> Option<FrameAt> {
+    match frame_extent(buf.get(at..)?, frame_max) {
+        Ok(FrameExtent::Whole {
+            kind: found,
+            channel,
+            size,
+        }) if found == kind => {
+            let payload_start = at + FRAME_HEADER_SIZE;
+            Some(FrameAt {
+                channel,
+                payload_start,
+                payload_end: payload_start + size,
+            })
+        }
+        _ => None,
     }
-    let channel = u16::from_be_bytes([header[1], header[2]]);
-    let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]) as usize;
-    if frame_max != 0 && size + FRAME_OVERHEAD > frame_max as usize {
-        return None;
-    }
-    let payload_start = at + FRAME_HEADER_SIZE;
-    let payload_end = payload_start + size;
-    if *buf.get(payload_end)? != FRAME_END {
-        return None;
-    }
-    Some(FrameAt {
-        channel,
-        payload_start,
-        payload_end,
-    })
 }
 
 /// Takes a whole basic.publish off the front of `buf` (see the module comment for when);
 /// `None` leaves `buf` as it was.
 #[inline]
 pub fn split_publish(buf: &mut BytesMut, frame_max: u32) -> Option<PublishFrames> {
-    let method = frame_at(buf, 0, METHOD_FRAME, frame_max)?;
+    let method = frame_at(buf, 0, FrameKind::Method, frame_max)?;
     if method.channel == 0
         || buf.get(method.payload_start..method.payload_start + 4) != Some(&[0, 60, 0, 40][..])
     {
         return None;
     }
-    let header = frame_at(buf, method.next(), HEADER_FRAME, frame_max)?;
+    let header = frame_at(buf, method.next(), FrameKind::Header, frame_max)?;
     if header.channel != method.channel
         || header.payload_end - header.payload_start < HEADER_FIXED_BYTES
     {
@@ -100,7 +93,7 @@ pub fn split_publish(buf: &mut BytesMut, frame_max: u32) -> Option<PublishFrames
     let (body_range, end) = if body_size == 0 {
         (0..0, header.next())
     } else {
-        let body = frame_at(buf, header.next(), BODY_FRAME, frame_max)?;
+        let body = frame_at(buf, header.next(), FrameKind::Body, frame_max)?;
         if body.channel != method.channel
             || (body.payload_end - body.payload_start) as u64 != body_size
         {
@@ -211,7 +204,7 @@ mod tests {
             publish_bytes(2, "k", b"x", 4096),
         );
         let method_len =
-            FRAME_OVERHEAD + u32::from_be_bytes(one[3..7].try_into().unwrap()) as usize;
+            crate::FRAME_OVERHEAD + u32::from_be_bytes(one[3..7].try_into().unwrap()) as usize;
         let mut crossed = BytesMut::from(&one[..method_len]);
         crossed.extend_from_slice(&two[method_len..]);
         assert!(split_publish(&mut crossed, 4096).is_none());

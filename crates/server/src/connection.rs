@@ -1003,7 +1003,7 @@ where
                 // (decoded straight from the payload's bytes, the same checks and errors).
                 if ch != 0 {
                     if let Some(decoded) = decode_basic_publish(&frame.payload) {
-                        return self.on_basic_publish(ch, decoded).map(|_| Next::Continue);
+                        return self.publish_on(ch, decoded, None).map(|_| Next::Continue);
                     }
                 }
                 let (class_id, method_id) = peek_ids(&frame.payload);
@@ -1087,16 +1087,6 @@ where
         }
     }
 
-    /// basic.publish from the fast decoder: what `on_channel_method` does with it, without
-    /// the `Method` around it.
-    fn on_basic_publish(
-        &mut self,
-        ch: u16,
-        decoded: Result<BasicPublish, CodecError>,
-    ) -> Result<(), Failure> {
-        self.publish_on(ch, decoded, None)
-    }
-
     /// A whole publish taken from the buffer at once: its method, header and body handled
     /// as `on_frame` handles the three frames, with the same checks and errors, on one
     /// lookup of the channel.
@@ -1106,8 +1096,9 @@ where
             .map(|_| Next::Continue)
     }
 
-    /// basic.publish on channel `ch`, and its content (header and body payloads) when it
-    /// came with it. A channel closing drops them all, as it drops each frame.
+    /// basic.publish on channel `ch` (from the fast decoder: what `on_channel_method` does
+    /// with it, without the `Method` around it), and its content (header and body payloads)
+    /// when it came with it. A channel closing drops them all, as it drops each frame.
     fn publish_on(
         &mut self,
         ch: u16,
