@@ -94,10 +94,11 @@ def publish_confirmed(node, queue, n):
 
 
 def elected(node, queue, names):
-    """The queue's API entry once its leader is one of `names`."""
+    """The queue's API entry once its leader is one of `names` and this node's member has
+    joined the group (its `raft` view is null until the leader's membership reaches it)."""
     def check():
         found = get(node, "/api/queues/%2F/" + queue)
-        return found if found.get("leader") in names else None
+        return found if found.get("leader") in names and found.get("raft") else None
     return eventually("%s elected on %s" % (queue, node), check)
 
 

@@ -4,8 +4,10 @@ the totals and the failures, and says whether the run passes: every failing test
 listed in the suite's known-failures.txt for this broker (a line `Class#method BROKERS
 reason`, or `TestName BROKERS reason` for Go; BROKERS `both` or `warren`, or `race` for a test
 whose own race fails it now and then on any broker; an entry ending in `*` covers the tests
-whose names start with the rest, `Class#*` a whole class). Listed
-tests that passed are printed (races aside: they usually pass), so the list can shrink.
+whose names start with the rest, `Class#*` a whole class). A reason may name the failure
+it excuses, `when "TEXT"`: a failure whose report does not contain TEXT is unexpected (a race
+analysed once excuses that race, not any later failure of the test). Listed tests that
+passed are printed (races aside: they usually pass), so the list can shrink.
 
     suite_outcomes.py surefire|go-test REPORTS KNOWN_FAILURES BROKER LABEL
 """
@@ -44,26 +46,28 @@ def failure_summary(found, classname):
 
 
 def surefire_outcomes(reports):
-    """(Class#method, outcome, message) for every test case, outcome one of passed /
-    failed / error / skipped."""
+    """(Class#method, outcome, message, report) for every test case, outcome one of passed /
+    failed / error / skipped, report the failure's whole text (stack trace and causes)."""
     cases = []
     for report in sorted(glob.glob(f"{reports}/TEST-*.xml")):
         for case in ET.parse(report).getroot().iter("testcase"):
             name = case.get("classname", "").rsplit(".", 1)[-1] + "#" + case.get("name", "")
-            outcome, message = "passed", ""
+            outcome, message, report = "passed", "", ""
             for kind in ("failure", "error", "skipped"):
                 found = case.find(kind)
                 if found is not None:
                     outcome = {"failure": "failed"}.get(kind, kind)
                     message = failure_summary(found, case.get("classname", ""))
+                    report = (found.get("message") or "") + "\n" + (found.text or "")
                     break
-            cases.append((name, outcome, message))
+            cases.append((name, outcome, message, report))
     return cases
 
 
 def go_test_outcomes(log):
-    """(TestName, outcome, message) for every top-level test of a `go test -v` run (subtests
-    count in their parent); a test the binary was killed in (timeout, panic) is an error."""
+    """(TestName, outcome, message, report) for every top-level test of a `go test -v` run
+    (subtests count in their parent; the report is the message); a test the binary was
+    killed in (timeout, panic) is an error."""
     cases, running, last_output = [], [], {}
     with open(log, errors="replace") as f:
         for line in f:
@@ -74,7 +78,8 @@ def go_test_outcomes(log):
             m = re.match(r"^--- (PASS|FAIL|SKIP): (\S+) ", line)
             if m:
                 outcome = {"PASS": "passed", "FAIL": "failed", "SKIP": "skipped"}[m.group(1)]
-                cases.append((m.group(2), outcome, last_output.get(m.group(2), "")))
+                message = last_output.get(m.group(2), "")
+                cases.append((m.group(2), outcome, message, message))
                 if m.group(2) in running:
                     running.remove(m.group(2))
                 continue
@@ -82,13 +87,15 @@ def go_test_outcomes(log):
             if m and running:
                 last_output.setdefault(running[-1], m.group(1)[:160])
     for name in running:
-        cases.append((name, "error", "did not finish (the test binary stopped)"))
+        message = "did not finish (the test binary stopped)"
+        cases.append((name, "error", message, message))
     with open(log, errors="replace") as f:
         text = f.read()
     # amqp091-go's TestMain runs goleak after every test passed: a connection left open
     # (its reader and heartbeater goroutines) fails the binary.
     if "goleak: Errors on successful test run" in text:
-        cases.append(("goleak", "error", "goroutines left running after the tests"))
+        message = "goroutines left running after the tests"
+        cases.append(("goleak", "error", message, message))
     return cases
 
 
@@ -103,15 +110,25 @@ def listing(known, name):
     return None
 
 
+def excused(entry, report):
+    """Whether a failure with `report` is the one known-failures entry `entry` (brokers,
+    reason) excuses: any failure, unless the reason names one with `when "TEXT"`."""
+    if entry is None:
+        return False
+    named = re.search(r'\bwhen "([^"]+)"', entry[1])
+    return named is None or named.group(1) in report
+
+
 def main():
     kind, reports, known_path, broker, label = sys.argv[1:6]
     known = known_failures(known_path, broker)
     cases = {"surefire": surefire_outcomes, "go-test": go_test_outcomes}[kind](reports)
-    count = {k: sum(1 for _, o, _ in cases if o == k) for k in ("passed", "failed", "error", "skipped")}
+    count = {k: sum(1 for _, o, _, _ in cases if o == k) for k in ("passed", "failed", "error", "skipped")}
     unexpected, expected = [], []
-    for name, outcome, message in cases:
+    for name, outcome, message, report in cases:
         if outcome in ("failed", "error"):
-            (expected if listing(known, name) else unexpected).append((name, outcome, message))
+            known_one = excused(listing(known, name), report)
+            (expected if known_one else unexpected).append((name, outcome, message))
     for name, outcome, message in expected:
         _, reason = listing(known, name)
         print(f"{label}: known ({reason}): {name} {outcome}")
@@ -119,7 +136,7 @@ def main():
         print(f"{label}: UNEXPECTED {outcome}: {name}: {message}")
     now_passing = sorted(
         name
-        for name, outcome, _ in cases
+        for name, outcome, _, _ in cases
         if outcome == "passed" and name in known and known[name][0] != "race"
     )
     for name in now_passing:

@@ -521,13 +521,22 @@ impl QuorumQueue {
         true
     }
 
-    /// The group as this node's member sees it (None while the group is still starting);
-    /// read from openraft's metrics, see [`status`].
+    /// The group as this node's member sees it, read from openraft's metrics (see
+    /// [`status`]). None while the group is still starting here: no member runs yet, or it
+    /// runs but has not yet received the membership from the leader. A follower can know the
+    /// leader (from its vote or first heartbeat) before that entry arrives, and a status
+    /// without members then would show the queue with none.
     pub fn group_status(&self) -> Option<status::GroupStatus> {
         let group = self.group.get()?;
         let metrics = group.raft().metrics();
         let metrics = metrics.borrow();
-        Some(status::GroupStatus::from_metrics(self.group_id, &metrics))
+        let joined = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .next()
+            .is_some();
+        joined.then(|| status::GroupStatus::from_metrics(self.group_id, &metrics))
     }
 
     pub(super) fn propose(&self, command: Command, confirm: Option<Arc<QueueAnswers>>) {
