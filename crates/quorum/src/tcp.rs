@@ -554,6 +554,16 @@ impl TcpTransport {
         let accepted = tokio::time::timeout(self.config.handshake_timeout, handshake).await;
         drop(permit);
         match accepted {
+            // A Raft connection from a peer above this node's id is that peer's probe
+            // (`discover`): this node dials the pair. When a link is up already the prober
+            // drops its probe as well, so taking it would close the live link for one that
+            // is about to close too, leaving both ends down and redialling (a node resumed
+            // after a pause probes the peers it thinks down while they dial it).
+            Ok(Ok((peer, KIND_RAFT, _)))
+                if peer > self.config.node && self.link_to(peer).is_some() =>
+            {
+                tracing::debug!(peer, "a probe from a peer already linked; closed");
+            }
             Ok(Ok((peer, KIND_RAFT, stream))) => self.run_link(peer, stream).await,
             Ok(Ok((peer, KIND_FORWARD, stream))) => match self.forward.get() {
                 Some(handler) => handler(peer, stream),

@@ -2,7 +2,8 @@
 //! a group commits and confirms; the leader's node shuts down and another leads with the
 //! committed data; a node with the wrong secret is refused and applies nothing; a stopped peer
 //! does not hang proposals to the majority; a bad frame closes only its connection; many groups
-//! share one connection per node pair; a group commits inside TLS.
+//! share one connection per node pair; a group commits inside TLS; a probe from a peer that
+//! is linked already leaves the link as it is.
 
 mod join_all;
 mod tcp_support;
@@ -466,6 +467,54 @@ async fn a_forwarding_connection_reaches_the_handler_and_an_unknown_kind_is_clos
         .expect("authenticated");
     stream.write_all(&[7]).await.expect("write");
     assert!(closed_by_peer(&mut stream).await, "kind 7 was not refused");
+    one.shutdown();
+    two.shutdown();
+}
+
+/// The node with the higher id probes a peer it holds down (`discover`) while the lower one,
+/// which dials the pair, has just linked (a node resumed after a pause): the probe is
+/// dropped at both ends and the live link stays, never replaced by the probe and then lost
+/// with it (both ends down and redialling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_from_a_linked_peer_leaves_the_link_up() {
+    use warren_quorum::network::GroupRegistry;
+    use warren_quorum::tcp::TcpTransport;
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let bind = |id| TcpTransport::bind(TcpTransportConfig::new(id, any, b"probe-cookie".to_vec()));
+    let (one, two) = (
+        bind(1).await.expect("bind 1"),
+        bind(2).await.expect("bind 2"),
+    );
+    one.serve(GroupRegistry::new(1));
+    two.serve(GroupRegistry::new(2));
+    one.add_peer(2, two.local_addr());
+    let linked = |t: &TcpTransport, peer| t.peer_status(peer).is_some_and(|s| s.up);
+    let started = Instant::now();
+    while !(linked(&one, 2) && linked(&two, 1)) {
+        assert!(started.elapsed() < DEADLINE, "1 and 2 did not link");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = (
+        one.peer_status(2).expect("2"),
+        two.peer_status(1).expect("1"),
+    );
+    assert_eq!((before.0.connections, before.1.connections), (1, 1));
+
+    assert_eq!(two.discover(one.local_addr()).await, Ok(1));
+    // Long enough for a replaced link to close and a redial to come back (backoff ≥ 50 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (status, was) in [
+        (one.peer_status(2), &before.0),
+        (two.peer_status(1), &before.1),
+    ] {
+        let status = status.expect("known");
+        assert!(status.up, "the link went down: {status:?}");
+        assert_eq!(status.connections, 1, "the link was replaced: {status:?}");
+        assert_eq!(
+            status.since, was.since,
+            "the link went down and up again: {status:?}"
+        );
+    }
     one.shutdown();
     two.shutdown();
 }
