@@ -424,6 +424,23 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
     cluster.shutdown().await;
 }
 
+/// Transports for nodes 1 and 2 on loopback ports of their own, sharing `secret`, not
+/// serving yet.
+async fn two_transports(
+    secret: &[u8],
+) -> (
+    Arc<warren_quorum::tcp::TcpTransport>,
+    Arc<warren_quorum::tcp::TcpTransport>,
+) {
+    use warren_quorum::tcp::TcpTransport;
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let bind = |id| TcpTransport::bind(TcpTransportConfig::new(id, any, secret.to_vec()));
+    (
+        bind(1).await.expect("bind 1"),
+        bind(2).await.expect("bind 2"),
+    )
+}
+
 /// A forwarding connection (kind byte 1 after the handshake) reaches the transport's
 /// `on_forward` handler, authenticated, with the dialer's id; bytes flow both ways on it.
 /// An unknown kind is closed.
@@ -431,13 +448,7 @@ async fn two_hundred_groups_share_one_connection_per_node_pair() {
 async fn a_forwarding_connection_reaches_the_handler_and_an_unknown_kind_is_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use warren_quorum::network::GroupRegistry;
-    use warren_quorum::tcp::TcpTransport;
-    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
-    let bind = |id| TcpTransport::bind(TcpTransportConfig::new(id, any, b"fw-cookie".to_vec()));
-    let (one, two) = (
-        bind(1).await.expect("bind 1"),
-        bind(2).await.expect("bind 2"),
-    );
+    let (one, two) = two_transports(b"fw-cookie").await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     two.on_forward(Arc::new(move |peer, stream| {
         let _ = tx.send((peer, stream));
@@ -479,12 +490,7 @@ async fn a_forwarding_connection_reaches_the_handler_and_an_unknown_kind_is_clos
 async fn a_probe_from_a_linked_peer_leaves_the_link_up() {
     use warren_quorum::network::GroupRegistry;
     use warren_quorum::tcp::TcpTransport;
-    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
-    let bind = |id| TcpTransport::bind(TcpTransportConfig::new(id, any, b"probe-cookie".to_vec()));
-    let (one, two) = (
-        bind(1).await.expect("bind 1"),
-        bind(2).await.expect("bind 2"),
-    );
+    let (one, two) = two_transports(b"probe-cookie").await;
     one.serve(GroupRegistry::new(1));
     two.serve(GroupRegistry::new(2));
     one.add_peer(2, two.local_addr());
