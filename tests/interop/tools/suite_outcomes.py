@@ -52,15 +52,15 @@ def surefire_outcomes(reports):
     for report in sorted(glob.glob(f"{reports}/TEST-*.xml")):
         for case in ET.parse(report).getroot().iter("testcase"):
             name = case.get("classname", "").rsplit(".", 1)[-1] + "#" + case.get("name", "")
-            outcome, message, report = "passed", "", ""
+            outcome, message, text = "passed", "", ""
             for kind in ("failure", "error", "skipped"):
                 found = case.find(kind)
                 if found is not None:
                     outcome = {"failure": "failed"}.get(kind, kind)
                     message = failure_summary(found, case.get("classname", ""))
-                    report = (found.get("message") or "") + "\n" + (found.text or "")
+                    text = (found.get("message") or "") + "\n" + (found.text or "")
                     break
-            cases.append((name, outcome, message, report))
+            cases.append((name, outcome, message, text))
     return cases
 
 
