@@ -27,6 +27,7 @@
 use crate::auth;
 use crate::channel::{Channel, ChannelState};
 use crate::channel_ids::ChannelMap;
+use crate::closed_channels::ClosedChannels;
 use crate::config::ServerConfig;
 use crate::context::Ctx;
 use crate::handshake::{self, ClientCapabilities};
@@ -170,6 +171,8 @@ pub struct Connection<R, W> {
     /// Boxed: a hash table keeps room for four entries from its first insert, and a
     /// `Channel` inline would make that ~4 times a channel's size for the usual one channel.
     channels: ChannelMap<Box<Channel>>,
+    /// Channels the broker closed: the client's late frames on them are dropped.
+    closed_channels: ClosedChannels,
     events_tx: EventSender<ConnectionEvent>,
     events_rx: EventReceiver<ConnectionEvent>,
     last_read: Instant,
@@ -243,6 +246,7 @@ where
             user_slot: None,
             caps: ClientCapabilities::default(),
             channels: ChannelMap::default(),
+            closed_channels: ClosedChannels::default(),
             events_tx,
             events_rx,
             last_read: Instant::now(),
@@ -1033,6 +1037,9 @@ where
                         "content frame on channel 0",
                     ));
                 }
+                if self.closed_channels.is_late(ch) {
+                    return Ok(Next::Continue);
+                }
                 let Some((channel, mut ctx)) = self.channel_and_ctx(ch) else {
                     return Err(hard(
                         ReplyCode::ChannelError,
@@ -1167,13 +1174,16 @@ where
 
     /// The open channel a method other than channel.open/close/close-ok goes to, after the
     /// checks every such method passes: the channel is open (else a connection error) and
-    /// not waiting for a publish's content. `None`: the channel is closing, the method is
-    /// dropped.
+    /// not waiting for a publish's content. `None`: the channel is closing, or the broker
+    /// closed it and this is a late frame (`closed_channels.rs`): the method is dropped.
     fn channel_for_method(
         &mut self,
         ch: u16,
         (class_id, method_id): (u16, u16),
     ) -> Result<Option<(&mut Channel, Ctx<'_>)>, Failure> {
+        if self.closed_channels.is_late(ch) {
+            return Ok(None);
+        }
         let Some((channel, ctx)) = self.channel_and_ctx(ch) else {
             return Err(Failure {
                 error: AmqpError::new(ReplyCode::ChannelError, "expected 'channel.open'"),
@@ -1243,6 +1253,7 @@ where
                     info.add_channel(channel.info.clone());
                 }
                 self.channels.insert(ch, channel);
+                self.closed_channels.reopened(ch);
                 churn::bump(&self.broker.counters.connections.channels_opened);
                 write_method(&mut self.wbuf, ch, &ChannelOpenOk.into());
                 Ok(())
@@ -1266,6 +1277,7 @@ where
                 {
                     self.forget_channel(ch);
                     self.channels.remove(&ch);
+                    self.closed_channels.closed(ch);
                     churn::bump(&self.broker.counters.connections.channels_closed);
                 }
                 Ok(())

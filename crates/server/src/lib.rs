@@ -6,6 +6,7 @@
 mod auth;
 mod channel;
 mod channel_ids;
+mod closed_channels;
 pub mod config;
 mod connection;
 mod context;

@@ -68,6 +68,38 @@ async fn a_publish_on_a_channel_never_opened_is_a_channel_error() {
     assert_close(&close, ReplyCode::ChannelError, "expected 'channel.open'");
 }
 
+/// A client whose frames cross the broker's channel.close (RabbitMQ's Java client on Netty
+/// writes close-ok ahead of a method its application issued just before): the late frames
+/// are dropped, the connection lives on, and the channel number opens again.
+#[tokio::test]
+async fn frames_after_the_close_ok_of_a_channel_the_broker_closed_are_dropped() {
+    let (port, _broker) = start_broker().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.publish(1, "no-such-exchange", "k", b"refused", false)
+        .await;
+    let (ch, Method::ChannelClose(close)) = c.method().await else {
+        panic!("expected channel.close")
+    };
+    assert_eq!((ch, close.reply_code), (1, 404), "{close:?}");
+    c.send(1, ChannelCloseOk).await;
+    let qos = BasicQos {
+        prefetch_size: 0,
+        prefetch_count: 0,
+        global: false,
+    };
+    c.send(1, qos.clone()).await;
+    c.publish(1, "", "late", b"late", false).await;
+    c.expect_silence(200).await;
+    c.open_channel(1).await;
+    c.send(1, qos).await;
+    assert!(matches!(c.method().await, (1, Method::BasicQosOk(_))));
+    // A number the broker never closed is still a connection error.
+    c.publish(2, "", "q", b"x", false).await;
+    let close = connection_close(&mut c).await;
+    assert_close(&close, ReplyCode::ChannelError, "expected 'channel.open'");
+}
+
 #[tokio::test]
 async fn a_publish_before_the_previous_ones_content_is_an_unexpected_frame() {
     let (port, _broker) = start_broker().await;
