@@ -43,8 +43,9 @@ impl ClosedChannels {
 
     /// Whether a frame on channel `ch` (not open) is a late one for a channel the broker
     /// closed, to be dropped rather than answered with a connection error.
+    #[inline]
     pub(crate) fn is_late(&self, ch: u16) -> bool {
-        self.numbers.contains(&ch)
+        !self.numbers.is_empty() && self.numbers.contains(&ch)
     }
 }
 
