@@ -37,6 +37,7 @@
 //! because its API still changes between them).
 
 pub mod backend;
+pub mod boxed_mpsc;
 pub mod error;
 pub mod failover;
 pub mod handshake;

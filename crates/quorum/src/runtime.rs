@@ -1,6 +1,7 @@
 //! openraft's async runtime for queue groups: tokio for everything, except that the random
-//! numbers openraft draws (each member's election timeout) can be made to follow a seed, and
-//! that the watch channel is [`OrderedWatch`], whose wake-ups come in a deterministic order.
+//! numbers openraft draws (each member's election timeout) can be made to follow a seed, that
+//! the watch channel is [`OrderedWatch`], whose wake-ups come in a deterministic order, and
+//! that the bounded channel is [`BoxedMpsc`], whose empty channels hold no message slots.
 //!
 //! A deterministic simulation runs every node on one thread and calls [`seed_thread_rng`]
 //! first; from then on the election timeouts drawn on that thread repeat with the seed, so a
@@ -19,6 +20,7 @@ use openraft_rt_tokio::TokioRuntime;
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
 
+use crate::boxed_mpsc::BoxedMpsc;
 use crate::watch::OrderedWatch;
 
 thread_local! {
@@ -45,8 +47,9 @@ pub fn random_in(range: std::ops::Range<f64>) -> f64 {
     rng.random_range(range)
 }
 
-/// openraft's tokio runtime, with seedable randomness and a watch channel that wakes its
-/// receivers in a deterministic order ([`OrderedWatch`]).
+/// openraft's tokio runtime, with seedable randomness, a watch channel that wakes its
+/// receivers in a deterministic order ([`OrderedWatch`]) and boxed channel messages
+/// ([`BoxedMpsc`]).
 #[derive(Debug)]
 pub struct QuorumRuntime(TokioRuntime);
 
@@ -59,7 +62,7 @@ impl AsyncRuntime for QuorumRuntime {
     type Timeout<R, T: Future<Output = R> + OptionalSend> =
         <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
     type ThreadLocalRng = StdRng;
-    type Mpsc = <TokioRuntime as AsyncRuntime>::Mpsc;
+    type Mpsc = BoxedMpsc;
     type Watch = OrderedWatch;
     type Oneshot = <TokioRuntime as AsyncRuntime>::Oneshot;
     type Mutex<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::Mutex<T>;
