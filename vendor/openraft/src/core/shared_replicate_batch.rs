@@ -1,7 +1,8 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use base2histogram::Histogram;
+// Warren: nothing kept without the `runtime-stats` feature (`StatsHistogram`).
+use crate::core::runtime_stats::StatsHistogram as Histogram;
 
 /// A shared histogram for tracking replication batch sizes.
 ///

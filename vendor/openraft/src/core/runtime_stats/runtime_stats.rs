@@ -1,6 +1,7 @@
 use std::marker::PhantomData;
 
-use base2histogram::Histogram;
+// Warren: nothing kept without the `runtime-stats` feature (`StatsHistogram`).
+use crate::core::runtime_stats::StatsHistogram as Histogram;
 
 use crate::Config;
 use crate::RaftTypeConfig;

@@ -1,7 +1,8 @@
 use std::fmt;
 
 use base2histogram::AsciiChart;
-use base2histogram::Histogram;
+// Warren: nothing kept without the `runtime-stats` feature (`StatsHistogram`).
+use crate::core::runtime_stats::StatsHistogram as Histogram;
 use base2histogram::PercentileStats;
 
 /// Stage-to-stage duration histograms in microseconds.
@@ -47,11 +48,11 @@ impl LogStageHistograms {
     /// Build a stacked ASCII chart of all stage-to-stage latency histograms.
     pub(crate) fn ascii_chart(&self) -> AsciiChart {
         AsciiChart::new()
-            .add("1:proposed→received", self.proposed_to_received.clone())
-            .add("2:received→submitted", self.received_to_submitted.clone())
-            .add("3:submitted→persisted", self.submitted_to_persisted.clone())
-            .add("4:persisted→committed", self.persisted_to_committed.clone())
-            .add("5:committed→applied", self.committed_to_applied.clone())
+            .add("1:proposed→received", self.proposed_to_received.clone().into())
+            .add("2:received→submitted", self.received_to_submitted.clone().into())
+            .add("3:submitted→persisted", self.submitted_to_persisted.clone().into())
+            .add("4:persisted→committed", self.persisted_to_committed.clone().into())
+            .add("5:committed→applied", self.committed_to_applied.clone().into())
     }
 }
 
