@@ -84,20 +84,22 @@ finish_job() {
 }
 
 # On an early exit, jobs still running beside a phase end too (with every process they
-# started), and so does the shared broker once it runs.
-broker_pid=""
+# started), and so do the brokers once they run.
 kill_tree() {
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
+# Brokers start_warren started (the shared one, the resource test's, the perf scenarios'),
+# stopped at exit.
+broker_pids=()
 cleanup() {
   local pid
   for pid in "${job_pids[@]}"; do kill_tree "$pid"; done
-  if [ -n "$broker_pid" ]; then
-    kill "$broker_pid" 2>/dev/null || true
-    wait "$broker_pid" 2>/dev/null || true
-  fi
+  for pid in ${broker_pids[@]+"${broker_pids[@]}"}; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
 
@@ -133,9 +135,14 @@ phase "cargo clippy (every crate and target, warnings are errors)"
 # one crate compiles or links alone, and the tests mostly wait; the debug and release builds
 # lock separate directories. One cargo invocation for every release artifact (the resource
 # tests, warren perf's scenarios, the broker, the example): the phases below compile nothing.
-start_job release-build "the release broker, the instruction-count example and the release tests" \
+# warren perf's scenarios are clients of a release broker (`warren` binary, started below) and
+# measure nothing of their own: they run from the debug test build, which saves the release
+# build a thin-LTO link of the whole program (93 s of CPU beside the broker's own 265 s, cargo
+# --timings, 2026-12-01). The resource test stays a release build: it times a round trip
+# beside four hostile peers, and a debug client's share brought its ratio next to the bound.
+start_job release-build "the release broker, the instruction-count example and the resource test" \
   cargo build --release "${release_packages[@]}" --bin warren --example counted_ops \
-  --test wide_tables --test scenarios --quiet
+  --test wide_tables --quiet
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 phase "cargo test (unit, property and in-process integration tests)"
@@ -149,6 +156,43 @@ phase "the release build (started beside clippy and the debug tests)"
 finish_job release-build || { echo "the release build failed"; exit 1; }
 warren="${CARGO_TARGET_DIR:-$root/target}/release/warren"
 
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start_warren NAME: the release broker on free ports with a data directory of its own, as a
+# user starts it; sets NAME_pid, NAME_port, NAME_mgmt_port, NAME_prometheus_port and NAME_log,
+# and fails (printing its log) when it does not listen within 10 s.
+start_warren() {
+  local name=$1 dir amqp mgmt prom pid
+  amqp=$(free_port)
+  mgmt=$(free_port)
+  prom=$(free_port)
+  dir=$(mktemp -d "/tmp/warren-test-$name-XXXXXX")
+  "$warren" server --bind 127.0.0.1 --amqp-port "$amqp" --management-port "$mgmt" \
+    --prometheus-port "$prom" --data-dir "$dir/data" >"$dir/warren.log" 2>&1 &
+  pid=$!
+  broker_pids+=("$pid")
+  printf -v "${name}_pid" %s "$pid"
+  printf -v "${name}_port" %s "$amqp"
+  printf -v "${name}_mgmt_port" %s "$mgmt"
+  printf -v "${name}_prometheus_port" %s "$prom"
+  printf -v "${name}_log" %s "$dir/warren.log"
+  local _
+  for _ in $(seq 1 100); do
+    if (echo > /dev/tcp/127.0.0.1/"$amqp") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "the $name broker did not start; its log:"; cat "$dir/warren.log"
+  return 1
+}
+# stop_warren NAME: stops a broker start_warren started; fails if it had panicked.
+stop_warren() {
+  local pid_var="${1}_pid" log_var="${1}_log"
+  kill "${!pid_var}" 2>/dev/null || true
+  wait "${!pid_var}" 2>/dev/null || true
+  if grep -q "panicked" "${!log_var}"; then
+    echo "the $1 broker panicked:"; grep -A5 panicked "${!log_var}"; return 1
+  fi
+}
+
 phase "resource tests (release build: they measure time, so nothing runs beside them)"
 cargo test --release "${release_packages[@]}" --quiet --test wide_tables 2>&1 | tee "$logs/resource-test.log" | grep -E "^test result|FAILED|panicked|round trip|answered" || true
 if ! grep -q "^test result: ok. 1 passed" "$logs/resource-test.log"; then
@@ -156,25 +200,12 @@ if ! grep -q "^test result: ok. 1 passed" "$logs/resource-test.log"; then
   echo "resource tests failed"; exit 1
 fi
 
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-port=$(free_port)
-mgmt_port=$(free_port)
-prometheus_port=$(free_port)
-data_dir=$(mktemp -d /tmp/warren-test-XXXXXX)
-log="$data_dir/warren.log"
-"$warren" server --bind 127.0.0.1 --amqp-port "$port" --management-port "$mgmt_port" \
-  --prometheus-port "$prometheus_port" \
-  --data-dir "$data_dir/data" >"$log" 2>&1 &
-broker_pid=$!
-up=0
-for _ in $(seq 1 100); do
-  if (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null; then up=1; break; fi
-  sleep 0.1
-done
-if [ $up -eq 0 ]; then
-  echo "the broker did not start; its log:"; cat "$log"; exit 1
-fi
+start_warren shared || exit 1
+port=$shared_port
+mgmt_port=$shared_mgmt_port
+prometheus_port=$shared_prometheus_port
+log=$shared_log
+broker_pid=$shared_pid
 phase "real clients against the broker on port $port, HTTP API on $mgmt_port, Prometheus on $prometheus_port (log: $log)"
 
 status=0
@@ -222,20 +253,18 @@ finish_job fuzz || { echo "fuzzing found a crash"; status=1; }
 finish_job java-suite || status=1
 finish_job go-suite || status=1
 
-phase "warren perf against the broker"
-# The kill -9 runs start brokers of their own (free ports, own data directories): beside it.
+phase "the web console in headless Chromium (tests/console)"
+# warren perf's scenarios mostly wait (each quick row runs 2 s: 44 s of client CPU in a
+# 266 s run), so they run beside the last phases, against a release broker of their own (they
+# declare queues and load it, which the console's assertions about the shared broker must not
+# see); so do the kill -9 runs (brokers of their own) and the instruction counts (the same on
+# a busy machine: that is their point).
+start_warren perf
+start_job perf "warren perf's scenarios (crates/perf/tests/scenarios.rs; its unit tests ran with the workspace's)" \
+  env WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$perf_port" WARREN_BIN="$warren" \
+  cargo test --workspace --quiet --test scenarios -- --include-ignored
 start_job kill9 "kill -9 crash consistency (short run; the full one is tests/crash/kill9.py)" \
   bash -c 'python3 tests/crash/kill9.py --warren "$1" --rounds 5 && python3 tests/crash/kill9.py --warren "$1" --rounds 5 --lazy' _ "$warren"
-# Its scenarios (tests/scenarios.rs); its unit tests ran with the workspace's above.
-WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port" WARREN_BIN="$warren" \
-  cargo test --release "${release_packages[@]}" --quiet --test scenarios -- --include-ignored 2>&1 | tee "$logs/perf-test.log" | grep -E "^test result|FAILED|panicked" || true
-grep -q "^test result: ok" "$logs/perf-test.log" && ! grep -q "^test result: FAILED" "$logs/perf-test.log" || status=1
-
-finish_job kill9 || status=1
-
-phase "the web console in headless Chromium (tests/console)"
-# Instruction counts are the same on a busy machine (that is their point), so they run beside
-# the last two phases rather than alone (~35 s of two valgrind jobs).
 if command -v valgrind >/dev/null; then
   start_job instructions "instruction counts of the broker's operations (tools/bench/instructions.sh)" \
     tools/bench/instructions.sh
@@ -247,9 +276,13 @@ WARREN_MGMT_URL="http://127.0.0.1:$mgmt_port/" WARREN_AMQP_URL="amqp://guest:gue
 
 phase "the Debian package (packaging/test_package.sh: README and man pages against --help; built, installed, started as its unit's ExecStart, stopped, purged)"
 packaging/test_package.sh "$warren" || status=1
+finish_job kill9 || status=1
 if command -v valgrind >/dev/null; then
   finish_job instructions || { echo "an operation costs more instructions than its baseline (or did not run)"; status=1; }
 fi
+finish_job perf || status=1
+grep -q "^test result: ok" "$logs/perf.log" && ! grep -q "^test result: FAILED" "$logs/perf.log" || status=1
+stop_warren perf || status=1
 
 if ! kill -0 "$broker_pid" 2>/dev/null; then
   echo "the broker died during the tests; its log:"; tail -50 "$log"; status=1
