@@ -107,12 +107,11 @@ impl Api {
     }
 
     /// On a cluster node, waits until every definitions change committed so far is applied
-    /// here (`DefinitionOp::Barrier`): called before a DELETE answers 404 from this node's
-    /// view, which may be behind the log (a node back from a partition), while clients take
-    /// a 404 as "already gone".
+    /// here (`Broker::catch_up`): called before a DELETE answers 404 from this node's view,
+    /// while clients take a 404 as "already gone".
     pub async fn caught_up(&self) -> ApiResult<()> {
-        if self.broker.cluster().is_some() {
-            self.change(warren_broker::DefinitionOp::Barrier).await?;
+        if let Some(barrier) = self.broker.catch_up() {
+            barrier.await?;
         }
         Ok(())
     }

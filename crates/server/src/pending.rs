@@ -11,9 +11,13 @@
 //! A method that uses a queue's messages now (basic.consume, basic.get, queue.purge,
 //! queue.declare) while the link to the queue's serving node is still being made (nodes
 //! forming, a reconnect; the node is not held down) waits the same way, before it is
-//! handled: the connection holds it (`HeldForLink`) until the link is up or
+//! handled: the connection holds it (`Held::for_link`) until the link is up or
 //! `LINK_WAIT` passed, then handles it as if it had just arrived (a queue still
-//! unreachable answers 404 then, as for a node that is down).
+//! unreachable answers 404 then, as for a node that is down). A method that looks up a
+//! queue or exchange this node does not know yet (passive declares, basic.consume,
+//! basic.get, queue.purge) first waits for this node to catch up with the metadata log
+//! (`Held::for_catch_up`): another node may have just answered its declare-ok, and a
+//! client that moved nodes must find what it declared there, not a 404.
 
 use crate::channel::Channel;
 use crate::context::Ctx;

@@ -1,7 +1,8 @@
 //! What a channel method that waits is (see `pending.rs` for when and why they wait): the
 //! reply it owes once its definitions change is made (`Reply`, `PendingReply`), or a method
-//! held until the link to its queue's node is up (`HeldForLink`). Plain data, so that the
-//! connection's context holds it without the channel.
+//! held before it is handled (`Held`): until the link to its queue's node is up, or until
+//! this node has caught up with the metadata log. Plain data, so that the connection's
+//! context holds it without the channel.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -64,22 +65,72 @@ pub struct PendingReply {
     pub change: PendingChange,
 }
 
-/// A channel method held until the link to its queue's serving node is up.
-pub struct HeldForLink {
-    pub channel: u16,
-    pub method: Method,
-    /// Resolves when the link is up, the node is held down, or [`LINK_WAIT`] passed.
-    pub linked: Pin<Box<dyn Future<Output = bool> + Send>>,
+/// What a held channel method waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldUntil {
+    /// The link to its queue's serving node is up, the node is held down, or [`LINK_WAIT`]
+    /// passed.
+    Linked,
+    /// This node has applied every definitions change committed so far
+    /// (`Broker::catch_up`), or [`LINK_WAIT`] passed: the method names a queue or exchange
+    /// this node does not know, which another node may just have answered a declare for.
+    CaughtUp,
 }
 
-impl HeldForLink {
-    pub fn new(channel: u16, method: Method, peer: Arc<PeerLink>) -> Box<HeldForLink> {
+/// A channel method held before it is handled.
+pub struct Held {
+    pub channel: u16,
+    pub method: Method,
+    pub until: HeldUntil,
+    /// Resolves when the wait is over.
+    pub ready: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Held {
+    pub fn for_link(channel: u16, method: Method, peer: Arc<PeerLink>) -> Box<Held> {
         tracing::debug!(peer = %peer.name(), method = method.name(), "waiting for the link to the queue's node");
-        Box::new(HeldForLink {
+        Box::new(Held {
             channel,
             method,
-            linked: Box::pin(async move { peer.linked(LINK_WAIT).await }),
+            until: HeldUntil::Linked,
+            ready: Box::pin(async move {
+                peer.linked(LINK_WAIT).await;
+            }),
         })
+    }
+
+    /// Held for `barrier`; a barrier that fails (no quorum) or takes longer than
+    /// [`LINK_WAIT`] lets the method go on with this node's view.
+    pub fn for_catch_up(channel: u16, method: Method, barrier: PendingChange) -> Box<Held> {
+        tracing::debug!(method = method.name(), "catching up with the metadata log");
+        Box::new(Held {
+            channel,
+            method,
+            until: HeldUntil::CaughtUp,
+            ready: Box::pin(async move {
+                let _ = tokio::time::timeout(LINK_WAIT, barrier).await;
+            }),
+        })
+    }
+}
+
+/// A name a method looks up, and answers 404 for when it is not there.
+pub enum LookedUp<'a> {
+    Queue(&'a ShortStr),
+    Exchange(&'a ShortStr),
+}
+
+/// What `method` looks up: passive declares, and the methods that use a queue's messages
+/// now. (The methods that change definitions go through the metadata log, which orders
+/// them after every change committed before.)
+pub fn looked_up(method: &Method) -> Option<LookedUp<'_>> {
+    match method {
+        Method::QueueDeclare(m) if m.passive => Some(LookedUp::Queue(&m.queue)),
+        Method::ExchangeDeclare(m) if m.passive => Some(LookedUp::Exchange(&m.exchange)),
+        Method::BasicConsume(m) => Some(LookedUp::Queue(&m.queue)),
+        Method::BasicGet(m) => Some(LookedUp::Queue(&m.queue)),
+        Method::QueuePurge(m) => Some(LookedUp::Queue(&m.queue)),
+        _ => None,
     }
 }
 
@@ -87,10 +138,10 @@ impl HeldForLink {
 /// name is the channel's last declared queue.
 pub fn queue_used(method: &Method) -> Option<&ShortStr> {
     match method {
-        Method::BasicConsume(m) => Some(&m.queue),
-        Method::BasicGet(m) => Some(&m.queue),
-        Method::QueuePurge(m) => Some(&m.queue),
         Method::QueueDeclare(m) => Some(&m.queue),
-        _ => None,
+        _ => match looked_up(method)? {
+            LookedUp::Queue(queue) => Some(queue),
+            LookedUp::Exchange(_) => None,
+        },
     }
 }

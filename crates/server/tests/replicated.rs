@@ -224,3 +224,175 @@ async fn exclusive_queues_are_declared_on_this_node_only() {
     assert!(broker.vhost("/").unwrap().queue("mine").is_some());
     assert!(other.vhost("/").unwrap().queue("mine").is_none());
 }
+
+/// How much later than the other node the served node applies each op.
+const LAG: Duration = Duration::from_millis(300);
+
+/// A log whose ops the other node applies at once and the served node `LAG` later, in the
+/// log's order: the other node answers a declare while the served one does not know it yet
+/// (a node behind the log, as a busy cluster node is for a moment).
+struct LaggingLog {
+    served_proposes: bool,
+    other: Weak<Broker>,
+    to_served: tokio::sync::mpsc::UnboundedSender<(Vec<u8>, Option<Answer>)>,
+    order: Arc<std::sync::Mutex<()>>,
+}
+
+type Answer = tokio::sync::oneshot::Sender<Vec<u8>>;
+
+impl Replicator for LaggingLog {
+    fn submit(&self, op: Vec<u8>) -> Submitted {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _in_order = self.order.lock().unwrap();
+        let Some(other) = self.other.upgrade() else {
+            return Box::pin(async { Err(ReplicationError("log stopped".into())) });
+        };
+        let applied = other.apply_replicated(&op);
+        let (answer, now) = match self.served_proposes {
+            true => (Some(tx), None),
+            false => (None, Some(tx)),
+        };
+        let _ = self.to_served.send((op, answer));
+        if let Some(now) = now {
+            let _ = now.send(applied);
+        }
+        Box::pin(async move { rx.await.map_err(|_| ReplicationError("log stopped".into())) })
+    }
+}
+
+/// The served node (behind the log by `LAG`) and the other node, each served on its port.
+async fn start_lagging() -> (u16, u16, Arc<Broker>, Arc<Broker>) {
+    let (served, other) = (Broker::new(1 << 30, None), Broker::new(1 << 30, None));
+    let (to_served, mut arriving) = tokio::sync::mpsc::unbounded_channel();
+    let order = Arc::new(std::sync::Mutex::new(()));
+    for (node, served_proposes) in [(&served, true), (&other, false)] {
+        node.set_replicator(Arc::new(LaggingLog {
+            served_proposes,
+            other: Arc::downgrade(&other),
+            to_served: to_served.clone(),
+            order: order.clone(),
+        }));
+    }
+    let behind = Arc::downgrade(&served);
+    tokio::spawn(async move {
+        while let Some((op, answer)) = arriving.recv().await {
+            tokio::time::sleep(LAG).await;
+            let Some(served) = behind.upgrade() else {
+                return;
+            };
+            let applied = served.apply_replicated(&op);
+            if let Some(answer) = answer {
+                let _ = answer.send(applied);
+            }
+        }
+    });
+    let served_port = client::serve(served.clone()).await;
+    let other_port = client::serve(other.clone()).await;
+    (served_port, other_port, served, other)
+}
+
+/// What a client on a node behind the log finds of a queue and an exchange another node has
+/// just answered declare-ok for: the passive declares, consume and get look again (a read
+/// barrier through the log) before they answer 404, where RabbitMQ's metadata would be on
+/// every node already.
+#[tokio::test]
+async fn a_node_behind_the_log_finds_what_another_node_just_declared() {
+    let (served_port, other_port, served, _other) = start_lagging().await;
+    let mut declaring = Client::connect(other_port).await;
+    declaring.open_channel(1).await;
+    declaring
+        .declare_queue(1, "declared-there", FieldTable::new())
+        .await;
+    declaring
+        .send(
+            1,
+            ExchangeDeclare {
+                exchange: "x-declared-there".into(),
+                exchange_type: "topic".into(),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(
+        declaring.method().await,
+        (1, Method::ExchangeDeclareOk(_))
+    ));
+
+    let mut looking = Client::connect(served_port).await;
+    looking.open_channel(1).await;
+    let vhost = served.vhost("/").unwrap();
+    assert!(
+        vhost.queue("declared-there").is_none(),
+        "the served node is still behind"
+    );
+    looking
+        .send(
+            1,
+            QueueDeclare {
+                queue: "declared-there".into(),
+                passive: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    match looking.method().await {
+        (1, Method::QueueDeclareOk(ok)) => assert_eq!(ok.queue.as_str(), "declared-there"),
+        other => panic!("expected declare-ok, got {other:?}"),
+    }
+    looking
+        .send(
+            1,
+            ExchangeDeclare {
+                exchange: "x-declared-there".into(),
+                exchange_type: "topic".into(),
+                passive: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(
+        looking.method().await,
+        (1, Method::ExchangeDeclareOk(_))
+    ));
+
+    // Declared there again and consumed here at once.
+    declaring
+        .declare_queue(1, "consumed-here", FieldTable::new())
+        .await;
+    looking
+        .send(
+            1,
+            BasicConsume {
+                queue: "consumed-here".into(),
+                consumer_tag: "c".into(),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(
+        looking.method().await,
+        (1, Method::BasicConsumeOk(_))
+    ));
+
+    // What no node has is still 404, once this node has caught up.
+    looking
+        .send(
+            1,
+            QueueDeclare {
+                queue: "nowhere".into(),
+                passive: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    match looking.method().await {
+        (1, Method::ChannelClose(close)) => {
+            assert_eq!(close.reply_code, 404);
+            assert_eq!(
+                close.reply_text.as_str(),
+                "NOT_FOUND - no queue 'nowhere' in vhost '/'"
+            );
+        }
+        other => panic!("expected a 404 channel close, got {other:?}"),
+    }
+}

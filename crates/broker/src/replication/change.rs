@@ -88,6 +88,16 @@ impl std::fmt::Debug for Change {
 }
 
 impl Broker {
+    /// A read barrier: resolves once every definitions change committed so far is applied
+    /// on this node (`DefinitionOp::Barrier` through the metadata log). None without a log
+    /// (a single node's view is the truth). Called before an answer that rests on a name
+    /// being absent: this node may be behind the log (an op another node has just answered
+    /// for, a node back from a partition), while a client takes 404 as "not there".
+    pub fn catch_up(&self) -> Option<PendingChange> {
+        let replicator = self.replicator()?;
+        Some(Box::pin(submit(replicator.as_ref(), DefinitionOp::Barrier)))
+    }
+
     /// Makes one definitions change: applied here and now on a single node, submitted to
     /// the metadata log when the broker has a replicator (see the module's comment).
     pub fn change(&self, mut op: DefinitionOp) -> Change {
