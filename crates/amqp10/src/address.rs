@@ -5,6 +5,7 @@
 //! named in the exchange forms: `/queues/:queue` is the way to it. Anything else (the v1
 //! forms RabbitMQ 4 deprecates included) is refused.
 
+use crate::codec::{Attach, Role, TargetArchetype};
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// What a queue name keeps unescaped in an address: RFC 3986's unreserved characters.
@@ -96,6 +97,41 @@ pub fn parse_source(address: Option<&str>) -> Result<String, String> {
         _ => Err(format!(
             "address not supported: '{address}' (use /queues/:queue)"
         )),
+    }
+}
+
+/// A queue or exchange a link's attach names: the link is refused when it is not there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookedUp {
+    Queue(String),
+    Exchange(String),
+}
+
+/// What the attach of a link looks up by name: a receiving client's source queue, a sending
+/// client's target queue or exchange. None for a dynamic or null terminus, the management
+/// node, and an address refused whatever exists.
+pub fn looked_up_by(attach: &Attach) -> Option<LookedUp> {
+    match attach.role {
+        // The client receives: its source is a queue.
+        Role::Receiver => {
+            let source = attach.source.as_deref()?;
+            if source.dynamic {
+                return None;
+            }
+            parse_source(source.address.as_deref())
+                .ok()
+                .map(LookedUp::Queue)
+        }
+        Role::Sender => match attach.target.as_deref()? {
+            TargetArchetype::Target(t) if !t.dynamic => match parse_target(t.address.as_deref()) {
+                Ok(TargetAddress::Fixed(d)) if d.exchange.is_empty() => {
+                    Some(LookedUp::Queue(d.routing_key))
+                }
+                Ok(TargetAddress::Fixed(d)) => Some(LookedUp::Exchange(d.exchange)),
+                _ => None,
+            },
+            _ => None,
+        },
     }
 }
 

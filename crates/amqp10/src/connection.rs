@@ -16,6 +16,7 @@
 //! after twice that with nothing read) and send an empty frame when we have been quiet for
 //! half of the client's.
 
+use crate::address::{self, LookedUp};
 use crate::codec::{self, *};
 use crate::management::Response;
 use crate::sasl;
@@ -36,7 +37,8 @@ use warren_broker::registry::{connection_name, ConnectionFacts, ConnectionInfo};
 use warren_broker::server_properties::amqp10_server_properties;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
-    churn, event_channel, Broker, ConnectionEvent, ConnectionId, EventReceiver, EventSender, VHost,
+    churn, event_channel, Broker, CaughtUp, ConnectionEvent, ConnectionId, EventReceiver,
+    EventSender, VHost,
 };
 use warren_codec::socket_buffer::{new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing};
 use warren_codec::FieldTable;
@@ -103,6 +105,17 @@ pub struct Connection<R, W> {
     /// A management request waiting for a definitions change: nothing more is read from
     /// the client until it is answered, so requests take effect in order.
     later: Option<Box<LaterAnswer>>,
+    /// An attach naming a queue or exchange this node does not know, held until this node
+    /// has caught up with the metadata log (`Broker::catch_up_wait`): another node may have
+    /// just declared it. Nothing more is read meanwhile, so frames keep their order.
+    held_attach: Option<Box<HeldAttach>>,
+}
+
+/// An attach held for `caught_up`, then handled as if it had just arrived.
+struct HeldAttach {
+    channel: u16,
+    attach: Performative,
+    caught_up: CaughtUp,
 }
 
 impl<R, W> Connection<R, W>
@@ -151,6 +164,7 @@ where
             closing: false,
             alarms,
             later: None,
+            held_attach: None,
         }
     }
 
@@ -489,7 +503,7 @@ where
             let awaiting_store = self.sessions.values().any(|s| s.awaits_store());
             let read_room = self.read_sizing.prepare(&mut self.rbuf);
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf), if !backed_up && self.later.is_none() => {
+                read = self.reader.read_buf(&mut self.rbuf), if !backed_up && !self.waiting() => {
                     let n = read?;
                     if n == 0 {
                         return Ok(());
@@ -529,6 +543,12 @@ where
                 }
                 response = later_response(&mut self.later), if self.later.is_some() => {
                     if !self.answer_later(response) {
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                }
+                _ = attach_caught_up(&mut self.held_attach), if self.held_attach.is_some() => {
+                    if !self.release_held_attach() {
                         self.flush().await?;
                         return Ok(());
                     }
@@ -596,8 +616,9 @@ where
     /// Handles every whole frame in the read buffer; false when the connection is done.
     fn on_input(&mut self) -> bool {
         loop {
-            if self.later.is_some() {
-                // The rest waits for the answer (`answer_later`).
+            if self.waiting() {
+                // The rest waits for the answer (`answer_later`) or the held attach
+                // (`release_held_attach`).
                 break;
             }
             let frame = match parse_frame(&mut self.rbuf, self.config.max_frame_size) {
@@ -631,6 +652,43 @@ where
         }
         self.end_of_batch();
         true
+    }
+
+    /// A management request or an attach waits: no frame after it is read or handled.
+    fn waiting(&self) -> bool {
+        self.later.is_some() || self.held_attach.is_some()
+    }
+
+    /// The held attach's wait is over: it is handled (refused then if what it names is
+    /// still unknown), then the frames that arrived after it. False when the connection is
+    /// done.
+    fn release_held_attach(&mut self) -> bool {
+        let Some(held) = self.held_attach.take() else {
+            return true;
+        };
+        let Some(vhost) = self.vhost.clone() else {
+            return false;
+        };
+        let HeldAttach {
+            channel, attach, ..
+        } = *held;
+        self.on_session_performative(channel, attach, bytes::Bytes::new(), &vhost)
+            && self.on_input()
+    }
+
+    /// The wait an attach on this node should be held for: it names a queue or exchange
+    /// this node does not know, which another node of the cluster may have declared and
+    /// answered for while this one is still applying the log (the 0-9-1 connection holds
+    /// its lookups the same way).
+    fn catch_up_for(&self, attach: &Attach, vhost: &VHost) -> Option<CaughtUp> {
+        let known = match address::looked_up_by(attach)? {
+            LookedUp::Queue(name) => vhost.queue(&name).is_some(),
+            LookedUp::Exchange(name) => vhost.exchange(&name).is_some(),
+        };
+        match known {
+            true => None,
+            false => self.broker.catch_up_wait(),
+        }
     }
 
     /// A management request's change was made: its answer goes out, then the frames that
@@ -760,40 +818,61 @@ where
                 }
                 true
             }
-            other => {
-                let (sessions, mut env) = self.split(&vhost);
-                let Some(session) = sessions.get_mut(&channel) else {
-                    self.close_with(codec::error(
-                        AmqpError::IllegalState,
-                        format!("frame on channel {channel}, which has no session"),
-                    ));
-                    return false;
-                };
-                let mut drain = None;
-                let result = match other {
-                    Performative::Attach(a) => session.attach(a, &mut env),
-                    Performative::Flow(f) => session.flow(f, &mut env).map(|h| drain = h),
-                    Performative::Transfer(t) => session.transfer(t, payload, &mut env),
-                    Performative::Disposition(d) => {
-                        session.disposition(d, &mut env);
-                        Ok(())
-                    }
-                    Performative::Detach(d) => {
-                        session.detach(d, &mut env);
-                        Ok(())
-                    }
-                    _ => Ok(()),
-                };
-                if let Some(handle) = drain {
-                    self.drain_events();
-                    let (sessions, mut env) = self.split(&vhost);
-                    if let Some(session) = sessions.get_mut(&channel) {
-                        session.finish_drain(handle, &mut env);
-                    }
+            Performative::Attach(a) => {
+                if let Some(caught_up) = self.catch_up_for(&a, &vhost) {
+                    tracing::debug!(link = %a.name, "catching up with the metadata log");
+                    self.held_attach = Some(Box::new(HeldAttach {
+                        channel,
+                        attach: Performative::Attach(a),
+                        caught_up,
+                    }));
+                    return true;
                 }
-                self.on_fail(channel, result, &vhost)
+                self.on_session_performative(channel, Performative::Attach(a), payload, &vhost)
+            }
+            other => self.on_session_performative(channel, other, payload, &vhost),
+        }
+    }
+
+    /// A performative of the session on `channel`; false when the connection is done.
+    fn on_session_performative(
+        &mut self,
+        channel: u16,
+        p: Performative,
+        payload: bytes::Bytes,
+        vhost: &Arc<VHost>,
+    ) -> bool {
+        let (sessions, mut env) = self.split(vhost);
+        let Some(session) = sessions.get_mut(&channel) else {
+            self.close_with(codec::error(
+                AmqpError::IllegalState,
+                format!("frame on channel {channel}, which has no session"),
+            ));
+            return false;
+        };
+        let mut drain = None;
+        let result = match p {
+            Performative::Attach(a) => session.attach(a, &mut env),
+            Performative::Flow(f) => session.flow(f, &mut env).map(|h| drain = h),
+            Performative::Transfer(t) => session.transfer(t, payload, &mut env),
+            Performative::Disposition(d) => {
+                session.disposition(d, &mut env);
+                Ok(())
+            }
+            Performative::Detach(d) => {
+                session.detach(d, &mut env);
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if let Some(handle) = drain {
+            self.drain_events();
+            let (sessions, mut env) = self.split(vhost);
+            if let Some(session) = sessions.get_mut(&channel) {
+                session.finish_drain(handle, &mut env);
             }
         }
+        self.on_fail(channel, result, vhost)
     }
 
     /// Turns a handler's failure into a detach, an end or a close; false when the
@@ -919,6 +998,14 @@ where
 async fn later_response(later: &mut Option<Box<LaterAnswer>>) -> Response {
     match later {
         Some(later) => (&mut later.response).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes when the held attach's wait is over; never when none is held.
+async fn attach_caught_up(held: &mut Option<Box<HeldAttach>>) {
+    match held {
+        Some(held) => held.caught_up.as_mut().await,
         None => std::future::pending().await,
     }
 }

@@ -351,3 +351,119 @@ fn the_servers_close_comes_after_the_links_consumers_are_gone() {
         );
     });
 }
+
+/// A metadata log this node is behind: the ops `committed_elsewhere` (another node answered
+/// for them) are applied here only when an op of this node's goes through the log, as a
+/// read barrier does.
+struct BehindLog {
+    node: std::sync::Weak<Broker>,
+    committed_elsewhere: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl warren_broker::Replicator for BehindLog {
+    fn submit(&self, op: Vec<u8>) -> warren_broker::Submitted {
+        let applied = self.node.upgrade().map(|node| {
+            for earlier in self.committed_elsewhere.lock().unwrap().drain(..) {
+                node.apply_replicated(&earlier);
+            }
+            node.apply_replicated(&op)
+        });
+        Box::pin(async move {
+            applied.ok_or_else(|| warren_broker::ReplicationError("log stopped".into()))
+        })
+    }
+}
+
+/// The next attach the server sends, and the detach after it when the link was refused
+/// (the flows a sending client's link gets are skipped).
+async fn attach_answer(c: &mut Client) -> (Attach, Option<Detach>) {
+    let a = loop {
+        match c.performative().await.0 {
+            Performative::Attach(a) => break a,
+            Performative::Flow(_) => continue,
+            other => panic!("expected an attach, got {other:?}"),
+        }
+    };
+    let refused = a.source.is_none() && a.target.is_none();
+    if !refused {
+        return (a, None);
+    }
+    loop {
+        match c.performative().await.0 {
+            Performative::Detach(d) => return (a, Some(d)),
+            Performative::Flow(_) => continue,
+            other => panic!("expected a detach, got {other:?}"),
+        }
+    }
+}
+
+/// A link attached on a node behind the metadata log to a queue or exchange another node
+/// has just declared is not refused: the attach waits for this node to catch up (a read
+/// barrier through the log) before it answers not-found, as the 0-9-1 lookups do.
+#[tokio::test]
+async fn an_attach_on_a_node_behind_the_log_finds_what_another_node_declared() {
+    use warren_broker::DefinitionOp;
+    let broker = Broker::new(1 << 30, None);
+    broker.seed_defaults("guest", "guest", "/").unwrap();
+    let declared_elsewhere = [
+        DefinitionOp::QueueDeclare {
+            vhost: "/".into(),
+            name: "declared-there".into(),
+            server_named: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+            connection: 0,
+            members: Vec::new(),
+            home: None,
+        },
+        DefinitionOp::ExchangeDeclare {
+            vhost: "/".into(),
+            name: "x-declared-there".into(),
+            kind: "topic".into(),
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::new(),
+        },
+    ];
+    broker.set_replicator(Arc::new(BehindLog {
+        node: Arc::downgrade(&broker),
+        committed_elsewhere: std::sync::Mutex::new(
+            declared_elsewhere
+                .iter()
+                .map(DefinitionOp::encode)
+                .collect(),
+        ),
+    }));
+    let vhost = broker.vhost("/").unwrap();
+    assert!(vhost.queue("declared-there").is_none(), "behind the log");
+    let mut c = open_client(broker.clone()).await;
+
+    c.send(
+        0,
+        attach("r", 0, Role::Receiver, "/queues/declared-there"),
+        &[],
+    )
+    .await;
+    let (a, detach) = attach_answer(&mut c).await;
+    assert!(a.source.is_some() && detach.is_none(), "{detach:?}");
+    c.send(
+        0,
+        attach("s", 1, Role::Sender, "/exchanges/x-declared-there/k"),
+        &[],
+    )
+    .await;
+    let (a, detach) = attach_answer(&mut c).await;
+    assert!(a.target.is_some() && detach.is_none(), "{detach:?}");
+
+    // What no node declared is still refused, after the barrier.
+    c.send(0, attach("n", 2, Role::Receiver, "/queues/nowhere"), &[])
+        .await;
+    let (_, detach) = attach_answer(&mut c).await;
+    assert_eq!(
+        detach.and_then(|d| d.error).map(|e| e.condition),
+        Some(ErrorCondition::AmqpError(AmqpError::NotFound))
+    );
+}

@@ -31,4 +31,6 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub use change::{Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted};
+pub use change::{
+    CaughtUp, Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
+};

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use warren_broker::remote::PeerLink;
 use warren_broker::vhost::LINK_WAIT;
-use warren_broker::PendingChange;
+use warren_broker::{CaughtUp, PendingChange};
 use warren_codec::*;
 
 /// What a channel method answers once its change is made.
@@ -72,7 +72,7 @@ pub enum HeldUntil {
     /// passed.
     Linked,
     /// This node has applied every definitions change committed so far
-    /// (`Broker::catch_up`), or [`LINK_WAIT`] passed: the method names a queue or exchange
+    /// (`Broker::catch_up_wait`), or its wait passed: the method names a queue or exchange
     /// this node does not know, which another node may just have answered a declare for.
     CaughtUp,
 }
@@ -99,17 +99,14 @@ impl Held {
         })
     }
 
-    /// Held for `barrier`; a barrier that fails (no quorum) or takes longer than
-    /// [`LINK_WAIT`] lets the method go on with this node's view.
-    pub fn for_catch_up(channel: u16, method: Method, barrier: PendingChange) -> Box<Held> {
+    /// Held until `caught_up` (`Broker::catch_up_wait`) is over.
+    pub fn for_catch_up(channel: u16, method: Method, caught_up: CaughtUp) -> Box<Held> {
         tracing::debug!(method = method.name(), "catching up with the metadata log");
         Box::new(Held {
             channel,
             method,
             until: HeldUntil::CaughtUp,
-            ready: Box::pin(async move {
-                let _ = tokio::time::timeout(LINK_WAIT, barrier).await;
-            }),
+            ready: caught_up,
         })
     }
 }

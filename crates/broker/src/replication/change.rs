@@ -43,6 +43,13 @@ pub trait Replicator: Send + Sync {
 /// seen at the next count.
 const GROUPS_PER_NODE_RECOUNT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The longest a protocol session holds a lookup for `Broker::catch_up_wait`: as long as it
+/// waits for a link to a queue's node (`vhost::LINK_WAIT`), the other wait before a 404.
+pub const CATCH_UP_WAIT: std::time::Duration = crate::vhost::LINK_WAIT;
+
+/// A wait for this node to catch up with the metadata log (`Broker::catch_up_wait`).
+pub type CaughtUp = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 pub type PendingChange = Pin<Box<dyn Future<Output = Result<Outcome, AmqpError>> + Send>>;
 
 /// Resolves once what a change wrote to the store is durable (fsync'd).
@@ -96,6 +103,17 @@ impl Broker {
     pub fn catch_up(&self) -> Option<PendingChange> {
         let replicator = self.replicator()?;
         Some(Box::pin(submit(replicator.as_ref(), DefinitionOp::Barrier)))
+    }
+
+    /// What a protocol session holds a method or an attach for when it names a queue or
+    /// exchange this node does not know: `catch_up`, over when the barrier is applied, when
+    /// it fails (no quorum: this node's view is all there is) or after [`CATCH_UP_WAIT`].
+    /// None without a log.
+    pub fn catch_up_wait(&self) -> Option<CaughtUp> {
+        let barrier = self.catch_up()?;
+        Some(Box::pin(async move {
+            let _ = tokio::time::timeout(CATCH_UP_WAIT, barrier).await;
+        }))
     }
 
     /// Makes one definitions change: applied here and now on a single node, submitted to
