@@ -100,17 +100,11 @@ pub fn parse_source(address: Option<&str>) -> Result<String, String> {
     }
 }
 
-/// A queue or exchange a link's attach names: the link is refused when it is not there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LookedUp {
-    Queue(String),
-    Exchange(String),
-}
-
-/// What the attach of a link looks up by name: a receiving client's source queue, a sending
-/// client's target queue or exchange. None for a dynamic or null terminus, the management
-/// node, and an address refused whatever exists.
-pub fn looked_up_by(attach: &Attach) -> Option<LookedUp> {
+/// The queue or exchange the attach of a link names, which the link is refused for when
+/// it is not there: a receiving client's source queue, a sending client's target queue or
+/// exchange (the name and whether it is an exchange). None for a dynamic or null terminus,
+/// the management node, and an address refused whatever exists.
+pub fn looked_up_by(attach: &Attach) -> Option<(String, bool)> {
     match attach.role {
         // The client receives: its source is a queue.
         Role::Receiver => {
@@ -120,14 +114,14 @@ pub fn looked_up_by(attach: &Attach) -> Option<LookedUp> {
             }
             parse_source(source.address.as_deref())
                 .ok()
-                .map(LookedUp::Queue)
+                .map(|q| (q, false))
         }
         Role::Sender => match attach.target.as_deref()? {
             TargetArchetype::Target(t) if !t.dynamic => match parse_target(t.address.as_deref()) {
                 Ok(TargetAddress::Fixed(d)) if d.exchange.is_empty() => {
-                    Some(LookedUp::Queue(d.routing_key))
+                    Some((d.routing_key, false))
                 }
-                Ok(TargetAddress::Fixed(d)) => Some(LookedUp::Exchange(d.exchange)),
+                Ok(TargetAddress::Fixed(d)) => Some((d.exchange, true)),
                 _ => None,
             },
             _ => None,

@@ -16,7 +16,7 @@
 //! after twice that with nothing read) and send an empty frame when we have been quiet for
 //! half of the client's.
 
-use crate::address::{self, LookedUp};
+use crate::address;
 use crate::codec::{self, *};
 use crate::management::Response;
 use crate::sasl;
@@ -38,7 +38,7 @@ use warren_broker::server_properties::amqp10_server_properties;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
     churn, event_channel, Broker, CaughtUp, ConnectionEvent, ConnectionId, EventReceiver,
-    EventSender, VHost,
+    EventSender, NameLookup, VHost,
 };
 use warren_codec::socket_buffer::{new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing};
 use warren_codec::FieldTable;
@@ -681,14 +681,14 @@ where
     /// answered for while this one is still applying the log (the 0-9-1 connection holds
     /// its lookups the same way).
     fn catch_up_for(&self, attach: &Attach, vhost: &VHost) -> Option<CaughtUp> {
-        let known = match address::looked_up_by(attach)? {
-            LookedUp::Queue(name) => vhost.queue(&name).is_some(),
-            LookedUp::Exchange(name) => vhost.exchange(&name).is_some(),
+        // A single node has no log: nothing to parse or look up.
+        self.broker.replicator()?;
+        let (name, exchange) = address::looked_up_by(attach)?;
+        let lookup = match exchange {
+            true => NameLookup::Exchange(&name),
+            false => NameLookup::Queue(&name),
         };
-        match known {
-            true => None,
-            false => self.broker.catch_up_wait(),
-        }
+        self.broker.catch_up_unless_known(vhost, lookup)
     }
 
     /// A management request's change was made: its answer goes out, then the frames that

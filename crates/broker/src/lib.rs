@@ -74,7 +74,8 @@ pub use policy::{AppliedPolicies, Policy, PolicyKind};
 pub use queue::{Enqueued, Queue, QueuedMessage};
 pub use registry::{ChannelInfo, ConnectionInfo, ConsumerInfo, Registry};
 pub use replication::{
-    CaughtUp, Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
+    CaughtUp, Change, DurableWait, NameLookup, PendingChange, ReplicationError, Replicator,
+    Submitted,
 };
 pub use stats::{HandedOut, MessageCounts, MessageStats, QueueStats};
 pub use vhost::{ExchangeDeclaration, QueueDeclaration, VHost, VHostLimits, VHostMetadata};

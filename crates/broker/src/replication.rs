@@ -32,5 +32,6 @@ mod restore;
 mod tests;
 
 pub use change::{
-    CaughtUp, Change, DurableWait, PendingChange, ReplicationError, Replicator, Submitted,
+    CaughtUp, Change, DurableWait, NameLookup, PendingChange, ReplicationError, Replicator,
+    Submitted,
 };

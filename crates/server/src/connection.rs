@@ -34,7 +34,7 @@ use crate::handshake::{self, ClientCapabilities};
 use crate::throttle::{Throttle, ThrottleState};
 use crate::tls::TlsPeer;
 use crate::unsynced::Unsynced;
-use crate::waiting::{self, Held, HeldUntil, LookedUp, PendingReply};
+use crate::waiting::{self, Held, HeldUntil, Looks, PendingReply};
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
 use std::net::SocketAddr;
@@ -49,8 +49,8 @@ use warren_broker::registry::{connection_name, ConnectionFacts, ConnectionState}
 use warren_broker::remote::PeerLink;
 use warren_broker::user_usage::UsageSlot;
 use warren_broker::{
-    churn, event_channel, names, AmqpError, Broker, CaughtUp, ConnectionEvent, ConnectionId,
-    ConnectionInfo, EventReceiver, EventSender, VHost,
+    churn, event_channel, AmqpError, Broker, CaughtUp, ConnectionEvent, ConnectionId,
+    ConnectionInfo, EventReceiver, EventSender, NameLookup, VHost,
 };
 use warren_codec::socket_buffer::{
     new_socket_buffer, new_write_buffer, rewind, shrink_idle_write_buffer, ReadSizing,
@@ -924,17 +924,18 @@ where
     /// RabbitMQ's metadata is on every node before declare-ok goes out; here the declaring
     /// node answers once a majority has the change, so the others look again before a 404.
     fn catch_up_to_await(&self, ch: u16, method: &Method) -> Option<CaughtUp> {
+        // A single node has no log: nothing to resolve or look up.
+        self.broker.replicator()?;
         let vhost = self.vhost.as_ref()?;
-        let known = match waiting::looked_up(method)? {
-            LookedUp::Queue(named) => {
+        match waiting::looked_up(method)? {
+            (named, Looks::Queue) => {
                 let name = self.channels.get(&ch)?.queue_name(named.clone()).ok()?;
-                name.starts_with(names::DIRECT_REPLY_TO) || vhost.queue(&name).is_some()
+                self.broker
+                    .catch_up_unless_known(vhost, NameLookup::Queue(&name))
             }
-            LookedUp::Exchange(name) => name.is_empty() || vhost.exchange(name).is_some(),
-        };
-        match known {
-            true => None,
-            false => self.broker.catch_up_wait(),
+            (name, Looks::Exchange) => self
+                .broker
+                .catch_up_unless_known(vhost, NameLookup::Exchange(name)),
         }
     }
 

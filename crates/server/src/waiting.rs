@@ -111,24 +111,26 @@ impl Held {
     }
 }
 
-/// A name a method looks up, and answers 404 for when it is not there.
-pub enum LookedUp<'a> {
-    Queue(&'a ShortStr),
-    Exchange(&'a ShortStr),
-}
-
-/// What `method` looks up: passive declares, and the methods that use a queue's messages
-/// now. (The methods that change definitions go through the metadata log, which orders
-/// them after every change committed before.)
-pub fn looked_up(method: &Method) -> Option<LookedUp<'_>> {
+/// What `method` looks up by name: passive declares, and the methods that use a queue's
+/// messages now (an empty queue name is the channel's last declared queue). The methods
+/// that change definitions go through the metadata log, which orders them after every
+/// change committed before.
+pub fn looked_up(method: &Method) -> Option<(&ShortStr, Looks)> {
     match method {
-        Method::QueueDeclare(m) if m.passive => Some(LookedUp::Queue(&m.queue)),
-        Method::ExchangeDeclare(m) if m.passive => Some(LookedUp::Exchange(&m.exchange)),
-        Method::BasicConsume(m) => Some(LookedUp::Queue(&m.queue)),
-        Method::BasicGet(m) => Some(LookedUp::Queue(&m.queue)),
-        Method::QueuePurge(m) => Some(LookedUp::Queue(&m.queue)),
+        Method::QueueDeclare(m) if m.passive => Some((&m.queue, Looks::Queue)),
+        Method::ExchangeDeclare(m) if m.passive => Some((&m.exchange, Looks::Exchange)),
+        Method::BasicConsume(m) => Some((&m.queue, Looks::Queue)),
+        Method::BasicGet(m) => Some((&m.queue, Looks::Queue)),
+        Method::QueuePurge(m) => Some((&m.queue, Looks::Queue)),
         _ => None,
     }
+}
+
+/// Whether a name `looked_up` returns is a queue's or an exchange's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Looks {
+    Queue,
+    Exchange,
 }
 
 /// The queue whose messages `method` uses now (what waits for its node's link); an empty
@@ -137,8 +139,8 @@ pub fn queue_used(method: &Method) -> Option<&ShortStr> {
     match method {
         Method::QueueDeclare(m) => Some(&m.queue),
         _ => match looked_up(method)? {
-            LookedUp::Queue(queue) => Some(queue),
-            LookedUp::Exchange(_) => None,
+            (queue, Looks::Queue) => Some(queue),
+            (_, Looks::Exchange) => None,
         },
     }
 }

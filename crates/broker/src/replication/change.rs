@@ -47,6 +47,14 @@ const GROUPS_PER_NODE_RECOUNT: std::time::Duration = std::time::Duration::from_s
 /// waits for a link to a queue's node (`vhost::LINK_WAIT`), the other wait before a 404.
 pub const CATCH_UP_WAIT: std::time::Duration = crate::vhost::LINK_WAIT;
 
+/// A queue or exchange name a client's command or link looks up, and is refused for (404,
+/// amqp:not-found) when this node does not know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameLookup<'a> {
+    Queue(&'a str),
+    Exchange(&'a str),
+}
+
 /// A wait for this node to catch up with the metadata log (`Broker::catch_up_wait`).
 pub type CaughtUp = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -114,6 +122,26 @@ impl Broker {
         Some(Box::pin(async move {
             let _ = tokio::time::timeout(CATCH_UP_WAIT, barrier).await;
         }))
+    }
+
+    /// The wait a protocol session holds a lookup of `name` in `vhost` for: `catch_up_wait`
+    /// when this node has a log and does not know the name (another node may have just
+    /// declared it and answered for it), None otherwise. Direct reply-to and the default
+    /// exchange are always known. Checks for a log first: a single node looks nothing up.
+    pub fn catch_up_unless_known(&self, vhost: &VHost, name: NameLookup<'_>) -> Option<CaughtUp> {
+        self.replicator()?;
+        let known = match name {
+            NameLookup::Queue(queue) => {
+                queue.starts_with(crate::names::DIRECT_REPLY_TO) || vhost.queue(queue).is_some()
+            }
+            NameLookup::Exchange(exchange) => {
+                exchange.is_empty() || vhost.exchange(exchange).is_some()
+            }
+        };
+        match known {
+            true => None,
+            false => self.catch_up_wait(),
+        }
     }
 
     /// Makes one definitions change: applied here and now on a single node, submitted to
