@@ -226,8 +226,13 @@ impl ReadyList {
         self.levels.iter().flat_map(|level| level.iter())
     }
 
-    /// The earliest expiry among the level heads.
+    /// The earliest expiry among the level heads (none in an empty list: a publish to a
+    /// queue that its consumers keep empty asks on every message).
+    #[inline]
     pub fn next_expiry(&self) -> Option<std::time::Instant> {
+        if self.len == 0 {
+            return None;
+        }
         self.levels
             .iter()
             .filter_map(|l| l.front().and_then(|m| m.expires_at))

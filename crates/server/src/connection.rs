@@ -1147,6 +1147,7 @@ where
     /// A whole publish taken from the buffer at once: its method, header and body handled
     /// as `on_frame` handles the three frames, with the same checks and errors, on one
     /// lookup of the channel.
+    #[inline]
     fn on_whole_publish(&mut self, publish: PublishFrames) -> Result<Next, Failure> {
         let content = (publish.header, publish.body);
         self.publish_on(publish.channel, publish.method, Some(content))
@@ -1156,6 +1157,7 @@ where
     /// basic.publish on channel `ch` (from the fast decoder: what `on_channel_method` does
     /// with it, without the `Method` around it), and its content (header and body payloads)
     /// when it came with it. A channel closing drops them all, as it drops each frame.
+    #[inline]
     fn publish_on(
         &mut self,
         ch: u16,

@@ -99,6 +99,7 @@ pub struct PublishGrants {
 }
 
 impl PublishGrants {
+    #[inline]
     fn refresh(&mut self, ctx: &Ctx) {
         let generation = ctx.access.generation();
         if generation != self.generation {
@@ -109,11 +110,18 @@ impl PublishGrants {
     }
 
     /// basic.publish: write on the exchange.
+    #[inline]
     pub fn check_write(&mut self, ctx: &Ctx, exchange: &ShortStr) -> AmqpResult<()> {
         self.refresh(ctx);
         if self.exchanges.iter().any(|(e, _)| e == exchange) {
             return Ok(());
         }
+        self.grant_write(ctx, exchange)
+    }
+
+    /// `check_write` on an exchange not granted yet: checked, and remembered if granted.
+    #[inline(never)]
+    fn grant_write(&mut self, ctx: &Ctx, exchange: &ShortStr) -> AmqpResult<()> {
         check(ctx, AccessKind::Write, Resource::Exchange, exchange)?;
         let restricted = ctx
             .access
@@ -126,6 +134,7 @@ impl PublishGrants {
 
     /// basic.publish to a topic exchange: topic write on every routing key (CC/BCC too).
     /// Call after `check_write` for the same exchange.
+    #[inline]
     pub fn check_topic_write(
         &mut self,
         ctx: &Ctx,
@@ -137,6 +146,17 @@ impl PublishGrants {
         if exchange.kind != ExchangeKind::Topic {
             return Ok(());
         }
+        self.check_topic_keys(ctx, exchange, routing_keys)
+    }
+
+    /// `check_topic_write` to a topic exchange.
+    #[inline(never)]
+    fn check_topic_keys(
+        &mut self,
+        ctx: &Ctx,
+        exchange: &Exchange,
+        routing_keys: &[&str],
+    ) -> AmqpResult<()> {
         let restricted = self
             .exchanges
             .iter()

@@ -49,6 +49,7 @@ const TX_COMMIT: (u16, u16) = (TxCommit::CLASS_ID, TxCommit::METHOD_ID);
 
 /// A publish's content header, checked as RabbitMQ checks it: it decodes, it is basic's, and
 /// the body it announces is within the configured maximum.
+#[inline]
 fn checked_header(payload: Bytes, ctx: &Ctx) -> AmqpResult<ContentHeader> {
     let header = ContentHeader::decode(payload)
         .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
@@ -69,6 +70,7 @@ impl Channel {
     /// `start_publish`, `content_header` and `content_body` do with its three frames, with
     /// the same checks and errors, without holding it as pending between them. `body` is
     /// the one body frame's payload, as long as the header says (split_publish checked).
+    #[inline]
     pub fn publish_whole(
         &mut self,
         method: BasicPublish,
@@ -154,6 +156,7 @@ impl Channel {
     }
 
     /// A message whole: routed now, or held by the transaction.
+    #[inline]
     fn publish_complete(&mut self, published: Published, ctx: &mut Ctx) -> AmqpResult<()> {
         // Checked as RabbitMQ does, when the message is whole and before a transaction
         // takes it: write on the exchange (cached per channel).

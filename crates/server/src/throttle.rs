@@ -93,11 +93,19 @@ impl Throttle {
 
     /// A publish's content frame was read. Returns true when the connection is now blocked
     /// and the caller must stop taking frames.
+    #[inline]
     pub fn publish_received(&mut self, out: &mut BytesMut) -> bool {
         let alarms = self.current_alarms();
         if alarms.is_empty() {
             return false;
         }
+        self.block(alarms, out);
+        true
+    }
+
+    /// `publish_received` with an alarm on: blocks, and says so once.
+    #[inline(never)]
+    fn block(&mut self, alarms: AlarmSet, out: &mut BytesMut) {
         if !self.blocked {
             self.blocked = true;
             if self.can_notify && !self.notified {
@@ -107,7 +115,6 @@ impl Throttle {
             }
             self.log_change();
         }
-        true
     }
 
     /// Whether no alarm is on now, so a publish read now is taken (`publish_received` would
@@ -117,6 +124,7 @@ impl Throttle {
     }
 
     /// The alarm set now: the one last seen unless a change is waiting (one atomic load).
+    #[inline]
     fn current_alarms(&self) -> AlarmSet {
         match self.alarms.has_changed() {
             Ok(false) => self.seen,

@@ -330,10 +330,17 @@ impl ClassicQueue {
     }
 
     /// Drops expired messages from the head, to be dead-lettered.
+    #[inline]
     pub(super) fn expire(&self, st: &mut ClassicState, dead: &mut DeadLetters) {
         let Some(next) = st.ready.next_expiry() else {
             return;
         };
+        self.expire_due(st, next, dead);
+    }
+
+    /// `expire` once some message has an expiry (`next`, the earliest).
+    #[inline(never)]
+    fn expire_due(&self, st: &mut ClassicState, next: Instant, dead: &mut DeadLetters) {
         let now = Instant::now();
         if next <= now {
             let mut expired = Vec::new();
@@ -347,10 +354,16 @@ impl ClassicQueue {
 
     /// Hands dead messages to the record, which routes them to the dead-letter exchange
     /// (dropped if there is none); their store records go first.
+    #[inline]
     pub(super) fn dead_letter(&self, q: &Queue, dead: DeadLetters) {
         if dead.is_empty() {
             return;
         }
+        self.dead_letter_some(q, dead);
+    }
+
+    #[inline(never)]
+    fn dead_letter_some(&self, q: &Queue, dead: DeadLetters) {
         for (m, _) in &dead {
             self.forget(q, m);
         }
