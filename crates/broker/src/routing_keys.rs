@@ -61,6 +61,7 @@ pub enum PublishKeys<'a> {
 
 impl<'a> PublishKeys<'a> {
     /// `routes` that are not UTF-8 are skipped: no binding key could match them.
+    #[inline]
     pub fn new(routing_key: &'a str, routes: &'a [Bytes]) -> PublishKeys<'a> {
         if routes.is_empty() {
             return PublishKeys::One([routing_key]);
@@ -73,6 +74,7 @@ impl<'a> PublishKeys<'a> {
     }
 
     /// Every key, the publish's own first.
+    #[inline]
     pub fn all(&self) -> &[&'a str] {
         match self {
             PublishKeys::One(key) => key,

@@ -840,8 +840,10 @@ where
                 true => split_publish(&mut self.rbuf, self.frame_max),
                 false => None,
             };
+            // A whole publish was taken with no alarm on: `publish_received` would block
+            // nothing (an alarm raised meanwhile meets the next publish's header).
             let (result, content) = match whole {
-                Some(publish) => (self.on_whole_publish(publish), true),
+                Some(publish) => (self.on_whole_publish(publish), false),
                 None => {
                     let frame = match parse_frame(&mut self.rbuf, self.frame_max) {
                         Ok(Some(frame)) => frame,

@@ -288,11 +288,12 @@ fn enqueue(
         }
     }
     let mut routed_confirm = RoutedConfirm::new(confirm_to);
-    for queue in queues.drain(..) {
+    for queue in queues.iter() {
         if queue.publish_routed(message, stored, routed_confirm.as_mut()) == Enqueued::Rejected {
             refused = true;
         }
     }
+    queues.clear();
     Ok(Confirm::new(
         store_seq,
         refused,
