@@ -12,17 +12,27 @@ const ROUTING_HEADERS: [&str; 2] = ["CC", "BCC"];
 /// The extra routing keys a message's `CC` and `BCC` headers name. Entries that are not
 /// strings are skipped, as RabbitMQ does; a `CC` or `BCC` that is not an array makes the
 /// message invalid (406). Allocates nothing when neither header is present.
-#[inline]
 pub fn header_routes(headers: Option<&FieldTable>) -> AmqpResult<Vec<Bytes>> {
+    let mut routes = Vec::new();
+    header_routes_into(headers, &mut routes)?;
+    Ok(routes)
+}
+
+/// `header_routes` into `routes` (emptied first): a publisher that reuses one vector
+/// neither allocates nor drops one per message.
+#[inline]
+pub fn header_routes_into(headers: Option<&FieldTable>, routes: &mut Vec<Bytes>) -> AmqpResult<()> {
+    if !routes.is_empty() {
+        routes.clear();
+    }
     match headers {
-        None => Ok(Vec::new()),
-        Some(headers) => routes_in(headers),
+        None => Ok(()),
+        Some(headers) => routes_in(headers, routes),
     }
 }
 
-/// `header_routes` of a message with headers.
-fn routes_in(headers: &FieldTable) -> AmqpResult<Vec<Bytes>> {
-    let mut routes = Vec::new();
+/// `header_routes_into` for a message with headers.
+fn routes_in(headers: &FieldTable, routes: &mut Vec<Bytes>) -> AmqpResult<()> {
     for key in ROUTING_HEADERS {
         match headers.get(key) {
             None => {}
@@ -40,7 +50,7 @@ fn routes_in(headers: &FieldTable) -> AmqpResult<Vec<Bytes>> {
             }
         }
     }
-    Ok(routes)
+    Ok(())
 }
 
 /// Removes the `BCC` header (the other headers keep their order); true when there was one,

@@ -10,6 +10,7 @@ use crate::permissions::{self, PublishGrants, Resource};
 use crate::publish_state::{ConfirmState, PendingPublish, TxOp};
 use crate::unacked::Unacked;
 use crate::waiting::Reply;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub struct Channel {
     pub commit_waits_for: Option<u64>,
     /// Reused by every publish (routing result, store ids, the last queue looked up).
     pub publish_scratch: PublishScratch,
+    /// The routing keys of the last publish's CC and BCC headers (`header_routes_into`),
+    /// emptied once it is routed: they slice its read buffer.
+    pub cc_routes: Vec<Bytes>,
     /// What the HTTP API shows of this channel: its counters and gauges, kept current here.
     pub info: Arc<ChannelInfo>,
     /// Exchanges and topic routing keys this channel may publish to (cached checks).
@@ -90,6 +94,7 @@ impl Channel {
             tx: None,
             commit_waits_for: None,
             publish_scratch: PublishScratch::default(),
+            cc_routes: Vec::new(),
             publish_grants: PublishGrants::default(),
             last_published_exchange: LastLookup::default(),
             user_slot: None,

@@ -1211,6 +1211,7 @@ where
     }
 
     /// A channel number above the negotiated channel_max closes the connection.
+    #[inline]
     fn check_channel_max(&self, ch: u16, (class_id, method_id): (u16, u16)) -> Result<(), Failure> {
         if ch > self.channel_max {
             return Err(Failure {
@@ -1230,6 +1231,7 @@ where
     /// checks every such method passes: the channel is open (else a connection error) and
     /// not waiting for a publish's content. `None`: the channel is closing, or the broker
     /// closed it and this is a late frame (`closed_channels.rs`): the method is dropped.
+    #[inline]
     fn channel_for_method(
         &mut self,
         ch: u16,

@@ -18,7 +18,7 @@ use warren_broker::confirm::ConfirmTo;
 use warren_broker::message::parse_expiration;
 use warren_broker::message_pool;
 use warren_broker::names::{DIRECT_REPLY_TO, DIRECT_REPLY_TO_PREFIX};
-use warren_broker::routing_keys::{header_routes, strip_bcc, PublishKeys};
+use warren_broker::routing_keys::{header_routes_into, strip_bcc, PublishKeys};
 use warren_broker::vhost::Publish;
 use warren_broker::{AmqpError, AmqpResult, Message, MessageStats};
 use warren_codec::*;
@@ -223,7 +223,7 @@ impl Channel {
             }
         }
         // Sender-selected distribution: empty (no allocation) unless CC or BCC is present.
-        let cc_routes = header_routes(props.headers.as_ref())?;
+        header_routes_into(props.headers.as_ref(), &mut self.cc_routes)?;
         // Routing (a headers exchange) sees the headers without BCC, as consumers do.
         let bcc_removed = props
             .headers
@@ -271,7 +271,7 @@ impl Channel {
             c.next_seq
         });
 
-        let keys = PublishKeys::new(&message.routing_key, &cc_routes);
+        let keys = PublishKeys::new(&message.routing_key, &self.cc_routes);
         let routing_keys = keys.all();
         self.publish_grants
             .check_topic_write(ctx, &exchange, routing_keys)?;
@@ -293,6 +293,9 @@ impl Channel {
                 &mut self.publish_scratch,
             )
             .map_err(|e| AmqpError::new(ReplyCode::InternalError, format!("message store: {e}")))?;
+        if !self.cc_routes.is_empty() {
+            self.cc_routes.clear();
+        }
         let routed = outcome.queues > 0;
         let confirm = outcome.confirm;
         if !routed && !mandatory {
