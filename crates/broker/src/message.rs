@@ -76,7 +76,7 @@ impl Message {
 
     /// Builds a message from the properties the publish path read (`PublishProperties`,
     /// already checked), without a full `BasicProperties`.
-    #[inline]
+    #[inline(always)]
     pub fn from_publish(
         exchange: ShortStr,
         routing_key: ShortStr,
@@ -95,7 +95,7 @@ impl Message {
         )
     }
 
-    #[inline]
+    #[inline(always)]
     fn with_fields(
         exchange: ShortStr,
         routing_key: ShortStr,

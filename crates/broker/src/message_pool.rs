@@ -59,6 +59,7 @@ thread_local! {
 }
 
 /// `message` in a shared allocation: a recycled one when there is one, else a new `Arc`.
+#[inline]
 pub fn shared(message: Message) -> Arc<Message> {
     let recycled = MAGAZINE
         .try_with(|magazine| POOL.take(&mut magazine.borrow_mut()))
@@ -69,6 +70,7 @@ pub fn shared(message: Message) -> Arc<Message> {
 
 /// Done with `message`: when this was its last reference, its fields are dropped now and its
 /// allocation kept for the next `shared`; otherwise only this reference goes.
+#[inline]
 pub fn recycle(message: Arc<Message>) {
     let Some(empty) = emptied(message) else {
         return;
@@ -77,6 +79,7 @@ pub fn recycle(message: Arc<Message>) {
 }
 
 /// A recycled allocation (if any) holding `message`.
+#[inline]
 fn fill(recycled: Option<Slot>, message: Message) -> Arc<Message> {
     match recycled {
         Some(mut slot) => match Arc::get_mut(&mut slot) {
@@ -117,22 +120,40 @@ impl Pool {
     }
 
     /// An empty message from the thread's magazine, refilled from the depot when empty.
+    #[inline]
     fn take(&self, magazine: &mut Magazine) -> Option<Slot> {
         if magazine.is_empty() {
-            let mut depot = self.depot.lock();
-            if let Some(full) = depot.full.pop() {
-                let emptied = std::mem::replace(magazine, full);
-                if emptied.capacity() > 0 {
-                    depot.empty.push(emptied);
-                }
-            }
+            self.refill(magazine);
         }
         magazine.pop()
     }
 
+    /// Swaps an empty magazine for a full one from the depot, if it has one.
+    #[inline(never)]
+    fn refill(&self, magazine: &mut Magazine) {
+        let mut depot = self.depot.lock();
+        if let Some(full) = depot.full.pop() {
+            let emptied = std::mem::replace(magazine, full);
+            if emptied.capacity() > 0 {
+                depot.empty.push(emptied);
+            }
+        }
+    }
+
     /// Keeps an empty message in the thread's magazine; a full magazine goes to the depot
     /// first (an empty one comes back), or, with the depot full, is freed.
+    #[inline]
     fn give(&self, magazine: &mut Magazine, message: Slot) {
+        if magazine.len() >= MAGAZINE_MESSAGES || magazine.capacity() == 0 {
+            self.make_room(magazine);
+        }
+        magazine.push(message);
+    }
+
+    /// Room in the thread's magazine for one more: a full magazine goes to the depot (an
+    /// empty one comes back) or, with the depot full, is emptied; a first one is reserved.
+    #[inline(never)]
+    fn make_room(&self, magazine: &mut Magazine) {
         if magazine.len() >= MAGAZINE_MESSAGES {
             let mut depot = self.depot.lock();
             if depot.full.len() < DEPOT_MAGAZINES {
@@ -146,7 +167,6 @@ impl Pool {
         if magazine.capacity() == 0 {
             magazine.reserve_exact(MAGAZINE_MESSAGES);
         }
-        magazine.push(message);
     }
 
     /// Messages the depot holds.
