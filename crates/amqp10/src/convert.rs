@@ -592,7 +592,7 @@ const X_OPT_DEATHS: &str = "x-opt-deaths";
 /// from the 0-9-1 property flags, without decoding the properties.
 fn header_priority(m: &Message) -> u8 {
     const PRIORITY_FLAG: u16 = 1 << 11;
-    let flags = match m.properties_raw.get(..2) {
+    let flags = match m.properties_raw().get(..2) {
         Some(b) => u16::from_be_bytes([b[0], b[1]]),
         None => 0,
     };
@@ -610,9 +610,8 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
     if let Some(sections) = m.amqp10.as_deref() {
         return as_published(m, sections, redelivered, delivery_count);
     }
-    let props =
-        BasicProperties::decode(&mut Reader::new(m.properties_raw.clone())).unwrap_or_default();
-    let mut out = BytesMut::with_capacity(m.body.len() + 128);
+    let props = BasicProperties::decode(&mut Reader::new(m.properties_bytes())).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(m.body().len() + 128);
     encode(
         &mut out,
         &header(m, props.priority.unwrap_or(4), redelivered, delivery_count),
@@ -627,11 +626,8 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
             .as_inner_mut()
             .insert(OwnedKey::Symbol(Symbol::from(k)), v);
     };
-    annotate("x-exchange", Value::String(m.exchange.as_str().to_owned()));
-    annotate(
-        "x-routing-key",
-        Value::String(m.routing_key.as_str().to_owned()),
-    );
+    annotate("x-exchange", Value::String(m.exchange().to_owned()));
+    annotate("x-routing-key", Value::String(m.routing_key().to_owned()));
     if let Some(t) = props.message_type.as_ref().filter(|_| !amqp10_body) {
         annotate("x-basic-type", Value::String(t.as_str().to_owned()));
     }
@@ -697,10 +693,10 @@ pub fn to_amqp10(m: &Message, redelivered: bool, delivery_count: u32) -> Bytes {
         crate::value::encode_map_section(&mut section, APPLICATION_PROPERTIES as u8, entries);
         out.extend_from_slice(&section);
     }
-    if amqp10_body && sections(&m.body).is_ok() {
-        out.extend_from_slice(&m.body);
+    if amqp10_body && sections(&m.body_bytes()).is_ok() {
+        out.extend_from_slice(m.body());
     } else {
-        encode(&mut out, &Data(Binary::from(m.body.to_vec())));
+        encode(&mut out, &Data(Binary::from(m.body().to_vec())));
     }
     out.freeze()
 }
@@ -726,14 +722,11 @@ fn as_published(m: &Message, kept: &Bytes, redelivered: bool, delivery_count: u3
         let mut annotate = |k: &str, v: Value| {
             inner.insert(OwnedKey::Symbol(Symbol::from(k)), v);
         };
-        annotate(X_EXCHANGE, Value::String(m.exchange.as_str().to_owned()));
-        annotate(
-            X_ROUTING_KEY,
-            Value::String(m.routing_key.as_str().to_owned()),
-        );
+        annotate(X_EXCHANGE, Value::String(m.exchange().to_owned()));
+        annotate(X_ROUTING_KEY, Value::String(m.routing_key().to_owned()));
         if m.dead_lettered {
-            let props = BasicProperties::decode(&mut Reader::new(m.properties_raw.clone()))
-                .unwrap_or_default();
+            let props =
+                BasicProperties::decode(&mut Reader::new(m.properties_bytes())).unwrap_or_default();
             if let Some(headers) = &props.headers {
                 death_annotations(headers, &mut annotate);
             }
@@ -810,9 +803,9 @@ fn annotate_routing(out: &mut BytesMut, published: Option<&[u8]>, m: &Message) -
     out.put_u32(count + 4);
     out.extend_from_slice(entries);
     put_symbol(out, X_EXCHANGE);
-    put_string(out, m.exchange.as_str());
+    put_string(out, m.exchange());
     put_symbol(out, X_ROUTING_KEY);
-    put_string(out, m.routing_key.as_str());
+    put_string(out, m.routing_key());
     // map32's size counts the bytes after the size field: the count and the entries.
     let size = (out.len() - size_at - 4) as u32;
     out[size_at..size_at + 4].copy_from_slice(&size.to_be_bytes());

@@ -38,7 +38,7 @@ const PIPELINE_UNIT_BYTES: usize = 4096;
 /// What one delivery of `message` weighs in a consumer's pipeline: 1 for a body up to 4 KiB,
 /// one more per 4 KiB after that. The pipeline then bounds bytes as well as messages.
 pub fn pipeline_cost(message: &crate::message::Message) -> u32 {
-    let extra = message.body.len() / PIPELINE_UNIT_BYTES;
+    let extra = message.body().len() / PIPELINE_UNIT_BYTES;
     1 + u32::try_from(extra)
         .unwrap_or(u32::MAX - 1)
         .min(PIPELINE_LIMIT)

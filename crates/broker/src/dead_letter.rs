@@ -57,7 +57,7 @@ fn field<'a>(entry: &'a FieldValue, key: &str) -> Option<&'a str> {
 /// The routing keys a death records: the publish's and its `CC` header's (`BCC` ones are
 /// never shown to consumers).
 fn death_routing_keys(message: &Message, headers: &FieldTable) -> FieldValue {
-    let mut keys = vec![text(&message.routing_key)];
+    let mut keys = vec![text(message.routing_key())];
     if let Some(FieldValue::Array(cc)) = headers.get("CC") {
         keys.extend(cc.iter().filter(|k| k.as_str().is_some()).cloned());
     }
@@ -115,8 +115,8 @@ pub fn dead_lettered(
 ) -> (Message, FieldTable) {
     let header = ContentHeader {
         class_id: BASIC_CLASS_ID,
-        body_size: message.body.len() as u64,
-        properties: message.properties_raw.clone(),
+        body_size: message.body().len() as u64,
+        properties: message.properties_bytes(),
     };
     let mut props: BasicProperties = header.properties().unwrap_or_default();
     let mut headers = props.headers.take().unwrap_or_default();
@@ -151,7 +151,7 @@ pub fn dead_lettered(
             t.insert("reason", text(reason.as_str()));
             t.insert("queue", text(queue));
             t.insert("time", FieldValue::Timestamp(now_s));
-            t.insert("exchange", text(&message.exchange));
+            t.insert("exchange", text(message.exchange()));
             t.insert("routing-keys", death_routing_keys(message, &headers));
             t
         }
@@ -160,11 +160,11 @@ pub fn dead_lettered(
     if first_death {
         headers.insert("x-first-death-reason", text(reason.as_str()));
         headers.insert("x-first-death-queue", text(queue));
-        headers.insert("x-first-death-exchange", text(&message.exchange));
+        headers.insert("x-first-death-exchange", text(message.exchange()));
     }
     headers.insert("x-last-death-reason", text(reason.as_str()));
     headers.insert("x-last-death-queue", text(queue));
-    headers.insert("x-last-death-exchange", text(&message.exchange));
+    headers.insert("x-last-death-exchange", text(message.exchange()));
     headers.insert("x-death", FieldValue::Array(deaths));
     props.headers = Some(headers.clone());
     // The per-message TTL does not follow the message, or it would expire again at once.
@@ -172,13 +172,13 @@ pub fn dead_lettered(
     let properties_raw: Bytes = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
     let routing_key = routing_key
         .cloned()
-        .unwrap_or_else(|| message.routing_key.clone());
+        .unwrap_or_else(|| message.routing_key_name());
     let mut copy = Message::new(
         exchange.clone(),
         routing_key,
         &props,
         properties_raw,
-        message.body.clone(),
+        message.body_bytes(),
     );
     // A message published over AMQP 1.0 keeps its sections (RabbitMQ 4 dead-letters the
     // message container itself): an AMQP 1.0 consumer of the dead-letter queue gets them
@@ -301,7 +301,7 @@ mod tests {
             first.get("original-expiration").unwrap().as_str(),
             Some("60000")
         );
-        assert_eq!(m3.exchange.as_str(), "dlx");
+        assert_eq!(m3.exchange(), "dlx");
     }
 
     #[test]

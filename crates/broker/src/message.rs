@@ -28,11 +28,13 @@ pub const COMPACT_MAX_BYTES: usize = 4096;
 
 #[derive(Debug)]
 pub struct Message {
-    pub exchange: ShortStr,
-    pub routing_key: ShortStr,
+    // The names, properties and body are read through methods (`exchange()`, `body()`,
+    // `body_bytes()`...), so that how they are held can change without their readers.
+    exchange: ShortStr,
+    routing_key: ShortStr,
     /// Encoded property flags and properties, passed through to consumers verbatim.
-    pub properties_raw: Bytes,
-    pub body: Bytes,
+    properties_raw: Bytes,
+    body: Bytes,
     /// delivery-mode 2.
     pub persistent: bool,
     pub priority: u8,
@@ -55,6 +57,56 @@ pub struct Message {
 }
 
 impl Message {
+    /// The exchange it was published to ("" for the default exchange).
+    #[inline]
+    pub fn exchange(&self) -> &str {
+        &self.exchange
+    }
+
+    /// Its routing key as published.
+    #[inline]
+    pub fn routing_key(&self) -> &str {
+        &self.routing_key
+    }
+
+    /// The exchange's name as a short string to keep (a reference-count bump, no copy).
+    pub fn exchange_name(&self) -> ShortStr {
+        self.exchange.clone()
+    }
+
+    /// The routing key as a short string to keep (a reference-count bump, no copy).
+    pub fn routing_key_name(&self) -> ShortStr {
+        self.routing_key.clone()
+    }
+
+    /// Encoded property flags and properties, as a consumer gets them.
+    #[inline]
+    pub fn properties_raw(&self) -> &[u8] {
+        &self.properties_raw
+    }
+
+    /// The properties to keep (a reference-count bump, no copy).
+    pub fn properties_bytes(&self) -> Bytes {
+        self.properties_raw.clone()
+    }
+
+    #[inline]
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body to keep (a reference-count bump, no copy).
+    pub fn body_bytes(&self) -> Bytes {
+        self.body.clone()
+    }
+
+    /// The same message with another body (tests build AMQP 1.0 layouts with it).
+    #[cfg(test)]
+    pub(crate) fn with_body(mut self, body: Bytes) -> Message {
+        self.body = body;
+        self
+    }
+
     /// Builds a message from decoded properties (which the publish path has already checked).
     pub fn new(
         exchange: ShortStr,

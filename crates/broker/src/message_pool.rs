@@ -201,8 +201,8 @@ mod tests {
         pool.give(&mut magazine, emptied(first).expect("unique"));
         let second = fill(pool.take(&mut magazine), message(b"second"));
         assert_eq!(Arc::as_ptr(&second), address, "the same allocation, reused");
-        assert_eq!(&second.body[..], b"second");
-        assert_eq!(second.routing_key.as_str(), "k");
+        assert_eq!(second.body(), b"second");
+        assert_eq!(second.routing_key(), "k");
     }
 
     #[test]
@@ -211,7 +211,7 @@ mod tests {
         let other = m.clone();
         assert!(emptied(m).is_none());
         assert_eq!(
-            &other.body[..],
+            other.body(),
             b"kept",
             "still whole for the queue holding it"
         );
@@ -219,7 +219,7 @@ mod tests {
         let m = shared(message(b"kept too"));
         let other = m.clone();
         recycle(m);
-        assert_eq!(&other.body[..], b"kept too");
+        assert_eq!(other.body(), b"kept too");
     }
 
     #[test]
@@ -257,7 +257,7 @@ mod tests {
         for _ in 0..MAGAZINE_MESSAGES * 2 {
             let m = fill(pool.take(&mut publisher_side), message(b"n"));
             assert!(addresses.contains(&Arc::as_ptr(&m)), "from the depot");
-            assert_eq!(&m.body[..], b"n");
+            assert_eq!(m.body(), b"n");
         }
         assert_eq!(
             pool.depot_messages(),

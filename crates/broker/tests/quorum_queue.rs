@@ -109,8 +109,8 @@ async fn eventually(what: &str, check: impl Fn() -> bool) {
 fn delivery_count(d: &Delivery) -> Option<i64> {
     let header = ContentHeader {
         class_id: BASIC_CLASS_ID,
-        body_size: d.message.message.body.len() as u64,
-        properties: d.message.message.properties_raw.clone(),
+        body_size: d.message.message.body().len() as u64,
+        properties: d.message.message.properties_bytes(),
     };
     header
         .properties()
@@ -151,17 +151,17 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
     let consumer = new_consumer(&queue, "c", 1, 1, events_tx.clone());
     queue.add_consumer(consumer.clone()).unwrap();
     let first = next_delivery(&mut events).await;
-    assert_eq!(&first.message.message.body[..], b"one");
+    assert_eq!(first.message.message.body(), b"one");
     assert!(!first.message.redelivered);
     assert_eq!(delivery_count(&first), None);
     queue.settle(Vec::new(), vec![first.message], Vec::new());
     // A client's requeue goes behind "two" (RabbitMQ 3.10), which comes next.
     let second = next_delivery(&mut events).await;
-    assert_eq!(&second.message.message.body[..], b"two");
+    assert_eq!(second.message.message.body(), b"two");
     assert!(!second.message.redelivered);
     queue.settle(vec![second.message], Vec::new(), Vec::new());
     let again = next_delivery(&mut events).await;
-    assert_eq!(&again.message.message.body[..], b"one");
+    assert_eq!(again.message.message.body(), b"one");
     assert!(again.message.redelivered);
     assert_eq!(delivery_count(&again), Some(1));
     // "one" stays unacked: after a restart it is back, redelivered.
@@ -183,7 +183,7 @@ async fn confirm_after_commit_deliver_requeue_and_recover() {
         .add_consumer(new_consumer(&queue, "c2", 2, 0, events_tx))
         .unwrap();
     let back = next_delivery(&mut events).await;
-    assert_eq!(&back.message.message.body[..], b"one");
+    assert_eq!(back.message.message.body(), b"one");
     assert!(back.message.redelivered);
 
     // Deleting the queue removes its group's data: declared again, it is empty.
@@ -231,7 +231,7 @@ async fn a_delivery_to_a_connection_that_went_goes_back_to_the_queue() {
         .add_consumer(new_consumer(&queue, "next", 2, 10, events_tx))
         .unwrap();
     let got = next_delivery(&mut events).await;
-    assert_eq!(&got.message.message.body[..], b"m");
+    assert_eq!(got.message.message.body(), b"m");
     host.shutdown().await;
 }
 
@@ -305,7 +305,7 @@ async fn a_delivery_racing_a_consumers_cancel_goes_to_the_next_consumer() {
     queue.add_consumer(consumer("first", 1, first_tx)).unwrap();
     queue.publish(message(b"held"), None);
     let held = next_delivery(&mut first_events).await;
-    assert_eq!(&held.message.message.body[..], b"held");
+    assert_eq!(held.message.message.body(), b"held");
 
     // No await in between (one thread): the group sees the enqueue before the cancel, and
     // hands "racing" to the first consumer, which has room, after its client cancelled it.
@@ -317,7 +317,7 @@ async fn a_delivery_racing_a_consumers_cancel_goes_to_the_next_consumer() {
         .add_consumer(consumer("second", 2, second_tx))
         .unwrap();
     let next = next_delivery(&mut second_events).await;
-    assert_eq!(&next.message.message.body[..], b"racing");
+    assert_eq!(next.message.message.body(), b"racing");
     assert!(
         next.message.redelivered,
         "handed to the first consumer once"

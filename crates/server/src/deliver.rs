@@ -249,12 +249,12 @@ impl Channel {
             BasicGetOk {
                 delivery_tag: tag,
                 redelivered: message.redelivered,
-                exchange: msg.exchange.clone(),
-                routing_key: msg.routing_key.clone(),
+                exchange: msg.exchange_name(),
+                routing_key: msg.routing_key_name(),
                 message_count,
             },
-            &msg.properties_raw,
-            &msg.body,
+            msg.properties_raw(),
+            msg.body(),
         );
         if ctx.vhost.tracing() {
             ctx.vhost
@@ -300,11 +300,11 @@ impl Channel {
                 consumer_tag: &consumer.tag,
                 delivery_tag: tag,
                 redelivered: d.message.redelivered,
-                exchange: &msg.exchange,
-                routing_key: &msg.routing_key,
+                exchange: msg.exchange(),
+                routing_key: msg.routing_key(),
             },
-            &msg.properties_raw,
-            &msg.body,
+            msg.properties_raw(),
+            msg.body(),
             ctx.frame_max,
         );
         consumer.delivered(pipeline_cost(msg));

@@ -263,7 +263,7 @@ impl Channel {
         MessageStats::add_own(&self.info.stats.publish, 1);
         ctx.vhost.counters.published.observe(
             ctx.connection,
-            message.body.len(),
+            message.body().len(),
             self.confirm.is_some(),
         );
         let seq = self.confirm.as_mut().map(|c| {
@@ -271,7 +271,7 @@ impl Channel {
             c.next_seq
         });
 
-        let keys = PublishKeys::new(&message.routing_key, &self.cc_routes);
+        let keys = PublishKeys::new(message.routing_key(), &self.cc_routes);
         let routing_keys = keys.all();
         self.publish_grants
             .check_topic_write(ctx, &exchange, routing_keys)?;
@@ -308,11 +308,11 @@ impl Channel {
                 BasicReturn {
                     reply_code: ReplyCode::NoRoute as u16,
                     reply_text: ShortStr::from_static("NO_ROUTE"),
-                    exchange: message.exchange.clone(),
-                    routing_key: message.routing_key.clone(),
+                    exchange: message.exchange_name(),
+                    routing_key: message.routing_key_name(),
                 },
-                &message.properties_raw,
-                &message.body,
+                message.properties_raw(),
+                message.body(),
             );
         }
         let routed = Routed {

@@ -392,7 +392,7 @@ fn route_and_enqueue(
     env.vhost
         .counters
         .published
-        .observe(env.connection, message.body.len(), !settled);
+        .observe(env.connection, message.body().len(), !settled);
     // Sender-selected distribution: the x-cc annotation (the CC header after conversion)
     // adds routing keys; on a topic exchange each needs the topic permission too.
     let cc = header_routes(props.headers.as_ref()).unwrap_or_default();

@@ -44,7 +44,7 @@ pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 
 /// A message's `timestamp` property (seconds), read from its encoded properties.
 fn timestamp_s(m: &Message) -> Option<u64> {
-    warren_codec::BasicProperties::decode(&mut warren_codec::Reader::new(m.properties_raw.clone()))
+    warren_codec::BasicProperties::decode(&mut warren_codec::Reader::new(m.properties_bytes()))
         .ok()
         .and_then(|p| p.timestamp)
 }

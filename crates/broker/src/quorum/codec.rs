@@ -46,7 +46,7 @@ fn needs_version_2(message: &Message) -> bool {
 
 /// Where the body lies inside the AMQP 1.0 sections when it is a slice of them (offset and
 /// length), as the AMQP 1.0 publish path builds a single data section's body.
-fn body_in_sections(sections: &Bytes, body: &Bytes) -> Option<(u32, u32)> {
+fn body_in_sections(sections: &Bytes, body: &[u8]) -> Option<(u32, u32)> {
     let offset = (body.as_ptr() as usize).checked_sub(sections.as_ptr() as usize)?;
     let end = offset.checked_add(body.len())?;
     if end > sections.len() || sections.len() > u32::MAX as usize {
@@ -58,17 +58,17 @@ fn body_in_sections(sections: &Bytes, body: &Bytes) -> Option<(u32, u32)> {
 /// The length of [`encode`]'s framing of `message`.
 pub fn encoded_len(message: &Message) -> usize {
     let version_1 = 6
-        + message.exchange.len()
-        + message.routing_key.len()
-        + message.properties_raw.len()
-        + message.body.len();
+        + message.exchange().len()
+        + message.routing_key().len()
+        + message.properties_raw().len()
+        + message.body().len();
     if !needs_version_2(message) {
         return version_1;
     }
     let sections = match message.amqp10.as_deref() {
         None => 0,
-        Some(s) => match body_in_sections(s, &message.body) {
-            Some(_) => 4 + s.len() + 1 + 8 - message.body.len(),
+        Some(s) => match body_in_sections(s, message.body()) {
+            Some(_) => 4 + s.len() + 1 + 8 - message.body().len(),
             None => 4 + s.len() + 1,
         },
     };
@@ -78,26 +78,26 @@ pub fn encoded_len(message: &Message) -> usize {
 /// Appends [`encode`]'s framing of `message` to `buf` (the forwarding link writes it straight
 /// into its outgoing buffer: no allocation of its own).
 pub fn encode_into(buf: &mut BytesMut, message: &Message) {
-    buf.put_u8(message.exchange.len() as u8);
-    buf.put_slice(message.exchange.as_bytes());
-    buf.put_u8(message.routing_key.len() as u8);
-    buf.put_slice(message.routing_key.as_bytes());
-    let properties_len = message.properties_raw.len() as u32;
+    buf.put_u8(message.exchange().len() as u8);
+    buf.put_slice(message.exchange().as_bytes());
+    buf.put_u8(message.routing_key().len() as u8);
+    buf.put_slice(message.routing_key().as_bytes());
+    let properties_len = message.properties_raw().len() as u32;
     if !needs_version_2(message) {
         buf.put_u32(properties_len);
-        buf.put_slice(&message.properties_raw);
-        buf.put_slice(&message.body);
+        buf.put_slice(message.properties_raw());
+        buf.put_slice(message.body());
         return;
     }
     buf.put_u32(properties_len | VERSION_2);
-    buf.put_slice(&message.properties_raw);
+    buf.put_slice(message.properties_raw());
     let sections = message.amqp10.as_deref();
     buf.put_u8(if sections.is_some() { HAS_AMQP10 } else { 0 });
     buf.put_u32(message.inherited_delivery_count);
     if let Some(sections) = sections {
         buf.put_u32(sections.len() as u32);
         buf.put_slice(sections);
-        if let Some((offset, len)) = body_in_sections(sections, &message.body) {
+        if let Some((offset, len)) = body_in_sections(sections, message.body()) {
             buf.put_u8(BODY_IN_SECTIONS);
             buf.put_u32(offset);
             buf.put_u32(len);
@@ -105,7 +105,7 @@ pub fn encode_into(buf: &mut BytesMut, message: &Message) {
         }
         buf.put_u8(BODY_FOLLOWS);
     }
-    buf.put_slice(&message.body);
+    buf.put_slice(message.body());
 }
 
 /// Rebuilds a message framed by [`encode`] (either layout); None for bytes that do not
@@ -226,10 +226,10 @@ mod tests {
     fn round_trips_and_adds_the_delivery_count_when_returned() {
         let original = message();
         let first = decode(encode(&original), 0, false).expect("decodes");
-        assert_eq!(first.exchange.as_str(), "amq.direct");
-        assert_eq!(first.routing_key.as_str(), "key");
-        assert_eq!(first.properties_raw, original.properties_raw);
-        assert_eq!(&first.body[..], b"body");
+        assert_eq!(first.exchange(), "amq.direct");
+        assert_eq!(first.routing_key(), "key");
+        assert_eq!(first.properties_raw(), original.properties_raw());
+        assert_eq!(first.body(), b"body");
         assert!(first.persistent);
         assert_eq!(first.expiration_ms, Some(60000));
 
@@ -237,7 +237,7 @@ mod tests {
         let header = ContentHeader {
             class_id: BASIC_CLASS_ID,
             body_size: 4,
-            properties: again.properties_raw.clone(),
+            properties: again.properties_bytes(),
         };
         let headers = header.properties().unwrap().headers.unwrap();
         assert_eq!(
@@ -255,9 +255,9 @@ mod tests {
     #[test]
     fn entries_written_by_the_previous_build_still_decode_and_091_messages_keep_that_layout() {
         let decoded = decode(Bytes::from_static(PREVIOUS_BUILD_ENTRY), 0, false).unwrap();
-        assert_eq!(decoded.exchange.as_str(), "amq.direct");
-        assert_eq!(decoded.routing_key.as_str(), "key");
-        assert_eq!(&decoded.body[..], b"body");
+        assert_eq!(decoded.exchange(), "amq.direct");
+        assert_eq!(decoded.routing_key(), "key");
+        assert_eq!(decoded.body(), b"body");
         assert!(decoded.persistent);
         assert_eq!(decoded.expiration_ms, Some(60000));
         assert!(decoded.amqp10.is_none());
@@ -274,8 +274,8 @@ mod tests {
             b"\x00\x53\x72\xc1\x0c\x02\xa3\x05x-opt\xa1\x02an\x00\x53\x75\xa0\x02hi\x00\x53\x78\xc1\x01\x00",
         );
         let mut m = message();
-        m.body = sections.slice(22..24);
-        assert_eq!(&m.body[..], b"hi");
+        m = m.with_body(sections.slice(22..24));
+        assert_eq!(m.body(), b"hi");
         m.with_amqp10(sections)
     }
 
@@ -293,20 +293,20 @@ mod tests {
         );
         let back = decode(framed.clone(), 0, false).unwrap();
         assert_eq!(back.amqp10.as_deref(), Some(sections));
-        assert_eq!(&back.body[..], b"hi");
-        assert_eq!(back.properties_raw, original.properties_raw);
+        assert_eq!(back.body(), b"hi");
+        assert_eq!(back.properties_raw(), original.properties_raw());
         assert!(back.persistent && !back.dead_lettered);
         // Re-encoded (the forwarding link, a dead-lettered copy) it is the same entry.
         assert_eq!(encode(&back), framed);
         // A body that is not a slice of the sections follows them.
         let mut copied = amqp10_message();
-        copied.body = Bytes::from_static(b"hi");
+        copied = copied.with_body(Bytes::from_static(b"hi"));
         copied.inherited_delivery_count = 4;
         let framed = encode(&copied);
         assert_eq!(framed.len(), encoded_len(&copied));
         let back = decode(framed, 2, false).unwrap();
         assert_eq!(back.amqp10.as_deref(), Some(sections));
-        assert_eq!(&back.body[..], b"hi");
+        assert_eq!(back.body(), b"hi");
         assert_eq!(back.inherited_delivery_count, 4);
     }
 

@@ -60,7 +60,7 @@ impl QueueHome for VHost {
                 None => header_routes(Some(&headers)).unwrap_or_default(),
                 Some(_) => Vec::new(),
             };
-            let keys = PublishKeys::new(&copy.routing_key, &cc);
+            let keys = PublishKeys::new(copy.routing_key(), &cc);
             let publish = Publish {
                 exchange: &exchange,
                 message: &copy,

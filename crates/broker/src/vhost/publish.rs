@@ -102,7 +102,7 @@ pub(super) fn is_direct_reply(publish: &Publish<'_>) -> bool {
     publish.exchange.name.is_empty()
         && publish
             .message
-            .routing_key
+            .routing_key()
             .starts_with(DIRECT_REPLY_TO_PREFIX)
 }
 
@@ -182,7 +182,7 @@ impl VHost {
     /// and credit, as RabbitMQ's direct reply-to does. Unroutable when the requester is gone.
     fn reply(&self, message: &Arc<Message>) -> Routed {
         let mut reached = 0;
-        if let Some(consumer) = self.reply_consumer(&message.routing_key) {
+        if let Some(consumer) = self.reply_consumer(message.routing_key()) {
             consumer.take_credit(pipeline_cost(message));
             let delivery = Delivery {
                 consumer: consumer.clone(),

@@ -74,7 +74,7 @@ impl VHost {
         let mut reached = reached.into_inner();
         if is_direct_reply(publish) && routed.as_ref().is_ok_and(|r| r.queues > 0) {
             // RabbitMQ lists a direct reply-to's virtual queue, named by the routing key.
-            reached.push(publish.message.routing_key.clone());
+            reached.push(publish.message.routing_key_name());
         }
         self.trace_publish(publish, &reached);
         routed
@@ -90,7 +90,7 @@ impl VHost {
         ));
         self.trace(
             "publish",
-            &message.exchange,
+            message.exchange(),
             message,
             Some(publish.routing_keys),
             extra,
@@ -137,7 +137,7 @@ impl VHost {
         routing_keys: Option<&[&str]>,
         extra: Vec<(&'static str, FieldValue)>,
     ) {
-        if !self.tracing() || message.exchange.as_str() == TRACE_EXCHANGE {
+        if !self.tracing() || message.exchange() == TRACE_EXCHANGE {
             return;
         }
         let Some(exchange) = self.exchange(TRACE_EXCHANGE) else {
@@ -145,8 +145,8 @@ impl VHost {
         };
         let header = ContentHeader {
             class_id: BASIC_CLASS_ID,
-            body_size: message.body.len() as u64,
-            properties: message.properties_raw.clone(),
+            body_size: message.body().len() as u64,
+            properties: message.properties_bytes(),
         };
         // The publish paths checked these properties; a stored message read back that no
         // longer decodes is traced with none rather than not at all.
@@ -155,7 +155,7 @@ impl VHost {
             Some(keys) => keys.iter().map(|k| text(k)).collect(),
             None => {
                 let cc = header_routes(original.headers.as_ref()).unwrap_or_default();
-                std::iter::once(text(&message.routing_key))
+                std::iter::once(text(message.routing_key()))
                     .chain(cc.into_iter().map(FieldValue::LongStr))
                     .collect()
             }
@@ -163,7 +163,7 @@ impl VHost {
         let mut headers = FieldTable::new();
         headers.push(
             ShortStr::from_static("exchange_name"),
-            text(&message.exchange),
+            text(message.exchange()),
         );
         headers.push(
             ShortStr::from_static("routing_keys"),
@@ -193,12 +193,12 @@ impl VHost {
             key,
             &properties,
             raw,
-            message.body.clone(),
+            message.body_bytes(),
         ));
         let publish = Publish {
             exchange: &exchange,
             message: &copy,
-            routing_keys: &[copy.routing_key.as_str()],
+            routing_keys: &[copy.routing_key()],
             headers: properties.headers.as_ref(),
             confirm_to: ConfirmTo::Nobody,
             origin: TraceOrigin::BROKER,

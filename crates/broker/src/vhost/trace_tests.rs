@@ -83,7 +83,7 @@ fn headers(copy: &QueuedMessage) -> FieldTable {
     let header = ContentHeader {
         class_id: BASIC_CLASS_ID,
         body_size: 0,
-        properties: copy.message.properties_raw.clone(),
+        properties: copy.message.properties_bytes(),
     };
     let properties = header.properties().unwrap();
     assert_eq!(
@@ -141,9 +141,9 @@ fn a_publish_is_copied_with_rabbitmqs_headers() {
     };
     publish(&v, "amq.direct", &["k", "other"], &properties, "hello");
     let copy = take(&v, "firehose").expect("the publish's copy");
-    assert_eq!(copy.message.exchange.as_str(), TRACE_EXCHANGE);
-    assert_eq!(copy.message.routing_key.as_str(), "publish.amq.direct");
-    assert_eq!(&copy.message.body[..], b"hello");
+    assert_eq!(copy.message.exchange(), TRACE_EXCHANGE);
+    assert_eq!(copy.message.routing_key(), "publish.amq.direct");
+    assert_eq!(copy.message.body(), b"hello");
     assert!(!copy.message.persistent, "copies are transient");
     let h = headers(&copy);
     assert_eq!(keys(&h)[..4], DESCRIBED);
@@ -198,7 +198,7 @@ fn an_unroutable_publish_to_the_default_exchange_is_copied_with_no_queues() {
     publish(&v, "", &["nowhere"], &BasicProperties::default(), "x");
     let copy = take(&v, "firehose").unwrap();
     // The default exchange's name is "": RabbitMQ's key is "publish." then.
-    assert_eq!(copy.message.routing_key.as_str(), "publish.");
+    assert_eq!(copy.message.routing_key(), "publish.");
     let h = headers(&copy);
     assert_eq!(h.get("exchange_name"), Some(&text("")));
     assert_eq!(h.get("routed_queues"), Some(&FieldValue::Array(vec![])));
@@ -220,8 +220,8 @@ fn a_delivery_is_copied_and_a_copys_delivery_is_not() {
     // The HTTP API's get: no connection of the vhost's.
     v.trace_deliver("q", &delivered, TraceOrigin::http_api("guest"));
     let copy = take(&v, "firehose").expect("the delivery's copy");
-    assert_eq!(copy.message.routing_key.as_str(), "deliver.q");
-    assert_eq!(&copy.message.body[..], b"body");
+    assert_eq!(copy.message.routing_key(), "deliver.q");
+    assert_eq!(copy.message.body(), b"body");
     let h = headers(&copy);
     assert_eq!(keys(&h)[..4], DESCRIBED);
     assert_eq!(keys(&h)[4..], [["redelivered"].as_slice(), &WHO].concat());

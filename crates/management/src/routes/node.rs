@@ -543,7 +543,7 @@ pub async fn aliveness(
         if vhost.tracing() {
             vhost.trace_deliver(&q.name, &m, TraceOrigin::http_api(&who.name));
         }
-        Some(m.message.body.clone())
+        Some(m.message.body_bytes())
     });
     if routed && got.as_deref() == Some(b"test_message".as_slice()) {
         Ok(Json(json!({"status": "ok"})).into_response())

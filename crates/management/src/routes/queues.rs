@@ -388,10 +388,10 @@ pub async fn get_messages(
             vhost.trace_deliver(&q.name, &m, TraceOrigin::http_api(&who.name));
         }
         let msg = &m.message;
-        let properties = BasicProperties::decode(&mut Reader::new(msg.properties_raw.clone()))
+        let properties = BasicProperties::decode(&mut Reader::new(msg.properties_bytes()))
             .map(|p| super::exchanges::properties_to_json(&p))
             .unwrap_or_else(|_| json!({}));
-        let full = &msg.body[..];
+        let full = msg.body();
         let shown = &full[..truncate.map_or(full.len(), |t| t.min(full.len()))];
         let (payload, encoding) = match std::str::from_utf8(shown) {
             Ok(s) if !base64_only => (s.to_owned(), "string"),
@@ -403,8 +403,8 @@ pub async fn get_messages(
         out.push(json!({
             "payload_bytes": full.len(),
             "redelivered": m.redelivered,
-            "exchange": msg.exchange.as_str(),
-            "routing_key": msg.routing_key.as_str(),
+            "exchange": msg.exchange(),
+            "routing_key": msg.routing_key(),
             "message_count": remaining,
             "properties": properties,
             "payload": payload,

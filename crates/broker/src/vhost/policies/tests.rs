@@ -100,7 +100,7 @@ fn count(v: &Arc<VHost>, queue: &str) -> u32 {
 fn bodies(v: &Arc<VHost>, queue: &str) -> Vec<String> {
     let q = v.queue(queue).unwrap();
     std::iter::from_fn(|| q.get(true))
-        .map(|(m, _)| String::from_utf8_lossy(&m.message.body).into_owned())
+        .map(|(m, _)| String::from_utf8_lossy(m.message.body()).into_owned())
         .collect()
 }
 
