@@ -1,5 +1,6 @@
-//! `Message`: one published message, shared by every queue it was routed to (`Arc`), with
-//! its body as a `Bytes` slice of the publisher's read buffer — never copied per queue.
+//! `Message`: one published message, shared by every queue it was routed to (`Arc`), never
+//! copied per queue. Its names, properties and body are a `MessageBytes`: for a publish
+//! taken whole, the publisher's three frames as read, held once.
 //!
 //! A message published over AMQP 1.0 also keeps its sections as published (`amqp10`), as
 //! RabbitMQ 4's message container does: an AMQP 1.0 consumer gets them back unchanged
@@ -10,16 +11,18 @@
 
 use crate::queue_args::MAX_EXPIRY_MS;
 use bytes::Bytes;
-use warren_codec::{BasicProperties, ContentHeader, PublishProperties, ShortStr, BASIC_CLASS_ID};
+use warren_codec::{
+    BasicProperties, ContentHeader, MessageBytes, PublishProperties, ShortStr, BASIC_CLASS_ID,
+};
 
 /// What a queued message costs beyond its bytes: the `Message` and its `Arc`, the
 /// `QueuedMessage` in a ready list, and the method/header/body frame overhead (~50 bytes)
-/// left in the read buffer its body slices.
+/// in the frames it holds.
 pub const MESSAGE_OVERHEAD_BYTES: usize = 256;
 
 /// A message a queue keeps whose names, properties and body together are at most this
-/// large is copied out of the read buffers it arrived in ([`Message::compacted`]). Its parts
-/// are slices of the publisher's read buffer (up to 64 KiB, more for a larger frame), and a
+/// large is copied out of the read buffer it arrived in ([`Message::compacted`]). Its frames
+/// are a slice of the publisher's read buffer (up to 64 KiB, more for a larger frame), and a
 /// slice keeps the whole buffer alive: 5,000 one-byte messages kept in a queue, each read
 /// behind a 60 KB unroutable one, held 294 MiB of RSS (issue 30). At this size a kept
 /// message pins at most 16 times its bytes; a copy costs two allocations, and only for
@@ -28,13 +31,9 @@ pub const COMPACT_MAX_BYTES: usize = 4096;
 
 #[derive(Debug)]
 pub struct Message {
-    // The names, properties and body are read through methods (`exchange()`, `body()`,
-    // `body_bytes()`...), so that how they are held can change without their readers.
-    exchange: ShortStr,
-    routing_key: ShortStr,
-    /// Encoded property flags and properties, passed through to consumers verbatim.
-    properties_raw: Bytes,
-    body: Bytes,
+    /// Its names, properties and body: for a publish taken whole, the three frames it came
+    /// in, held once (`MessageBytes`).
+    bytes: MessageBytes,
     /// delivery-mode 2.
     pub persistent: bool,
     pub priority: u8,
@@ -60,54 +59,55 @@ impl Message {
     /// The exchange it was published to ("" for the default exchange).
     #[inline]
     pub fn exchange(&self) -> &str {
-        &self.exchange
+        self.bytes.exchange()
     }
 
     /// Its routing key as published.
     #[inline]
     pub fn routing_key(&self) -> &str {
-        &self.routing_key
+        self.bytes.routing_key()
     }
 
     /// The exchange's name as a short string to keep (a reference-count bump, no copy).
     pub fn exchange_name(&self) -> ShortStr {
-        self.exchange.clone()
+        self.bytes.exchange_name()
     }
 
     /// The routing key as a short string to keep (a reference-count bump, no copy).
     pub fn routing_key_name(&self) -> ShortStr {
-        self.routing_key.clone()
+        self.bytes.routing_key_name()
     }
 
     /// Encoded property flags and properties, as a consumer gets them.
     #[inline]
     pub fn properties_raw(&self) -> &[u8] {
-        &self.properties_raw
+        self.bytes.properties_raw()
     }
 
     /// The properties to keep (a reference-count bump, no copy).
     pub fn properties_bytes(&self) -> Bytes {
-        self.properties_raw.clone()
+        self.bytes.properties_bytes()
     }
 
     #[inline]
     pub fn body(&self) -> &[u8] {
-        &self.body
+        self.bytes.body()
     }
 
     /// The body to keep (a reference-count bump, no copy).
     pub fn body_bytes(&self) -> Bytes {
-        self.body.clone()
+        self.bytes.body_bytes()
     }
 
     /// The same message with another body (tests build AMQP 1.0 layouts with it).
     #[cfg(test)]
     pub(crate) fn with_body(mut self, body: Bytes) -> Message {
-        self.body = body;
+        self.bytes = self.bytes.with_body(body);
         self
     }
 
-    /// Builds a message from decoded properties (which the publish path has already checked).
+    /// Builds a message from decoded properties (which the publish path has already
+    /// checked); its names and properties are copied into one buffer (`MessageBytes::joined`).
     pub fn new(
         exchange: ShortStr,
         routing_key: ShortStr,
@@ -116,52 +116,52 @@ impl Message {
         body: Bytes,
     ) -> Message {
         Message::with_fields(
-            exchange,
-            routing_key,
+            MessageBytes::joined(&exchange, &routing_key, &properties_raw, body),
             properties.delivery_mode,
             properties.priority,
             properties.expiration.as_ref(),
-            properties_raw,
-            body,
         )
     }
 
-    /// Builds a message from the properties the publish path read (`PublishProperties`,
-    /// already checked), without a full `BasicProperties`.
-    #[inline(always)]
-    pub fn from_publish(
-        exchange: ShortStr,
-        routing_key: ShortStr,
-        properties: &PublishProperties,
-        properties_raw: Bytes,
+    /// Builds a message from decoded properties, encoded into the buffer that holds its
+    /// names (AMQP 1.0's publish path: one allocation). None when a name is longer than a
+    /// short string.
+    pub fn encoded(
+        exchange: &str,
+        routing_key: &str,
+        properties: &BasicProperties,
         body: Bytes,
-    ) -> Message {
-        Message::with_fields(
-            exchange,
-            routing_key,
+    ) -> Option<Message> {
+        let bytes = MessageBytes::encoded(exchange, routing_key, properties, body)?;
+        Some(Message::with_fields(
+            bytes,
             properties.delivery_mode,
             properties.priority,
             properties.expiration.as_ref(),
-            properties_raw,
-            body,
+        ))
+    }
+
+    /// Builds a published message from the properties the publish path read
+    /// (`PublishProperties`, already checked), without a full `BasicProperties`.
+    #[inline(always)]
+    pub fn from_publish(bytes: MessageBytes, properties: &PublishProperties) -> Message {
+        Message::with_fields(
+            bytes,
+            properties.delivery_mode,
+            properties.priority,
+            properties.expiration.as_ref(),
         )
     }
 
     #[inline(always)]
     fn with_fields(
-        exchange: ShortStr,
-        routing_key: ShortStr,
+        bytes: MessageBytes,
         delivery_mode: Option<u8>,
         priority: Option<u8>,
         expiration: Option<&ShortStr>,
-        properties_raw: Bytes,
-        body: Bytes,
     ) -> Message {
         Message {
-            exchange,
-            routing_key,
-            properties_raw,
-            body,
+            bytes,
             persistent: delivery_mode == Some(2),
             priority: priority.unwrap_or(0),
             expiration_ms: expiration.and_then(|e| parse_expiration(e).ok()),
@@ -209,10 +209,10 @@ impl Message {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         warren_store::StoredMessage {
-            exchange: self.exchange.to_bytes(),
-            routing_key: self.routing_key.to_bytes(),
-            properties: self.properties_raw.clone(),
-            body: self.body.clone(),
+            exchange: self.exchange_name().to_bytes(),
+            routing_key: self.routing_key_name().to_bytes(),
+            properties: self.properties_bytes(),
+            body: self.body_bytes(),
             amqp10: self.amqp10.as_deref().cloned().unwrap_or_default(),
             published_at_ms,
             transient: !self.persistent,
@@ -220,45 +220,15 @@ impl Message {
     }
 
     /// A copy of this message whose names, properties and body share one allocation of
-    /// their own (two `malloc`s: the bytes and `Bytes`' shared header), so that keeping it
-    /// keeps nothing else; None when they are larger than [`COMPACT_MAX_BYTES`] together or
-    /// the message came over AMQP 1.0 (its body is a slice of its sections, kept whole).
+    /// their own (`MessageBytes::copied`), so that keeping it keeps nothing else; None when
+    /// they are larger than [`COMPACT_MAX_BYTES`] together or the message came over AMQP
+    /// 1.0 (its body is a slice of its sections, kept whole).
     pub fn compacted(&self) -> Option<Message> {
-        let parts = [
-            self.exchange.as_bytes(),
-            self.routing_key.as_bytes(),
-            &self.properties_raw[..],
-            &self.body[..],
-        ];
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        if total > COMPACT_MAX_BYTES || self.amqp10.is_some() {
+        if self.bytes.len() > COMPACT_MAX_BYTES || self.amqp10.is_some() {
             return None;
         }
-        let mut joined = Vec::with_capacity(total);
-        for part in parts {
-            joined.extend_from_slice(part);
-        }
-        let joined = Bytes::from(joined);
-        let mut start = 0;
-        let mut next = |len: usize| {
-            // An empty part takes no reference to the allocation.
-            let part = if len == 0 {
-                Bytes::new()
-            } else {
-                joined.slice(start..start + len)
-            };
-            start += len;
-            part
-        };
-        let exchange = next(self.exchange.len());
-        let routing_key = next(self.routing_key.len());
         Some(Message {
-            // Copies of valid short strings are valid; the fallbacks are never taken.
-            exchange: ShortStr::from_bytes(exchange).unwrap_or_else(|| self.exchange.clone()),
-            routing_key: ShortStr::from_bytes(routing_key)
-                .unwrap_or_else(|| self.routing_key.clone()),
-            properties_raw: next(self.properties_raw.len()),
-            body: next(self.body.len()),
+            bytes: self.bytes.copied(),
             persistent: self.persistent,
             priority: self.priority,
             expiration_ms: self.expiration_ms,
@@ -271,7 +241,7 @@ impl Message {
     /// Bytes a queue accounts for this message: its body, as RabbitMQ counts them for
     /// `x-max-length-bytes` (properties and overheads ignored).
     pub fn size_bytes(&self) -> usize {
-        self.body.len()
+        self.body().len()
     }
 
     /// Bytes this message holds in memory (what the memory alarm and the paging budget
@@ -280,14 +250,11 @@ impl Message {
     /// overhead a million one-byte messages would count as 1 MB while holding hundreds.
     pub fn memory_bytes(&self) -> usize {
         MESSAGE_OVERHEAD_BYTES
-            + self.body.len()
-            + self.properties_raw.len()
-            + self.exchange.len()
-            + self.routing_key.len()
+            + self.bytes.len()
             + self
                 .amqp10
                 .as_ref()
-                .map_or(0, |s| s.len().saturating_sub(self.body.len()))
+                .map_or(0, |s| s.len().saturating_sub(self.body().len()))
     }
 }
 
@@ -355,10 +322,13 @@ mod tests {
             range.contains(&b.as_ptr())
         };
         for (a, b) in [
-            (compact.exchange.as_bytes(), small.exchange.as_bytes()),
-            (compact.routing_key.as_bytes(), small.routing_key.as_bytes()),
-            (&compact.properties_raw[..], &small.properties_raw[..]),
-            (&compact.body[..], &small.body[..]),
+            (compact.exchange().as_bytes(), small.exchange().as_bytes()),
+            (
+                compact.routing_key().as_bytes(),
+                small.routing_key().as_bytes(),
+            ),
+            (compact.properties_raw(), small.properties_raw()),
+            (compact.body(), small.body()),
         ] {
             assert_eq!(a, b);
             assert!(!inside(a) || a.is_empty(), "still in the read buffer");
@@ -395,7 +365,7 @@ mod tests {
         .with_amqp10(sections.clone());
         let back = Message::from_stored(m.to_stored()).unwrap();
         assert_eq!(back.amqp10.as_deref(), Some(&sections));
-        assert_eq!(&back.body[..], b"hi");
+        assert_eq!(back.body(), b"hi");
         assert!(back.persistent);
         let plain = Message::from_stored(
             Message::new(
@@ -435,7 +405,7 @@ mod tests {
         let back = Message::from_stored(copy.to_stored()).unwrap();
         assert!(back.dead_lettered, "its x-death header says so");
         assert_eq!(back.amqp10.as_deref(), Some(&sections));
-        assert_eq!(&back.body[..], b"hi");
+        assert_eq!(back.body(), b"hi");
     }
 
     #[test]

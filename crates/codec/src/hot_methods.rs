@@ -14,6 +14,7 @@
 
 use crate::{BasicDeliver, BasicPublish, CodecError, ShortStr};
 use bytes::Bytes;
+use std::ops::Range;
 
 const ENDS_EARLY: CodecError = CodecError::Syntax("payload ends early");
 const NOT_UTF8: CodecError = CodecError::Syntax("short string is not UTF-8");
@@ -35,12 +36,39 @@ fn publish_arguments(payload: &Bytes) -> Result<BasicPublish, CodecError> {
 
 /// The basic.publish whose method payload is `bytes[start..end]` (its class and method ids
 /// already checked): what `decode_basic_publish` makes of that payload alone, its names
-/// slicing `bytes` (`publish_frames.rs` decodes a publish inside its three frames this way).
-pub(crate) fn publish_arguments_in(
+/// slicing `bytes`.
+fn publish_arguments_in(
     bytes: &Bytes,
     start: usize,
     end: usize,
 ) -> Result<BasicPublish, CodecError> {
+    let spans = publish_spans_in(bytes, start, end)?;
+    Ok(BasicPublish {
+        exchange: name_in(bytes, spans.exchange),
+        routing_key: name_in(bytes, spans.routing_key),
+        mandatory: spans.mandatory,
+        immediate: spans.immediate,
+    })
+}
+
+/// A basic.publish's arguments as places in the buffer its payload is in, its names checked
+/// as short strings.
+pub(crate) struct PublishSpans {
+    pub exchange: Range<usize>,
+    pub routing_key: Range<usize>,
+    pub mandatory: bool,
+    pub immediate: bool,
+}
+
+/// The arguments of the basic.publish whose payload is `bytes[start..end]` (its class and
+/// method ids already checked), with the same checks and errors as `decode_basic_publish`,
+/// without slicing the names out (`publish_frames.rs` keeps the publish's frames whole).
+#[inline]
+pub(crate) fn publish_spans_in(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<PublishSpans, CodecError> {
     debug_assert!(start + 4 <= end && end <= bytes.len());
     let mut c = Cursor {
         payload: bytes,
@@ -51,7 +79,7 @@ pub(crate) fn publish_arguments_in(
     let exchange = c.short_str()?;
     let routing_key = c.short_str()?;
     let bits = c.octet()?;
-    Ok(BasicPublish {
+    Ok(PublishSpans {
         exchange,
         routing_key,
         mandatory: bits & 1 != 0,
@@ -82,18 +110,29 @@ fn deliver_arguments(payload: &Bytes) -> Result<BasicDeliver, CodecError> {
     let exchange = c.short_str()?;
     let routing_key = c.short_str()?;
     Ok(BasicDeliver {
-        consumer_tag,
+        consumer_tag: name_in(payload, consumer_tag),
         delivery_tag,
         redelivered,
-        exchange,
-        routing_key,
+        exchange: name_in(payload, exchange),
+        routing_key: name_in(payload, routing_key),
     })
+}
+
+/// The short string `Cursor::short_str` found at `range` of `bytes`. Empty:
+/// `ShortStr::default()`, no reference taken on the payload.
+#[inline]
+fn name_in(bytes: &Bytes, range: Range<usize>) -> ShortStr {
+    match range.is_empty() {
+        true => ShortStr::default(),
+        // Checked by `short_str`; the fallback is never taken.
+        false => ShortStr::from_bytes(bytes.slice(range)).unwrap_or_default(),
+    }
 }
 
 /// A read position in a payload, `payload[..end]`; each read checks the bounds as
 /// `Reader`'s does.
 struct Cursor<'a> {
-    payload: &'a Bytes,
+    payload: &'a [u8],
     pos: usize,
     end: usize,
 }
@@ -126,17 +165,17 @@ impl Cursor<'_> {
         Ok(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
     }
 
-    /// A short string, checked as `Reader::shortstr` does. Empty: `ShortStr::default()`, no
-    /// reference taken on the payload.
+    /// Where a short string lies, checked as `Reader::shortstr` checks it (`name_in` makes
+    /// it a `ShortStr`).
     #[inline]
-    fn short_str(&mut self) -> Result<ShortStr, CodecError> {
+    fn short_str(&mut self) -> Result<Range<usize>, CodecError> {
         let len = self.octet()? as usize;
         let start = self.pos;
-        self.skip(len)?;
-        if len == 0 {
-            return Ok(ShortStr::default());
+        let bytes = self.take(len)?;
+        match len == 0 || ShortStr::is_valid(bytes) {
+            true => Ok(start..self.pos),
+            false => Err(NOT_UTF8),
         }
-        ShortStr::from_bytes(self.payload.slice(start..self.pos)).ok_or(NOT_UTF8)
     }
 }
 

@@ -13,6 +13,7 @@ mod frame;
 #[rustfmt::skip]
 mod generated;
 mod hot_methods;
+mod message_bytes;
 mod packed_table;
 mod publish_frames;
 mod publish_properties;
@@ -31,8 +32,9 @@ pub use frame::{
 };
 pub use generated::*;
 pub use hot_methods::{decode_basic_deliver, decode_basic_publish};
+pub use message_bytes::MessageBytes;
 pub use packed_table::PackedTable;
-pub use publish_frames::{split_publish, PublishFrames};
+pub use publish_frames::{split_publish, PublishFrames, WholePublish};
 pub use publish_properties::PublishProperties;
 pub use reader::Reader;
 pub use short_str::ShortStr;

@@ -5,8 +5,8 @@
 //! Why: a publisher's message is three frames, nearly always read together. Taken as one
 //! piece it costs one split of the buffer, where frame by frame it cost three splits (each a
 //! reference count taken and later dropped) and three passes through the connection's
-//! dispatch; the names, properties and body the message keeps slice that one piece, as they
-//! sliced the frames before.
+//! dispatch. The message keeps that one piece whole, with where its names, properties and
+//! body lie in it (`MessageBytes`).
 //!
 //! The rule that keeps this invisible: `split_publish` takes a publish only when every frame
 //! in it is one `parse_frame` would hand out whole and without error (kind, channel, size
@@ -15,26 +15,39 @@
 //! a malformed frame, a frame of another channel in between) is left in the buffer for
 //! `parse_frame`, which sees what it would have seen. The checks on the frames' contents
 //! (the header's class and size, what the channel allows) stay with whoever handles a
-//! publish's frames: they run on the pieces this returns as on the frames one by one.
+//! publish's frames: they run on what this returns as on the frames one by one. A header too
+//! short to hold its property flags is left to `parse_frame` too, so that
+//! `ContentHeader::decode` gives its error.
 
 use crate::frame::{frame_extent, FrameExtent, FRAME_HEADER_SIZE};
-use crate::hot_methods::publish_arguments_in;
-use crate::{BasicPublish, CodecError, FrameKind};
-use bytes::{Bytes, BytesMut};
+use crate::hot_methods::publish_spans_in;
+use crate::{CodecError, FrameKind, MessageBytes};
+use bytes::BytesMut;
 
-/// A content header's class, weight and body size, before its property flags.
-const HEADER_FIXED_BYTES: usize = 12;
+/// A content header's class, weight and body size, then at least the two octets of property
+/// flags: a shorter header is left to `parse_frame` and `ContentHeader::decode`, whose
+/// error it gets.
+const HEADER_MIN_BYTES: usize = 14;
 
 /// One basic.publish with its whole content.
 #[derive(Debug)]
 pub struct PublishFrames {
     pub channel: u16,
-    /// The method's arguments, or the error `decode_basic_publish` gives for its payload.
-    pub method: Result<BasicPublish, CodecError>,
-    /// The content header frame's payload.
-    pub header: Bytes,
-    /// The body frame's payload (empty when the header says 0 bytes).
-    pub body: Bytes,
+    /// The content header's class id (basic's, unless the client is wrong).
+    pub class_id: u16,
+    /// The content header's body size: the body's length.
+    pub body_size: u64,
+    /// The message, or the error `decode_basic_publish` gives for the method's payload.
+    pub publish: Result<WholePublish, CodecError>,
+}
+
+/// A basic.publish's message (its names, properties and body in the frames' one buffer) and
+/// its flags.
+#[derive(Debug)]
+pub struct WholePublish {
+    pub message: MessageBytes,
+    pub mandatory: bool,
+    pub immediate: bool,
 }
 
 /// Where one whole frame lies in a buffer.
@@ -84,12 +97,13 @@ pub fn split_publish(buf: &mut BytesMut, frame_max: u32) -> Option<PublishFrames
     }
     let header = frame_at(buf, method.next(), FrameKind::Header, frame_max)?;
     if header.channel != method.channel
-        || header.payload_end - header.payload_start < HEADER_FIXED_BYTES
+        || header.payload_end - header.payload_start < HEADER_MIN_BYTES
     {
         return None;
     }
-    let size_at = header.payload_start + 4;
-    let body_size = u64::from_be_bytes(buf[size_at..size_at + 8].try_into().expect("8 bytes"));
+    let at = header.payload_start;
+    let class_id = u16::from_be_bytes([buf[at], buf[at + 1]]);
+    let body_size = u64::from_be_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes"));
     let (body_range, end) = if body_size == 0 {
         (0..0, header.next())
     } else {
@@ -101,12 +115,29 @@ pub fn split_publish(buf: &mut BytesMut, frame_max: u32) -> Option<PublishFrames
         }
         (body.payload_start..body.payload_end, body.next())
     };
+    // `MessageBytes` places its parts with u32 offsets; a larger publish (only with a
+    // frame_max over 1 GiB) goes frame by frame.
+    if end > u32::MAX as usize {
+        return None;
+    }
     let whole = buf.split_to(end).freeze();
+    let publish =
+        publish_spans_in(&whole, method.payload_start, method.payload_end).map(|m| WholePublish {
+            mandatory: m.mandatory,
+            immediate: m.immediate,
+            message: MessageBytes::in_frames(
+                whole,
+                m.exchange,
+                m.routing_key,
+                at + 12..header.payload_end,
+                body_range,
+            ),
+        });
     Some(PublishFrames {
         channel: method.channel,
-        method: publish_arguments_in(&whole, method.payload_start, method.payload_end),
-        header: whole.slice(header.payload_start..header.payload_end),
-        body: whole.slice(body_range),
+        class_id,
+        body_size,
+        publish,
     })
 }
 
@@ -115,9 +146,40 @@ mod tests {
     use super::*;
     use crate::{
         decode_basic_publish, parse_frame, write_body_frames, write_content_header, write_method,
-        BasicProperties, ContentHeader, FrameKind, Method, BASIC_CLASS_ID,
+        BasicProperties, BasicPublish, ContentHeader, FrameKind, Method, BASIC_CLASS_ID,
     };
+    use bytes::Bytes;
     use proptest::prelude::*;
+
+    /// What a taken publish holds, in the frame-by-frame decoders' terms: the method (as
+    /// `decode_basic_publish` gives it), and when it decodes, the content header (as
+    /// `ContentHeader::decode` gives it) and the body.
+    type AsFrames = (
+        Result<BasicPublish, CodecError>,
+        Option<(ContentHeader, Bytes)>,
+    );
+
+    fn as_frames(p: &PublishFrames) -> AsFrames {
+        match &p.publish {
+            Err(e) => (Err(e.clone()), None),
+            Ok(w) => (
+                Ok(BasicPublish {
+                    exchange: w.message.exchange_name(),
+                    routing_key: w.message.routing_key_name(),
+                    mandatory: w.mandatory,
+                    immediate: w.immediate,
+                }),
+                Some((
+                    ContentHeader {
+                        class_id: p.class_id,
+                        body_size: p.body_size,
+                        properties: w.message.properties_bytes(),
+                    },
+                    w.message.body_bytes(),
+                )),
+            ),
+        }
+    }
 
     fn publish_bytes(channel: u16, routing_key: &str, body: &[u8], frame_max: u32) -> BytesMut {
         let mut out = BytesMut::new();
@@ -162,13 +224,14 @@ mod tests {
         let publish = split_publish(&mut buf, 4096).expect("whole");
         assert!(buf.is_empty());
         assert_eq!(publish.channel, 3);
-        let method = publish.method.expect("decodes");
+        let (method, content) = as_frames(&publish);
         let expected = decode_basic_publish(&frames[0].2)
             .expect("a publish")
             .expect("decodes");
-        assert_eq!(method, expected);
-        assert_eq!(publish.header, frames[1].2);
-        assert_eq!(&publish.body[..], b"hello");
+        assert_eq!(method.expect("decodes"), expected);
+        let (header, body) = content.expect("decodes");
+        assert_eq!(header, ContentHeader::decode(frames[1].2.clone()).unwrap());
+        assert_eq!(&body[..], b"hello");
     }
 
     #[test]
@@ -176,7 +239,7 @@ mod tests {
         let mut buf = publish_bytes(1, "k", b"", 4096);
         let publish = split_publish(&mut buf, 4096).expect("whole");
         assert!(buf.is_empty());
-        assert!(publish.body.is_empty());
+        assert!(publish.publish.expect("decodes").message.body().is_empty());
     }
 
     #[test]
@@ -233,17 +296,20 @@ mod tests {
                         prop_assert!(by_frame.is_empty());
                         prop_assert_eq!(kinds[0], FrameKind::Method);
                         prop_assert_eq!(kinds[1], FrameKind::Header);
+                        let (method, content) = as_frames(&publish);
                         prop_assert_eq!(
-                            format!("{:?}", publish.method),
+                            format!("{:?}", method),
                             format!("{:?}", decode_basic_publish(&payloads[0]).expect("a publish"))
                         );
-                        prop_assert_eq!(&publish.header, &payloads[1]);
-                        match payloads.get(2) {
-                            Some(body) => {
-                                prop_assert_eq!(kinds[2], FrameKind::Body);
-                                prop_assert_eq!(&publish.body, body);
+                        if let Some((header, body)) = content {
+                            prop_assert_eq!(Ok(header), ContentHeader::decode(payloads[1].clone()));
+                            match payloads.get(2) {
+                                Some(frame) => {
+                                    prop_assert_eq!(kinds[2], FrameKind::Body);
+                                    prop_assert_eq!(&body, frame);
+                                }
+                                None => prop_assert!(body.is_empty()),
                             }
-                            None => prop_assert!(publish.body.is_empty()),
                         }
                     }
                 }

@@ -31,14 +31,30 @@ impl PublishProperties {
     /// `BasicProperties::decode` followed by the trailing-bytes check does: a block one of
     /// them refuses, the other refuses with the same error.
     pub fn decode(raw: &Bytes) -> Result<PublishProperties, CodecError> {
-        if let [0, 0, rest @ ..] = &raw[..] {
+        Self::decode_lazy(raw, || raw.clone())
+    }
+
+    /// `decode` of the block `raw`, whose `Bytes` (for the short strings kept) `owned` makes
+    /// only when some property is set.
+    #[inline]
+    pub fn decode_lazy(
+        raw: &[u8],
+        owned: impl FnOnce() -> Bytes,
+    ) -> Result<PublishProperties, CodecError> {
+        if let [0, 0, rest @ ..] = raw {
             // No property set (a publisher's default), read without a reader on the block.
             return match rest.is_empty() {
                 true => Ok(PublishProperties::default()),
                 false => Err(TRAILING_BYTES),
             };
         }
-        let mut r = Reader::new(raw.clone());
+        Self::decode_set(owned())
+    }
+
+    /// `decode` of a block with some property set.
+    #[inline(never)]
+    fn decode_set(raw: Bytes) -> Result<PublishProperties, CodecError> {
+        let mut r = Reader::new(raw);
         let flags = r.short()?;
         if flags & 1 != 0 {
             return Err(CodecError::Syntax("property flags continuation"));

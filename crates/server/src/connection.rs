@@ -1055,7 +1055,9 @@ where
                 // (decoded straight from the payload's bytes, the same checks and errors).
                 if ch != 0 {
                     if let Some(decoded) = decode_basic_publish(&frame.payload) {
-                        return self.publish_on(ch, decoded, None).map(|_| Next::Continue);
+                        return self
+                            .publish_on(ch, decoded, Channel::start_publish)
+                            .map(|_| Next::Continue);
                     }
                 }
                 let (class_id, method_id) = peek_ids(&frame.payload);
@@ -1151,23 +1153,31 @@ where
     /// lookup of the channel.
     #[inline]
     fn on_whole_publish(&mut self, publish: PublishFrames) -> Result<Next, Failure> {
-        let content = (publish.header, publish.body);
-        self.publish_on(publish.channel, publish.method, Some(content))
-            .map(|_| Next::Continue)
+        let PublishFrames {
+            channel,
+            class_id,
+            body_size,
+            publish,
+        } = publish;
+        self.publish_on(channel, publish, |channel, whole, ctx| {
+            channel.publish_whole(whole, class_id, body_size, ctx)
+        })
+        .map(|_| Next::Continue)
     }
 
-    /// basic.publish on channel `ch` (from the fast decoder: what `on_channel_method` does
-    /// with it, without the `Method` around it), and its content (header and body payloads)
-    /// when it came with it. A channel closing drops them all, as it drops each frame.
+    /// basic.publish on channel `ch` (from the fast decoders: what `on_channel_method` does
+    /// with it, without the `Method` around it): `handle` gets the decoded publish (alone,
+    /// or whole with its content) once the channel is found. A channel closing drops it, as
+    /// it drops each frame.
     #[inline]
-    fn publish_on(
+    fn publish_on<T>(
         &mut self,
         ch: u16,
-        decoded: Result<BasicPublish, CodecError>,
-        content: Option<(Bytes, Bytes)>,
+        decoded: Result<T, CodecError>,
+        handle: impl FnOnce(&mut Channel, T, &mut Ctx) -> Result<(), AmqpError>,
     ) -> Result<(), Failure> {
         let ids = (BasicPublish::CLASS_ID, BasicPublish::METHOD_ID);
-        let method = decoded.map_err(|e| Failure {
+        let publish = decoded.map_err(|e| Failure {
             error: AmqpError::new(e.reply_code(), e.to_string()),
             channel: 0,
             class_id: ids.0,
@@ -1177,11 +1187,7 @@ where
         let Some((channel, mut ctx)) = self.channel_for_method(ch, ids)? else {
             return Ok(());
         };
-        let result = match content {
-            Some((header, body)) => channel.publish_whole(method, header, body, &mut ctx),
-            None => channel.start_publish(method, &mut ctx),
-        };
-        result.map_err(|error| Failure {
+        handle(channel, publish, &mut ctx).map_err(|error| Failure {
             error,
             channel: ch,
             class_id: ids.0,

@@ -111,9 +111,9 @@ impl PublishGrants {
 
     /// basic.publish: write on the exchange.
     #[inline]
-    pub fn check_write(&mut self, ctx: &Ctx, exchange: &ShortStr) -> AmqpResult<()> {
+    pub fn check_write(&mut self, ctx: &Ctx, exchange: &str) -> AmqpResult<()> {
         self.refresh(ctx);
-        if self.exchanges.iter().any(|(e, _)| e == exchange) {
+        if self.exchanges.iter().any(|(e, _)| e.as_str() == exchange) {
             return Ok(());
         }
         self.grant_write(ctx, exchange)
@@ -121,14 +121,14 @@ impl PublishGrants {
 
     /// `check_write` on an exchange not granted yet: checked, and remembered if granted.
     #[inline(never)]
-    fn grant_write(&mut self, ctx: &Ctx, exchange: &ShortStr) -> AmqpResult<()> {
+    fn grant_write(&mut self, ctx: &Ctx, exchange: &str) -> AmqpResult<()> {
         check(ctx, AccessKind::Write, Resource::Exchange, exchange)?;
         let restricted = ctx
             .access
             .has_topic_permission(ctx.user, ctx.vhost.name(), exchange);
-        // Detached: the name is a slice of the publish's frame, and kept here it would
-        // hold that read buffer for the channel's life.
-        self.exchanges.push((exchange.detached(), restricted));
+        // A copy of its own: the name is in the publish's frame, and kept as a slice it
+        // would hold that read buffer for the channel's life.
+        self.exchanges.push((ShortStr::from(exchange), restricted));
         Ok(())
     }
 

@@ -53,38 +53,45 @@ const TX_COMMIT: (u16, u16) = (TxCommit::CLASS_ID, TxCommit::METHOD_ID);
 fn checked_header(payload: Bytes, ctx: &Ctx) -> AmqpResult<ContentHeader> {
     let header = ContentHeader::decode(payload)
         .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
-    if header.class_id != BASIC_CLASS_ID {
+    check_header(header.class_id, header.body_size, ctx)?;
+    Ok(header)
+}
+
+/// The checks on a decoded content header's class and body size (`checked_header`).
+#[inline]
+fn check_header(class_id: u16, body_size: u64, ctx: &Ctx) -> AmqpResult<()> {
+    if class_id != BASIC_CLASS_ID {
         return Err(unexpected("content header for a class other than basic"));
     }
-    if header.body_size > ctx.config.max_message_size_bytes {
+    if body_size > ctx.config.max_message_size_bytes {
         return Err(AmqpError::precondition(format!(
             "message size {} is larger than configured max size {}",
-            header.body_size, ctx.config.max_message_size_bytes
+            body_size, ctx.config.max_message_size_bytes
         )));
     }
-    Ok(header)
+    Ok(())
 }
 
 impl Channel {
     /// A publish whose header and whole body came with it (`split_publish`): what
     /// `start_publish`, `content_header` and `content_body` do with its three frames, with
-    /// the same checks and errors, without holding it as pending between them. `body` is
-    /// the one body frame's payload, as long as the header says (split_publish checked).
+    /// the same checks and errors, without holding it as pending between them. The header
+    /// said `class_id` and `body_size`, the body's length (split_publish checked).
     #[inline]
     pub fn publish_whole(
         &mut self,
-        method: BasicPublish,
-        header: Bytes,
-        body: Bytes,
+        whole: WholePublish,
+        class_id: u16,
+        body_size: u64,
         ctx: &mut Ctx,
     ) -> AmqpResult<()> {
-        let header = checked_header(header, ctx)?;
-        debug_assert_eq!(header.body_size, body.len() as u64);
+        check_header(class_id, body_size, ctx)?;
+        debug_assert_eq!(body_size, whole.message.body().len() as u64);
         self.publish_complete(
             Published {
-                method,
-                header,
-                body,
+                message: whole.message,
+                mandatory: whole.mandatory,
+                immediate: whole.immediate,
             },
             ctx,
         )
@@ -147,10 +154,17 @@ impl Channel {
 
     fn finish_publish(&mut self, ctx: &mut Ctx) -> AmqpResult<()> {
         let pending = self.pending_publish.take().expect("publish in progress");
+        let header = pending.header.expect("header before body");
+        let method = pending.method;
         let published = Published {
-            method: pending.method,
-            header: pending.header.expect("header before body"),
-            body: pending.body.into_bytes(),
+            message: MessageBytes::joined(
+                &method.exchange,
+                &method.routing_key,
+                &header.properties,
+                pending.body.into_bytes(),
+            ),
+            mandatory: method.mandatory,
+            immediate: method.immediate,
         };
         self.publish_complete(published, ctx)
     }
@@ -161,7 +175,7 @@ impl Channel {
         // Checked as RabbitMQ does, when the message is whole and before a transaction
         // takes it: write on the exchange (cached per channel).
         self.publish_grants
-            .check_write(ctx, &published.method.exchange)?;
+            .check_write(ctx, published.message.exchange())?;
         match self.tx.as_mut() {
             Some(ops) => {
                 ops.push(TxOp::Publish(published));
@@ -173,16 +187,16 @@ impl Channel {
 
     /// Routes one message and confirms it (or returns it, or nacks it).
     pub fn route_and_enqueue(&mut self, p: Published, ctx: &mut Ctx) -> AmqpResult<Routed> {
-        if p.method.immediate {
+        if p.immediate {
             return Err(AmqpError::new(ReplyCode::NotImplemented, "immediate=true"));
         }
         let exchange = ctx
             .vhost
-            .exchange_via(&p.method.exchange, &mut self.last_published_exchange)
+            .exchange_via(p.message.exchange(), &mut self.last_published_exchange)
             .ok_or_else(|| {
                 AmqpError::not_found(format!(
                     "no exchange '{}' in vhost '{}'",
-                    p.method.exchange,
+                    p.message.exchange(),
                     ctx.vhost.name()
                 ))
             })?;
@@ -192,7 +206,7 @@ impl Channel {
         // Only what routing and the checks below need is read; the properties go to
         // consumers as the publisher's bytes unless one of them has to change.
         let mut props = p
-            .header
+            .message
             .publish_properties()
             .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
         // RabbitMQ's order: the reply-to rewrite, user-id, expiration, then the CC/BCC headers.
@@ -229,36 +243,29 @@ impl Channel {
             .headers
             .as_mut()
             .is_some_and(|h| h.remove("BCC").is_some());
-        let properties_raw = if reply_to_rewrite.is_some() || bcc_removed {
+        let bytes = if reply_to_rewrite.is_some() || bcc_removed {
             // Only a rewritten reply-to or a removed BCC costs a full decode and re-encode;
             // every other message keeps the properties exactly as published.
-            let mut full = p
-                .header
+            let published = ContentHeader {
+                class_id: BASIC_CLASS_ID,
+                body_size: 0,
+                properties: p.message.properties_bytes(),
+            };
+            let mut full = published
                 .properties()
                 .map_err(|e| AmqpError::new(e.reply_code(), e.to_string()))?;
             if let Some(reply_to) = reply_to_rewrite {
                 full.reply_to = Some(reply_to);
             }
             strip_bcc(&mut full);
-            ContentHeader::new(BASIC_CLASS_ID, 0, &full).properties
+            let rewritten = ContentHeader::new(BASIC_CLASS_ID, 0, &full).properties;
+            p.message.with_properties(&rewritten)
         } else {
-            p.header.properties
+            p.message
         };
-        let BasicPublish {
-            exchange: exchange_name,
-            routing_key,
-            mandatory,
-            ..
-        } = p.method;
-        // The message takes the names (no reference-count bump); a basic.return reads them
-        // back from it. Its allocation is a recycled one when a delivery gave one back.
-        let message = message_pool::shared(Message::from_publish(
-            exchange_name,
-            routing_key,
-            &props,
-            properties_raw,
-            p.body,
-        ));
+        let mandatory = p.mandatory;
+        // Its allocation is a recycled one when a delivery gave one back.
+        let message = message_pool::shared(Message::from_publish(bytes, &props));
         // The channel's own counters are written by this task only (`add_own`).
         MessageStats::add_own(&self.info.stats.publish, 1);
         ctx.vhost.counters.published.observe(

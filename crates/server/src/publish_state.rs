@@ -7,7 +7,7 @@ use crate::unacked::Unacked;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use warren_broker::confirm::Confirm;
-use warren_codec::{BasicPublish, ContentHeader};
+use warren_codec::{BasicPublish, ContentHeader, MessageBytes};
 
 /// A basic.publish whose content is still arriving.
 pub struct PendingPublish {
@@ -59,11 +59,12 @@ impl BodyParts {
     }
 }
 
-/// A complete message as published, before routing.
+/// A complete message as published, before routing: its names, properties and body (for a
+/// publish taken whole, the frames it came in) and basic.publish's flags.
 pub struct Published {
-    pub method: BasicPublish,
-    pub header: ContentHeader,
-    pub body: Bytes,
+    pub message: MessageBytes,
+    pub mandatory: bool,
+    pub immediate: bool,
 }
 
 /// Publisher confirms: sequence numbers given to publishes and those not yet confirmed.

@@ -13,7 +13,6 @@ use warren_broker::confirm::{Confirm, ConfirmTo};
 use warren_broker::routing_keys::{header_routes, PublishKeys};
 use warren_broker::vhost::{Publish, PublishScratch};
 use warren_broker::{ExchangeKind, Message};
-use warren_codec::{ContentHeader, ShortStr, BASIC_CLASS_ID};
 use warren_store::Outcome;
 
 /// What becomes of a published delivery.
@@ -372,23 +371,14 @@ fn route_and_enqueue(
     {
         return PublishOutcome::Settled(rejected(AmqpError::UnauthorizedAccess, refusal));
     }
-    let raw = ContentHeader::new(BASIC_CLASS_ID, 0, &props).properties;
-    let Some(routing_key) = ShortStr::from_bytes(Bytes::from(dest.routing_key.clone())) else {
+    let Some(message) = Message::encoded(&exchange.name, &dest.routing_key, &props, incoming.body)
+    else {
         return PublishOutcome::Settled(rejected(
             AmqpError::InvalidField,
             "routing key longer than 255 bytes",
         ));
     };
-    let message = Arc::new(
-        Message::new(
-            exchange.name.clone(),
-            routing_key,
-            &props,
-            raw,
-            incoming.body,
-        )
-        .with_amqp10(incoming.sections),
-    );
+    let message = Arc::new(message.with_amqp10(incoming.sections));
     env.vhost
         .counters
         .published
