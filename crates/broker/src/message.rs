@@ -99,6 +99,12 @@ impl Message {
         self.bytes.body_bytes()
     }
 
+    /// Its names, properties and body together, as a delivery writes them.
+    #[inline]
+    pub fn content(&self) -> &MessageBytes {
+        &self.bytes
+    }
+
     /// The same message with another body (tests build AMQP 1.0 layouts with it).
     #[cfg(test)]
     pub(crate) fn with_body(mut self, body: Bytes) -> Message {

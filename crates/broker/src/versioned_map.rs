@@ -80,6 +80,13 @@ impl<V> Default for LastLookup<V> {
     }
 }
 
+/// `a == b` without a call to `memcmp` for the empty name (the default exchange, looked up
+/// for every publish to it).
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 impl<V: Named> VersionedMap<V> {
     pub fn read(&self) -> RwLockReadGuard<'_, NamedEntries<V>> {
         self.map.read()
@@ -101,7 +108,7 @@ impl<V: Named> VersionedMap<V> {
     pub fn get_via(&self, name: &str, last: &mut LastLookup<V>) -> Option<Arc<V>> {
         if let Some((generation, cached_name, entity)) = &last.found {
             if *generation == self.generation.load(Ordering::Acquire)
-                && cached_name.as_str() == name
+                && same_name(cached_name, name)
             {
                 // Always live while the generation holds (the map keeps it); upgrading is
                 // the reference-count bump a lookup's clone would have been.

@@ -4,7 +4,7 @@
 //! 7-byte header and the size against frame_max, so an oversized or garbage frame is refused
 //! before we wait for (or buffer) its body; "not enough bytes yet" is `Ok(None)`, never an error.
 
-use crate::{CodecError, Method, Writer};
+use crate::{CodecError, MessageBytes, Method, Writer};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// What a 0-9-1 client sends first; also our reply to a client speaking another protocol.
@@ -200,33 +200,62 @@ pub struct DeliverFields<'a> {
 /// `Method` moved by value), reserves room for all the frames at once, and writes them into
 /// that room in one pass (`Fill`) rather than field by field (each `put_*` on a `BytesMut`
 /// checks its capacity again); a body over several frames is written after, frame by frame.
+///
+/// A message that still holds its publish's content header and body frames
+/// (`MessageBytes::content_frames`) whose body fits one frame under `frame_max` has them
+/// copied in one piece, with this channel and a zero weight written over the publisher's:
+/// the same bytes as the frames written field by field.
 pub fn write_deliver(
     out: &mut BytesMut,
     channel: u16,
     deliver: &DeliverFields,
-    properties: &[u8],
-    body: &[u8],
+    message: &MessageBytes,
     frame_max: u32,
 ) {
+    let body_len = message.body().len();
+    let chunk = body_chunk_bytes(frame_max);
+    match message.content_frames() {
+        Some(frames) if body_len <= chunk => {
+            write_deliver_frames(out, channel, deliver, frames, body_len)
+        }
+        _ => write_deliver_fields(
+            out,
+            channel,
+            deliver,
+            message.properties_raw(),
+            message.body(),
+            frame_max,
+        ),
+    }
+}
+
+/// The basic.deliver method frame's payload length, and its three names cut to short
+/// strings.
+#[inline(always)]
+fn deliver_method<'a>(deliver: &DeliverFields<'a>) -> (usize, [&'a [u8]; 3]) {
     fn short(s: &str) -> &[u8] {
         &s.as_bytes()[..s.len().min(255)]
     }
-    let (consumer_tag, exchange, routing_key) = (
+    let names = [
         short(deliver.consumer_tag),
         short(deliver.exchange),
         short(deliver.routing_key),
-    );
-    // method: class, method, 3 length octets, delivery tag, bits; header: class, weight, size.
-    let method_len = 4 + 3 + consumer_tag.len() + 8 + 1 + exchange.len() + routing_key.len();
-    let header_len = 12 + properties.len();
-    let chunk = body_chunk_bytes(frame_max);
-    let body_frames = body.len().div_ceil(chunk);
-    let total =
-        method_len + header_len + 2 * FRAME_OVERHEAD + body.len() + body_frames * FRAME_OVERHEAD;
-    out.reserve(total);
-    let start = out.len();
-    let room = &mut out.spare_capacity_mut()[..total];
-    let mut w = Fill { buf: room, at: 0 };
+    ];
+    // class, method, 3 length octets, delivery tag, bits, then the names.
+    let len = 4 + 3 + 8 + 1 + names.iter().map(|n| n.len()).sum::<usize>();
+    (len, names)
+}
+
+/// Writes the basic.deliver method frame (`method_len` and `names` from `deliver_method`).
+/// Inlined into each writer, so that `Fill`'s position stays in a register.
+#[inline(always)]
+fn put_deliver_method(
+    w: &mut Fill,
+    channel: u16,
+    deliver: &DeliverFields,
+    method_len: usize,
+    [consumer_tag, exchange, routing_key]: [&[u8]; 3],
+) {
     w.put(&[FrameKind::Method.octet()]);
     w.put(&channel.to_be_bytes());
     w.put(&(method_len as u32).to_be_bytes());
@@ -239,7 +268,65 @@ pub fn write_deliver(
     w.put(exchange);
     w.put(&[routing_key.len() as u8]);
     w.put(routing_key);
-    w.put(&[FRAME_END, FrameKind::Header.octet()]);
+    w.put(&[FRAME_END]);
+}
+
+/// `write_deliver` for content frames as published (`frames`: the header frame, then the
+/// body frame unless `body_len` is 0).
+fn write_deliver_frames(
+    out: &mut BytesMut,
+    channel: u16,
+    deliver: &DeliverFields,
+    frames: &[u8],
+    body_len: usize,
+) {
+    let (method_len, names) = deliver_method(deliver);
+    let method_frame = method_len + FRAME_OVERHEAD;
+    let total = method_frame + frames.len();
+    out.reserve(total);
+    let start = out.len();
+    let room = &mut out.spare_capacity_mut()[..total];
+    let mut w = Fill { buf: room, at: 0 };
+    put_deliver_method(&mut w, channel, deliver, method_len, names);
+    w.put(frames);
+    debug_assert_eq!(w.at, total);
+    // SAFETY: `Fill` wrote every byte of `room[..total]` (each `put` fills the range it
+    // advances over, in order from 0), and `room` is `out`'s spare capacity from `start`.
+    unsafe { out.set_len(start + total) };
+    // This channel over the publisher's, in the header frame and the body frame, and a zero
+    // weight (the header's octets after its class id), as `write_content_header` writes.
+    let header = start + method_frame;
+    let channel = channel.to_be_bytes();
+    out[header + 1..header + 3].copy_from_slice(&channel);
+    out[header + FRAME_HEADER_SIZE + 2..header + FRAME_HEADER_SIZE + 4].copy_from_slice(&[0, 0]);
+    if body_len > 0 {
+        let body = start + total - body_len - FRAME_OVERHEAD;
+        out[body + 1..body + 3].copy_from_slice(&channel);
+    }
+}
+
+/// `write_deliver` for a message whose content is written field by field.
+fn write_deliver_fields(
+    out: &mut BytesMut,
+    channel: u16,
+    deliver: &DeliverFields,
+    properties: &[u8],
+    body: &[u8],
+    frame_max: u32,
+) {
+    let (method_len, names) = deliver_method(deliver);
+    // header: class, weight, size.
+    let header_len = 12 + properties.len();
+    let chunk = body_chunk_bytes(frame_max);
+    let body_frames = body.len().div_ceil(chunk);
+    let total =
+        method_len + header_len + 2 * FRAME_OVERHEAD + body.len() + body_frames * FRAME_OVERHEAD;
+    out.reserve(total);
+    let start = out.len();
+    let room = &mut out.spare_capacity_mut()[..total];
+    let mut w = Fill { buf: room, at: 0 };
+    put_deliver_method(&mut w, channel, deliver, method_len, names);
+    w.put(&[FrameKind::Header.octet()]);
     w.put(&channel.to_be_bytes());
     w.put(&(header_len as u32).to_be_bytes());
     w.put(&crate::BASIC_CLASS_ID.to_be_bytes());

@@ -63,6 +63,9 @@ pub(crate) struct PublishSpans {
 /// The arguments of the basic.publish whose payload is `bytes[start..end]` (its class and
 /// method ids already checked), with the same checks and errors as `decode_basic_publish`,
 /// without slicing the names out (`publish_frames.rs` keeps the publish's frames whole).
+///
+/// The usual publish (every argument inside the payload, ASCII names) is read by index in
+/// one pass; anything else goes through `Cursor`, whose checks in order give the error.
 #[inline]
 pub(crate) fn publish_spans_in(
     bytes: &[u8],
@@ -70,6 +73,36 @@ pub(crate) fn publish_spans_in(
     end: usize,
 ) -> Result<PublishSpans, CodecError> {
     debug_assert!(start + 4 <= end && end <= bytes.len());
+    let arguments = start + 4;
+    let args = &bytes[arguments..end];
+    // Ticket (2), exchange length at 2, the exchange, routing key length, key, bits.
+    if let Some(&exchange_len) = args.get(2) {
+        let exchange = 3..3 + exchange_len as usize;
+        if let Some(&key_len) = args.get(exchange.end) {
+            let key = exchange.end + 1..exchange.end + 1 + key_len as usize;
+            if let Some(&bits) = args.get(key.end) {
+                if args[exchange.clone()].is_ascii() && args[key.clone()].is_ascii() {
+                    return Ok(PublishSpans {
+                        exchange: arguments + exchange.start..arguments + exchange.end,
+                        routing_key: arguments + key.start..arguments + key.end,
+                        mandatory: bits & 1 != 0,
+                        immediate: bits & 2 != 0,
+                    });
+                }
+            }
+        }
+    }
+    publish_spans_checked(bytes, start, end)
+}
+
+/// `publish_spans_in` field by field, with each check and its error in `Method::decode`'s
+/// order.
+#[inline(never)]
+fn publish_spans_checked(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<PublishSpans, CodecError> {
     let mut c = Cursor {
         payload: bytes,
         pos: start + 4,

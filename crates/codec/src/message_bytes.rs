@@ -9,13 +9,20 @@
 //! frames, AMQP 1.0, the store, a dead-lettered copy) has its names and properties copied
 //! into one small buffer of their own and keeps its body apart (`joined`).
 //!
-//! Invariant (checked by every constructor): each span lies inside its buffer, and the names
+//! Invariants (kept by every constructor): each span lies inside its buffer, and the names
 //! are short strings (valid UTF-8, at most 255 bytes), so they are read back as `&str`
-//! without checking again.
+//! without checking again. When the body is in the buffer (`own_body` None), the buffer
+//! holds the publish's content header frame and body frame (none for an empty body) as they
+//! arrived, around the properties and the body (`content_frames`): a delivery copies them in
+//! one piece.
 
 use crate::{BasicProperties, CodecError, PublishProperties, ShortStr, Writer};
 use bytes::{Bytes, BytesMut};
 use std::ops::Range;
+
+/// The content header frame's bytes before its property flags: the frame header (type,
+/// channel, size) and the class, weight and body size.
+pub(crate) const CONTENT_HEADER_PREFIX: usize = 7 + 12;
 
 /// Where one part lies in the buffer. `u32` keeps the four spans in 32 bytes; a buffer
 /// longer than `u32::MAX` is never held whole (`split_publish` leaves such a publish to the
@@ -138,31 +145,56 @@ impl MessageBytes {
         })
     }
 
-    /// Every part copied into one allocation of its own (two `malloc`s: the bytes and
-    /// `Bytes`' shared header), so that keeping the copy keeps no read buffer alive.
+    /// Every part copied into an allocation of its own, so that keeping the copy keeps no
+    /// read buffer alive: for a publish's frames, the names through the end of the body
+    /// frame (one allocation, the frames' layout kept); otherwise the names and properties,
+    /// and the body apart.
     pub fn copied(&self) -> MessageBytes {
-        let parts = [
-            self.exchange_raw(),
-            self.routing_key_raw(),
-            self.properties_raw(),
-            self.body(),
-        ];
-        let mut joined = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-        let mut spans = [Span::default(); 4];
-        for (span, part) in spans.iter_mut().zip(parts) {
-            let at = joined.len();
-            joined.extend_from_slice(part);
-            *span = Span::of(at..joined.len());
+        if self.own_body.is_some() {
+            let body = Bytes::copy_from_slice(self.body());
+            return MessageBytes::joined(
+                &self.exchange_name(),
+                &self.routing_key_name(),
+                self.properties_raw(),
+                body,
+            );
         }
-        let [exchange, routing_key, properties, body] = spans;
+        let from = self.exchange.at;
+        let end = self.content_end();
+        let shift = |span: Span| Span {
+            at: span.at - from,
+            len: span.len,
+        };
         MessageBytes {
-            bytes: Bytes::from(joined),
+            bytes: Bytes::copy_from_slice(&self.bytes[from as usize..end]),
             own_body: None,
-            exchange,
-            routing_key,
-            properties,
-            body,
+            exchange: shift(self.exchange),
+            routing_key: shift(self.routing_key),
+            properties: shift(self.properties),
+            body: shift(self.body),
         }
+    }
+
+    /// Where the content frames end in `bytes` (the body frame's end octet, or the header
+    /// frame's for an empty body). Only for a message whose body is in `bytes`.
+    #[inline]
+    fn content_end(&self) -> usize {
+        match self.body.len {
+            0 => self.properties.range().end + 1,
+            _ => self.body.range().end + 1,
+        }
+    }
+
+    /// The content header frame and the body frame (none for an empty body) as they arrived,
+    /// when this holds a publish's frames (see the module's invariants): their channel is
+    /// the publisher's, and the header's weight octets are the publisher's.
+    #[inline]
+    pub(crate) fn content_frames(&self) -> Option<&[u8]> {
+        if self.own_body.is_some() {
+            return None;
+        }
+        let start = self.properties.at as usize - CONTENT_HEADER_PREFIX;
+        Some(&self.bytes[start..self.content_end()])
     }
 
     /// The same names and body with another property block (a rewritten reply-to, a
@@ -304,7 +336,7 @@ mod tests {
                 ("amq.direct", "k", &b"\x00\x00"[..], &b"hello"[..])
             );
         }
-        assert!(copy.own_body.is_none(), "a copy is one buffer");
+        assert!(copy.own_body.is_some() && m.content_frames().is_none());
         let rewritten = copy.with_properties(b"\x10\x00\x02");
         assert_eq!(rewritten.properties_raw(), b"\x10\x00\x02");
         assert_eq!(

@@ -572,9 +572,29 @@ proptest! {
     }
 }
 
+/// A message as published on channel 7 in one frame each, taken whole by `split_publish`.
+fn published_whole(exchange: &str, key: &str, properties: &Bytes, body: &[u8]) -> MessageBytes {
+    let mut buf = BytesMut::new();
+    let publish = BasicPublish {
+        exchange: exchange.into(),
+        routing_key: key.into(),
+        mandatory: false,
+        immediate: false,
+    };
+    write_method(&mut buf, 7, &publish.into());
+    let header_at = buf.len();
+    write_content_header(&mut buf, 7, BASIC_CLASS_ID, body.len() as u64, properties);
+    buf[header_at + 9..header_at + 11].copy_from_slice(&[0x12, 0x34]); // weight
+    write_body_frames(&mut buf, 7, body, 0);
+    let taken = split_publish(&mut buf, 0).expect("whole");
+    assert!(buf.is_empty());
+    taken.publish.expect("decodes").message
+}
+
 /// `write_deliver` (the consume path's encoder) writes exactly what the generic encoders
 /// write for the same delivery: names of every length up to 255, empty and multi-frame
-/// bodies, both redelivered values.
+/// bodies, both redelivered values, for a message built from its parts and for one that
+/// holds its publish's frames (published on another channel, with a non-zero weight).
 #[test]
 fn write_deliver_matches_the_generic_encoders() {
     let long = "k".repeat(255);
@@ -623,7 +643,7 @@ fn write_deliver_matches_the_generic_encoders() {
                     &properties,
                 );
                 write_body_frames(&mut generic, 3, &body, frame_max);
-                let mut direct = BytesMut::from(&b"earlier frame"[..]);
+                let direct = BytesMut::from(&b"earlier frame"[..]);
                 let fields = DeliverFields {
                     consumer_tag: tag,
                     delivery_tag: 1 << 40,
@@ -631,11 +651,21 @@ fn write_deliver_matches_the_generic_encoders() {
                     exchange,
                     routing_key: key,
                 };
-                write_deliver(&mut direct, 3, &fields, &properties, &body, frame_max);
-                assert_eq!(
-                    direct, generic,
-                    "{tag:?} {exchange:?} body {body_len} frame_max {frame_max}"
+                let joined = MessageBytes::joined(
+                    &exchange.into(),
+                    &key.into(),
+                    &properties,
+                    Bytes::from(body.clone()),
                 );
+                let whole = published_whole(exchange, key, &properties, &body);
+                for message in [joined, whole] {
+                    let mut direct = direct.clone();
+                    write_deliver(&mut direct, 3, &fields, &message, frame_max);
+                    assert_eq!(
+                        direct, generic,
+                        "{tag:?} {exchange:?} body {body_len} frame_max {frame_max}"
+                    );
+                }
             }
         }
     }

@@ -303,8 +303,7 @@ impl Channel {
                 exchange: msg.exchange(),
                 routing_key: msg.routing_key(),
             },
-            msg.properties_raw(),
-            msg.body(),
+            msg.content(),
             ctx.frame_max,
         );
         consumer.delivered(pipeline_cost(msg));
