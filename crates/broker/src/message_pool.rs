@@ -96,17 +96,15 @@ fn fill(recycled: Option<Slot>, message: Message) -> Arc<Message> {
 
 /// The allocation of `message` with its message dropped, if no one else holds it.
 fn emptied(mut message: Arc<Message>) -> Option<Slot> {
-    Arc::get_mut(&mut message)?;
+    let unique: *mut Message = Arc::get_mut(&mut message)?;
+    // SAFETY: the `Arc` is unique (no other strong or weak reference: `get_mut`), so nothing
+    // else reads the message; it is dropped once here, and the `Arc` is turned into a slot
+    // (whose type drops nothing) before anything could drop it again. Drops the body,
+    // properties and names (the read buffer they are in is released now).
+    unsafe { std::ptr::drop_in_place(unique) };
     // SAFETY: `MaybeUninit<Message>` has `Message`'s layout, so the allocation is the same
-    // `ArcInner`; the `Arc` is unique (checked above: no other strong or weak reference), so
-    // nothing reads the message once it is dropped below.
-    let mut slot: Slot = unsafe { Arc::from_raw(Arc::into_raw(message).cast()) };
-    let room = Arc::get_mut(&mut slot).expect("unique, checked above");
-    // SAFETY: it held a message, dropped once here; from now on the slot's type drops
-    // nothing. Drops the body, properties and names (the read buffer they slice is released
-    // now).
-    unsafe { room.assume_init_drop() };
-    Some(slot)
+    // `ArcInner`.
+    Some(unsafe { Arc::from_raw(Arc::into_raw(message).cast()) })
 }
 
 impl Pool {

@@ -24,27 +24,33 @@ use std::ops::Range;
 /// channel, size) and the class, weight and body size.
 pub(crate) const CONTENT_HEADER_PREFIX: usize = 7 + 12;
 
-/// Where one part lies in the buffer. `u32` keeps the four spans in 32 bytes; a buffer
-/// longer than `u32::MAX` is never held whole (`split_publish` leaves such a publish to the
-/// frame-by-frame path, which joins it).
+/// Where one part lies in the buffer: `start..end`. `u32` keeps the four spans in 32 bytes;
+/// a buffer longer than `u32::MAX` is never held whole (`split_publish` leaves such a
+/// publish to the frame-by-frame path, which joins it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Span {
-    at: u32,
-    len: u32,
+    start: u32,
+    end: u32,
 }
 
 impl Span {
+    #[inline]
     fn of(range: Range<usize>) -> Span {
         debug_assert!(range.end <= u32::MAX as usize && range.start <= range.end);
         Span {
-            at: range.start as u32,
-            len: (range.end - range.start) as u32,
+            start: range.start as u32,
+            end: range.end as u32,
         }
     }
 
     #[inline]
     fn range(self) -> Range<usize> {
-        self.at as usize..self.at as usize + self.len as usize
+        self.start as usize..self.end as usize
+    }
+
+    #[inline]
+    fn len(self) -> usize {
+        (self.end - self.start) as usize
     }
 }
 
@@ -159,11 +165,11 @@ impl MessageBytes {
                 body,
             );
         }
-        let from = self.exchange.at;
+        let from = self.exchange.start;
         let end = self.content_end();
         let shift = |span: Span| Span {
-            at: span.at - from,
-            len: span.len,
+            start: span.start - from,
+            end: span.end - from,
         };
         MessageBytes {
             bytes: Bytes::copy_from_slice(&self.bytes[from as usize..end]),
@@ -179,9 +185,9 @@ impl MessageBytes {
     /// frame's for an empty body). Only for a message whose body is in `bytes`.
     #[inline]
     fn content_end(&self) -> usize {
-        match self.body.len {
-            0 => self.properties.range().end + 1,
-            _ => self.body.range().end + 1,
+        match self.body.len() {
+            0 => self.properties.end as usize + 1,
+            _ => self.body.end as usize + 1,
         }
     }
 
@@ -193,8 +199,8 @@ impl MessageBytes {
         if self.own_body.is_some() {
             return None;
         }
-        let start = self.properties.at as usize - CONTENT_HEADER_PREFIX;
-        Some(&self.bytes[start..self.content_end()])
+        let start = self.properties.start as usize - CONTENT_HEADER_PREFIX;
+        Some(self.part(Span::of(start..self.content_end())))
     }
 
     /// The same names and body with another property block (a rewritten reply-to, a
@@ -218,14 +224,23 @@ impl MessageBytes {
         }
     }
 
+    /// The bytes `span` covers, without the bounds check: every span of this message is
+    /// inside `bytes` (the module's invariants), and these reads are on every delivery.
+    #[inline]
+    fn part(&self, span: Span) -> &[u8] {
+        debug_assert!(span.start <= span.end && span.end as usize <= self.bytes.len());
+        // SAFETY: in bounds, as the invariant says and the constructors check.
+        unsafe { self.bytes.get_unchecked(span.range()) }
+    }
+
     #[inline]
     fn exchange_raw(&self) -> &[u8] {
-        &self.bytes[self.exchange.range()]
+        self.part(self.exchange)
     }
 
     #[inline]
     fn routing_key_raw(&self) -> &[u8] {
-        &self.bytes[self.routing_key.range()]
+        self.part(self.routing_key)
     }
 
     /// The exchange it was published to ("" for the default exchange).
@@ -253,7 +268,7 @@ impl MessageBytes {
     }
 
     fn name(&self, span: Span) -> ShortStr {
-        if span.len == 0 {
+        if span.len() == 0 {
             return ShortStr::default();
         }
         // Checked by the constructors (module invariant); the fallback is never taken.
@@ -263,7 +278,7 @@ impl MessageBytes {
     /// Property flags and properties, as the publisher encoded them.
     #[inline]
     pub fn properties_raw(&self) -> &[u8] {
-        &self.bytes[self.properties.range()]
+        self.part(self.properties)
     }
 
     /// The property block to keep (a reference-count bump, no copy).
@@ -281,7 +296,7 @@ impl MessageBytes {
     pub fn body(&self) -> &[u8] {
         match &self.own_body {
             Some(body) => body,
-            None => &self.bytes[self.body.range()],
+            None => self.part(self.body),
         }
     }
 
@@ -295,8 +310,7 @@ impl MessageBytes {
 
     /// Bytes the parts hold together (names, properties and body).
     pub fn len(&self) -> usize {
-        (self.exchange.len + self.routing_key.len + self.properties.len) as usize
-            + self.body().len()
+        self.exchange.len() + self.routing_key.len() + self.properties.len() + self.body().len()
     }
 
     /// Whether every part is empty (no property block either: a message built by hand).
