@@ -105,7 +105,9 @@ pub fn split_publish(buf: &mut BytesMut, frame_max: u32) -> Option<PublishFrames
     let class_id = u16::from_be_bytes([buf[at], buf[at + 1]]);
     let body_size = u64::from_be_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes"));
     let (body_range, end) = if body_size == 0 {
-        (0..0, header.next())
+        // An empty body where a body frame would start: every span lies after the names
+        // (`MessageBytes::copied` moves them all by the names' start).
+        (header.next()..header.next(), header.next())
     } else {
         let body = frame_at(buf, header.next(), FrameKind::Body, frame_max)?;
         if body.channel != method.channel

@@ -173,3 +173,48 @@ async fn a_well_formed_publish_routes_with_its_flags() {
         other => panic!("expected basic.get-ok, got {other:?}"),
     }
 }
+
+/// Messages taken whole (an empty body too: a publish with no body frame) that a queue keeps
+/// (its copy of them, `Message::compacted`) expire and are dead-lettered whole, their
+/// bodies as published (RabbitMQ's Java client's `DeadLetterExchange#deadLetterCycle`
+/// found an empty one lost here).
+#[tokio::test]
+async fn kept_messages_empty_or_not_expire_into_the_dead_letter_queue_whole() {
+    let (port, _broker) = start_broker().await;
+    let mut c = Client::connect(port).await;
+    c.open_channel(1).await;
+    c.declare_queue(1, "dead", FieldTable::new()).await;
+    let mut args = FieldTable::new();
+    args.insert("x-message-ttl", FieldValue::I32(1));
+    args.insert("x-dead-letter-exchange", FieldValue::string(""));
+    args.insert("x-dead-letter-routing-key", FieldValue::string("dead"));
+    c.declare_queue(1, "expiring", args).await;
+    for body in [&b""[..], b"five!"] {
+        c.publish(1, "", "expiring", body, false).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            c.send(
+                1,
+                BasicGet {
+                    queue: "dead".into(),
+                    no_ack: true,
+                },
+            )
+            .await;
+            match c.next().await {
+                Incoming::Content(_, Method::BasicGetOk(_), _, got) => {
+                    assert_eq!(&got[..], body);
+                    break;
+                }
+                Incoming::Method(_, Method::BasicGetEmpty(_)) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "never dead-lettered"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => panic!("expected basic.get-ok or get-empty, got {other:?}"),
+            }
+        }
+    }
+}
