@@ -70,9 +70,9 @@ pub struct MessageBytes {
 
 impl MessageBytes {
     /// The parts inside one buffer, as `split_publish` found them: in the frames' order
-    /// (names, properties, body, each ending before the next starts) inside `bytes`, which is
-    /// at most `u32::MAX` long, asserted here (a handful of comparisons), since the reads of
-    /// every part rely on it (`part`); and the names short strings, which the caller checked
+    /// (names, properties, body, each ending before the next starts, with room for the
+    /// frames around them) inside `bytes`, which is at most `u32::MAX` long, asserted here
+    /// (a handful of comparisons), since the reads of every part rely on it (`part`); and the names short strings, which the caller checked
     /// while decoding (`publish_spans_in`). Only crate code can make one this way. Inlined
     /// into `split_publish`, where the comparisons fold with what it already knows.
     #[inline(always)]
@@ -83,14 +83,22 @@ impl MessageBytes {
         properties: Range<usize>,
         body: Range<usize>,
     ) -> MessageBytes {
+        // The frames' layout that `content_frames` and `copied` read: the content header
+        // frame's fixed part between the names and the properties, a frame-end octet after
+        // the properties, and one after a body.
+        let content_end = match body.is_empty() {
+            true => properties.end + 1,
+            false => body.end + 1,
+        };
         let in_order = exchange.start <= exchange.end
             && exchange.end <= routing_key.start
             && routing_key.start <= routing_key.end
-            && routing_key.end <= properties.start
+            && routing_key.end + CONTENT_HEADER_PREFIX <= properties.start
             && properties.start <= properties.end
-            && properties.end <= body.start
+            && properties.end < body.start
             && body.start <= body.end
             && body.end <= bytes.len()
+            && content_end <= bytes.len()
             && bytes.len() <= u32::MAX as usize;
         assert!(in_order, "a publish's parts out of their frames' order");
         debug_assert!(ShortStr::is_valid(&bytes[exchange.clone()]));
@@ -336,8 +344,10 @@ mod tests {
 
     #[test]
     fn parts_in_one_buffer_read_back_as_published() {
-        let frames = Bytes::from_static(b"..ex..key..\x00\x00..body..");
-        let m = MessageBytes::in_frames(frames.clone(), 2..4, 6..9, 11..13, 15..19);
+        // Names, a content header's fixed part, properties, a frame end and a body frame's
+        // header, a body, its frame end.
+        let frames = Bytes::from_static(b"..ex..key.....................\x00\x00........body!");
+        let m = MessageBytes::in_frames(frames.clone(), 2..4, 6..9, 30..32, 40..44);
         assert_eq!(
             (m.exchange(), m.routing_key(), m.properties_raw(), m.body()),
             ("ex", "key", &b"\x00\x00"[..], &b"body"[..])
@@ -348,6 +358,20 @@ mod tests {
             m.publish_properties().unwrap(),
             PublishProperties::default()
         );
+        // Out of order, without room for the frames, or outside the buffer: refused before
+        // any part is read.
+        for (properties, body) in [
+            (30..32, 0..0),
+            (20..22, 40..44),
+            (30..32, 32..36),
+            (30..32, 41..45),
+        ] {
+            let frames = frames.clone();
+            let made = std::panic::catch_unwind(|| {
+                MessageBytes::in_frames(frames, 2..4, 6..9, properties, body)
+            });
+            assert!(made.is_err());
+        }
     }
 
     /// A publish as a client sends it: method, header and (unless empty) body frames.
