@@ -108,7 +108,13 @@ impl Message {
     /// The same message with another body (tests build AMQP 1.0 layouts with it).
     #[cfg(test)]
     pub(crate) fn with_body(mut self, body: Bytes) -> Message {
-        self.bytes = self.bytes.with_body(body);
+        let bytes = &self.bytes;
+        self.bytes = MessageBytes::joined(
+            &bytes.exchange_name(),
+            &bytes.routing_key_name(),
+            bytes.properties_raw(),
+            body,
+        );
         self
     }
 

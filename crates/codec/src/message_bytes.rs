@@ -232,15 +232,6 @@ impl MessageBytes {
         )
     }
 
-    /// The same names and properties with another body.
-    pub fn with_body(self, body: Bytes) -> MessageBytes {
-        MessageBytes {
-            own_body: Some(body),
-            body: Span::default(),
-            ..self
-        }
-    }
-
     /// The bytes `span` covers, without a second bounds check: every span of this message is
     /// inside `bytes` (the module's invariants, asserted by `in_frames` and kept by how the
     /// other constructors lay their buffers out), and these reads are on every delivery (a
@@ -440,11 +431,6 @@ mod tests {
         assert_eq!(
             (rewritten.routing_key(), rewritten.body()),
             ("k", &b"hello"[..])
-        );
-        let other = rewritten.with_body(Bytes::from_static(b"bye"));
-        assert_eq!(
-            (other.exchange(), other.body()),
-            ("amq.direct", &b"bye"[..])
         );
         let properties = BasicProperties {
             delivery_mode: Some(2),
